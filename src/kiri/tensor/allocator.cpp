@@ -1,0 +1,142 @@
+#include "kiri/tensor/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "kiri/base/error.h"
+#include "kiri/base/units.h"
+
+namespace kiri {
+
+const char* category_name(Category category) {
+  switch (category) {
+    case Category::kParameters:
+      return "parameters";
+    case Category::kGradients:
+      return "gradients";
+    case Category::kOptimizerStates:
+      return "optimizer_states";
+    case Category::kActivations:
+      return "activations";
+    case Category::kBuffers:
+      return "buffers";
+    case Category::kOther:
+      return "other";
+  }
+  return "?";
+}
+
+std::string MemoryStats::breakdown() const {
+  std::string s;
+  for (int i = 0; i < kNumCategories; ++i)
+    s += str("  ", category_name(static_cast<Category>(i)), ": ", format_bytes(current[i]),
+             " (peak ", format_bytes(peak[i]), ")\n");
+  s += str("  allocated: ", format_bytes(allocated), ", reserved: ", format_bytes(reserved),
+           (limit > 0 ? ", limit: " + format_bytes(limit) : std::string()));
+  return s;
+}
+
+Allocator::~Allocator() {
+  release_cache_locked();
+}
+
+size_t Allocator::round_size(size_t bytes) {
+  // Small blocks to 512 B, large ones to 64 KiB, so a cached block fits
+  // requests of nearly the same size without much waste.
+  const size_t unit = bytes < (size_t{1} << 20) ? 512 : (size_t{1} << 16);
+  return bytes == 0 ? unit : (bytes + unit - 1) / unit * unit;
+}
+
+std::pair<void*, size_t> Allocator::take_cached(size_t rounded) {
+  // Best fit, but never a block more than twice the size asked for.
+  auto it = cache_.lower_bound(rounded);
+  if (it == cache_.end() || it->first > 2 * rounded) return {nullptr, 0};
+  std::pair<void*, size_t> hit{it->second, it->first};
+  cache_.erase(it);
+  return hit;
+}
+
+void* Allocator::allocate(size_t bytes, Category category) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int c = static_cast<int>(category);
+  const int64_t need = static_cast<int64_t>(bytes);
+  if (stats_.limit > 0 && stats_.allocated + need > stats_.limit) {
+    int largest = 0;
+    for (int i = 1; i < kNumCategories; ++i)
+      if (stats_.current[i] > stats_.current[largest]) largest = i;
+    std::string msg = str("allocating ", format_bytes(need), " of ", category_name(category),
+                          " would exceed the limit of ", format_bytes(stats_.limit), " (",
+                          format_bytes(stats_.allocated), " in use; the largest category is ",
+                          category_name(static_cast<Category>(largest)), " with ",
+                          format_bytes(stats_.current[largest]), ")\n", stats_.breakdown());
+    if (advice_) msg += "\n" + advice_(stats_, category, need);
+    KIRI_RAISE(kOutOfMemory, msg);
+  }
+  const size_t rounded = round_size(bytes);
+  auto [p, block] = take_cached(rounded);
+  if (p) {
+    ++stats_.cache_hits;
+  } else {
+    if (stats_.limit > 0 && stats_.reserved + static_cast<int64_t>(rounded) > stats_.limit)
+      release_cache_locked();
+    block = rounded;
+    p = std::aligned_alloc(64, block);
+    if (!p)
+      KIRI_RAISE(kOutOfMemory, "the operating system refused ", format_bytes(block), " for ",
+                 category_name(category), "\n", stats_.breakdown());
+    stats_.reserved += static_cast<int64_t>(block);
+    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  }
+  in_use_[p] = block;
+  stats_.current[c] += need;
+  stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+  stats_.allocated += need;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  ++stats_.allocations;
+  return p;
+}
+
+void Allocator::deallocate(void* ptr, size_t bytes, Category category) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = in_use_.find(ptr);
+  if (it == in_use_.end())
+    KIRI_RAISE(kInternal, "deallocate of a pointer this allocator does not own (", bytes,
+               " bytes of ", category_name(category), ")");
+  cache_.emplace(it->second, ptr);
+  in_use_.erase(it);
+  stats_.current[static_cast<int>(category)] -= static_cast<int64_t>(bytes);
+  stats_.allocated -= static_cast<int64_t>(bytes);
+}
+
+void Allocator::set_limit(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.limit = bytes;
+}
+
+void Allocator::release_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cache_locked();
+}
+
+void Allocator::release_cache_locked() {
+  for (auto& [size, p] : cache_) {
+    std::free(p);
+    stats_.reserved -= static_cast<int64_t>(size);
+  }
+  cache_.clear();
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak = stats_.current;
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+}  // namespace kiri
