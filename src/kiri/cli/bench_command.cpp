@@ -1,0 +1,45 @@
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/cli/args.h"
+#include "kiri/cli/commands.h"
+#include "kiri/train/bench.h"
+
+namespace kiri::cli {
+
+// kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
+// step time against its GEMMs' time (bench/run.sh puts PyTorch beside it).
+int cmd_bench(const std::vector<std::string>& argv) {
+  Args a(argv, {"config", "threads", "steps", "warmup"}, {}, {"config", "threads"});
+  std::vector<std::string> configs = a.all("config");
+  if (configs.empty()) configs = {"tiny", "gpt2-124M"};
+  std::vector<std::string> threads = a.all("threads");
+  if (threads.empty()) threads = {"1", "2"};
+  for (const std::string& name : configs) {
+    for (const std::string& th : threads) {
+      train::BenchSpec spec = train::bench_preset(name);
+      spec.threads = std::stoi(th);
+      spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
+      spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
+      train::BenchResult r = train::run_training_bench(spec);
+      nlohmann::json j = {{"impl", "kiri"},
+                          {"config", name},
+                          {"threads", spec.threads},
+                          {"batch", spec.batch},
+                          {"seq_len", spec.seq},
+                          {"step_s", r.step_s},
+                          {"tokens_per_s", r.tokens_per_s},
+                          {"gemm_step_s", r.gemm_step_s},
+                          {"gemm_fraction", r.gemm_step_s / r.step_s},
+                          {"peak_gflops", r.peak_flops / 1e9},
+                          {"mfu", r.mfu},
+                          {"params", spec.model.num_parameters()}};
+      std::cout << j.dump() << std::endl;
+    }
+  }
+  return 0;
+}
+
+}  // namespace kiri::cli

@@ -1,0 +1,18 @@
+#pragma once
+// The kiri commands. Each returns the process exit code; errors are thrown
+// as kiri::Error and turned into a message and exit code by run_cli().
+#include <string>
+#include <vector>
+
+namespace kiri::cli {
+
+int run_cli(const std::vector<std::string>& argv);
+
+int cmd_train(const std::vector<std::string>& args);
+int cmd_config(const std::vector<std::string>& args);
+int cmd_sample(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
+int cmd_data(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
+
+}  // namespace kiri::cli

@@ -1,0 +1,367 @@
+#include "kiri/cli/config_schema.h"
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "kiri/base/units.h"
+
+namespace kiri::cli {
+
+using nlohmann::json;
+using train::RunConfig;
+
+namespace {
+
+struct Field {
+  KeyDoc doc;
+  std::function<void(RunConfig&, const json&)> set;
+  std::function<json(const RunConfig&)> get;
+};
+
+// Values come from JSON files or as --set text; both are accepted for every type.
+int64_t as_int(const json& v, const std::string& key) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    try {
+      size_t pos = 0;
+      const double d = std::stod(s, &pos);  // accepts 1e3
+      if (pos == s.size() && d == static_cast<double>(static_cast<int64_t>(d)))
+        return static_cast<int64_t>(d);
+    } catch (const std::exception&) {
+    }
+  }
+  KIRI_RAISE(kConfig, key, " must be an integer, got ", v.dump());
+}
+
+double as_float(const json& v, const std::string& key) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    try {
+      size_t pos = 0;
+      const double d = std::stod(s, &pos);
+      if (pos == s.size()) return d;
+    } catch (const std::exception&) {
+    }
+  }
+  KIRI_RAISE(kConfig, key, " must be a number, got ", v.dump());
+}
+
+std::string as_string(const json& v, const std::string& key) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number()) return v.dump();
+  KIRI_RAISE(kConfig, key, " must be a string, got ", v.dump());
+}
+
+template <typename Access>
+Field int_field(std::string key, Access acc, int64_t lo, int64_t hi, std::string doc) {
+  using V = std::remove_reference_t<decltype(acc(std::declval<RunConfig&>()))>;
+  Field f;
+  f.doc = {key, "int", "", std::move(doc)};
+  f.set = [=](RunConfig& c, const json& v) {
+    const int64_t x = as_int(v, key);
+    KIRI_CHECK_KIND(kConfig, x >= lo && x <= hi, key, " must be in [", lo, ", ", hi, "], got ", x);
+    acc(c) = static_cast<V>(x);
+  };
+  f.get = [=](const RunConfig& c) { return json(acc(const_cast<RunConfig&>(c))); };
+  return f;
+}
+
+template <typename Access>
+Field float_field(std::string key, Access acc, double lo, double hi, std::string doc) {
+  Field f;
+  f.doc = {key, "float", "", std::move(doc)};
+  f.set = [=](RunConfig& c, const json& v) {
+    const double x = as_float(v, key);
+    KIRI_CHECK_KIND(kConfig, x >= lo && x <= hi, key, " must be in [", lo, ", ", hi, "], got ", x);
+    acc(c) = x;
+  };
+  f.get = [=](const RunConfig& c) { return json(acc(const_cast<RunConfig&>(c))); };
+  return f;
+}
+
+template <typename Access>
+Field string_field(std::string key, Access acc, std::string doc,
+                   std::function<void(const std::string&)> check = nullptr) {
+  Field f;
+  f.doc = {key, "string", "", std::move(doc)};
+  f.set = [=](RunConfig& c, const json& v) {
+    std::string s = as_string(v, key);
+    if (check) check(s);
+    acc(c) = s;
+  };
+  f.get = [=](const RunConfig& c) { return json(acc(const_cast<RunConfig&>(c))); };
+  return f;
+}
+
+template <typename Access, typename E>
+Field enum_field(std::string key, Access acc, std::vector<std::pair<std::string, E>> names,
+                 std::string doc) {
+  Field f;
+  std::string type = "one of:";
+  for (size_t i = 0; i < names.size(); ++i) type += (i ? " | " : " ") + names[i].first;
+  f.doc = {key, type, "", std::move(doc)};
+  f.set = [=](RunConfig& c, const json& v) {
+    const std::string s = as_string(v, key);
+    for (auto& [n, e] : names)
+      if (n == s) {
+        acc(c) = e;
+        return;
+      }
+    KIRI_RAISE(kConfig, key, " must be ", type.substr(7), ", got '", s, "'");
+  };
+  f.get = [=](const RunConfig& c) -> json {
+    for (auto& [n, e] : names)
+      if (acc(const_cast<RunConfig&>(c)) == e) return n;
+    return nullptr;
+  };
+  return f;
+}
+
+#define KIRI_FIELD(path)       \
+  [](RunConfig & c) -> auto& { \
+    return c.path;             \
+  }
+
+std::vector<Field> make_fields() {
+  constexpr int64_t kBig = int64_t{1} << 40;
+  std::vector<Field> f;
+  // model
+  f.push_back(
+      int_field("model.n_layer", KIRI_FIELD(model.n_layer), 1, 4096, "Transformer blocks."));
+  f.push_back(int_field("model.n_head", KIRI_FIELD(model.n_head), 1, 4096,
+                        "Attention heads per block; must divide model.n_embd."));
+  f.push_back(int_field("model.n_embd", KIRI_FIELD(model.n_embd), 1, 1 << 20, "Hidden size."));
+  f.push_back(int_field("model.vocab_size", KIRI_FIELD(model.vocab_size), 0, 1 << 24,
+                        "Rows of the token embedding; 0 takes the tokenizer's (50257 for gpt2, "
+                        "256 for byte). Must be at least the tokenizer's."));
+  f.push_back(int_field("model.block_size", KIRI_FIELD(model.block_size), 1, 1 << 20,
+                        "Longest sequence the model takes (rows of the position embedding); "
+                        "must be at least train.seq_len."));
+  // data
+  f.push_back(
+      string_field("data.corpus", KIRI_FIELD(data.corpus),
+                   "Training text: `moby-dick` (the default corpus under data.dir) or a path "
+                   "to a UTF-8 text file. It is tokenized once into shards beside it."));
+  f.push_back(enum_field(
+      "data.tokenizer", KIRI_FIELD(data.tokenizer),
+      std::vector<std::pair<std::string, std::string>>{{"gpt2", "gpt2"}, {"byte", "byte"}},
+      "`gpt2`: GPT-2's byte-level BPE (vocab 50257); `byte`: one token per "
+      "byte (vocab 256)."));
+  f.push_back(string_field("data.dir", KIRI_FIELD(data.dir),
+                           "Folder of the tokenizer files and corpora; empty: the folder "
+                           "scripts/bootstrap.sh fills (the repository's data/)."));
+  f.push_back(float_field("data.val_fraction", KIRI_FIELD(data.val_fraction), 1e-6, 0.5,
+                          "Fraction of the tokens (the last ones) held out for validation."));
+  // train
+  f.push_back(int_field("train.steps", KIRI_FIELD(train.steps), 0, kBig, "Optimizer steps."));
+  f.push_back(int_field("train.micro_batch", KIRI_FIELD(train.micro_batch), 1, 1 << 20,
+                        "Sequences per micro-batch (per rank)."));
+  f.push_back(
+      int_field("train.seq_len", KIRI_FIELD(train.seq_len), 1, 1 << 20, "Tokens per sequence."));
+  f.push_back(int_field("train.grad_accum", KIRI_FIELD(train.grad_accum), 1, 1 << 20,
+                        "Micro-batches per optimizer step; global_batch = micro_batch x dp x "
+                        "grad_accum sequences."));
+  f.push_back(float_field("train.lr", KIRI_FIELD(train.optimizer.lr), 0, 10,
+                          "Peak learning rate (after warm-up)."));
+  f.push_back(float_field("train.min_lr", KIRI_FIELD(train.min_lr), 0, 10,
+                          "Learning rate at the end of the cosine decay."));
+  f.push_back(
+      int_field("train.warmup", KIRI_FIELD(train.warmup), 0, kBig, "Steps of linear warm-up."));
+  f.push_back(
+      float_field("train.weight_decay", KIRI_FIELD(train.optimizer.weight_decay), 0, 10,
+                  "AdamW decoupled weight decay, applied to matrices and embeddings only."));
+  f.push_back(
+      float_field("train.beta1", KIRI_FIELD(train.optimizer.beta1), 0, 0.999999, "AdamW beta1."));
+  f.push_back(float_field("train.beta2", KIRI_FIELD(train.optimizer.beta2), 0, 0.999999999,
+                          "AdamW beta2."));
+  f.push_back(float_field("train.eps", KIRI_FIELD(train.optimizer.eps), 0, 1, "AdamW epsilon."));
+  f.push_back(float_field("train.grad_clip", KIRI_FIELD(train.optimizer.grad_clip), 0, 1e30,
+                          "Clip the global gradient L2 norm to this; 0 disables."));
+  f.push_back(int_field("train.seed", KIRI_FIELD(train.seed), 0, kBig,
+                        "Seed of the initialisation and of the data order."));
+  f.push_back(enum_field(
+      "train.dtype", KIRI_FIELD(train.dtype),
+      std::vector<std::pair<std::string, train::ComputeDType>>{{"fp32", train::ComputeDType::kF32},
+                                                               {"bf16", train::ComputeDType::kBF16},
+                                                               {"fp16", train::ComputeDType::kF16}},
+      "Compute dtype. fp32 today; bf16 and fp16 (mixed precision with fp32 "
+      "master weights) arrive with the sharding engine and are refused until then."));
+  f.push_back(int_field("train.eval_every", KIRI_FIELD(train.eval_every), 0, kBig,
+                        "Steps between validation evaluations; 0: only at the end."));
+  f.push_back(int_field("train.eval_batches", KIRI_FIELD(train.eval_batches), 1, 1 << 20,
+                        "Micro-batches of the validation split per evaluation."));
+  f.push_back(string_field("train.mem_limit", KIRI_FIELD(train.mem_limit),
+                           "Per-process memory limit of kiri's allocator (e.g. `2GiB`); passing it "
+                           "raises an out-of-memory error with the breakdown by category. Empty: "
+                           "no limit. Also `--mem-limit`.",
+                           [](const std::string& s) {
+                             if (!s.empty()) parse_bytes(s);
+                           }));
+  // parallel
+  f.push_back(int_field("parallel.dp", KIRI_FIELD(parallel.dp), 1, 1 << 20,
+                        "Data-parallel degree. dp x tp x pp must equal the number of processes."));
+  f.push_back(
+      int_field("parallel.tp", KIRI_FIELD(parallel.tp), 1, 1 << 20, "Tensor-parallel degree."));
+  f.push_back(
+      int_field("parallel.pp", KIRI_FIELD(parallel.pp), 1, 1 << 20, "Pipeline-parallel degree."));
+  // checkpoint
+  f.push_back(
+      string_field("checkpoint.dir", KIRI_FIELD(checkpoint.dir),
+                   "Checkpoint root: step directories and a `latest` pointer; empty disables "
+                   "checkpoints."));
+  f.push_back(int_field("checkpoint.every", KIRI_FIELD(checkpoint.every), 0, kBig,
+                        "Steps between checkpoints; 0: only at the end of the run."));
+  f.push_back(int_field("checkpoint.keep_last", KIRI_FIELD(checkpoint.keep_last), 0, 1 << 20,
+                        "Step directories to keep; 0 keeps all."));
+  // log
+  f.push_back(
+      string_field("log.metrics", KIRI_FIELD(log.metrics),
+                   "Metrics file, one JSON line per step (docs/metrics.md); empty disables."));
+  f.push_back(
+      string_field("log.plot", KIRI_FIELD(log.plot),
+                   "Loss-curve PNG written at the end; empty: the metrics path with .png."));
+  f.push_back(
+      int_field("log.every", KIRI_FIELD(log.every), 1, kBig, "Steps between progress lines."));
+  // Fill the defaults from a default-constructed config.
+  RunConfig defaults = train::default_run_config();
+  for (Field& x : f) {
+    json v = x.get(defaults);
+    x.doc.default_value = v.is_string() ? v.get<std::string>() : v.dump();
+  }
+  return f;
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = make_fields();
+  return table;
+}
+
+const Field& find_field(const std::string& key) {
+  for (const Field& f : fields())
+    if (f.doc.key == key) return f;
+  std::string section = key.substr(0, key.find('.'));
+  std::string known;
+  for (const Field& f : fields())
+    if (f.doc.key.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + f.doc.key;
+  KIRI_RAISE(kConfig, "unknown key '", key, "'",
+             known.empty()
+                 ? std::string(" (sections: model, data, train, parallel, checkpoint, log)")
+                 : " (keys of '" + section + "': " + known + ")");
+}
+
+void flatten(const json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, json>>& out) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object())
+      flatten(*it, key, out);
+    else
+      out.emplace_back(key, *it);
+  }
+}
+
+}  // namespace
+
+std::vector<KeyDoc> config_keys() {
+  std::vector<KeyDoc> out;
+  for (const Field& f : fields()) out.push_back(f.doc);
+  return out;
+}
+
+void apply_key(RunConfig& cfg, const std::string& key, const json& value) {
+  find_field(key).set(cfg, value);
+}
+
+void apply_set(RunConfig& cfg, const std::string& kv) {
+  const size_t eq = kv.find('=');
+  KIRI_CHECK_KIND(kConfig, eq != std::string::npos && eq > 0,
+                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", kv, "'");
+  apply_key(cfg, kv.substr(0, eq), json(kv.substr(eq + 1)));
+}
+
+RunConfig config_from_json(const json& j) {
+  KIRI_CHECK_KIND(kConfig, j.is_object(), "a config must be a JSON object, got ", j.type_name());
+  RunConfig cfg = train::default_run_config();
+  std::vector<std::pair<std::string, json>> flat;
+  flatten(j, "", flat);
+  for (auto& [k, v] : flat) apply_key(cfg, k, v);
+  return cfg;
+}
+
+RunConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
+  RunConfig cfg = train::default_run_config();
+  if (!file.empty()) {
+    std::ifstream in(file);
+    KIRI_CHECK_KIND(kConfig, in.good(), "cannot open config file '", file, "'");
+    json j;
+    try {
+      j = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    } catch (const json::parse_error& e) {
+      KIRI_RAISE(kConfig, "config file '", file, "' is not valid JSON: ", e.what());
+    }
+    try {
+      cfg = config_from_json(j);
+    } catch (const Error& e) {
+      KIRI_RAISE(kConfig, "in '", file, "': ", e.message());
+    }
+  }
+  for (const std::string& s : sets) apply_set(cfg, s);
+  return cfg;
+}
+
+json config_to_json(const RunConfig& cfg) {
+  json out = json::object();
+  for (const Field& f : fields())
+    out[json::json_pointer("/" + [&] {
+      std::string p = f.doc.key;
+      for (char& ch : p)
+        if (ch == '.') ch = '/';
+      return p;
+    }())] = f.get(cfg);
+  return out;
+}
+
+void validate(const RunConfig& cfg) {
+  model::GPTConfig m = cfg.model;
+  if (m.vocab_size == 0) m.vocab_size = 2;  // resolved from the tokenizer later
+  m.validate();
+  KIRI_CHECK_KIND(kConfig, cfg.train.seq_len <= cfg.model.block_size,
+                  "train.seq_len = ", cfg.train.seq_len,
+                  " exceeds model.block_size = ", cfg.model.block_size);
+  KIRI_CHECK_KIND(kConfig, cfg.train.min_lr <= cfg.train.optimizer.lr,
+                  "train.min_lr = ", cfg.train.min_lr,
+                  " exceeds train.lr = ", cfg.train.optimizer.lr);
+  KIRI_CHECK_KIND(kConfig, cfg.train.dtype == train::ComputeDType::kF32,
+                  "train.dtype: only fp32 is available in this version (bf16/fp16 mixed precision "
+                  "comes with the sharding engine)");
+}
+
+std::string config_markdown() {
+  std::ostringstream os;
+  os << "# Configuration keys\n\n"
+        "Generated by `kiri config --markdown` from the schema in "
+        "`src/kiri/cli/config_schema.cpp` (a test keeps this file in sync).\n\n"
+        "A config file is JSON, nested (`{\"model\": {\"n_layer\": 4}}`) or flat "
+        "(`{\"model.n_layer\": 4}`); `--set key=value` overrides any key after the file. "
+        "An unknown key or a bad value is an error naming the key.\n";
+  std::string section;
+  for (const Field& f : fields()) {
+    const std::string s = f.doc.key.substr(0, f.doc.key.find('.'));
+    if (s != section) {
+      section = s;
+      os << "\n## " << section << "\n\n| key | type | default | meaning |\n|---|---|---|---|\n";
+    }
+    os << "| `" << f.doc.key << "` | " << f.doc.type << " | `" << f.doc.default_value << "` | "
+       << f.doc.doc << " |\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiri::cli

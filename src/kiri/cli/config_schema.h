@@ -1,0 +1,40 @@
+#pragma once
+// The configuration schema: every dotted key (model.n_layer, train.lr, ...)
+// with its type, default and documentation, in one table. Config files are
+// JSON, nested ({"model": {"n_layer": 4}}) or flat ({"model.n_layer": 4});
+// --set key=value overrides any key. An unknown key or a bad value is a
+// kConfig error naming the key.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/train/run_config.h"
+
+namespace kiri::cli {
+
+struct KeyDoc {
+  std::string key;
+  std::string type;  // "int", "float", "string", "bytes", "one of: a | b"
+  std::string default_value;
+  std::string doc;
+};
+
+// All keys, in documentation order.
+std::vector<KeyDoc> config_keys();
+
+// Defaults, then the file (if any), then each "key=value" of --set, in order.
+train::RunConfig load_config(const std::string& file, const std::vector<std::string>& sets);
+// Applies one key (value given as JSON, or as the string of --set).
+void apply_key(train::RunConfig& cfg, const std::string& key, const nlohmann::json& value);
+void apply_set(train::RunConfig& cfg, const std::string& key_equals_value);
+// The resolved configuration as nested JSON (what `kiri config` prints and
+// checkpoints store); load_config of it gives the same RunConfig back.
+nlohmann::json config_to_json(const train::RunConfig& cfg);
+train::RunConfig config_from_json(const nlohmann::json& j);
+// Checks values that depend on each other (n_head divides n_embd, ...).
+void validate(const train::RunConfig& cfg);
+// docs/config.md, generated from the table (a test keeps the file in sync).
+std::string config_markdown();
+
+}  // namespace kiri::cli

@@ -1,0 +1,141 @@
+#include "kiri/nn/layers.h"
+
+#include <omp.h>
+
+#include "kiri/kernels/cpu/ops.h"
+
+namespace kiri::nn {
+
+namespace k = kiri::kernels;
+
+template <typename T>
+Linear<T>::Linear(const std::string& name, int64_t in, int64_t out, double init_std)
+    : Module(name) {
+  weight_ = &add_parameter("weight", {in, out}, true, {InitKind::kNormal, init_std});
+  bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
+}
+
+template <typename T>
+Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
+  if (ctx.training) x_ = x;
+  Tensor y = activation(ctx, {x.dim(0), weight_->shape[1]}, dtype_of<T>());  // [N, out]
+  k::linear_forward<T>(y, x, weight_->value, bias_->value);
+  return y;
+}
+
+template <typename T>
+void Linear<T>::backward(Context&, const Tensor& dy, Tensor& dx) {
+  k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value);
+  x_ = Tensor();
+}
+
+template <typename T>
+LayerNorm<T>::LayerNorm(const std::string& name, int64_t channels) : Module(name) {
+  weight_ = &add_parameter("weight", {channels}, false, {InitKind::kOnes});
+  bias_ = &add_parameter("bias", {channels}, false, {InitKind::kZeros});
+}
+
+template <typename T>
+Tensor LayerNorm<T>::forward(Context& ctx, const Tensor& x) {
+  const int64_t n = x.dim(0);
+  Tensor mean = activation(ctx, {n}, dtype_of<T>());
+  Tensor rstd = activation(ctx, {n}, dtype_of<T>());
+  Tensor y = activation(ctx, x.shape(), dtype_of<T>());  // [N, C]
+  k::layernorm_forward<T>(y, mean, rstd, x, weight_->value, bias_->value);
+  if (ctx.training) {
+    x_ = x;
+    mean_ = mean;
+    rstd_ = rstd;
+  }
+  return y;
+}
+
+template <typename T>
+void LayerNorm<T>::backward(Context&, const Tensor& dy, Tensor& dx) {
+  k::layernorm_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value, mean_, rstd_);
+  x_ = mean_ = rstd_ = Tensor();
+}
+
+template <typename T>
+CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t channels, int n_head,
+                                            double init_std, double proj_init_std)
+    : Module(name),
+      n_head_(n_head),
+      c_attn_(child_name("c_attn"), channels, 3 * channels, init_std),
+      c_proj_(child_name("c_proj"), channels, channels, proj_init_std) {
+  add_child(c_attn_);
+  add_child(c_proj_);
+}
+
+template <typename T>
+Tensor CausalSelfAttention<T>::forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
+  const int64_t c = x.dim(1);
+  batch_ = batch;
+  seq_ = seq;
+  Tensor qkv = c_attn_.forward(ctx, x).view({batch, seq, 3 * c});      // [B,T,3C]
+  Tensor att = activation(ctx, {batch, seq, c}, dtype_of<T>());        // [B,T,C]
+  Tensor lse = activation(ctx, {batch, n_head_, seq}, dtype_of<T>());  // [B,H,T]
+  Tensor scratch = Tensor::empty({k::attention_scratch_numel(seq, omp_get_max_threads())},
+                                 dtype_of<T>(), Category::kBuffers, ctx.allocator);
+  k::attention_forward<T>(att, lse, qkv, n_head_, scratch);
+  if (ctx.training) {
+    qkv_ = qkv;
+    att_ = att;
+    lse_ = lse;
+  }
+  return c_proj_.forward(ctx, att.view({batch * seq, c}));
+}
+
+template <typename T>
+void CausalSelfAttention<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
+  const int64_t c = dy.dim(1);
+  Tensor datt = activation_zeros(ctx, {batch_ * seq_, c}, dtype_of<T>());  // [N, C]
+  c_proj_.backward(ctx, dy, datt);
+  Tensor dqkv = activation_zeros(ctx, {batch_, seq_, 3 * c}, dtype_of<T>());  // [B,T,3C]
+  Tensor scratch = Tensor::empty({k::attention_scratch_numel(seq_, omp_get_max_threads())},
+                                 dtype_of<T>(), Category::kBuffers, ctx.allocator);
+  Tensor datt3 = datt.view({batch_, seq_, c});
+  k::attention_backward<T>(dqkv, datt3, qkv_, att_, lse_, n_head_, scratch);
+  qkv_ = att_ = lse_ = Tensor();
+  Tensor dqkv2 = dqkv.view({batch_ * seq_, 3 * c});
+  c_attn_.backward(ctx, dqkv2, dx);
+}
+
+template <typename T>
+Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std)
+    : Module(name),
+      c_fc_(child_name("c_fc"), channels, 4 * channels, init_std),
+      c_proj_(child_name("c_proj"), 4 * channels, channels, proj_init_std) {
+  add_child(c_fc_);
+  add_child(c_proj_);
+}
+
+template <typename T>
+Tensor Mlp<T>::forward(Context& ctx, const Tensor& x) {
+  Tensor h = c_fc_.forward(ctx, x);                      // [N, 4C]
+  Tensor g = activation(ctx, h.shape(), dtype_of<T>());  // [N, 4C]
+  k::gelu_forward<T>(g, h);
+  if (ctx.training) h_ = h;
+  return c_proj_.forward(ctx, g);
+}
+
+template <typename T>
+void Mlp<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
+  Tensor dg = activation_zeros(ctx, h_.shape(), dtype_of<T>());  // [N, 4C]
+  c_proj_.backward(ctx, dy, dg);
+  Tensor dh = activation_zeros(ctx, h_.shape(), dtype_of<T>());  // [N, 4C]
+  k::gelu_backward<T>(dh, h_, dg);
+  h_ = Tensor();
+  c_fc_.backward(ctx, dh, dx);
+}
+
+template class Linear<float>;
+template class Linear<double>;
+template class LayerNorm<float>;
+template class LayerNorm<double>;
+template class CausalSelfAttention<float>;
+template class CausalSelfAttention<double>;
+template class Mlp<float>;
+template class Mlp<double>;
+
+}  // namespace kiri::nn

@@ -1,0 +1,73 @@
+#pragma once
+// The GPT-2 layers, each a forward/backward pair over [N, C] row blocks
+// (N = B*T). T is the compute scalar: float to train, double for the
+// finite-difference gradient checks.
+//
+// forward() saves what backward() needs (as views that keep the activation
+// alive); backward(dout, dinp) accumulates into dinp and into the
+// parameters' gradients, then releases the saved activations.
+#include "kiri/nn/module.h"
+
+namespace kiri::nn {
+
+// y[N,out] = x[N,in] @ weight[in,out] + bias[out]  (Hugging Face Conv1D layout)
+template <typename T>
+class Linear : public Module {
+ public:
+  Linear(const std::string& name, int64_t in, int64_t out, double init_std);
+  Tensor forward(Context& ctx, const Tensor& x);
+  void backward(Context& ctx, const Tensor& dy, Tensor& dx);
+  Parameter& weight() { return *weight_; }
+  Parameter& bias() { return *bias_; }
+
+ private:
+  Parameter* weight_;
+  Parameter* bias_;
+  Tensor x_;  // [N, in] saved input
+};
+
+// y[N,C] = (x - mean) * rstd * weight + bias, over the last dimension.
+template <typename T>
+class LayerNorm : public Module {
+ public:
+  LayerNorm(const std::string& name, int64_t channels);
+  Tensor forward(Context& ctx, const Tensor& x);
+  void backward(Context& ctx, const Tensor& dy, Tensor& dx);
+
+ private:
+  Parameter* weight_;
+  Parameter* bias_;
+  Tensor x_, mean_, rstd_;  // [N,C], [N], [N]
+};
+
+// Causal multi-head self-attention: c_attn (C -> 3C), attention, c_proj (C -> C).
+template <typename T>
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const std::string& name, int64_t channels, int n_head, double init_std,
+                      double proj_init_std);
+  // x: [B, T, C] viewed as [B*T, C]; batch and seq given explicitly.
+  Tensor forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
+  void backward(Context& ctx, const Tensor& dy, Tensor& dx);
+
+ private:
+  int n_head_;
+  int64_t batch_ = 0, seq_ = 0;
+  Linear<T> c_attn_, c_proj_;
+  Tensor qkv_, att_, lse_;  // [B,T,3C], [B,T,C], [B,H,T]
+};
+
+// MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C).
+template <typename T>
+class Mlp : public Module {
+ public:
+  Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std);
+  Tensor forward(Context& ctx, const Tensor& x);
+  void backward(Context& ctx, const Tensor& dy, Tensor& dx);
+
+ private:
+  Linear<T> c_fc_, c_proj_;
+  Tensor h_;  // [N, 4C] pre-activation (GELU input)
+};
+
+}  // namespace kiri::nn

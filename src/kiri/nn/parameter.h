@@ -1,0 +1,32 @@
+#pragma once
+// A Parameter is a named, shaped piece of the model's state. Its name is the
+// Hugging Face GPT-2 name ("transformer.h.0.attn.c_attn.weight"), so a
+// checkpoint maps one to one onto GPT2LMHeadModel. Values and gradients are
+// views into flat buffers owned by a ParameterStore (one allocation each, as
+// in llm.c), which is what DDP buckets and ZeRO units later cut into pieces.
+#include <string>
+
+#include "kiri/tensor/tensor.h"
+
+namespace kiri::nn {
+
+enum class InitKind { kZeros, kOnes, kNormal };
+
+struct InitSpec {
+  InitKind kind = InitKind::kZeros;
+  double std = 0.0;  // for kNormal (mean 0)
+};
+
+struct Parameter {
+  std::string name;
+  Shape shape;
+  bool weight_decay = false;  // AdamW decays matrices and embeddings, not biases or LayerNorm
+  InitSpec init;
+  Tensor value;         // bound by ParameterStore
+  Tensor grad;          // bound by ParameterStore; backward accumulates into it
+  int64_t offset = -1;  // element offset in the store's flat buffers
+
+  int64_t numel() const { return shape.numel(); }
+};
+
+}  // namespace kiri::nn

@@ -1,0 +1,152 @@
+#include "kiri/train/bench.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kiri/base/rng.h"
+#include "kiri/base/timer.h"
+#include "kiri/kernels/cpu/ops.h"
+#include "kiri/nn/parameter_store.h"
+#include "kiri/optim/adamw.h"
+#include "kiri/train/metrics.h"
+
+namespace kiri::train {
+
+BenchSpec bench_preset(const std::string& name) {
+  BenchSpec s;
+  s.name = name;
+  if (name == "tiny") {
+    s.model = {4, 4, 256, 50257, 1024};
+    s.batch = 8;
+    s.seq = 128;
+  } else if (name == "gpt2-124M") {
+    s.model = {12, 12, 768, 50257, 1024};
+    s.batch = 4;
+    s.seq = 64;
+  } else {
+    KIRI_RAISE(kConfig, "unknown benchmark config '", name, "' (known: tiny, gpt2-124M)");
+  }
+  return s;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One GEMM of the step: C[M,N] (+)= op(A) op(B) with the model's transposes.
+struct GemmShape {
+  bool ta, tb;
+  int64_t m, n, k;
+};
+
+// The GEMMs of one training step of a GPT: each linear layer's forward and
+// its two backward products, the tied LM head's three, and per (batch, head)
+// the attention products (QK^T, PV forward; recompute QK^T, and dV, dP, dQ,
+// dK backward).
+std::vector<GemmShape> step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
+  const int64_t n = b * t, e = c.n_embd, v = c.vocab_size;
+  std::vector<GemmShape> out;
+  auto linear = [&](int64_t in, int64_t o) {
+    out.push_back({false, false, n, o, in});  // y = x W
+    out.push_back({false, true, n, in, o});   // dx = dy W^T
+    out.push_back({true, false, in, o, n});   // dW = x^T dy
+  };
+  for (int l = 0; l < c.n_layer; ++l) {
+    linear(e, 3 * e);
+    linear(e, e);
+    linear(e, 4 * e);
+    linear(4 * e, e);
+  }
+  out.push_back({false, true, n, v, e});   // logits = x wte^T
+  out.push_back({false, false, n, e, v});  // dx = dlogits wte
+  out.push_back({true, false, v, e, n});   // dwte = dlogits^T x
+  return out;
+}
+
+double time_step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
+  std::vector<GemmShape> shapes = step_gemms(c, b, t);
+  int64_t max_a = 0, max_b = 0, max_c = 0;
+  for (auto& s : shapes) {
+    max_a = std::max(max_a, s.m * s.k);
+    max_b = std::max(max_b, s.k * s.n);
+    max_c = std::max(max_c, s.m * s.n);
+  }
+  std::vector<float> a(max_a, 0.01f), bb(max_b, 0.02f), cc(max_c, 0.0f);
+  const int64_t hs = c.n_embd / c.n_head, bh = b * c.n_head;
+  std::vector<float> att(static_cast<size_t>(omp_get_max_threads()) * t * t);
+  std::vector<float> q(b * t * 3 * c.n_embd, 0.01f), o(b * t * c.n_embd);
+  std::vector<double> times;
+  for (int rep = 0; rep < 4; ++rep) {
+    Timer timer;
+    for (auto& s : shapes)
+      kernels::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.ta ? s.m : s.k, bb.data(),
+                           s.tb ? s.k : s.n, 0.0f, cc.data(), s.n);
+      // Attention: 2 products forward, 5 backward (recomputed scores, dV, dP, dQ, dK), per head.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < bh; ++i) {
+      float* s = att.data() + static_cast<size_t>(omp_get_thread_num()) * t * t;
+      const float* qh = q.data() + (i / c.n_head) * t * 3 * c.n_embd + (i % c.n_head) * hs;
+      float* oh = o.data() + (i / c.n_head) * t * c.n_embd + (i % c.n_head) * hs;
+      for (int r = 0; r < 7; ++r) {
+        if (r % 2 == 0)
+          kernels::gemm<float>(false, true, t, t, hs, 1.0f, qh, 3 * c.n_embd, qh, 3 * c.n_embd,
+                               0.0f, s, t);
+        else
+          kernels::gemm<float>(false, false, t, hs, t, 1.0f, s, t, qh, 3 * c.n_embd, 0.0f, oh,
+                               c.n_embd);
+      }
+    }
+    if (rep > 0) times.push_back(timer.seconds());
+  }
+  return median(times);
+}
+
+}  // namespace
+
+BenchResult run_training_bench(const BenchSpec& spec) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(spec.threads);
+  BenchResult r;
+  r.spec = spec;
+  {
+    Allocator allocator;
+    model::GPT<float> model(spec.model);
+    nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
+    store.initialize(1234);
+    optim::AdamW opt(store, optim::AdamWConfig{}, allocator);
+    Tensor x = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
+    Tensor y = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
+    Rng rng(42);
+    nn::Context ctx{allocator};
+    const double weight = 1.0 / double(x.numel());
+    std::vector<double> times;
+    for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
+        y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
+      }
+      Timer timer;
+      store.zero_grad();
+      const double loss = model.forward(ctx, x, y, weight) * weight;
+      model.backward(ctx);
+      opt.clip_and_step(3e-4);
+      if (s >= spec.warmup_steps) times.push_back(timer.seconds());
+      if (s == 0) r.loss_first = loss;
+      r.loss_last = loss;
+    }
+    r.step_s = median(times);
+  }
+  r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
+  r.gemm_step_s = time_step_gemms(spec.model, spec.batch, spec.seq);
+  r.peak_flops = measure_gemm_peak_flops();
+  r.mfu = spec.model.flops_per_token(spec.seq) * r.tokens_per_s / r.peak_flops;
+  omp_set_num_threads(saved_threads);
+  return r;
+}
+
+}  // namespace kiri::train

@@ -1,0 +1,37 @@
+#pragma once
+// The training benchmark behind `kiri bench`: tokens/s and MFU of full
+// training steps (forward, backward, AdamW) of a model on random tokens, and
+// beside it the time that the same step's GEMMs alone take, measured in the
+// same run (so the ratio says how much of a step is not matrix multiply).
+#include <cstdint>
+#include <string>
+
+#include "kiri/model/gpt.h"
+
+namespace kiri::train {
+
+struct BenchSpec {
+  std::string name;
+  model::GPTConfig model;
+  int64_t batch = 8;
+  int64_t seq = 128;
+  int threads = 1;
+  int warmup_steps = 2;
+  int steps = 5;
+};
+
+struct BenchResult {
+  BenchSpec spec;
+  double step_s = 0;  // median over the timed steps
+  double tokens_per_s = 0;
+  double gemm_step_s = 0;  // the step's GEMMs alone, median of a few replays
+  double peak_flops = 0;   // one large fp32 GEMM, FLOP/s
+  double mfu = 0;          // model FLOPs/s over peak_flops
+  double loss_first = 0, loss_last = 0;
+};
+
+// Named configs: "tiny" (4 x 256, T 128, B 8) and "gpt2-124M" (12 x 768, T 64, B 4), GPT-2 vocab.
+BenchSpec bench_preset(const std::string& name);
+BenchResult run_training_bench(const BenchSpec& spec);
+
+}  // namespace kiri::train

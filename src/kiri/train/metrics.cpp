@@ -1,0 +1,76 @@
+#include "kiri/train/metrics.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/base/timer.h"
+#include "kiri/base/units.h"
+#include "kiri/kernels/cpu/ops.h"
+
+namespace kiri::train {
+
+std::string metrics_json_line(const StepMetrics& m) {
+  nlohmann::json mem = nlohmann::json::object();
+  for (int i = 0; i < kNumCategories; ++i)
+    mem[category_name(static_cast<Category>(i))] = m.mem.current[i];
+  mem["peak"] = m.mem.peak_allocated;
+  mem["reserved"] = m.mem.reserved;
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"tokens", m.tokens},
+                      {"step_s", m.step_s},
+                      {"tokens_per_s", m.tokens_per_s},
+                      {"mfu", m.mfu},
+                      {"mem", mem}};
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  return j.dump();
+}
+
+std::string progress_line(const StepMetrics& m) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | mfu %4.1f%% | "
+                "mem %s (peak %s)",
+                static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss, m.lr,
+                m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.mem.allocated).c_str(),
+                format_bytes(m.mem.peak_allocated).c_str());
+  std::string s = buf;
+  if (m.val_loss) {
+    std::snprintf(buf, sizeof buf, " | val %.4f", *m.val_loss);
+    s += buf;
+  }
+  return s;
+}
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  KIRI_CHECK_KIND(kIo, out_.is_open(), "cannot open the metrics file '", path, "'");
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (!out_.is_open()) return;
+  out_ << metrics_json_line(m) << '\n';
+  out_.flush();
+}
+
+double measure_gemm_peak_flops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    Timer t;
+    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (rep > 0) best = std::min(best, t.seconds());  // first one warms up
+  }
+  return 2.0 * n * n * n / best;
+}
+
+}  // namespace kiri::train

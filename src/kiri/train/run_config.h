@@ -1,0 +1,72 @@
+#pragma once
+// Everything a run is configured by. The command line's schema
+// (cli/config_schema.cpp) maps the dotted keys of config files and --set onto
+// these fields; docs/config.md documents each key.
+#include <cstdint>
+#include <string>
+
+#include "kiri/model/gpt.h"
+#include "kiri/optim/adamw.h"
+
+namespace kiri::train {
+
+enum class ComputeDType { kF32, kBF16, kF16 };
+
+struct DataConfig {
+  std::string corpus =
+      "moby-dick";  // a name under data.dir ("moby-dick") or a path to a UTF-8 text file
+  std::string tokenizer = "gpt2";  // "gpt2" (BPE, vocab 50257) or "byte" (vocab 256)
+  std::string dir;                 // tokenizer files and corpora; default: the bootstrap's data/
+  double val_fraction = 0.1;       // the last fraction of the tokens is the validation split
+};
+
+struct TrainConfig {
+  int64_t steps = 200;
+  int64_t micro_batch = 8;
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;
+  double min_lr = 6e-5;
+  int64_t warmup = 20;
+  uint64_t seed = 1337;
+  ComputeDType dtype = ComputeDType::kF32;
+  int64_t eval_every = 50;  // 0: only at the end
+  int64_t eval_batches = 8;
+  std::string mem_limit;  // "" or a byte size ("2GiB"): the allocator's limit
+  optim::AdamWConfig optimizer;
+};
+
+struct ParallelConfig {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+};
+
+struct CheckpointConfig {
+  std::string dir = "runs/kiri/checkpoints";
+  int64_t every = 0;  // steps between checkpoints; 0: only at the end
+  int keep_last = 2;  // step directories kept; 0 keeps all
+};
+
+struct LogConfig {
+  std::string metrics = "runs/kiri/metrics.jsonl";  // one JSON line per step; "" disables
+  std::string plot;                                 // loss-curve PNG; "" = metrics with .png
+  int64_t every = 1;                                // steps between progress lines
+};
+
+struct RunConfig {
+  model::GPTConfig model;
+  DataConfig data;
+  TrainConfig train;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+};
+
+// The defaults of every key; model.vocab_size = 0 means "the tokenizer's".
+inline RunConfig default_run_config() {
+  RunConfig c;
+  c.model.vocab_size = 0;
+  return c;
+}
+
+}  // namespace kiri::train

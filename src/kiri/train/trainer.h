@@ -1,0 +1,71 @@
+#pragma once
+// The training loop of one process: data, model, optimizer, metrics and
+// checkpoints, configured by a RunConfig. `kiri train` is Trainer::run().
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiri/data/sample_stream.h"
+#include "kiri/data/tokenizer.h"
+#include "kiri/model/gpt.h"
+#include "kiri/nn/parameter_store.h"
+#include "kiri/optim/adamw.h"
+#include "kiri/train/metrics.h"
+#include "kiri/train/run_config.h"
+
+namespace kiri::train {
+
+// The data folder: data.dir, else $KIRI_DATA_DIR, else the bootstrap's data/.
+std::string resolve_data_dir(const DataConfig& cfg);
+// Token shards of the corpus (tokenized on first use, reused after).
+struct CorpusShards {
+  std::string train_path, val_path;
+};
+CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer);
+
+class Trainer {
+ public:
+  // Builds everything; the JSON of the resolved config is kept for checkpoints.
+  explicit Trainer(RunConfig cfg, std::string config_json = "");
+  ~Trainer();
+
+  // One optimizer step over grad_accum micro-batches.
+  StepMetrics train_step();
+  // Mean loss over the first n micro-batches of the validation split.
+  double evaluate(int64_t n_batches);
+  // The whole run: steps, progress lines, metrics, evals, checkpoints, plot.
+  void run();
+
+  // Writes <checkpoint.dir>/step_N atomically and returns its path.
+  std::string save_checkpoint();
+  // Restores parameters, optimizer state, step and data position.
+  void load_checkpoint(const std::string& path);
+
+  int64_t step() const { return step_; }
+  const RunConfig& config() const { return cfg_; }
+  model::GPT<float>& model() { return *model_; }
+  nn::ParameterStore& store() { return *store_; }
+  optim::AdamW& optimizer() { return *optimizer_; }
+  Allocator& allocator() { return allocator_; }
+  const data::Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  void fill_batch(data::SampleStream& stream, uint64_t first, bool sequential);
+  StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
+
+  RunConfig cfg_;
+  std::string config_json_;
+  Allocator allocator_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::vector<int32_t> train_tokens_, val_tokens_;
+  std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
+  std::unique_ptr<model::GPT<float>> model_;
+  std::unique_ptr<nn::ParameterStore> store_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  Tensor inputs_, targets_;  // [B, T] I32
+  int64_t step_ = 0;
+  uint64_t data_position_ = 0;  // samples of the training stream consumed
+  double peak_flops_ = 0;
+};
+
+}  // namespace kiri::train
