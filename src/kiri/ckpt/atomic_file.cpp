@@ -1,0 +1,120 @@
+#include "kiri/ckpt/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "kiri/base/error.h"
+
+namespace kiri::ckpt {
+
+namespace {
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Creates a fresh temporary file next to `path`. O_EXCL with a per-process
+// counter makes the name unique even among threads; the mode 0666 lets the
+// umask decide the final permissions, as for an ordinary file.
+int create_temp(const std::string& path, std::string* temp) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    *temp = str(dir_of(path), "/.", base_of(path), ".tmp.", getpid(), ".", counter++);
+    const int fd = ::open(temp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST)
+      KIRI_RAISE(kIo, "cannot create temporary file ", *temp, " for ", path, ": ",
+                 std::strerror(errno));
+  }
+  KIRI_RAISE(kIo, "cannot create a temporary file for ", path, ": 100 names taken");
+}
+
+void fsync_fd(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) KIRI_RAISE(kIo, "fsync of ", path, " failed: ", std::strerror(errno));
+}
+
+}  // namespace
+
+void FileWriter::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    // Linux caps one write at ~2 GiB; loop over partial writes and EINTR.
+    const ssize_t n = ::write(fd_, p, bytes < (1u << 30) ? bytes : (1u << 30));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      KIRI_RAISE(kIo, "write to ", path_, " failed after ", written_,
+                 " bytes: ", n < 0 ? std::strerror(errno) : "no progress");
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    written_ += static_cast<size_t>(n);
+  }
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic(path, [&](FileWriter& w) { w.write(bytes); });
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill) {
+  std::string temp;
+  int fd = create_temp(path, &temp);
+  try {
+    FileWriter writer(fd, temp);
+    fill(writer);
+    fsync_fd(fd, temp);
+    const int rc = ::close(fd);
+    fd = -1;  // closed even when close reports an error
+    if (rc != 0) KIRI_RAISE(kIo, "close of ", temp, " failed: ", std::strerror(errno));
+    if (::rename(temp.c_str(), path.c_str()) != 0)
+      KIRI_RAISE(kIo, "cannot rename ", temp, " to ", path, ": ", std::strerror(errno));
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  fsync_path(dir_of(path));
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) KIRI_RAISE(kIo, "cannot open ", path, ": ", std::strerror(errno));
+  std::string out;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      KIRI_RAISE(kIo, "read of ", path, " failed after ", out.size(),
+                 " bytes: ", std::strerror(err));
+    }
+    if (n == 0) break;
+    out.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) KIRI_RAISE(kIo, "cannot open ", path, " to fsync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) KIRI_RAISE(kIo, "fsync of ", path, " failed: ", std::strerror(err));
+}
+
+}  // namespace kiri::ckpt

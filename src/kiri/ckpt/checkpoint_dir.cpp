@@ -1,0 +1,157 @@
+#include "kiri/ckpt/checkpoint_dir.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "kiri/base/error.h"
+#include "kiri/ckpt/atomic_file.h"
+
+namespace kiri::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kLatest = "latest";
+constexpr const char* kState = "state.json";
+
+std::string temp_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / ("." + step_dir_name(step) + ".tmp")).string();
+}
+
+void remove_tree(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) KIRI_RAISE(kIo, "cannot remove ", path.string(), ": ", ec.message());
+}
+
+void rename_or_raise(const fs::path& from, const fs::path& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    KIRI_RAISE(kIo, "cannot rename ", from.string(), " to ", to.string(), ": ",
+               std::strerror(errno));
+}
+
+// fsyncs every file and directory below dir, then dir itself, so the rename
+// that publishes dir cannot expose files whose data is not yet on disk.
+void fsync_tree(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::file_status s = it->symlink_status(ec);
+    if (!ec && (fs::is_regular_file(s) || fs::is_directory(s))) fsync_path(it->path().string());
+  }
+  if (ec) KIRI_RAISE(kIo, "cannot list ", dir.string(), ": ", ec.message());
+  fsync_path(dir.string());
+}
+
+// Moves the finished temporary directory onto an existing step directory of
+// the same step. RENAME_EXCHANGE swaps the two atomically; filesystems
+// without it get a rename-aside, which briefly leaves no step directory.
+void replace_dir(const fs::path& tmp, const fs::path& final_dir) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    remove_tree(tmp);  // now holds the old checkpoint
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+    KIRI_RAISE(kIo, "cannot swap ", tmp.string(), " with ", final_dir.string(), ": ",
+               std::strerror(errno));
+  const fs::path old = final_dir.parent_path() / ("." + final_dir.filename().string() + ".old");
+  remove_tree(old);
+  rename_or_raise(final_dir, old);
+  rename_or_raise(tmp, final_dir);
+  remove_tree(old);
+}
+
+void prune(const std::string& root, int64_t committed, int keep_last) {
+  std::vector<int64_t> steps = list_checkpoints(root);
+  const size_t keep = static_cast<size_t>(keep_last);
+  for (size_t i = 0; i + keep < steps.size(); ++i)
+    if (steps[i] != committed) remove_tree(fs::path(root) / step_dir_name(steps[i]));
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) {
+  KIRI_CHECK(step >= 0, "checkpoint step ", step, " is negative");
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string begin_checkpoint(const std::string& root, int64_t step) {
+  const std::string tmp = temp_dir(root, step);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) KIRI_RAISE(kIo, "cannot create checkpoint root ", root, ": ", ec.message());
+  remove_tree(tmp);  // a stale one from a crashed save
+  fs::create_directory(tmp, ec);
+  if (ec) KIRI_RAISE(kIo, "cannot create ", tmp, ": ", ec.message());
+  return tmp;
+}
+
+std::string commit_checkpoint(const std::string& root, int64_t step, int keep_last) {
+  const fs::path tmp = temp_dir(root, step);
+  const fs::path final_dir = fs::path(root) / step_dir_name(step);
+  std::error_code ec;
+  if (!fs::is_directory(tmp, ec))
+    KIRI_RAISE(kCheckpoint, "cannot commit step ", step, ": ", tmp.string(),
+               " does not exist (begin_checkpoint was not called)");
+  if (!fs::is_regular_file(tmp / kState, ec))
+    KIRI_RAISE(kCheckpoint, "cannot commit step ", step, ": ", (tmp / kState).string(),
+               " is missing; a checkpoint is complete only with its state.json");
+  fsync_tree(tmp);
+  if (fs::exists(final_dir, ec))
+    replace_dir(tmp, final_dir);
+  else
+    rename_or_raise(tmp, final_dir);
+  fsync_path(root);
+  write_file_atomic((fs::path(root) / kLatest).string(), step_dir_name(step) + "\n");
+  if (keep_last > 0) prune(root, step, keep_last);
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_regular_file(p / kState, ec)) return path;
+  if (!fs::exists(p / kLatest, ec)) {
+    if (!fs::exists(p, ec))
+      KIRI_RAISE(kCheckpoint, "no checkpoint in ", path, ": it does not exist");
+    KIRI_RAISE(kCheckpoint, "no checkpoint in ", path, ": neither ", kState, " nor ", kLatest);
+  }
+  std::string name = read_file((p / kLatest).string());
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    KIRI_RAISE(kCheckpoint, (p / kLatest).string(), " holds '", name,
+               "', not the name of a step directory");
+  const fs::path dir = p / name;
+  if (!fs::is_regular_file(dir / kState, ec))
+    KIRI_RAISE(kCheckpoint, (p / kLatest).string(), " names ", name, ", but ",
+               (dir / kState).string(), " does not exist");
+  return dir.string();
+}
+
+std::vector<int64_t> list_checkpoints(const std::string& root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return steps;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string digits = name.size() > 5 ? name.substr(5) : "";
+    if (name.rfind("step_", 0) != 0 || digits.empty() || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos || !it->is_directory(ec))
+      continue;
+    steps.push_back(std::stoll(digits));
+  }
+  if (ec) KIRI_RAISE(kIo, "cannot list checkpoint root ", root, ": ", ec.message());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace kiri::ckpt

@@ -1,0 +1,43 @@
+#pragma once
+// The checkpoint directory protocol (docs/checkpoints.md). A run's root holds
+//
+//   step_00000100/   complete checkpoints, each with state.json
+//   latest           the name of the newest committed one ("step_00000100\n")
+//   .step_00000200.tmp/  one being written (never read)
+//
+// A checkpoint is written into the hidden temporary directory and renamed
+// into place only when complete, then `latest` is rewritten atomically, so a
+// crash at any point leaves the previous checkpoint and `latest` intact.
+// begin/commit are meant for one process (rank 0); other ranks may write
+// their files into the directory begin returned between the two.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiri::ckpt {
+
+// "step_00000100": the step zero-padded to 8 digits (more when larger).
+std::string step_dir_name(int64_t step);
+
+// Creates root (if needed) and a fresh root/.step_XXXXXXXX.tmp/ (removing a
+// stale one left by a crash) and returns its path; write the files there.
+std::string begin_checkpoint(const std::string& root, int64_t step);
+
+// Makes the checkpoint begun for `step` durable and current: fsyncs its
+// files, renames it to root/step_XXXXXXXX (replacing an older one of the same
+// step), fsyncs root and rewrites `latest` atomically. Requires state.json
+// (written last by the trainer) in it. keep_last > 0 then removes all but
+// the keep_last highest-numbered step directories (never the one committed).
+// Returns the committed directory.
+std::string commit_checkpoint(const std::string& root, int64_t step, int keep_last = 0);
+
+// Given a step directory (it contains state.json) returns it; given a root
+// (it contains `latest`) returns the step directory `latest` names. Anything
+// else is a kCheckpoint error naming the path.
+std::string resolve_checkpoint(const std::string& path);
+
+// The steps of the step_XXXXXXXX directories under root, ascending (empty if
+// root does not exist). Temporary directories are not listed.
+std::vector<int64_t> list_checkpoints(const std::string& root);
+
+}  // namespace kiri::ckpt

@@ -1,0 +1,347 @@
+#include "kiri/ckpt/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "kiri/base/error.h"
+#include "kiri/ckpt/atomic_file.h"
+
+namespace kiri::ckpt {
+
+// The format is little-endian; kiri writes tensors' memory as it is.
+static_assert(std::endian::native == std::endian::little, "safetensors IO assumes little-endian");
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps the file order of tensor names
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // Python's safetensors refuses more, too
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64,
+                                DType::kI32, DType::kU16,  DType::kU8};
+
+bool is_float(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64;
+}
+
+std::shared_ptr<char[]> aligned_buffer(size_t bytes) {
+  constexpr std::align_val_t kAlign{64};
+  char* p = static_cast<char*>(::operator new[](std::max<size_t>(bytes, 1), kAlign));
+  return std::shared_ptr<char[]>(p, [](char* q) { ::operator delete[](q, std::align_val_t{64}); });
+}
+
+}  // namespace
+
+std::string safetensors_header(const std::vector<NamedTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json meta = Json::object();
+    for (const auto& [key, value] : metadata) meta[key] = value;
+    header[kMetadataKey] = meta;  // first, as Python's safetensors writes it
+  }
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const NamedTensor& nt : tensors) {
+    if (!nt.tensor.defined())
+      KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "': it is undefined");
+    if (nt.name == kMetadataKey)
+      KIRI_RAISE(kCheckpoint, "cannot save a tensor named '", kMetadataKey, "': reserved");
+    if (!seen.insert(nt.name).second)
+      KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "' twice in one file");
+    Json entry = Json::object();
+    entry["dtype"] = dtype_name(nt.tensor.dtype());
+    entry["shape"] = nt.tensor.shape().dims();
+    entry["data_offsets"] = {offset, offset + nt.tensor.nbytes()};
+    header[nt.name] = entry;
+    offset += nt.tensor.nbytes();
+  }
+  std::string json;
+  try {
+    json = header.dump();  // compact, like serde_json
+  } catch (const Json::exception& e) {
+    KIRI_RAISE(kCheckpoint, "cannot encode the safetensors header: ", e.what());
+  }
+  json.append((8 - json.size() % 8) % 8, ' ');
+  uint64_t n = json.size();
+  char prefix[8];
+  std::memcpy(prefix, &n, 8);
+  return std::string(prefix, 8) + json;
+}
+
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const std::string header = safetensors_header(tensors, metadata);
+  write_file_atomic(path, [&](FileWriter& w) {
+    w.write(header);
+    for (const NamedTensor& nt : tensors)
+      if (nt.tensor.nbytes() > 0) w.write(nt.tensor.raw(), nt.tensor.nbytes());
+  });
+}
+
+namespace {
+
+// Everything the checks need to build a message.
+struct Ctx {
+  const std::string& file;
+  std::string prefix() const { return str("safetensors file ", file, ": "); }
+};
+
+DType parse_dtype(const Ctx& c, const std::string& name, const Json& entry) {
+  auto it = entry.find("dtype");
+  if (it == entry.end() || !it->is_string())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has no string \"dtype\"");
+  const std::string s = it->get<std::string>();
+  for (DType d : kAllDTypes)
+    if (s == dtype_name(d)) return d;
+  KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has unsupported dtype '", s,
+             "' (kiri reads F32, BF16, F16, F64, I32, U16, U8)");
+}
+
+// The shape, and its size in bytes (overflow-checked).
+std::pair<Shape, uint64_t> parse_shape(const Ctx& c, const std::string& name, const Json& entry,
+                                       DType dtype) {
+  auto it = entry.find("shape");
+  if (it == entry.end() || !it->is_array())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has no \"shape\" array");
+  std::vector<int64_t> dims;
+  uint64_t bytes = dtype_size(dtype);
+  for (const Json& d : *it) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
+      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ", it->dump(),
+                 ": dimension ", d.dump(), " is not an integer in [0, 2^62]");
+    const uint64_t v = d.get<uint64_t>();
+    if (__builtin_mul_overflow(bytes, v, &bytes))
+      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ", it->dump(),
+                 ", too large to address");
+    dims.push_back(static_cast<int64_t>(v));
+  }
+  return {Shape(std::move(dims)), bytes};
+}
+
+void parse_offsets(const Ctx& c, const std::string& name, const Json& entry, uint64_t bytes,
+                   uint64_t data_size, TensorInfo* info) {
+  auto it = entry.find("data_offsets");
+  if (it == entry.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_number_unsigned() ||
+      !(*it)[1].is_number_unsigned())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name,
+               "' needs \"data_offsets\": [begin, end] of non-negative integers, found ",
+               it == entry.end() ? std::string("none") : it->dump());
+  info->begin = (*it)[0].get<uint64_t>();
+  info->end = (*it)[1].get<uint64_t>();
+  if (info->begin > info->end)
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has data_offsets [", info->begin, ", ",
+               info->end, "]: begin after end");
+  if (info->end - info->begin != bytes)
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' is ", dtype_name(info->dtype), " ",
+               info->shape.str(), " = ", bytes, " bytes, but data_offsets [", info->begin, ", ",
+               info->end, "] span ", info->end - info->begin);
+  if (info->end > data_size)
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has data_offsets [", info->begin, ", ",
+               info->end, "] past the end of the ", data_size, " data bytes");
+}
+
+std::map<std::string, std::string> parse_metadata(const Ctx& c, const Json& meta) {
+  if (!meta.is_object())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "\"__metadata__\" is not an object: ", meta.dump());
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : meta.items()) {
+    if (!value.is_string())
+      KIRI_RAISE(kCheckpoint, c.prefix(), "metadata '", key, "' is not a string: ", value.dump());
+    out[key] = value.get<std::string>();
+  }
+  return out;
+}
+
+// Parses the JSON header, refusing duplicate top-level names (the parser
+// itself would silently keep the last one).
+Json parse_json(const Ctx& c, const char* text, size_t size) {
+  std::string duplicate;
+  std::set<std::string> seen;
+  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        !seen.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  Json header;
+  try {
+    header = Json::parse(text, text + size, on_event);
+  } catch (const Json::exception& e) {
+    KIRI_RAISE(kCheckpoint, c.prefix(), "the ", size, "-byte header is not valid JSON: ", e.what());
+  }
+  if (!duplicate.empty())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", duplicate, "' appears twice in the header");
+  if (!header.is_object())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "the header is not a JSON object but ", header.type_name());
+  return header;
+}
+
+}  // namespace
+
+void SafetensorsFile::load_header(const char* json, size_t json_size, uint64_t data_size) {
+  const Ctx c{path_};
+  const Json header = parse_json(c, json, json_size);
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      metadata_ = parse_metadata(c, entry);
+      continue;
+    }
+    if (!entry.is_object())
+      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' is not an object: ", entry.dump());
+    TensorInfo info;
+    info.dtype = parse_dtype(c, name, entry);
+    uint64_t bytes = 0;
+    std::tie(info.shape, bytes) = parse_shape(c, name, entry, info.dtype);
+    parse_offsets(c, name, entry, bytes, data_size, &info);
+    names_.push_back(name);
+    infos_[name] = std::move(info);
+  }
+}
+
+// The tensors must tile the data exactly: sorted by offset, each begins
+// where the previous one ended, the first at 0 and the last at the end.
+void SafetensorsFile::check_layout(uint64_t data_size) const {
+  std::vector<std::tuple<uint64_t, uint64_t, const std::string*>> spans;
+  for (const std::string& name : names_) {
+    const TensorInfo& i = infos_.at(name);
+    spans.emplace_back(i.begin, i.end, &name);
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t expected = 0;
+  const std::string* previous = nullptr;
+  for (const auto& [begin, end, name] : spans) {
+    if (begin < expected)
+      KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", *name, "' at [", begin,
+                 ", ", end, ") overlaps tensor '", *previous, "' which ends at ", expected);
+    if (begin > expected)
+      KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": data bytes [", expected, ", ", begin,
+                 ") before tensor '", *name, "' belong to no tensor");
+    expected = end;
+    previous = name;
+  }
+  if (expected != data_size)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": ", data_size - expected,
+               " trailing data bytes after the last tensor (tensors end at ", expected, " of ",
+               data_size, ")");
+}
+
+// Validates the prefix and the header before reading the (possibly large)
+// data into a 64-byte aligned buffer.
+void SafetensorsFile::load(uint64_t total, const ReadAt& read_at) {
+  if (total < 8)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, " is ", total,
+               " bytes, too short for the 8-byte header length");
+  uint64_t n = 0;
+  read_at(0, 8, reinterpret_cast<char*>(&n));
+  if (n > total - 8)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": header length ", n,
+               " is larger than the ", total - 8, " bytes after it (truncated or not safetensors)");
+  if (n > kMaxHeaderBytes)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": header length ", n, " exceeds the ",
+               kMaxHeaderBytes, "-byte limit");
+  std::string header(n, '\0');
+  read_at(8, n, header.data());
+  const uint64_t data_size = total - 8 - n;
+  load_header(header.data(), header.size(), data_size);
+  check_layout(data_size);
+  buffer_ = aligned_buffer(data_size);
+  read_at(8 + n, data_size, buffer_.get());
+  data_ = buffer_.get();
+}
+
+SafetensorsFile SafetensorsFile::parse(const std::string& bytes, const std::string& label) {
+  SafetensorsFile f;
+  f.path_ = label;
+  f.load(bytes.size(),
+         [&](uint64_t offset, size_t n, char* dst) { std::memcpy(dst, bytes.data() + offset, n); });
+  return f;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) KIRI_RAISE(kIo, "cannot open safetensors file ", path, ": ", std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) KIRI_RAISE(kIo, "cannot stat ", path, ": ", std::strerror(errno));
+  ReadAt read_at = [&](uint64_t offset, size_t n, char* dst) {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd, dst + done, std::min<size_t>(n - done, 1u << 30),
+                                static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) KIRI_RAISE(kIo, "read of ", path, " failed: ", std::strerror(errno));
+      if (r == 0)
+        KIRI_RAISE(kCheckpoint, "safetensors file ", path, " shrank while being read (at byte ",
+                   offset + done, ")");
+      done += static_cast<size_t>(r);
+    }
+  };
+  SafetensorsFile f;
+  f.path_ = path;
+  f.load(static_cast<uint64_t>(st.st_size), read_at);
+  return f;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  auto it = infos_.find(name);
+  if (it == infos_.end())
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, " has no tensor '", name, "' (it has ",
+               names_.size(), " tensors)");
+  return it->second;
+}
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  if (i.begin % dtype_size(i.dtype) != 0)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "' (",
+               dtype_name(i.dtype), ") starts at data offset ", i.begin,
+               ", not aligned for a view; use read_into");
+  return Tensor::borrow(const_cast<char*>(data_of(i)), i.shape, i.dtype);
+}
+
+void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
+  const TensorInfo& i = info(name);
+  if (!dst.defined())
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": cannot read tensor '", name,
+               "' into an undefined tensor");
+  if (i.dtype != dst.dtype() || i.shape != dst.shape())
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "': expected ",
+               dtype_name(dst.dtype()), " ", dst.shape().str(), ", found ", dtype_name(i.dtype),
+               " ", i.shape.str());
+  if (dst.nbytes() > 0) std::memcpy(dst.raw(), data_of(i), dst.nbytes());
+}
+
+void SafetensorsFile::read_into_converting(const std::string& name, Tensor& dst) const {
+  const TensorInfo& i = info(name);
+  if (!dst.defined() || i.dtype == dst.dtype()) return read_into(name, dst);
+  if (i.shape != dst.shape() || !is_float(i.dtype) || !is_float(dst.dtype()))
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "': expected ",
+               dtype_name(dst.dtype()), " ", dst.shape().str(), " (or another float dtype), found ",
+               dtype_name(i.dtype), " ", i.shape.str());
+  // copy_from reads through typed pointers; stage unaligned data first.
+  std::shared_ptr<char[]> staged;
+  const char* src = data_of(i);
+  if (i.begin % dtype_size(i.dtype) != 0) {
+    staged = aligned_buffer(i.end - i.begin);
+    std::memcpy(staged.get(), src, i.end - i.begin);
+    src = staged.get();
+  }
+  dst.copy_from(Tensor::borrow(const_cast<char*>(src), i.shape, i.dtype));
+}
+
+}  // namespace kiri::ckpt

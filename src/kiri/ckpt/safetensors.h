@@ -1,0 +1,95 @@
+#pragma once
+// Hugging Face safetensors, byte for byte:
+//
+//   u64 little-endian N | N bytes of JSON header, space-padded | raw data
+//
+// The header maps each tensor name to {"dtype", "shape", "data_offsets":
+// [begin, end]} (offsets relative to the start of the data) and may hold
+// "__metadata__": {string: string}. Files written here read back in Python's
+// safetensors and the other way round (for the dtypes kiri knows).
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiri/tensor/tensor.h"
+
+namespace kiri::ckpt {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+// Writes the tensors in the order given, atomically (write_file_atomic), the
+// data streamed from each tensor's memory. An empty metadata map writes no
+// "__metadata__" key, as Python's save_file(metadata=None). Raises
+// kCheckpoint on an undefined tensor, a duplicate or reserved name, kIo on a
+// failed write.
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// The header bytes (length prefix, JSON, padding) save_safetensors would
+// write before the data.
+std::string safetensors_header(const std::vector<NamedTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata);
+
+struct TensorInfo {
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t begin = 0;  // data_offsets, relative to the start of the data
+  uint64_t end = 0;
+};
+
+// A safetensors file read into memory and fully validated. Movable; the
+// buffer does not move with the object, so views from get() survive a move.
+class SafetensorsFile {
+ public:
+  // Reads and validates the whole file; any defect (truncation, bad JSON,
+  // unknown dtype, bad shape, offsets that overlap, leave gaps, run past the
+  // data or leave trailing bytes, duplicate names) is a kCheckpoint error
+  // naming the file and the tensor. Unreadable files are kIo errors.
+  static SafetensorsFile open(const std::string& path);
+  // The same over bytes in memory; `label` stands for the path in messages.
+  static SafetensorsFile parse(const std::string& bytes, const std::string& label);
+
+  const std::string& path() const { return path_; }
+  const std::vector<std::string>& names() const { return names_; }  // file order
+  bool has(const std::string& name) const { return infos_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;  // kCheckpoint if absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // A view borrowing this file's buffer: no copy, but the SafetensorsFile
+  // must outlive the tensor, and writes to it change the buffer. Raises
+  // kCheckpoint when the tensor's offset is not aligned to its dtype size
+  // (legal in the format, never written by kiri or Python); read_into works
+  // for those.
+  Tensor get(const std::string& name) const;
+  // Copies into dst, whose dtype and shape must equal the file's.
+  void read_into(const std::string& name, Tensor& dst) const;
+  // Copies into dst of the same shape, converting between floating dtypes
+  // (F32, BF16, F16, F64) as Tensor::copy_from does; integer dtypes must match.
+  void read_into_converting(const std::string& name, Tensor& dst) const;
+
+ private:
+  // Reads `bytes` bytes at `offset` of the source into `dst`.
+  using ReadAt = std::function<void(uint64_t offset, size_t bytes, char* dst)>;
+
+  SafetensorsFile() = default;
+  void load(uint64_t total, const ReadAt& read_at);
+  void load_header(const char* json, size_t json_size, uint64_t data_size);
+  void check_layout(uint64_t data_size) const;
+  const char* data_of(const TensorInfo& info) const { return data_ + info.begin; }
+
+  std::string path_;
+  std::shared_ptr<char[]> buffer_;  // 64-byte aligned at the data start
+  const char* data_ = nullptr;      // start of the tensor data inside buffer_
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, TensorInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace kiri::ckpt

@@ -1,0 +1,72 @@
+#pragma once
+// Helpers shared by the checkpoint tests.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiri/base/error.h"
+
+namespace kiri::ckpt::testing {
+
+// A fresh directory under the system temp dir, removed with its contents
+// when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "kiri_ckpt_XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Names of the entries in dir, sorted.
+inline std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A file with the given JSON header (padded as the format asks) and data.
+inline std::string make_file(const std::string& json, const std::string& data) {
+  std::string header = json;
+  header.append((8 - header.size() % 8) % 8, ' ');
+  uint64_t n = header.size();
+  char prefix[8];
+  std::memcpy(prefix, &n, 8);
+  return std::string(prefix, 8) + header + data;
+}
+
+// Runs fn and checks that it raises kCheckpoint with every one of `parts` in
+// the message.
+inline void expect_refused(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning '" << parts.front() << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint) << e.what();
+    for (const std::string& part : parts)
+      EXPECT_NE(e.message().find(part), std::string::npos)
+          << "'" << part << "' not in: " << e.message();
+  }
+}
+
+}  // namespace kiri::ckpt::testing
