@@ -1,0 +1,33 @@
+#include "kiri/data/tokenizer.h"
+
+#include "kiri/base/error.h"
+#include "kiri/data/gpt2_tokenizer.h"
+
+namespace kiri::data {
+
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+  return ids;
+}
+
+std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string text(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] > 255)
+      KIRI_RAISE(kInvalidArgument, "byte tokenizer: id ", ids[i], " at position ", i,
+                 " is outside [0, 256)");
+    text[i] = static_cast<char>(ids[i]);
+  }
+  return text;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir) {
+  if (name == "byte") return std::make_unique<ByteTokenizer>();
+  if (name == "gpt2")
+    return std::make_unique<Gpt2Tokenizer>(data_dir + "/gpt2/encoder.json",
+                                           data_dir + "/gpt2/vocab.bpe");
+  KIRI_RAISE(kConfig, "unknown tokenizer '", name, "' (known: byte, gpt2)");
+}
+
+}  // namespace kiri::data

@@ -1,0 +1,40 @@
+#pragma once
+// Tokenizers turn text into token ids and back. Two exist: "byte" (one token
+// per byte, vocab 256) and "gpt2" (GPT-2's byte-level BPE, vocab 50257).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiri::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Any bytes are accepted, valid UTF-8 or not; decode(encode(s)) == s.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Raises kInvalidArgument on an id outside [0, vocab_size()).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual std::string name() const = 0;
+  // The end-of-text token, or -1 when the tokenizer has none.
+  virtual int32_t eot_token() const = 0;
+};
+
+// One token per byte: id == byte value. Has no end-of-text token.
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int vocab_size() const override { return 256; }
+  std::string name() const override { return "byte"; }
+  int32_t eot_token() const override { return -1; }
+};
+
+// "byte", or "gpt2" (reads data_dir/gpt2/encoder.json and data_dir/gpt2/vocab.bpe).
+// An unknown name raises kConfig; a missing or malformed file raises kData naming it.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir);
+
+}  // namespace kiri::data
