@@ -92,6 +92,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
   train::RunConfig cfg = checkpoint_config(dir);
   auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
+  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = tokenizer->vocab_size();
   Allocator allocator;
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);

@@ -52,7 +52,14 @@ Trainer::Trainer(RunConfig cfg, std::string config_json)
   if (!t.mem_limit.empty()) allocator_.set_limit(parse_bytes(t.mem_limit));
 
   tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer, resolve_data_dir(cfg_.data));
-  if (cfg_.model.vocab_size == 0) cfg_.model.vocab_size = tokenizer_->vocab_size();
+  if (cfg_.model.vocab_size == 0) {
+    cfg_.model.vocab_size = tokenizer_->vocab_size();
+    if (!config_json_.empty()) {  // checkpoints store the resolved size
+      json j = json::parse(config_json_);
+      j["model"]["vocab_size"] = cfg_.model.vocab_size;
+      config_json_ = j.dump();
+    }
+  }
   KIRI_CHECK_KIND(kConfig, cfg_.model.vocab_size >= tokenizer_->vocab_size(),
                   "model.vocab_size = ", cfg_.model.vocab_size, " is smaller than the ",
                   tokenizer_->name(), " tokenizer's vocabulary of ", tokenizer_->vocab_size());
@@ -60,10 +67,10 @@ Trainer::Trainer(RunConfig cfg, std::string config_json)
                   " exceeds model.block_size = ", cfg_.model.block_size);
 
   CorpusShards shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
-  train_tokens_ = data::read_shard(shards.train_path).tokens;
-  val_tokens_ = data::read_shard(shards.val_path).tokens;
-  train_stream_ = std::make_unique<data::SampleStream>(train_tokens_, t.seq_len, t.seed);
-  val_stream_ = std::make_unique<data::SampleStream>(val_tokens_, t.seq_len, t.seed);
+  train_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.train_path).tokens,
+                                                       t.seq_len, t.seed);
+  val_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.val_path).tokens,
+                                                     t.seq_len, t.seed);
 
   model_ = std::make_unique<model::GPT<float>>(cfg_.model);
   store_ = std::make_unique<nn::ParameterStore>(model_->parameters(), DType::kF32, allocator_);
@@ -142,8 +149,9 @@ void Trainer::run() {
   const TrainConfig& t = cfg_.train;
   log::info("model: ", cfg_.model.num_parameters(), " parameters (n_layer ", cfg_.model.n_layer,
             ", n_head ", cfg_.model.n_head, ", n_embd ", cfg_.model.n_embd, ", vocab ",
-            cfg_.model.vocab_size, "); data: ", train_tokens_.size(), " train / ",
-            val_tokens_.size(), " val tokens (", tokenizer_->name(), ")");
+            cfg_.model.vocab_size, "); data: ", train_stream_->num_samples(), " train / ",
+            val_stream_->num_samples(), " val samples of ", t.seq_len, " tokens (",
+            tokenizer_->name(), ")");
   log::info("global_batch = micro_batch x dp x grad_accum = ", t.micro_batch, " x ",
             cfg_.parallel.dp, " x ", t.grad_accum, " = ", t.micro_batch * t.grad_accum,
             " sequences of ", t.seq_len, " tokens; GEMM peak ",
@@ -180,3 +188,5 @@ void Trainer::run() {
     log::info("wrote the loss curve ", plot);
   }
 }
+
+}  // namespace kiri::train

@@ -57,7 +57,6 @@ class Trainer {
   std::string config_json_;
   Allocator allocator_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
-  std::vector<int32_t> train_tokens_, val_tokens_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
   std::unique_ptr<model::GPT<float>> model_;
   std::unique_ptr<nn::ParameterStore> store_;
