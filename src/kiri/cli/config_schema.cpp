@@ -114,7 +114,7 @@ Field enum_field(std::string key, Access acc, std::vector<std::pair<std::string,
         acc(c) = e;
         return;
       }
-    KIRI_RAISE(kConfig, key, " must be ", type.substr(7), ", got '", s, "'");
+    KIRI_RAISE(kConfig, key, " must be ", type.substr(8), ", got '", s, "'");
   };
   f.get = [=](const RunConfig& c) -> json {
     for (auto& [n, e] : names)
@@ -276,7 +276,13 @@ std::vector<KeyDoc> config_keys() {
 }
 
 void apply_key(RunConfig& cfg, const std::string& key, const json& value) {
-  find_field(key).set(cfg, value);
+  const Field& f = find_field(key);
+  try {
+    f.set(cfg, value);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kConfig) throw;
+    KIRI_RAISE(kConfig, key, ": ", e.message());  // e.g. a byte size that does not parse
+  }
 }
 
 void apply_set(RunConfig& cfg, const std::string& kv) {

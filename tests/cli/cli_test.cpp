@@ -1,0 +1,122 @@
+// The kiri binary end to end: bad input gives a named error and a non-zero
+// exit; a short run trains, checkpoints, evaluates and samples.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiri/cli/config_schema.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr
+};
+
+Result kiri(const std::string& args) {
+  const std::string cmd = std::string("OMP_NUM_THREADS=1 ") + KIRI_BINARY + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+std::string temp_dir(const std::string& name) {
+  fs::path p =
+      fs::temp_directory_path() / ("kiri_cli_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+void expect_error(const std::string& args, int code, const std::string& needle) {
+  Result r = kiri(args);
+  EXPECT_EQ(r.code, code) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(Cli, BadConfigValuesAreNamed) {
+  expect_error("config --set model.nlayer=2", 2, "unknown key 'model.nlayer'");
+  expect_error("config --set train.lr=abc", 2, "train.lr must be a number, got \"abc\"");
+  expect_error("config --set model.n_layer=0", 2, "model.n_layer must be in [1, 4096], got 0");
+  expect_error("config --set model.n_head=3", 2, "model.n_head = 3 must divide model.n_embd = 256");
+  expect_error("config --set data.tokenizer=word", 2,
+               "data.tokenizer must be gpt2 | byte, got 'word'");
+  expect_error("config --set train.seq_len=512", 2,
+               "train.seq_len = 512 exceeds model.block_size = 256");
+  expect_error("config --set train.mem_limit=lots", 2, "cannot read a byte size from 'lots'");
+  expect_error("config --set novalue", 2, "--set takes key=value");
+  expect_error("train --frobnicate", 2, "unknown option --frobnicate");
+  expect_error("frobnicate", 2, "unknown command 'frobnicate'");
+}
+
+TEST(Cli, BadConfigFilesAreNamed) {
+  const std::string dir = temp_dir("files");
+  std::ofstream(dir + "/broken.json") << "{\"model\": {\"n_layer\": 2,}";
+  expect_error("config " + dir + "/broken.json", 2, "is not valid JSON");
+  std::ofstream(dir + "/unknown.json") << "{\"train\": {\"stpes\": 2}}";
+  expect_error("config " + dir + "/unknown.json", 2, "unknown key 'train.stpes'");
+  expect_error("config " + dir + "/missing.json", 2, "cannot open config file");
+  std::ofstream(dir + "/ok.json") << "{\"model.n_layer\": 3, \"train\": {\"lr\": 0.001}}";
+  Result r = kiri("config " + dir + "/ok.json --set train.steps=7");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"n_layer\": 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"steps\": 7"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadDataIsNamed) {
+  const std::string dir = temp_dir("data");
+  expect_error("data " + dir + "/nope.txt --out " + dir + "/out --tokenizer byte", 1, "nope.txt");
+  std::ofstream(dir + "/empty.txt") << "";
+  expect_error("train --set data.corpus=" + dir + "/empty.txt --set data.tokenizer=byte", 1,
+               "empty.txt");
+  std::ofstream(dir + "/short.txt") << "tiny text";
+  expect_error("train --set data.corpus=" + dir + "/short.txt --set data.tokenizer=byte", 1,
+               "short");
+  expect_error("sample " + dir + "/no_checkpoint", 1, "no checkpoint in");
+}
+
+TEST(Cli, ConfigDocsAreInSyncWithTheSchema) {
+  std::ifstream in(std::string(KIRI_SOURCE_DIR) + "/docs/config.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), kiri::cli::config_markdown())
+      << "docs/config.md is stale: run `build/kiri config --markdown > docs/config.md`";
+}
+
+TEST(Cli, TrainEvalSampleEndToEnd) {
+  const std::string dir = temp_dir("e2e");
+  const std::string common =
+      " --set data.tokenizer=byte --set model.n_layer=1 --set model.n_embd=32"
+      " --set model.block_size=32 --set train.seq_len=32 --set train.micro_batch=4"
+      " --set checkpoint.dir=" +
+      dir + "/ck --set log.metrics=" + dir + "/m.jsonl";
+  Result r = kiri("train" + common + " --set train.steps=4 --set train.warmup=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step      4/4"), std::string::npos) << r.output;
+  std::ifstream metrics(dir + "/m.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 4);
+  EXPECT_TRUE(fs::exists(dir + "/m.png"));
+  r = kiri("train" + common + " --set train.steps=6 --set train.warmup=1 --resume " + dir + "/ck");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step      6/6"), std::string::npos) << r.output;
+  r = kiri("eval " + dir + "/ck");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("val_loss"), std::string::npos) << r.output;
+  r = kiri("sample " + dir + "/ck --prompt Ishmael --tokens 5 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Ishmael"), std::string::npos) << r.output;
+}
+
+}  // namespace
