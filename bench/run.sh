@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The training benchmark: kiri and PyTorch on the same model, batch and
+# threads, side by side in one run. Prints a markdown table (the one in
+# docs/performance.md) and leaves the raw JSON lines in $out.
+#   bash bench/run.sh [BUILD_DIR]      (make bench)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=${BENCH_OUT:-$root/runs/bench}
+steps=${BENCH_STEPS:-5}
+mkdir -p "$out"
+: > "$out/results.jsonl"
+
+# PyTorch (Debian's python3-torch) is used by the benchmark only.
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch libopenblas0-openmp >/dev/null
+  else
+    echo "bench: PyTorch missing (apt-get install python3-torch libopenblas0-openmp); kiri only" >&2
+  fi
+fi
+torch_ok=0
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  eval "$(bash "$root/bench/torch_env.sh")"
+  torch_ok=1
+fi
+
+run_torch() {  # config threads layer embd head seq batch
+  [ $torch_ok = 1 ] || return 0
+  /usr/bin/python3 "$root/bench/torch_gpt2.py" --n-layer "$3" --n-embd "$4" --n-head "$5" \
+    --vocab 50257 --seq-len "$6" --batch "$7" --threads "$2" --steps "$steps" --warmup-steps 2 \
+    --dtype fp32 2>/dev/null | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['config']='$1'; print(json.dumps(d))" \
+    >> "$out/results.jsonl"
+}
+
+for spec in "tiny 4 256 4 128 8" "gpt2-124M 12 768 12 64 4"; do
+  set -- $spec
+  for threads in 1 2; do
+    echo "bench: $1, $threads thread(s)" >&2
+    OMP_NUM_THREADS=$threads "$build/kiri" bench --config "$1" --threads "$threads" --steps "$steps" \
+      >> "$out/results.jsonl"
+    run_torch "$1" "$threads" "$2" "$3" "$4" "$5" "$6"
+  done
+done
+
+python3 "$root/bench/table.py" "$out/results.jsonl"
