@@ -15,6 +15,9 @@ enum class ErrorKind {
   kCheckpoint,       // a checkpoint is missing, truncated or inconsistent
   kOutOfMemory,      // the allocator's limit was exceeded
   kIo,               // the operating system refused a file operation
+  kCommTimeout,      // a collective did not complete within its timeout
+  kCommMismatch,     // ranks called different collectives (or sizes) at the same point
+  kCommAborted,      // another rank failed, so this one stops
   kInternal,         // a broken invariant inside kiri
 };
 

@@ -1,0 +1,114 @@
+#pragma once
+// Communicator: every collective the parallel cuts need, blocking and
+// asynchronous, on a group of ranks. Backends: MPI (comm/mpi/, the real one:
+// laptop, cluster, Slurm) and local (comm/local/, ranks as threads of one
+// process, so the same test bodies run fast under plain ctest).
+//
+// Semantics shared by all backends:
+//  - Tensors are contiguous; element types F32, F64, BF16 (reduced in f32),
+//    I32. Reductions: sum, average (sum / size), max.
+//  - reduce_scatter/all_gather split `total` elements into size() chunks with
+//    chunk_range(): the first total % size ranks get one element more, so
+//    sizes that do not divide evenly (and 0) work.
+//  - Every call gets a sequence number; a small ring of recent operations
+//    (seq, kind, bytes, peer/root) is kept for hang diagnosis. With
+//    options.check_collectives, ranks first agree on (seq, kind, count,
+//    dtype, root) of each collective: a mismatch raises kCommMismatch naming
+//    the first divergent rank instead of computing garbage.
+//  - wait() polls until done or until options.timeout passes: then it raises
+//    kCommTimeout with a diagnosis (which ranks did not answer, which rank's
+//    recent operations diverged first), never hangs.
+//  - Asynchronous work advances only when someone polls (MPI does not
+//    progress on its own): progress() tests every outstanding request; the
+//    trainer calls it between layers of backward.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiri/tensor/tensor.h"
+
+namespace kiri::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+enum class OpKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kBarrier };
+constexpr int kNumOpKinds = 7;
+const char* op_kind_name(OpKind kind);  // "all_reduce", ...
+
+struct Options {
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  bool check_collectives = true;
+};
+
+struct OpStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;      // by this rank, counted as the algorithm's volume (see docs/comm.md)
+  int64_t bytes_received = 0;
+  double wait_s = 0;           // time spent inside wait()/blocking calls
+};
+
+struct OpRecord {
+  uint64_t seq = 0;
+  OpKind kind = OpKind::kBarrier;
+  int64_t bytes = 0;
+  int peer = -1;  // root or peer; -1 for symmetric collectives
+  bool done = false;
+};
+
+// [begin, end) of chunk `index` when `total` elements are split over `parts`.
+struct Range {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+Range chunk_range(int64_t total, int parts, int index);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool test() = 0;  // advances; true when complete
+  virtual void wait() = 0;  // raises kCommTimeout past the timeout
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "world", "dp", "tp", "pp", ... for messages
+
+  // In place over t.
+  virtual WorkHandle all_reduce_async(Tensor& t, ReduceOp op) = 0;
+  // input: [total]; output: [chunk_range(total, size, rank).size()].
+  virtual WorkHandle reduce_scatter_async(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  // input: [chunk_range(total, size, rank).size()]; output: [total].
+  virtual WorkHandle all_gather_async(const Tensor& input, Tensor& output) = 0;
+  virtual WorkHandle broadcast_async(Tensor& t, int root) = 0;
+  virtual WorkHandle send_async(const Tensor& t, int peer, int tag) = 0;
+  virtual WorkHandle recv_async(Tensor& t, int peer, int tag) = 0;
+  virtual WorkHandle barrier_async() = 0;
+
+  void all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
+    reduce_scatter_async(in, out, op)->wait();
+  }
+  void all_gather(const Tensor& in, Tensor& out) { all_gather_async(in, out)->wait(); }
+  void broadcast(Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  void send(const Tensor& t, int peer, int tag) { send_async(t, peer, tag)->wait(); }
+  void recv(Tensor& t, int peer, int tag) { recv_async(t, peer, tag)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+  // Tests every outstanding request of this communicator once.
+  virtual void progress() = 0;
+  // A sub-group of the ranks with the same color, ordered by key (MPI_Comm_split).
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  virtual const Options& options() const = 0;
+  virtual void set_options(const Options& o) = 0;
+  virtual OpStats stats(OpKind kind) const = 0;
+  virtual void reset_stats() = 0;
+  virtual std::vector<OpRecord> recent_ops() const = 0;  // oldest first
+};
+
+}  // namespace kiri::comm
