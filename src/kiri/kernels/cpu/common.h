@@ -1,0 +1,55 @@
+#pragma once
+// Internal to the CPU kernels: argument checks shared by the ops (every
+// failure names the op, the argument and the shapes involved) and the
+// parallelism threshold.
+#include <cstdint>
+
+#include "kiri/base/error.h"
+#include "kiri/tensor/tensor.h"
+
+namespace kiri::kernels::detail {
+
+// Below this many elements of work a loop runs on one thread: waking the team
+// costs more than it saves (and far more when the cores are oversubscribed).
+// Every parallel loop splits its work into the same pieces whatever the
+// thread count, so running it serially gives the same result.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
+// `t` is defined and holds T's dtype.
+template <typename T>
+inline void check_dtype(const Tensor& t, const char* op, const char* name) {
+  KIRI_CHECK(t.defined(), op, ": ", name, " is undefined");
+  KIRI_CHECK(t.dtype() == dtype_of<T>(), op, ": ", name, " ", t.shape().str(), " is ",
+             dtype_name(t.dtype()), ", expected ", dtype_name(dtype_of<T>()));
+}
+
+// Defined, of dtype T, with exactly `shape`.
+template <typename T>
+inline void check_tensor(const Tensor& t, const Shape& shape, const char* op, const char* name) {
+  check_dtype<T>(t, op, name);
+  KIRI_CHECK(t.shape() == shape, op, ": ", name, " has shape ", t.shape().str(), ", expected ",
+             shape.str());
+}
+
+// The last dimension (the row width) of a tensor of rank >= 1.
+inline int64_t last_dim(const Tensor& t, const char* op, const char* name) {
+  KIRI_CHECK(t.rank() >= 1, op, ": ", name, " must have rank >= 1, got ", t.shape().str());
+  return t.dim(t.rank() - 1);
+}
+
+// The number of rows when the tensor is seen as [rows, last_dim].
+inline int64_t rows_of(const Tensor& t) {
+  const int64_t w = t.rank() == 0 ? 1 : t.dim(t.rank() - 1);
+  return w == 0 ? 0 : t.numel() / w;
+}
+
+// Rows and width of `t` seen as a matrix, checked against the expected ones.
+template <typename T>
+inline void check_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op,
+                         const char* name) {
+  check_dtype<T>(t, op, name);
+  KIRI_CHECK(last_dim(t, op, name) == cols && rows_of(t) == rows, op, ": ", name, " has shape ",
+             t.shape().str(), ", expected ", rows, " rows of ", cols);
+}
+
+}  // namespace kiri::kernels::detail
