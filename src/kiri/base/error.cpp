@@ -18,6 +18,12 @@ const char* error_kind_name(ErrorKind kind) {
       return "out of memory";
     case ErrorKind::kIo:
       return "I/O error";
+    case ErrorKind::kCommTimeout:
+      return "communication timeout";
+    case ErrorKind::kCommMismatch:
+      return "collective mismatch";
+    case ErrorKind::kCommAborted:
+      return "communication aborted";
     case ErrorKind::kInternal:
       return "internal error";
   }
