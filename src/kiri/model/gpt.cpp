@@ -148,17 +148,33 @@ void GPT<T>::backward(nn::Context& ctx) {
   k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf_.data<T>(), c, T(1),
              wte_->grad.data<T>(), c);
   logits_ = lse_ = xf_ = Tensor();
+  if (defer_embedding_grad_ && hook_) hook_({wte_});
   Tensor dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
   ln_f_.backward(ctx, dxf, dx);
   dxf = Tensor();
+  if (hook_) hook_(ln_f_.parameters());
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
     Tensor dprev = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
     (*it)->backward(ctx, dx, dprev);
     dx = dprev;
+    if (hook_) hook_((*it)->parameters());
   }
   Tensor dx3 = dx.view({tokens_.dim(0), tokens_.dim(1), c});
-  k::embedding_backward<T>(wte_->grad, wpe_->grad, dx3, tokens_);
+  k::position_embedding_backward<T>(wpe_->grad, dx3);
+  if (defer_embedding_grad_) {
+    deferred_tokens_ = tokens_.view({n});
+    deferred_dx_ = dx;
+    if (hook_) hook_({wpe_});
+  } else {
+    add_token_embedding_grad(tokens_.view({n}), dx);
+    if (hook_) hook_({wte_, wpe_});
+  }
   tokens_ = targets_ = Tensor();
+}
+
+template <typename T>
+void GPT<T>::add_token_embedding_grad(const Tensor& tokens, const Tensor& dx) {
+  k::token_embedding_backward<T>(wte_->grad, dx, tokens);
 }
 
 template <typename T>

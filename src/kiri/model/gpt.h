@@ -5,6 +5,7 @@
 // Hugging Face's GPT2LMHeadModel (the tied lm_head.weight is not a separate
 // parameter, as in its safetensors files).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,23 @@ class GPT : public nn::Module {
   // Number of targets >= 0 in the last forward.
   int64_t last_valid_tokens() const { return valid_tokens_; }
 
+  // Called during backward each time a group of parameters has its final
+  // gradient (the tied wte right after the LM head when the token-embedding
+  // gradient is deferred, then ln_f, each block from the last, wpe), so data
+  // parallelism can start their reduction while backward goes on.
+  using GradReadyHook = std::function<void(const std::vector<nn::Parameter*>&)>;
+  void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  // When set, backward leaves the token-embedding part of wte's gradient out
+  // and keeps its rows (tokens [N], dx [N, C]): a few MB that data
+  // parallelism all-gathers instead of waiting for the V x C gradient at the
+  // very end of backward. add_token_embedding_grad() adds such rows.
+  void set_defer_token_embedding_grad(bool defer) { defer_embedding_grad_ = defer; }
+  const Tensor& deferred_tokens() const { return deferred_tokens_; }
+  const Tensor& deferred_dx() const { return deferred_dx_; }
+  void clear_deferred() { deferred_tokens_ = deferred_dx_ = Tensor(); }
+  void add_token_embedding_grad(const Tensor& tokens, const Tensor& dx);
+  nn::Parameter& wte() { return *wte_; }
+
  private:
   Tensor trunk_forward(nn::Context& ctx, const Tensor& tokens);  // -> ln_f output [B*T, C]
 
@@ -72,6 +90,9 @@ class GPT : public nn::Module {
   Tensor tokens_, targets_, xf_, logits_, lse_;  // [B,T], [B,T], [N,C], [N,V], [N]
   double loss_weight_ = 0;
   int64_t valid_tokens_ = 0;
+  GradReadyHook hook_;
+  bool defer_embedding_grad_ = false;
+  Tensor deferred_tokens_, deferred_dx_;  // [N] I32, [N, C]
 };
 
 }  // namespace kiri::model

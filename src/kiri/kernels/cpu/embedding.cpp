@@ -61,11 +61,22 @@ template <typename T>
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
   const EmbeddingDims d = check_embedding<T>(tokens, dwte, dwpe, "embedding_backward");
   check_tensor<T>(dout, Shape{d.B, d.T, d.C}, "embedding_backward", "dout");
-  const int32_t* tok = tokens.data<int32_t>();  // [B, T]
-  const T* g = dout.data<T>();                  // [B, T, C]
-  T* dte = dwte.data<T>();                      // [V, C]
-  T* dpe = dwpe.data<T>();                      // [maxT, C]
-  const int64_t B = d.B, Tn = d.T, C = d.C;
+  position_embedding_backward<T>(dwpe, dout);
+  Tensor rows = dout.view({d.B * d.T, d.C});
+  Tensor flat = tokens.view({d.B * d.T});
+  token_embedding_backward<T>(dwte, rows, flat);
+}
+
+template <typename T>
+void position_embedding_backward(Tensor& dwpe, const Tensor& dout) {
+  check_dtype<T>(dwpe, "position_embedding_backward", "dwpe");
+  KIRI_CHECK(dout.rank() == 3 && dwpe.rank() == 2 && dout.dim(2) == dwpe.dim(1) &&
+                 dout.dim(1) <= dwpe.dim(0),
+             "position_embedding_backward: dout ", dout.shape().str(), " does not fit dwpe ",
+             dwpe.shape().str());
+  const T* g = dout.data<T>();  // [B, T, C]
+  T* dpe = dwpe.data<T>();      // [maxT, C]
+  const int64_t B = dout.dim(0), Tn = dout.dim(1), C = dout.dim(2);
   // dwpe[t] += sum over b, in order of b: one t per iteration.
 #pragma omp parallel for schedule(static) if (B * Tn * C > detail::kMinParallelWork)
   for (int64_t t = 0; t < Tn; ++t) {
@@ -75,14 +86,31 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
       for (int64_t c = 0; c < C; ++c) row[c] += src[c];
     }
   }
-  // dwte: a token may repeat, so rows of dwte are not owned by positions.
+}
+
+template <typename T>
+void token_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens) {
+  check_dtype<T>(dwte, "token_embedding_backward", "dwte");
+  check_dtype<int32_t>(tokens, "token_embedding_backward", "tokens");
+  KIRI_CHECK(dwte.rank() == 2 && dout.rank() == 2 && dout.dim(1) == dwte.dim(1) &&
+                 tokens.numel() == dout.dim(0),
+             "token_embedding_backward: dout ", dout.shape().str(), ", tokens ",
+             tokens.shape().str(), " and dwte ", dwte.shape().str(), " do not fit");
+  const int64_t M = dout.dim(0), C = dout.dim(1), V = dwte.dim(0);
+  const int32_t* tok = tokens.data<int32_t>();  // [M]
+  for (int64_t i = 0; i < M; ++i)
+    KIRI_CHECK(tok[i] >= 0 && tok[i] < V, "token_embedding_backward: token ", tok[i],
+               " outside the vocabulary of ", V);
+  const T* g = dout.data<T>();  // [M, C]
+  T* dte = dwte.data<T>();      // [V, C]
+  // A token may repeat, so rows of dwte are not owned by positions.
   // Split the columns instead; each block walks all positions in order.
   constexpr int64_t kBlock = 32;
   const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (B * Tn * C > detail::kMinParallelWork)
+#pragma omp parallel for schedule(static) if (M * C > detail::kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
-    for (int64_t i = 0; i < B * Tn; ++i) {
+    for (int64_t i = 0; i < M; ++i) {
       T* dst = dte + tok[i] * C;
       const T* src = g + i * C;
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
@@ -94,5 +122,9 @@ template void embedding_forward<float>(Tensor&, const Tensor&, const Tensor&, co
 template void embedding_forward<double>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void embedding_backward<float>(Tensor&, Tensor&, const Tensor&, const Tensor&);
 template void embedding_backward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&);
+template void position_embedding_backward<float>(Tensor&, const Tensor&);
+template void position_embedding_backward<double>(Tensor&, const Tensor&);
+template void token_embedding_backward<float>(Tensor&, const Tensor&, const Tensor&);
+template void token_embedding_backward<double>(Tensor&, const Tensor&, const Tensor&);
 
 }  // namespace kiri::kernels

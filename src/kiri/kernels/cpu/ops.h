@@ -38,6 +38,14 @@ template <typename T>
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 template <typename T>
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+// The two halves of embedding_backward. Data parallelism sends (tokens, dout)
+// rows instead of the V x C token-embedding gradient, so it keeps them apart.
+// dwpe [maxT,C] += sum over b of dout [B,T,C].
+template <typename T>
+void position_embedding_backward(Tensor& dwpe, const Tensor& dout);
+// dwte [V,C] row tokens[i] += dout[i] for dout [M,C], tokens [M] I32, in order of i.
+template <typename T>
+void token_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens);
 
 // ---- LayerNorm over the last dimension --------------------------------------
 // out[N,C], mean[N], rstd[N] (saved for backward), inp[N,C], weight[C], bias[C].
