@@ -14,6 +14,7 @@ Run with the environment from bench/torch_env.sh so torch uses OpenBLAS
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -29,7 +30,8 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         mask = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool))
-        self.register_buffer("mask", mask.view(1, 1, seq_len, seq_len), persistent=False)
+        # A plain attribute, not a buffer: DDP would broadcast it, and gloo has no bool.
+        self.mask = mask.view(1, 1, seq_len, seq_len)
 
     def forward(self, x):
         b, t, c = x.shape
@@ -101,6 +103,10 @@ def parse_args():
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--dtype", choices=["fp32"], default="fp32")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--ddp", action="store_true",
+                   help="DistributedDataParallel over gloo; start with "
+                        "python3 -m torch.distributed.run --standalone --nproc_per_node=N "
+                        "--redirects 2 --tee 2 bench/torch_gpt2.py --ddp ...")
     args = p.parse_args()
     if args.n_embd % args.n_head != 0:
         p.error(f"n_embd {args.n_embd} is not divisible by n_head {args.n_head}")
@@ -115,9 +121,15 @@ def main():
     torch.manual_seed(args.seed)
     model = GPT(args.n_layer, args.n_embd, args.n_head, args.vocab, args.seq_len)
     params = sum(p.numel() for p in model.parameters())  # tied wte counted once
+    rank, world = 0, 1
+    if args.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
                             eps=1e-8, weight_decay=0.1)
-    gen = torch.Generator().manual_seed(args.seed + 1)
+    gen = torch.Generator().manual_seed(args.seed + 1 + rank)
     shape = (args.batch, args.seq_len)
 
     def step():
@@ -136,14 +148,16 @@ def main():
         loss = step()
     loss = loss.item()
     step_s = (time.perf_counter() - t0) / args.steps
-    tokens = args.batch * args.seq_len
-    print(json.dumps({
-        "impl": "pytorch",
-        "threads": torch.get_num_threads(),
-        "tokens_per_s": tokens / step_s,
-        "step_s": step_s,
-        "params": params,
-    }), flush=True)
+    tokens = args.batch * args.seq_len * world
+    if rank == 0:
+        print(json.dumps({
+            "impl": "pytorch-ddp" if args.ddp else "pytorch",
+            "ranks": world,
+            "threads": torch.get_num_threads(),
+            "tokens_per_s": tokens / step_s,
+            "step_s": step_s,
+            "params": params,
+        }), flush=True)
     print(f"final loss {loss:.4f} (random tokens: about ln(vocab) = {math.log(args.vocab):.4f})",
           file=sys.stderr)
 
