@@ -1,18 +1,50 @@
 #include <cstdio>
 #include <iostream>
 
+#include <omp.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
+#include "kiri/cli/world.h"
 #include "kiri/train/bench.h"
+#include "kiri/train/ddp_bench.h"
 
 namespace kiri::cli {
 
 // kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
 // step time against its GEMMs' time (bench/run.sh puts PyTorch beside it).
+namespace {
+// kiri launch -n N -- bench --ddp: one JSON line from rank 0.
+int ddp_bench(const Args& a) {
+  World world = make_world();
+  train::BenchSpec spec = train::bench_preset(a.get("config").value_or("tiny"));
+  spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
+  spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
+  train::DdpBenchResult r = train::run_ddp_bench(*world.comm, spec);
+  if (world.comm->rank() == 0) {
+    nlohmann::json j = {{"impl", "kiri-ddp"},
+                        {"config", spec.name},
+                        {"ranks", r.ranks},
+                        {"threads", omp_get_max_threads()},
+                        {"step_s", r.step_s},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"backward_s", r.backward_s},
+                        {"backward_sync_s", r.backward_sync_s},
+                        {"allreduce_s", r.allreduce_s},
+                        {"hidden_fraction", r.hidden_fraction},
+                        {"naive_step_s", r.naive_step_s},
+                        {"naive_tokens_per_s", r.naive_tokens_per_s}};
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
+}  // namespace
+
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args a(argv, {"config", "threads", "steps", "warmup"}, {}, {"config", "threads"});
+  Args a(argv, {"config", "threads", "steps", "warmup"}, {"ddp"}, {"config", "threads"});
+  if (a.flag("ddp")) return ddp_bench(a);
   std::vector<std::string> configs = a.all("config");
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");

@@ -13,6 +13,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/config_schema.h"
+#include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/trainer.h"
@@ -27,6 +28,7 @@ const char* kUsage = R"(kiri: train GPT-style transformers, cut five ways.
 
 usage:
   kiri train [CONFIG] [--set key=value ...] [--resume CKPT_DIR] [--mem-limit 2GiB]
+  kiri launch -n N [--hostfile F] [--threads T] -- train [CONFIG] [--set ...]
   kiri config [CONFIG] [--set key=value ...] [--markdown]
   kiri sample CKPT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
   kiri eval CKPT_DIR [--batches N]
@@ -67,10 +69,12 @@ train::RunConfig checkpoint_config(const std::string& path) {
 int cmd_train(const std::vector<std::string>& argv) {
   Args a(argv, {"set", "resume", "mem-limit"}, {}, {"set"});
   train::RunConfig cfg = config_of(a, 1);
-  train::Trainer trainer(cfg, config_to_json(cfg).dump());
+  World world = make_world();
+  train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump());
   if (auto r = a.get("resume")) {
     trainer.load_checkpoint(*r);
-    log::info("resumed from ", ckpt::resolve_checkpoint(*r), " at step ", trainer.step());
+    if (trainer.is_rank0())
+      log::info("resumed from ", ckpt::resolve_checkpoint(*r), " at step ", trainer.step());
   }
   trainer.run();
   return 0;
@@ -156,6 +160,7 @@ int run_cli(const std::vector<std::string>& argv) {
     if (cmd == "eval") return cmd_eval(rest);
     if (cmd == "data") return cmd_data(rest);
     if (cmd == "bench") return cmd_bench(rest);
+    if (cmd == "launch") return cmd_launch(rest);
     std::fprintf(stderr, "kiri: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const Error& e) {

@@ -100,6 +100,27 @@ Field string_field(std::string key, Access acc, std::string doc,
   return f;
 }
 
+template <typename Access>
+Field bool_field(std::string key, Access acc, std::string doc) {
+  Field f;
+  f.doc = {key, "bool", "", std::move(doc)};
+  f.set = [=](RunConfig& c, const json& v) {
+    if (v.is_boolean()) {
+      acc(c) = v.get<bool>();
+      return;
+    }
+    const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+    if (s == "true" || s == "1")
+      acc(c) = true;
+    else if (s == "false" || s == "0")
+      acc(c) = false;
+    else
+      KIRI_RAISE(kConfig, key, " must be true or false, got ", v.dump());
+  };
+  f.get = [=](const RunConfig& c) { return json(acc(const_cast<RunConfig&>(c))); };
+  return f;
+}
+
 template <typename Access, typename E>
 Field enum_field(std::string key, Access acc, std::vector<std::pair<std::string, E>> names,
                  std::string doc) {
@@ -211,6 +232,15 @@ std::vector<Field> make_fields() {
       int_field("parallel.tp", KIRI_FIELD(parallel.tp), 1, 1 << 20, "Tensor-parallel degree."));
   f.push_back(
       int_field("parallel.pp", KIRI_FIELD(parallel.pp), 1, 1 << 20, "Pipeline-parallel degree."));
+  f.push_back(float_field("parallel.bucket_mb", KIRI_FIELD(parallel.bucket_mb), 1e-6, 1e6,
+                          "DDP gradient bucket size in MiB; each bucket's all-reduce starts as "
+                          "soon as backward has produced all of its gradients."));
+  f.push_back(float_field("parallel.timeout_s", KIRI_FIELD(parallel.timeout_s), 0.001, 1e7,
+                          "Timeout of each collective in seconds: past it the rank stops with a "
+                          "diagnosis naming the missing or divergent rank."));
+  f.push_back(bool_field("parallel.check_collectives", KIRI_FIELD(parallel.check_collectives),
+                         "Before each collective, ranks agree on its kind and size, so a mismatch "
+                         "is named instead of computing garbage (a small extra message each)."));
   // checkpoint
   f.push_back(
       string_field("checkpoint.dir", KIRI_FIELD(checkpoint.dir),

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "kiri/base/error.h"
+#include "kiri/base/log.h"
 #include "kiri/base/units.h"
 
 namespace kiri {
@@ -36,18 +37,18 @@ std::string MemoryStats::breakdown() const {
   return s;
 }
 
-Allocator::~Allocator() {
+AllocatorCore::~AllocatorCore() {
   release_cache_locked();
 }
 
-size_t Allocator::round_size(size_t bytes) {
+size_t AllocatorCore::round_size(size_t bytes) {
   // Small blocks to 512 B, large ones to 64 KiB, so a cached block fits
   // requests of nearly the same size without much waste.
   const size_t unit = bytes < (size_t{1} << 20) ? 512 : (size_t{1} << 16);
   return bytes == 0 ? unit : (bytes + unit - 1) / unit * unit;
 }
 
-std::pair<void*, size_t> Allocator::take_cached(size_t rounded) {
+std::pair<void*, size_t> AllocatorCore::take_cached(size_t rounded) {
   // Best fit, but never a block more than twice the size asked for.
   auto it = cache_.lower_bound(rounded);
   if (it == cache_.end() || it->first > 2 * rounded) return {nullptr, 0};
@@ -56,7 +57,7 @@ std::pair<void*, size_t> Allocator::take_cached(size_t rounded) {
   return hit;
 }
 
-void* Allocator::allocate(size_t bytes, Category category) {
+void* AllocatorCore::allocate(size_t bytes, Category category) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int c = static_cast<int>(category);
   const int64_t need = static_cast<int64_t>(bytes);
@@ -96,30 +97,33 @@ void* Allocator::allocate(size_t bytes, Category category) {
   return p;
 }
 
-void Allocator::deallocate(void* ptr, size_t bytes, Category category) {
+void AllocatorCore::deallocate(void* ptr, size_t bytes, Category category) noexcept {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_use_.find(ptr);
-  if (it == in_use_.end())
-    KIRI_RAISE(kInternal, "deallocate of a pointer this allocator does not own (", bytes,
-               " bytes of ", category_name(category), ")");
+  if (it == in_use_.end()) {
+    // Called from destructors: report and leak rather than throw.
+    log::error("allocator: deallocate of a pointer it does not own (", bytes, " bytes of ",
+               category_name(category), "): a tensor outlived its allocator");
+    return;
+  }
   cache_.emplace(it->second, ptr);
   in_use_.erase(it);
   stats_.current[static_cast<int>(category)] -= static_cast<int64_t>(bytes);
   stats_.allocated -= static_cast<int64_t>(bytes);
 }
 
-void Allocator::set_limit(int64_t bytes) {
+void AllocatorCore::set_limit(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.limit = bytes;
 }
 
-void Allocator::release_cache() {
+void AllocatorCore::release_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   release_cache_locked();
 }
 
-void Allocator::release_cache_locked() {
+void AllocatorCore::release_cache_locked() {
   for (auto& [size, p] : cache_) {
     std::free(p);
     stats_.reserved -= static_cast<int64_t>(size);
@@ -127,14 +131,14 @@ void Allocator::release_cache_locked() {
   cache_.clear();
 }
 
-void Allocator::reset_peaks() {
+void AllocatorCore::reset_peaks() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak = stats_.current;
   stats_.peak_allocated = stats_.allocated;
   stats_.peak_reserved = stats_.reserved;
 }
 
-MemoryStats Allocator::stats() const {
+MemoryStats AllocatorCore::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
 }

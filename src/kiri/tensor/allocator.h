@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -43,20 +44,23 @@ struct MemoryStats {
   std::string breakdown() const;
 };
 
-class Allocator {
+// The pool behind an Allocator. Storage keeps a shared reference to it, so a
+// tensor that outlives its Allocator object still returns its block safely.
+class AllocatorCore {
  public:
   // Called on out-of-memory to add advice to the message (the planner quotes
   // the cut that would fit). Gets the stats, the category and size requested.
   using OomAdvice = std::function<std::string(const MemoryStats&, Category, int64_t)>;
 
-  Allocator() = default;
-  ~Allocator();
-  Allocator(const Allocator&) = delete;
-  Allocator& operator=(const Allocator&) = delete;
+  AllocatorCore() = default;
+  ~AllocatorCore();
+  AllocatorCore(const AllocatorCore&) = delete;
+  AllocatorCore& operator=(const AllocatorCore&) = delete;
 
   // 64-byte aligned; raises kOutOfMemory (with the breakdown) past the limit.
   void* allocate(size_t bytes, Category category);
-  void deallocate(void* ptr, size_t bytes, Category category);
+  // Never throws (storage destructors call it); a foreign pointer is logged.
+  void deallocate(void* ptr, size_t bytes, Category category) noexcept;
 
   // The limit applies to allocated bytes (live tensors); cached blocks are
   // dropped first when reserved memory would pass it. 0 removes the limit.
@@ -77,6 +81,28 @@ class Allocator {
   std::multimap<size_t, void*> cache_;        // block size -> free block
   std::unordered_map<void*, size_t> in_use_;  // live block -> its size
   OomAdvice advice_;
+};
+
+class Allocator {
+ public:
+  using OomAdvice = AllocatorCore::OomAdvice;
+  Allocator() : core_(std::make_shared<AllocatorCore>()) {}
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  void* allocate(size_t bytes, Category category) { return core_->allocate(bytes, category); }
+  void deallocate(void* ptr, size_t bytes, Category category) noexcept {
+    core_->deallocate(ptr, bytes, category);
+  }
+  void set_limit(int64_t bytes) { core_->set_limit(bytes); }
+  void set_oom_advice(OomAdvice advice) { core_->set_oom_advice(std::move(advice)); }
+  void release_cache() { core_->release_cache(); }
+  void reset_peaks() { core_->reset_peaks(); }
+  MemoryStats stats() const { return core_->stats(); }
+  const std::shared_ptr<AllocatorCore>& core() const { return core_; }
+
+ private:
+  std::shared_ptr<AllocatorCore> core_;
 };
 
 }  // namespace kiri

@@ -5,8 +5,8 @@
 namespace kiri {
 
 Storage::Storage(Allocator& allocator, size_t bytes, Category category)
-    : allocator_(&allocator), bytes_(bytes), category_(category) {
-  data_ = allocator.allocate(bytes, category);
+    : allocator_(allocator.core()), bytes_(bytes), category_(category) {
+  data_ = allocator_->allocate(bytes, category);
 }
 
 Storage::Storage(void* data, size_t bytes) : data_(data), bytes_(bytes) {}

@@ -28,7 +28,7 @@ class Storage {
   bool owned() const { return allocator_ != nullptr; }
 
  private:
-  Allocator* allocator_ = nullptr;
+  std::shared_ptr<AllocatorCore> allocator_;  // null when borrowed
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Category category_ = Category::kOther;

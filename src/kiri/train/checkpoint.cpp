@@ -38,6 +38,11 @@ std::vector<ckpt::NamedTensor> optimizer_tensors(nn::ParameterStore& store, opti
 
 std::string Trainer::save_checkpoint() {
   const std::string& root = cfg_.checkpoint.dir;
+  // Replicas are identical: rank 0 writes, the others wait until it is complete.
+  if (!is_rank0()) {
+    world_->barrier();
+    return root + "/" + ckpt::step_dir_name(step_);
+  }
   const std::string dir = ckpt::begin_checkpoint(root, step_);
   ckpt::save_safetensors(dir + "/model.safetensors", model_tensors(*store_),
                          {{"format", "pt"}, {"kiri_model", "gpt2"}});
@@ -50,7 +55,9 @@ std::string Trainer::save_checkpoint() {
                 {"data", {{"position", data_position_}, {"seed", cfg_.train.seed}}},
                 {"config", config_json_.empty() ? json() : json::parse(config_json_)}};
   ckpt::write_file_atomic(dir + "/state.json", state.dump(2) + "\n");
-  return ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
+  const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
+  world_->barrier();
+  return done;
 }
 
 void Trainer::load_checkpoint(const std::string& path) {

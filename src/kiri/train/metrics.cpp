@@ -28,6 +28,15 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"mem", mem}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (!m.comm.empty()) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const auto& [kind, s] : m.comm)
+      c[kind] = {{"calls", s.calls},
+                 {"bytes_sent", s.bytes_sent},
+                 {"bytes_received", s.bytes_received},
+                 {"wait_s", s.wait_s}};
+    j["comm"] = c;
+  }
   return j.dump();
 }
 

@@ -5,7 +5,10 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "kiri/comm/communicator.h"
 #include "kiri/tensor/allocator.h"
 
 namespace kiri::train {
@@ -22,6 +25,8 @@ struct StepMetrics {
   double mfu = 0;  // model FLOPs/s over the GEMM peak measured at start
   std::optional<double> val_loss;
   MemoryStats mem;
+  // Per operation kind, what this rank's communicators did in the step.
+  std::vector<std::pair<std::string, comm::OpStats>> comm;
 };
 
 std::string metrics_json_line(const StepMetrics& m);

@@ -39,6 +39,9 @@ struct ParallelConfig {
   int dp = 1;
   int tp = 1;
   int pp = 1;
+  double bucket_mb = 25;          // DDP gradient bucket size
+  double timeout_s = 300;         // per collective; a rank that never arrives is named after it
+  bool check_collectives = true;  // ranks agree on each collective's kind and size first
 };
 
 struct CheckpointConfig {

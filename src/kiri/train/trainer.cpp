@@ -11,6 +11,7 @@
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
 #include "kiri/train/plot.h"
@@ -43,12 +44,30 @@ CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer&
 }
 
 Trainer::Trainer(RunConfig cfg, std::string config_json)
-    : cfg_(std::move(cfg)), config_json_(std::move(config_json)) {
+    : cfg_(std::move(cfg)),
+      config_json_(std::move(config_json)),
+      own_world_(comm::self_communicator()),
+      world_(own_world_.get()) {
+  build();
+}
+
+Trainer::Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json)
+    : cfg_(std::move(cfg)), config_json_(std::move(config_json)), world_(&world) {
+  build();
+}
+
+void Trainer::build() {
   const TrainConfig& t = cfg_.train;
-  KIRI_CHECK_KIND(kConfig, cfg_.parallel.dp * cfg_.parallel.tp * cfg_.parallel.pp == 1,
-                  "parallel.dp x tp x pp = ", cfg_.parallel.dp, " x ", cfg_.parallel.tp, " x ",
-                  cfg_.parallel.pp, " = ", cfg_.parallel.dp * cfg_.parallel.tp * cfg_.parallel.pp,
-                  " but this run has 1 process");
+  const parallel::MeshShape shape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp};
+  parallel::validate_layout(shape,
+                            {world_->size(), cfg_.model.n_head, cfg_.model.n_layer, t.micro_batch});
+  KIRI_CHECK_KIND(kConfig, shape.tp == 1 && shape.pp == 1, "parallel.tp = ", shape.tp,
+                  " and parallel.pp = ", shape.pp,
+                  ": tensor and pipeline parallelism are not in this version (dp only)");
+  comm::Options co = world_->options();
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
+  co.check_collectives = cfg_.parallel.check_collectives;
+  world_->set_options(co);
   if (!t.mem_limit.empty()) allocator_.set_limit(parse_bytes(t.mem_limit));
 
   tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer, resolve_data_dir(cfg_.data));
@@ -66,15 +85,24 @@ Trainer::Trainer(RunConfig cfg, std::string config_json)
   KIRI_CHECK_KIND(kConfig, t.seq_len <= cfg_.model.block_size, "train.seq_len = ", t.seq_len,
                   " exceeds model.block_size = ", cfg_.model.block_size);
 
-  CorpusShards shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
+  // Rank 0 tokenizes the corpus once; the others then reuse its shards.
+  CorpusShards shards;
+  if (world_->rank() == 0) shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
+  world_->barrier();
+  if (world_->rank() != 0) shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
   train_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.train_path).tokens,
                                                        t.seq_len, t.seed);
   val_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.val_path).tokens,
                                                      t.seq_len, t.seed);
 
+  mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
   model_ = std::make_unique<model::GPT<float>>(cfg_.model);
   store_ = std::make_unique<nn::ParameterStore>(model_->parameters(), DType::kF32, allocator_);
   store_->initialize(t.seed);
+  model::ParallelOptions po;
+  po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
+  parallel_ = std::make_unique<model::ParallelGPT>(*model_, *store_, *mesh_, po, allocator_);
+  parallel_->synchronize_parameters();
   optimizer_ = std::make_unique<optim::AdamW>(*store_, t.optimizer, allocator_);
   inputs_ = Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   targets_ = Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
@@ -97,22 +125,51 @@ void Trainer::fill_batch(data::SampleStream& stream, uint64_t first, bool sequen
 
 StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
+  const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
+  for (comm::Communicator* c : {&mesh_->dp(), world_}) c->reset_stats();
   Timer timer;
   nn::Context ctx{allocator_};
   store_->zero_grad();
-  const int64_t tokens = t.micro_batch * t.seq_len * t.grad_accum;
+  // Each micro-step reads the next micro_batch x dp samples of the stream;
+  // this rank takes its contiguous slice, so the global batch is the same
+  // for any dp and any accumulation.
+  const int64_t tokens = t.micro_batch * t.seq_len * t.grad_accum * dp;
   const double weight = 1.0 / static_cast<double>(tokens);
   double loss_sum = 0;
   for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-    fill_batch(*train_stream_, data_position_, false);
-    data_position_ += static_cast<uint64_t>(t.micro_batch);
+    fill_batch(*train_stream_, data_position_ + static_cast<uint64_t>(rank * t.micro_batch), false);
+    data_position_ += static_cast<uint64_t>(t.micro_batch * dp);
+    parallel_->begin_micro_batch(micro + 1 == t.grad_accum);
     loss_sum += model_->forward(ctx, inputs_, targets_, weight);
     model_->backward(ctx);
+    parallel_->end_micro_batch();
   }
   const double lr = optim::lr_at(step_, t.optimizer.lr, t.warmup, t.steps, t.min_lr);
   const double norm = optimizer_->clip_and_step(lr);
   ++step_;
-  return make_metrics(loss_sum * weight, lr, norm, timer.seconds());
+  const double seconds = timer.seconds();
+  // The loss of the global batch, for reporting (after the timed step).
+  Tensor loss = Tensor::empty({1}, DType::kF64, Category::kBuffers, allocator_);
+  loss.data<double>()[0] = loss_sum;
+  mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
+  StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
+  add_comm_stats(m);
+  return m;
+}
+
+void Trainer::add_comm_stats(StepMetrics& m) {
+  for (int k = 0; k < comm::kNumOpKinds; ++k) {
+    const auto kind = static_cast<comm::OpKind>(k);
+    comm::OpStats total;
+    for (comm::Communicator* c : {&mesh_->dp(), world_}) {
+      const comm::OpStats s = c->stats(kind);
+      total.calls += s.calls;
+      total.bytes_sent += s.bytes_sent;
+      total.bytes_received += s.bytes_received;
+      total.wait_s += s.wait_s;
+    }
+    if (total.calls > 0) m.comm.emplace_back(comm::op_kind_name(kind), total);
+  }
 }
 
 StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double seconds) {
@@ -123,40 +180,47 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   m.loss = loss;
   m.lr = lr;
   m.grad_norm = norm;
-  m.tokens = t.micro_batch * t.seq_len * t.grad_accum;
+  m.tokens = t.micro_batch * t.seq_len * t.grad_accum * mesh_->shape().dp;
   m.step_s = seconds;
   m.tokens_per_s = static_cast<double>(m.tokens) / seconds;
-  m.mfu = cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s / peak_flops_;
+  // MFU per rank: this rank's share of the model FLOPs over its GEMM peak.
+  m.mfu = cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s /
+          static_cast<double>(world_->size()) / peak_flops_;
   m.mem = allocator_.stats();
   return m;
 }
 
 double Trainer::evaluate(int64_t n_batches) {
   nn::Context ctx{allocator_, /*training=*/false};
-  const int64_t b = cfg_.train.micro_batch;
+  const int64_t b = cfg_.train.micro_batch, dp = mesh_->shape().dp, rank = mesh_->dp_index();
   n_batches = std::min<int64_t>(n_batches, (val_stream_->num_samples() + b - 1) / b);
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t i = 0; i < n_batches; ++i) {
+  // Batch i is evaluated by dp rank i % dp; the sums meet in one all-reduce.
+  Tensor sums = Tensor::zeros({2}, DType::kF64, Category::kBuffers, allocator_);
+  for (int64_t i = rank; i < n_batches; i += dp) {
     fill_batch(*val_stream_, static_cast<uint64_t>(i * b), true);
-    sum += model_->forward(ctx, inputs_, targets_, 0.0);
-    count += inputs_.numel();
+    sums.data<double>()[0] += model_->forward(ctx, inputs_, targets_, 0.0);
+    sums.data<double>()[1] += static_cast<double>(inputs_.numel());
   }
-  return sum / static_cast<double>(count);
+  mesh_->dp().all_reduce(sums, comm::ReduceOp::kSum);
+  return sums.data<double>()[0] / sums.data<double>()[1];
 }
 
 void Trainer::run() {
   const TrainConfig& t = cfg_.train;
-  log::info("model: ", cfg_.model.num_parameters(), " parameters (n_layer ", cfg_.model.n_layer,
-            ", n_head ", cfg_.model.n_head, ", n_embd ", cfg_.model.n_embd, ", vocab ",
-            cfg_.model.vocab_size, "); data: ", train_stream_->num_samples(), " train / ",
-            val_stream_->num_samples(), " val samples of ", t.seq_len, " tokens (",
-            tokenizer_->name(), ")");
-  log::info("global_batch = micro_batch x dp x grad_accum = ", t.micro_batch, " x ",
-            cfg_.parallel.dp, " x ", t.grad_accum, " = ", t.micro_batch * t.grad_accum,
-            " sequences of ", t.seq_len, " tokens; GEMM peak ",
-            static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s");
-  MetricsWriter metrics(cfg_.log.metrics, /*append=*/step_ > 0);
+  const bool rank0 = is_rank0();
+  if (rank0) {
+    log::info("model: ", cfg_.model.num_parameters(), " parameters (n_layer ", cfg_.model.n_layer,
+              ", n_head ", cfg_.model.n_head, ", n_embd ", cfg_.model.n_embd, ", vocab ",
+              cfg_.model.vocab_size, "); data: ", train_stream_->num_samples(), " train / ",
+              val_stream_->num_samples(), " val samples of ", t.seq_len, " tokens (",
+              tokenizer_->name(), ")");
+    log::info("layout: ", mesh_->shape().str(), " on ", world_->size(),
+              " process(es); global_batch = micro_batch x dp x grad_accum = ", t.micro_batch, " x ",
+              cfg_.parallel.dp, " x ", t.grad_accum, " = ",
+              t.micro_batch * cfg_.parallel.dp * t.grad_accum, " sequences of ", t.seq_len,
+              " tokens; GEMM peak ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s per rank");
+  }
+  MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   std::vector<double> xs, losses, val_x, val_losses;
   while (step_ < t.steps) {
     StepMetrics m = train_step();
@@ -168,20 +232,22 @@ void Trainer::run() {
     }
     xs.push_back(double(step_));
     losses.push_back(m.loss);
-    metrics.write(m);
-    if (step_ % cfg_.log.every == 0 || last || m.val_loss)
-      std::printf("%s\n", progress_line(m).c_str());
-    std::fflush(stdout);
+    if (rank0) {
+      metrics.write(m);
+      if (step_ % cfg_.log.every == 0 || last || m.val_loss)
+        std::printf("%s\n", progress_line(m).c_str());
+      std::fflush(stdout);
+    }
     if (!cfg_.checkpoint.dir.empty() &&
         ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last)) {
       const std::string dir = save_checkpoint();
-      log::info("saved checkpoint ", dir);
+      if (rank0) log::info("saved checkpoint ", dir);
     }
   }
   std::string plot = cfg_.log.plot;
   if (plot.empty() && !cfg_.log.metrics.empty())
     plot = fs::path(cfg_.log.metrics).replace_extension(".png").string();
-  if (!plot.empty() && !xs.empty()) {
+  if (rank0 && !plot.empty() && !xs.empty()) {
     write_line_plot_png(
         plot, {{"train", xs, losses, 0x1f77b4}, {"validation", val_x, val_losses, 0xd62728}},
         "kiri: loss", "step", "loss (nats/token)");

@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "kiri/comm/communicator.h"
 #include "kiri/data/sample_stream.h"
 #include "kiri/data/tokenizer.h"
 #include "kiri/model/gpt.h"
+#include "kiri/model/parallelize.h"
 #include "kiri/nn/parameter_store.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/train/metrics.h"
@@ -25,7 +27,10 @@ CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer&
 
 class Trainer {
  public:
-  // Builds everything; the JSON of the resolved config is kept for checkpoints.
+  // Builds everything on this rank of `world` (validating the layout first);
+  // the JSON of the resolved config is kept for checkpoints.
+  Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json = "");
+  // A single process (a world of one rank).
   explicit Trainer(RunConfig cfg, std::string config_json = "");
   ~Trainer();
 
@@ -47,15 +52,25 @@ class Trainer {
   nn::ParameterStore& store() { return *store_; }
   optim::AdamW& optimizer() { return *optimizer_; }
   Allocator& allocator() { return allocator_; }
+  parallel::Mesh& mesh() { return *mesh_; }
+  model::ParallelGPT& parallel_model() { return *parallel_; }
+  bool is_rank0() const { return world_->rank() == 0; }
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
   void fill_batch(data::SampleStream& stream, uint64_t first, bool sequential);
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
 
+  void build();
+  void add_comm_stats(StepMetrics& m);
+
   RunConfig cfg_;
   std::string config_json_;
+  std::unique_ptr<comm::Communicator> own_world_;  // single process
+  comm::Communicator* world_;
   Allocator allocator_;
+  std::unique_ptr<parallel::Mesh> mesh_;
+  std::unique_ptr<model::ParallelGPT> parallel_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
   std::unique_ptr<model::GPT<float>> model_;

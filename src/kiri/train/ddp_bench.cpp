@@ -1,0 +1,139 @@
+#include "kiri/train/ddp_bench.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kiri/base/rng.h"
+#include "kiri/base/timer.h"
+#include "kiri/model/parallelize.h"
+#include "kiri/nn/parameter_store.h"
+#include "kiri/optim/adamw.h"
+
+namespace kiri::train {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// One replica: model, flat store, optimizer, a batch of this rank's random tokens.
+struct Replica {
+  Allocator alloc;
+  model::GPT<float> model;
+  nn::ParameterStore store;
+  optim::AdamW opt;
+  Tensor x, y;
+  Replica(const BenchSpec& s, int rank)
+      : model(s.model),
+        store(model.parameters(), DType::kF32, alloc),
+        opt(store, optim::AdamWConfig{}, alloc) {
+    store.initialize(1234);
+    x = Tensor::empty({s.batch, s.seq}, DType::kI32, Category::kBuffers, alloc);
+    y = Tensor::empty({s.batch, s.seq}, DType::kI32, Category::kBuffers, alloc);
+    Rng rng(42 + static_cast<uint64_t>(rank));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
+      y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
+    }
+  }
+};
+
+// Naive data parallelism: after backward, each gradient goes to rank 0,
+// which sums and broadcasts it back, one parameter at a time, blocking.
+void naive_sync(comm::Communicator& world, nn::ParameterStore& store, Allocator& alloc) {
+  for (nn::Parameter* p : store.parameters()) {
+    Tensor g = p->grad.view({p->numel()});
+    if (world.rank() == 0) {
+      Tensor buf = Tensor::empty({p->numel()}, DType::kF32, Category::kBuffers, alloc);
+      for (int r = 1; r < world.size(); ++r) {
+        world.recv(buf, r, 7);
+        float* a = g.data<float>();
+        const float* b = buf.data<float>();
+        for (int64_t i = 0; i < p->numel(); ++i) a[i] += b[i];
+      }
+    } else {
+      world.send(g, 0, 7);
+    }
+    world.broadcast(g, 0);
+  }
+}
+
+}  // namespace
+
+DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
+  DdpBenchResult r;
+  r.ranks = world.size();
+  const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
+  parallel::Mesh mesh(world, {world.size(), 1, 1});
+  std::vector<double> step, bwd, bwd_sync, ar, naive;
+  {
+    // Backward alone and naive DP on a replica without hooks.
+    Replica plain(spec, world.rank());
+    nn::Context ctx{plain.alloc};
+    for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
+      plain.store.zero_grad();
+      plain.model.forward(ctx, plain.x, plain.y, weight);
+      world.barrier();
+      Timer t;
+      plain.model.backward(ctx);
+      const double b = t.seconds();
+      world.barrier();
+      // The same reductions DDP does, with nothing to hide them behind.
+      parallel::DistributedDataParallel ddp(plain.store, mesh.dp(),
+                                            {static_cast<int64_t>(25) << 20}, plain.alloc);
+      Timer a;
+      ddp.finalize_grads();
+      const double ar_s = a.seconds();
+      world.barrier();
+      Timer n;
+      plain.store.zero_grad();
+      plain.model.forward(ctx, plain.x, plain.y, weight);
+      plain.model.backward(ctx);
+      naive_sync(world, plain.store, plain.alloc);
+      plain.opt.clip_and_step(3e-4);
+      const double n_s = n.seconds();
+      if (s >= spec.warmup_steps) {
+        bwd.push_back(b);
+        ar.push_back(ar_s);
+        naive.push_back(n_s);
+      }
+    }
+  }
+  {
+    Replica rep(spec, world.rank());
+    model::ParallelGPT pm(rep.model, rep.store, mesh, {}, rep.alloc);
+    pm.synchronize_parameters();
+    nn::Context ctx{rep.alloc};
+    for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
+      world.barrier();
+      Timer t;
+      rep.store.zero_grad();
+      pm.begin_micro_batch(true);
+      rep.model.forward(ctx, rep.x, rep.y, weight);
+      Timer b;
+      rep.model.backward(ctx);
+      pm.end_micro_batch();
+      const double bs = b.seconds();
+      rep.opt.clip_and_step(3e-4);
+      const double st = t.seconds();
+      if (s >= spec.warmup_steps) {
+        bwd_sync.push_back(bs);
+        step.push_back(st);
+      }
+    }
+  }
+  r.step_s = median(step);
+  r.tokens_per_s = double(spec.batch * spec.seq * world.size()) / r.step_s;
+  r.backward_s = median(bwd);
+  r.backward_sync_s = median(bwd_sync);
+  r.allreduce_s = median(ar);
+  r.hidden_fraction =
+      r.allreduce_s > 0 ? 1.0 - (r.backward_sync_s - r.backward_s) / r.allreduce_s : 1.0;
+  r.naive_step_s = median(naive);
+  r.naive_tokens_per_s = double(spec.batch * spec.seq * world.size()) / r.naive_step_s;
+  return r;
+}
+
+}  // namespace kiri::train

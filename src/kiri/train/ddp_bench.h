@@ -1,0 +1,27 @@
+#pragma once
+// The data-parallel benchmark behind `kiri bench --ddp` (run on N ranks by
+// `kiri launch -n N -- bench --ddp`): tokens/s of full DDP steps, how much of
+// the all-reduce time backward hides, and a naive data-parallel baseline
+// (every gradient reduced to rank 0, then broadcast) beside it.
+#include <string>
+
+#include "kiri/comm/communicator.h"
+#include "kiri/train/bench.h"
+
+namespace kiri::train {
+
+struct DdpBenchResult {
+  int ranks = 1;
+  double step_s = 0;           // DDP: forward, backward with overlapped all-reduce, AdamW
+  double tokens_per_s = 0;     // global tokens of a step / step_s
+  double backward_s = 0;       // backward alone, no communication
+  double backward_sync_s = 0;  // backward + finalize_grads under DDP
+  double allreduce_s = 0;      // the same reductions alone, nothing to overlap
+  double hidden_fraction = 0;  // 1 - (backward_sync_s - backward_s) / allreduce_s
+  double naive_step_s = 0;     // reduce-to-root + broadcast per parameter after backward
+  double naive_tokens_per_s = 0;
+};
+
+DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec);
+
+}  // namespace kiri::train
