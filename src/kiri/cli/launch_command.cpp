@@ -32,6 +32,8 @@ std::vector<std::string> launch_argv(const std::vector<std::string>& argv) {
   for (const std::string& a : argv) {
     if (!after && a == "--")
       after = true;
+    else if (!after && (a == "-n" || a == "-np"))
+      own.push_back("--n");  // mpirun's spelling
     else
       (after ? command : own).push_back(a);
   }

@@ -145,6 +145,7 @@ void GPT<T>::backward(nn::Context& ctx) {
   // logits = xf @ wte^T: dxf += dlogits @ wte; dwte += dlogits^T @ xf
   k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, wte_->value.data<T>(), c, T(1),
              dxf.data<T>(), c);
+  ctx.progress();
   k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf_.data<T>(), c, T(1),
              wte_->grad.data<T>(), c);
   logits_ = lse_ = xf_ = Tensor();

@@ -18,6 +18,11 @@ ParallelGPT::ParallelGPT(GPT<float>& model, nn::ParameterStore& store, parallel:
   }
 }
 
+std::function<void()> ParallelGPT::poller() {
+  if (!ddp_) return {};
+  return [this] { mesh_.dp().progress(); };
+}
+
 void ParallelGPT::synchronize_parameters() {
   if (ddp_) ddp_->broadcast_parameters();
 }

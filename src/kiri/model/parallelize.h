@@ -29,6 +29,10 @@ class ParallelGPT {
   // the gradient of the global batch (finalize_grads, once per step).
   void end_micro_batch();
 
+  // What backward should call between operations (nn::Context::poll) so the
+  // outstanding reductions progress; empty when there are none.
+  std::function<void()> poller();
+
   GPT<float>& model() { return model_; }
   parallel::DistributedDataParallel* ddp() { return ddp_.get(); }
 

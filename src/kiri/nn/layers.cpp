@@ -24,9 +24,10 @@ Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
 }
 
 template <typename T>
-void Linear<T>::backward(Context&, const Tensor& dy, Tensor& dx) {
+void Linear<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
   k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value);
   x_ = Tensor();
+  ctx.progress();
 }
 
 template <typename T>
@@ -96,6 +97,7 @@ void CausalSelfAttention<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx
                                  dtype_of<T>(), Category::kBuffers, ctx.allocator);
   Tensor datt3 = datt.view({batch_, seq_, c});
   k::attention_backward<T>(dqkv, datt3, qkv_, att_, lse_, n_head_, scratch);
+  ctx.progress();
   qkv_ = att_ = lse_ = Tensor();
   Tensor dqkv2 = dqkv.view({batch_ * seq_, 3 * c});
   c_attn_.backward(ctx, dqkv2, dx);

@@ -3,6 +3,7 @@
 // implement forward/backward explicitly (no autograd): forward saves what
 // backward needs, backward accumulates into the parameters' gradients and
 // into the gradient of its input, then drops what forward saved.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,9 +15,17 @@ namespace kiri::nn {
 
 // What a layer needs to allocate its activations and scratch.
 struct Context {
+  explicit Context(Allocator& a, bool train = true) : allocator(a), training(train) {}
   Allocator& allocator;
   // False for evaluation and sampling: layers save nothing for backward.
   bool training = true;
+  // Called between the operations of backward: MPI advances outstanding
+  // non-blocking collectives only when polled, so this is how DDP's
+  // all-reduces make progress while backward computes.
+  std::function<void()> poll;
+  void progress() {
+    if (poll) poll();
+  }
 };
 
 class Module {

@@ -106,6 +106,7 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
     model::ParallelGPT pm(rep.model, rep.store, mesh, {}, rep.alloc);
     pm.synchronize_parameters();
     nn::Context ctx{rep.alloc};
+    ctx.poll = pm.poller();
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       world.barrier();
       Timer t;

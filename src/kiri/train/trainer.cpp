@@ -129,6 +129,7 @@ StepMetrics Trainer::train_step() {
   for (comm::Communicator* c : {&mesh_->dp(), world_}) c->reset_stats();
   Timer timer;
   nn::Context ctx{allocator_};
+  ctx.poll = parallel_->poller();
   store_->zero_grad();
   // Each micro-step reads the next micro_batch x dp samples of the stream;
   // this rank takes its contiguous slice, so the global batch is the same
