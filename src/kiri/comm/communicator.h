@@ -10,14 +10,21 @@
 //  - reduce_scatter/all_gather split `total` elements into size() chunks with
 //    chunk_range(): the first total % size ranks get one element more, so
 //    sizes that do not divide evenly (and 0) work.
-//  - Every call gets a sequence number; a small ring of recent operations
+//  - Every call gets a sequence number: collectives (and split) count 1, 2, ...
+//    in call order on each communicator, so the same seq names the same
+//    collective on every rank; send/recv count separately (their order
+//    legitimately differs between ranks). A ring of the last 64 operations
 //    (seq, kind, bytes, peer/root) is kept for hang diagnosis. With
 //    options.check_collectives, ranks first agree on (seq, kind, count,
 //    dtype, root) of each collective: a mismatch raises kCommMismatch naming
 //    the first divergent rank instead of computing garbage.
 //  - wait() polls until done or until options.timeout passes: then it raises
 //    kCommTimeout with a diagnosis (which ranks did not answer, which rank's
-//    recent operations diverged first), never hangs.
+//    recent operations diverged first), never hangs. The operation stays
+//    outstanding: progress() keeps driving it and wait() may be called again
+//    (it completes if the late rank arrives).
+//  - Buffers must stay untouched until the Work completes; the Work keeps
+//    their storage alive. A backend is used from one thread per rank.
 //  - Asynchronous work advances only when someone polls (MPI does not
 //    progress on its own): progress() tests every outstanding request; the
 //    trainer calls it between layers of backward.
@@ -39,20 +46,24 @@ const char* op_kind_name(OpKind kind);  // "all_reduce", ...
 struct Options {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   bool check_collectives = true;
+  // After a timeout, how long to collect the other ranks' recent operations
+  // for the diagnosis (ranks that do not answer within it are named missing).
+  std::chrono::milliseconds diagnosis_grace{std::chrono::seconds(2)};
 };
+const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 
 struct OpStats {
   int64_t calls = 0;
-  int64_t bytes_sent = 0;      // by this rank, counted as the algorithm's volume (see docs/comm.md)
+  int64_t bytes_sent = 0;  // by this rank, counted as the algorithm's volume (see docs/comm.md)
   int64_t bytes_received = 0;
-  double wait_s = 0;           // time spent inside wait()/blocking calls
+  double wait_s = 0;  // time spent inside wait()/blocking calls
 };
 
 struct OpRecord {
   uint64_t seq = 0;
   OpKind kind = OpKind::kBarrier;
-  int64_t bytes = 0;
-  int peer = -1;  // root or peer; -1 for symmetric collectives
+  int64_t bytes = 0;  // the whole tensor (reduce_scatter: input, all_gather: output)
+  int peer = -1;      // root or peer; -1 for symmetric collectives
   bool done = false;
 };
 
@@ -102,6 +113,7 @@ class Communicator {
   // Tests every outstanding request of this communicator once.
   virtual void progress() = 0;
   // A sub-group of the ranks with the same color, ordered by key (MPI_Comm_split).
+  // Collective over this communicator; a negative color joins no group (nullptr).
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 
   virtual const Options& options() const = 0;

@@ -1,0 +1,261 @@
+// The MPI backend's Communicator: each call builds an MpiWork (what to agree
+// on, how to start the non-blocking MPI call, what to do after) and submits it.
+#include <climits>
+#include <cstring>
+
+#include "kiri/comm/mpi/mpi_core.h"
+#include "kiri/comm/mpi/mpi_runtime.h"
+
+namespace kiri::comm {
+namespace detail {
+namespace {
+
+int checked_count(int64_t n, const char* what) {
+  KIRI_CHECK(n <= INT_MAX, what, " of ", n, " elements: MPI-3 counts stop at ", INT_MAX);
+  return static_cast<int>(n);
+}
+
+// avg = sum / size, after MPI summed.
+void divide(const Tensor& t, int n) {
+  const int64_t count = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32: {
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+      break;
+    }
+    case DType::kF64: {
+      double* p = t.data<double>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    case DType::kI32: {
+      int32_t* p = t.data<int32_t>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    default: {  // bf16
+      auto* p = static_cast<uint16_t*>(t.raw());
+      for (int64_t i = 0; i < count; ++i)
+        p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(n));
+    }
+  }
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const char* pa = static_cast<const char*>(a.raw());
+  const char* pb = static_cast<const char*>(b.raw());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MpiComm comm, const std::string& name, const Options& options)
+      : core_(std::make_unique<MpiCore>(std::move(comm), name, options)) {}
+
+  int rank() const override { return core_->info.rank; }
+  int size() const override { return core_->info.size; }
+  std::string name() const override { return core_->info.name; }
+
+  WorkHandle all_reduce_async(Tensor& t, ReduceOp op) override;
+  WorkHandle reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override;
+  WorkHandle all_gather_async(const Tensor& in, Tensor& out) override;
+  WorkHandle broadcast_async(Tensor& t, int root) override;
+  WorkHandle barrier_async() override;
+  WorkHandle send_async(const Tensor& t, int peer, int tag) override {
+    return p2p(OpKind::kSend, t, peer, tag);
+  }
+  WorkHandle recv_async(Tensor& t, int peer, int tag) override {
+    return p2p(OpKind::kRecv, t, peer, tag);
+  }
+
+  void progress() override {
+    core_->advance();  // errors stay with their works
+    MpiCore::service_all();
+  }
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+  const Options& options() const override { return core_->options; }
+  void set_options(const Options& o) override { core_->options = o; }
+  OpStats stats(OpKind kind) const override { return core_->book->stats(kind); }
+  void reset_stats() override { core_->book->reset_stats(); }
+  std::vector<OpRecord> recent_ops() const override { return core_->book->recent(); }
+
+ private:
+  // A collective's work: numbered, counted, described; the caller fills in issue.
+  std::shared_ptr<MpiWork> collective(Signature sig, int64_t bytes, int root) {
+    sig.seq = core_->book->next_collective_seq();
+    const bool is_split = sig.kind == kSplitKind;
+    const OpKind kind = is_split ? OpKind::kBarrier : static_cast<OpKind>(sig.kind);
+    const uint64_t record = is_split
+                                ? 0
+                                : core_->book->begin(kind, sig.seq, bytes, root,
+                                                     traffic(kind, bytes, size(), rank(), root));
+    auto w = std::make_shared<MpiWork>(core_.get(), kind, record, describe(sig), sig.seq);
+    w->sig = sig;
+    return w;
+  }
+  WorkHandle submit(const std::shared_ptr<MpiWork>& w) {
+    core_->submit(w, true);
+    return w;
+  }
+  WorkHandle p2p(OpKind kind, const Tensor& t, int peer, int tag);
+
+  std::unique_ptr<MpiCore> core_;
+};
+
+WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
+  const Signature sig = all_reduce_signature(t, op);
+  const int count = checked_count(t.numel(), "all_reduce");
+  const MPI_Datatype type = mpi_type(t.dtype());
+  const MPI_Op mop = mpi_op(t.dtype(), op);
+  auto w = collective(sig, static_cast<int64_t>(t.nbytes()), -1);
+  w->keep = {t};
+  void* buf = t.numel() ? t.raw() : nullptr;
+  MPI_Comm c = core_->comm.get();
+  w->issue = [=](MPI_Request* r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mop, c, r);
+  };
+  if (op == ReduceOp::kAvg) w->finish = [t, n = size()] { divide(t, n); };
+  return submit(w);
+}
+
+WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) {
+  const Signature sig = reduce_scatter_signature(in, out, op, size(), rank());
+  checked_count(in.numel(), "reduce_scatter");
+  const MPI_Datatype type = mpi_type(in.dtype());
+  const MPI_Op mop = mpi_op(in.dtype(), op);
+  auto w = collective(sig, static_cast<int64_t>(in.nbytes()), -1);
+  w->keep = {in, out};
+  for (int r = 0; r < size(); ++r)
+    w->counts.push_back(static_cast<int>(chunk_range(in.numel(), size(), r).size()));
+  // MPI refuses overlapping buffers: receive into scratch, copy after.
+  if (overlaps(in, out)) w->scratch.resize(out.nbytes());
+  MpiWork* raw = w.get();
+  MPI_Comm c = core_->comm.get();
+  w->issue = [raw, in, out, type, mop, c](MPI_Request* r) {
+    void* dst = raw->scratch.empty() ? out.raw() : raw->scratch.data();
+    return MPI_Ireduce_scatter(in.raw(), dst, raw->counts.data(), type, mop, c, r);
+  };
+  w->finish = [raw, out, op, n = size()] {
+    if (!raw->scratch.empty()) std::memcpy(out.raw(), raw->scratch.data(), out.nbytes());
+    if (op == ReduceOp::kAvg) divide(out, n);
+  };
+  return submit(w);
+}
+
+WorkHandle MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
+  const Signature sig = all_gather_signature(in, out, size(), rank());
+  checked_count(out.numel(), "all_gather");
+  const MPI_Datatype type = mpi_type(in.dtype());
+  auto w = collective(sig, static_cast<int64_t>(out.nbytes()), -1);
+  w->keep = {in, out};
+  for (int r = 0; r < size(); ++r) {
+    const Range range = chunk_range(out.numel(), size(), r);
+    w->counts.push_back(static_cast<int>(range.size()));
+    w->displs.push_back(static_cast<int>(range.begin));
+  }
+  // In place when the input is this rank's chunk of the output; a copy
+  // when they overlap otherwise.
+  const Range mine = chunk_range(out.numel(), size(), rank());
+  const bool in_place = in.numel() > 0 && static_cast<const char*>(in.raw()) ==
+                                              static_cast<const char*>(out.raw()) +
+                                                  mine.begin * dtype_size(out.dtype());
+  if (!in_place && overlaps(in, out))
+    w->scratch.assign(static_cast<const char*>(in.raw()),
+                      static_cast<const char*>(in.raw()) + in.nbytes());
+  MpiWork* raw = w.get();
+  MPI_Comm c = core_->comm.get();
+  const int me = rank();
+  w->issue = [raw, in, out, type, c, in_place, me](MPI_Request* r) {
+    const void* src = in_place               ? MPI_IN_PLACE
+                      : raw->scratch.empty() ? in.raw()
+                                             : static_cast<const void*>(raw->scratch.data());
+    return MPI_Iallgatherv(src, raw->counts[me], type, out.raw(), raw->counts.data(),
+                           raw->displs.data(), type, c, r);
+  };
+  return submit(w);
+}
+
+WorkHandle MpiCommunicator::broadcast_async(Tensor& t, int root) {
+  const Signature sig = broadcast_signature(t, root, size());
+  const int count = checked_count(t.numel(), "broadcast");
+  const MPI_Datatype type = mpi_type(t.dtype());
+  auto w = collective(sig, static_cast<int64_t>(t.nbytes()), root);
+  w->keep = {t};
+  void* buf = t.numel() ? t.raw() : nullptr;
+  MPI_Comm c = core_->comm.get();
+  w->issue = [=](MPI_Request* r) { return MPI_Ibcast(buf, count, type, root, c, r); };
+  return submit(w);
+}
+
+WorkHandle MpiCommunicator::barrier_async() {
+  Signature sig;
+  sig.kind = static_cast<int32_t>(OpKind::kBarrier);
+  auto w = collective(sig, 0, -1);
+  MPI_Comm c = core_->comm.get();
+  w->issue = [c](MPI_Request* r) { return MPI_Ibarrier(c, r); };
+  return submit(w);
+}
+
+WorkHandle MpiCommunicator::p2p(OpKind kind, const Tensor& t, int peer, int tag) {
+  check_tensor(t, op_kind_name(kind));
+  check_peer(peer, tag, size(), core_->max_tag);
+  const int count = checked_count(t.numel(), op_kind_name(kind));
+  const MPI_Datatype type = mpi_type(t.dtype());
+  const bool send = kind == OpKind::kSend;
+  const uint64_t seq = core_->book->next_p2p_seq();
+  const std::string what =
+      str(op_kind_name(kind), " #", seq, " (", count, " x ", dtype_name(t.dtype()),
+          send ? " to " : " from ", core_->info.rank_name(peer), ", tag ", tag, ")");
+  const int64_t bytes = static_cast<int64_t>(t.nbytes());
+  const uint64_t record =
+      core_->book->begin(kind, seq, bytes, peer, traffic(kind, bytes, size(), rank(), peer));
+  auto w = std::make_shared<MpiWork>(core_.get(), kind, record, what, 0);
+  w->keep = {t};
+  w->peer = peer;
+  w->tag = tag;
+  void* buf = t.numel() ? t.raw() : nullptr;
+  MPI_Comm c = core_->comm.get();
+  if (send) {
+    w->issue = [=](MPI_Request* r) { return MPI_Isend(buf, count, type, peer, tag, c, r); };
+  } else {
+    w->recv_type = type;
+    w->recv_count = count;
+    w->issue = [=](MPI_Request* r) { return MPI_Irecv(buf, count, type, peer, tag, c, r); };
+  }
+  core_->submit(w, false);
+  return w;
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
+  Signature sig;
+  sig.kind = kSplitKind;
+  sig.color = color < 0 ? -1 : color;
+  sig.key = key;
+  // Agreeing first (always) makes split time out instead of hanging when a
+  // rank never calls it; after that MPI_Comm_split cannot wait long.
+  auto w = collective(sig, 0, -1);
+  core_->submit(w, true);
+  w->wait();
+  MPI_Comm out = core_->split(color, key);
+  if (out == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(MpiComm(out), name, core_->options);
+}
+
+}  // namespace
+}  // namespace detail
+
+std::unique_ptr<Communicator> mpi_world(Options options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  KIRI_CHECK(initialized && !detail::mpi_finalized(),
+             "mpi_world() needs MPI initialised: create a kiri::comm::MpiRuntime first");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm world;
+  detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup", "of MPI_COMM_WORLD");
+  return std::make_unique<detail::MpiCommunicator>(detail::MpiComm(world), "world", options);
+}
+
+}  // namespace kiri::comm

@@ -1,0 +1,50 @@
+// Every collective, as threads here and under mpirun (kiri_comm_tests_mpi2/4).
+#include <gtest/gtest.h>
+
+#include "bodies.h"
+#include "harness.h"
+
+namespace kiri::comm::testing {
+namespace {
+
+TEST(ChunkRange, SplitsUnevenTotalsFirstRanksFirst) {
+  EXPECT_EQ(chunk_range(10, 4, 0).begin, 0);
+  EXPECT_EQ(chunk_range(10, 4, 0).size(), 3);
+  EXPECT_EQ(chunk_range(10, 4, 1).begin, 3);
+  EXPECT_EQ(chunk_range(10, 4, 2).size(), 2);
+  EXPECT_EQ(chunk_range(10, 4, 3).end, 10);
+  EXPECT_EQ(chunk_range(0, 4, 3).size(), 0);
+  EXPECT_EQ(chunk_range(1, 4, 0).size(), 1);
+  EXPECT_EQ(chunk_range(1, 4, 1).size(), 0);
+  EXPECT_THROW(chunk_range(5, 2, 2), Error);
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, SmallSizesAllDtypesAllGroups) {
+  KIRI_RUN_RANKS(GetParam(), collectives_small);
+}
+TEST_P(Collectives, LargeF32AllGroups) {
+  KIRI_RUN_RANKS(GetParam(), [](Communicator& w) { collectives_large(w, DType::kF32); });
+}
+TEST_P(Collectives, LargeBF16AllGroups) {
+  KIRI_RUN_RANKS(GetParam(), [](Communicator& w) { collectives_large(w, DType::kBF16); });
+}
+TEST_P(Collectives, LargeF64AllGroups) {
+  KIRI_RUN_RANKS(GetParam(), [](Communicator& w) { collectives_large(w, DType::kF64); });
+}
+TEST_P(Collectives, AsyncStartedTogetherWaitedInReverse) {
+  KIRI_RUN_RANKS(GetParam(), async_out_of_order);
+}
+TEST_P(Collectives, StatsCountTheAlgorithmsBytes) {
+  KIRI_RUN_RANKS(GetParam(), stats_after_known_sequence);
+}
+TEST_P(Collectives, RingKeepsTheLast64Ops) {
+  KIRI_RUN_RANKS(GetParam(), ring_keeps_last_64);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+}  // namespace
+}  // namespace kiri::comm::testing
