@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace kiri::comm::testing {
 
 Tensor make(int64_t n, DType dtype, Allocator& allocator) {
@@ -175,6 +177,29 @@ void async_out_of_order(Communicator& world) {
       gathered, [](int64_t i) { return (i / 7 + 1) * 10 + i % 7; }, "async all_gather");
   expect_values(
       bcast, [](int64_t i) { return 3 + i % 5; }, "async broadcast");
+}
+
+// Rank 0 blocks on one communicator while its peers wait for its transfer on
+// another: waiting must advance both, or neither completes.
+void progress_across_communicators(Communicator& world) {
+  std::unique_ptr<Communicator> a = world.split(0, world.rank(), "a");
+  std::unique_ptr<Communicator> b = world.split(0, world.rank(), "b");
+  Allocator alloc;
+  const int n = world.size(), r = world.rank();
+  Tensor t = make(1000, DType::kF32, alloc);
+  fill(t, [r](int64_t i) { return r + 1 + i % 5; });
+  // The others start later, so rank 0's start cannot complete the agreement
+  // (and issue its transfer) by itself.
+  if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WorkHandle w = b->all_reduce_async(t, ReduceOp::kSum);
+  if (r == 0) {
+    a->barrier();
+    w->wait();
+  } else {
+    w->wait();
+    a->barrier();
+  }
+  expect_values(t, reduced(n, ReduceOp::kSum), "all_reduce on b while waiting on a");
 }
 
 void stats_after_known_sequence(Communicator& world) {

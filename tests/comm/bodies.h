@@ -90,6 +90,7 @@ void check_send_recv_ring(Communicator& c, int64_t n, DType dtype);
 void collectives_small(Communicator& world);
 void collectives_large(Communicator& world, DType dtype);
 void async_out_of_order(Communicator& world);
+void progress_across_communicators(Communicator& world);
 void stats_after_known_sequence(Communicator& world);
 void ring_keeps_last_64(Communicator& world);
 

@@ -36,6 +36,9 @@ TEST_P(Collectives, LargeF64AllGroups) {
 TEST_P(Collectives, AsyncStartedTogetherWaitedInReverse) {
   KIRI_RUN_RANKS(GetParam(), async_out_of_order);
 }
+TEST_P(Collectives, WaitingOnOneCommunicatorAdvancesTheOthers) {
+  KIRI_RUN_RANKS(GetParam(), progress_across_communicators);
+}
 TEST_P(Collectives, StatsCountTheAlgorithmsBytes) {
   KIRI_RUN_RANKS(GetParam(), stats_after_known_sequence);
 }

@@ -110,7 +110,9 @@ class Communicator {
   void recv(Tensor& t, int peer, int tag) { recv_async(t, peer, tag)->wait(); }
   void barrier() { barrier_async()->wait(); }
 
-  // Tests every outstanding request of this communicator once.
+  // Tests every outstanding request of this communicator once. (The MPI
+  // backend advances every communicator of the process, as MPI's own progress
+  // engine does; wait() does the same while it polls.)
   virtual void progress() = 0;
   // A sub-group of the ranks with the same color, ordered by key (MPI_Comm_split).
   // Collective over this communicator; a negative color joins no group (nullptr).

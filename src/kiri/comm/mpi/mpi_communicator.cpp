@@ -70,10 +70,9 @@ class MpiCommunicator final : public Communicator {
     return p2p(OpKind::kRecv, t, peer, tag);
   }
 
-  void progress() override {
-    core_->advance();  // errors stay with their works
-    MpiCore::service_all();
-  }
+  // Errors stay with their works. Advances the process's other communicators
+  // too (see MpiCore::progress_all).
+  void progress() override { MpiCore::progress_all(); }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
   const Options& options() const override { return core_->options; }

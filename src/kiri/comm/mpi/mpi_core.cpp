@@ -62,9 +62,9 @@ bool MpiWork::poll() {
 void MpiWork::idle(Clock::time_point until) {
   // MPI moves data only inside MPI calls: poll often at first, then back
   // off so that oversubscribed ranks leave each other the cores.
+  MpiCore::progress_all();
   const Clock::time_point now = Clock::now();
   if (idle_polls_++ == 0) idle_since_ = now;
-  if (idle_polls_ % 32 == 0) MpiCore::service_all();
   const auto waited = now - idle_since_;
   if (waited < 1ms)
     std::this_thread::yield();

@@ -82,9 +82,12 @@ class MpiCore {
   // After a timeout: gathers the other ranks' rings over `diag` for up to the
   // grace period. Returns true if w completed meanwhile; else raises kCommTimeout.
   bool diagnose(MpiWork& w, double waited_s);
-  // Answers other ranks' diagnosis requests, on this communicator / on all.
+  // Answers other ranks' diagnosis requests on this communicator.
   void service();
-  static void service_all();
+  // advance() on every live communicator of the process, as MPI's own progress
+  // engine would: a rank blocked on one communicator must still start the
+  // agreed transfers of the others, which their other ranks may be waiting for.
+  static void progress_all();
   // A blocking wait for a split's agreement, then MPI_Comm_split on `check`.
   MPI_Comm split(int color, int key);
 

@@ -25,7 +25,7 @@ std::string& activity() {
   return a;
 }
 
-// Live cores, so that a rank blocked on one communicator answers on all.
+// Live cores, so that a rank blocked on one communicator advances and answers on all.
 std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
@@ -98,9 +98,9 @@ void MpiCore::service() {
   });
 }
 
-void MpiCore::service_all() {
+void MpiCore::progress_all() {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  for (MpiCore* c : registry()) c->service();
+  for (MpiCore* c : registry()) c->advance();
 }
 
 void MpiCore::register_core(bool add) {
@@ -147,7 +147,7 @@ bool MpiCore::diagnose(MpiWork& w, double waited_s) {
         reports[p] = decode(replies[p]);
         --pending;
       }
-      service_all();  // others may be diagnosing at the same time
+      progress_all();  // and answer others who diagnose at the same time
       if ((completed = w.test())) break;
       std::this_thread::sleep_for(200us);
     }
