@@ -1,6 +1,8 @@
-#include "ddp_bodies.h"
+#include "ddp/ddp_bodies.h"
 
 #include <gtest/gtest.h>
+
+#include <omp.h>
 
 #include <cmath>
 
@@ -37,6 +39,7 @@ RunConfig ddp_config(int dp, int64_t micro_batch, int grad_accum, double bucket_
 }  // namespace
 
 void ddp_equivalence(comm::Communicator& world, DdpCase k) {
+  omp_set_num_threads(1);  // ranks share the cores
   const int n = world.size();
   // The reference: one process, a micro-batch as large as the global batch.
   RunConfig ref_cfg = ddp_config(1, 2 * n * k.grad_accum, 1, 25);
@@ -61,6 +64,7 @@ void ddp_equivalence(comm::Communicator& world, DdpCase k) {
 }
 
 void ddp_bytes_match_formula(comm::Communicator& world) {
+  omp_set_num_threads(1);
   const int n = world.size();
   RunConfig cfg = ddp_config(n, 2, 1, 0.05);
   Trainer t(cfg, world);
