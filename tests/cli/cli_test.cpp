@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "kiri/cli/commands.h"
 #include "kiri/cli/config_schema.h"
 
 namespace {
@@ -19,8 +21,8 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result kiri(const std::string& args) {
-  const std::string cmd = std::string("OMP_NUM_THREADS=1 ") + KIRI_BINARY + " " + args + " 2>&1";
+Result kiri(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " OMP_NUM_THREADS=1 " + KIRI_BINARY + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -117,6 +119,55 @@ TEST(Cli, TrainEvalSampleEndToEnd) {
   r = kiri("sample " + dir + "/ck --prompt Ishmael --tokens 5 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Ishmael"), std::string::npos) << r.output;
+}
+
+// A short DDP run on 2 MPI ranks with a failure injected on rank 1.
+Result launch_with_fault(const std::string& fault, const std::string& dir) {
+  return kiri(
+      "launch -n 2 -- train --set data.tokenizer=byte --set model.n_layer=1"
+      " --set model.n_embd=32 --set model.block_size=32 --set train.seq_len=32"
+      " --set train.micro_batch=2 --set train.steps=20 --set parallel.dp=2"
+      " --set parallel.timeout_s=4 --set checkpoint.dir=" +
+          dir +
+          "/ck"
+          " --set checkpoint.every=2 --set log.metrics=" +
+          dir + "/m.jsonl",
+      "KIRI_FAULT=" + fault + " ASAN_OPTIONS=detect_leaks=0");
+}
+
+TEST(Cli, AKilledRankStopsTheJobAndIsNamed) {
+  const std::string dir = temp_dir("kill");
+  const auto start = std::chrono::steady_clock::now();
+  Result r = launch_with_fault("kill:1:5", dir);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+  EXPECT_LT(s, 60) << r.output;
+  // The last complete checkpoint is intact.
+  Result e = kiri("eval " + dir + "/ck");
+  EXPECT_EQ(e.code, 0) << e.output;
+}
+
+TEST(Cli, AHungRankIsNamedAfterTheTimeout) {
+  const std::string dir = temp_dir("hang");
+  const auto start = std::chrono::steady_clock::now();
+  Result r = launch_with_fault("hang:1:5", dir);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("did not complete within 4.00 s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 is missing"), std::string::npos) << r.output;
+  EXPECT_LT(s, 60) << r.output;
+}
+
+TEST(Cli, LaunchBuildsTheMpirunCommand) {
+  std::vector<std::string> argv = kiri::cli::launch_argv(
+      {"-n", "4", "--hostfile", "hosts", "--threads", "3", "--", "train", "x.json"});
+  std::string line;
+  for (auto& a : argv) line += a + " ";
+  EXPECT_NE(line.find("mpirun -n 4 --hostfile hosts"), std::string::npos) << line;
+  EXPECT_NE(line.find("OMP_NUM_THREADS=3"), std::string::npos) << line;
+  EXPECT_NE(line.find(" train x.json"), std::string::npos) << line;
+  EXPECT_THROW(kiri::cli::launch_argv({"-n", "2"}), kiri::Error);
 }
 
 }  // namespace

@@ -19,6 +19,9 @@ namespace {
 // kiri launch -n N -- bench --ddp: one JSON line from rank 0.
 int ddp_bench(const Args& a) {
   World world = make_world();
+  comm::Options o = world.comm->options();
+  o.check_collectives = !a.flag("no-check");
+  world.comm->set_options(o);
   train::BenchSpec spec = train::bench_preset(a.get("config").value_or("tiny"));
   spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
   spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
@@ -35,7 +38,8 @@ int ddp_bench(const Args& a) {
                         {"allreduce_s", r.allreduce_s},
                         {"hidden_fraction", r.hidden_fraction},
                         {"naive_step_s", r.naive_step_s},
-                        {"naive_tokens_per_s", r.naive_tokens_per_s}};
+                        {"naive_tokens_per_s", r.naive_tokens_per_s},
+                        {"check_collectives", o.check_collectives}};
     std::cout << j.dump() << std::endl;
   }
   return 0;
@@ -43,7 +47,8 @@ int ddp_bench(const Args& a) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args a(argv, {"config", "threads", "steps", "warmup"}, {"ddp"}, {"config", "threads"});
+  Args a(argv, {"config", "threads", "steps", "warmup"}, {"ddp", "no-check"},
+         {"config", "threads"});
   if (a.flag("ddp")) return ddp_bench(a);
   std::vector<std::string> configs = a.all("config");
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};

@@ -123,6 +123,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri eval takes one CKPT_DIR");
   train::RunConfig cfg = checkpoint_config(a.positional()[0]);
   cfg.log.metrics.clear();
+  // A checkpoint holds the full model whatever layout wrote it: evaluate on one process.
+  cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
   train::Trainer trainer(cfg, "");
   trainer.load_checkpoint(a.positional()[0]);
   const double loss = trainer.evaluate(a.get_int("batches", cfg.train.eval_batches));

@@ -1,8 +1,11 @@
 #include "kiri/train/trainer.h"
 
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -206,6 +209,24 @@ double Trainer::evaluate(int64_t n_batches) {
   return sums.data<double>()[0] / sums.data<double>()[1];
 }
 
+namespace {
+// Failure injection for the tests of failure handling: KIRI_FAULT=kill:R:S
+// (rank R dies by SIGKILL before step S) or hang:R:S (rank R stops
+// communicating before step S, as a rank stuck in a loop would).
+void inject_fault(int rank, int64_t step) {
+  const char* spec = std::getenv("KIRI_FAULT");
+  if (!spec || !*spec) return;
+  char kind[16] = {0};
+  int r = -1;
+  long long s = -1;
+  if (std::sscanf(spec, "%15[a-z]:%d:%lld", kind, &r, &s) != 3 || r != rank || s != step) return;
+  log::warn("KIRI_FAULT: injecting '", kind, "' on rank ", rank, " before step ", step + 1);
+  if (std::string(kind) == "kill") std::raise(SIGKILL);
+  if (std::string(kind) == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+}  // namespace
+
 void Trainer::run() {
   const TrainConfig& t = cfg_.train;
   const bool rank0 = is_rank0();
@@ -224,6 +245,7 @@ void Trainer::run() {
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   std::vector<double> xs, losses, val_x, val_losses;
   while (step_ < t.steps) {
+    inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
     const bool last = step_ == t.steps;
     if ((t.eval_every > 0 && step_ % t.eval_every == 0) || last) {
