@@ -10,13 +10,15 @@ bool same_op(const Signature& a, const Signature& b) {
 }
 
 std::string describe(const Signature& s) {
-  if (s.kind == kSplitKind) return str("split #", s.seq);
+  // Built on every call: plain concatenation, no stream.
+  const std::string seq = " #" + std::to_string(s.seq);
+  if (s.kind == kSplitKind) return "split" + seq;
   const auto kind = static_cast<OpKind>(s.kind);
-  std::string text = str(op_kind_name(kind), " #", s.seq);
+  std::string text = op_kind_name(kind) + seq;
   if (kind == OpKind::kBarrier) return text;
-  text += str(" (", s.count, " x ", dtype_name(static_cast<DType>(s.dtype)));
-  if (s.op >= 0) text += str(", ", reduce_op_name(static_cast<ReduceOp>(s.op)));
-  if (kind == OpKind::kBroadcast) text += str(", root ", s.root);
+  text += " (" + std::to_string(s.count) + " x " + dtype_name(static_cast<DType>(s.dtype));
+  if (s.op >= 0) text += std::string(", ") + reduce_op_name(static_cast<ReduceOp>(s.op));
+  if (kind == OpKind::kBroadcast) text += ", root " + std::to_string(s.root);
   return text + ")";
 }
 

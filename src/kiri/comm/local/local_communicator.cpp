@@ -239,7 +239,6 @@ std::shared_ptr<LocalCollectiveWork> LocalCommunicator::collective(Signature sig
     s.sigs[info_.rank] = sig;
     s.in[info_.rank] = in;
     s.out[info_.rank] = out;
-    s.arrived[info_.rank] = true;
     ++s.count;
     group_->changed();
   }

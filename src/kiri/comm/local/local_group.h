@@ -43,10 +43,9 @@ class LocalGroup;
 
 // One collective (or split) in flight, by group rank.
 struct LocalSlot {
-  explicit LocalSlot(int n) : sigs(n), in(n), out(n), arrived(n, false) {}
+  explicit LocalSlot(int n) : sigs(n), in(n), out(n) {}
   std::vector<Signature> sigs;
   std::vector<Tensor> in, out;
-  std::vector<bool> arrived;
   int count = 0;
   bool claimed = false, done = false;
   std::string error;  // kCommMismatch message

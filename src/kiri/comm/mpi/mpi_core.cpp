@@ -66,6 +66,8 @@ void MpiWork::idle(Clock::time_point until) {
   const Clock::time_point now = Clock::now();
   if (idle_polls_++ == 0) idle_since_ = now;
   const auto waited = now - idle_since_;
+  if (waited < 20us)  // small messages complete here, at MPI's own latency
+    return;
   if (waited < 1ms)
     std::this_thread::yield();
   else
@@ -79,7 +81,7 @@ void MpiWork::timed_out(double waited_s) {
 }
 
 void MpiWork::set_waiting(bool waiting) {
-  set_mpi_activity(waiting && core ? str("waiting in ", what, " on ", core->info.name) : "");
+  set_mpi_waiting(waiting && core ? this : nullptr);
 }
 
 MpiCore::MpiCore(MpiComm c, std::string name, const Options& o) : options(o), comm(std::move(c)) {
@@ -130,9 +132,12 @@ void MpiCore::abandon() {
   const int left = static_cast<int>(collectives_.size() + p2p_.size());
   if (left == 0) return;
   // MPI may still touch their buffers: the works stay alive for good.
-  for (auto& w : collectives_) graveyard().push_back(w);
-  for (auto& w : p2p_) graveyard().push_back(w);
-  for (auto& w : graveyard()) w->core = nullptr;
+  auto keep = [](const std::shared_ptr<MpiWork>& w) {
+    w->core = nullptr;
+    graveyard().push_back(w);
+  };
+  std::for_each(collectives_.begin(), collectives_.end(), keep);
+  std::for_each(p2p_.begin(), p2p_.end(), keep);
   note_abandoned(left);
   log::warn("communicator ", info.name, " destroyed with ", left,
             " operation(s) outstanding; MPI_Finalize will be skipped");
@@ -142,7 +147,7 @@ void MpiCore::submit(const std::shared_ptr<MpiWork>& w, bool collective) {
   if (!collective) {
     const int rc = w->issue(&w->req);
     if (rc != MPI_SUCCESS) {
-      mpi_check(rc, op_kind_name(w->kind()), str(w->what, " ", info.where()));
+      check_rc(rc, op_kind_name(w->kind()), *w);
     }
     w->phase = MpiWork::Phase::kRunning;
     p2p_.push_back(w);
@@ -152,13 +157,17 @@ void MpiCore::submit(const std::shared_ptr<MpiWork>& w, bool collective) {
   if (options.check_collectives || w->sig.kind == kSplitKind) {
     w->sigs.resize(info.size);
     const int bytes = static_cast<int>(sizeof(Signature));
-    mpi_check(MPI_Iallgather(&w->sig, bytes, MPI_BYTE, w->sigs.data(), bytes, MPI_BYTE, check.get(),
-                             &w->sig_req),
-              "MPI_Iallgather", str("agreeing on ", w->what, " ", info.where()));
+    check_rc(MPI_Iallgather(&w->sig, bytes, MPI_BYTE, w->sigs.data(), bytes, MPI_BYTE, check.get(),
+                            &w->sig_req),
+             "MPI_Iallgather (agreement)", *w);
     w->phase = MpiWork::Phase::kAgree;
   }
   collectives_.push_back(w);
   advance();
+}
+
+void MpiCore::check_rc(int rc, const char* call, const MpiWork& w) const {
+  if (rc != MPI_SUCCESS) mpi_check(rc, call, str(w.what, " ", info.where()));  // text only then
 }
 
 void MpiCore::fail(MpiWork& w, std::exception_ptr e) {
@@ -172,8 +181,7 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
   MPI_Status status;
   try {
     if (w.phase == Phase::kAgree) {
-      mpi_check(MPI_Test(&w.sig_req, &flag, MPI_STATUS_IGNORE), "MPI_Test",
-                str("agreeing on ", w.what, " ", info.where()));
+      check_rc(MPI_Test(&w.sig_req, &flag, MPI_STATUS_IGNORE), "MPI_Test (agreement)", w);
       if (flag) {
         const std::string mismatch = mismatch_message(info, w.sigs);
         if (!mismatch.empty())
@@ -183,13 +191,12 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
       }
     }
     if (w.phase == Phase::kAgreed && in_order) {
-      if (w.issue)
-        mpi_check(w.issue(&w.req), op_kind_name(w.kind()), str(w.what, " ", info.where()));
+      if (w.issue) check_rc(w.issue(&w.req), op_kind_name(w.kind()), w);
       w.phase = w.issue ? Phase::kRunning : Phase::kDone;
     }
     if (w.phase == Phase::kAgree || w.phase == Phase::kAgreed) in_order = false;
     if (w.phase == Phase::kRunning) {
-      mpi_check(MPI_Test(&w.req, &flag, &status), "MPI_Test", str(w.what, " ", info.where()));
+      check_rc(MPI_Test(&w.req, &flag, &status), "MPI_Test", w);
       if (!flag) return;
       if (w.recv_count >= 0) {
         int got = 0;

@@ -105,6 +105,7 @@ class MpiCore {
   };
   void step(MpiWork& w, bool& in_order);
   void fail(MpiWork& w, std::exception_ptr e);
+  void check_rc(int rc, const char* call, const MpiWork& w) const;
   void post_listen();
   void send_reply(int to, int32_t round);
   void send_request(int to, int32_t round);
@@ -120,7 +121,8 @@ class MpiCore {
   std::deque<std::unique_ptr<PendingSend>> sends_;
 };
 
-// What this process is blocked in, for answers to diagnosis requests.
-void set_mpi_activity(const std::string& activity);
+// The work this process is blocked in (null: none), for answers to
+// diagnosis requests; described only when asked, so waiting stays cheap.
+void set_mpi_waiting(const MpiWork* work);
 
 }  // namespace kiri::comm::detail

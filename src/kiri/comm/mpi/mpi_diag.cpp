@@ -20,9 +20,14 @@ using namespace std::chrono_literals;
 constexpr int kRequestTag = 1;
 constexpr int kReplyTag = 2;
 
-std::string& activity() {
-  static std::string a;
-  return a;
+const MpiWork*& waiting_in() {
+  static const MpiWork* w = nullptr;
+  return w;
+}
+
+std::string activity() {
+  const MpiWork* w = waiting_in();
+  return w && w->core ? str("waiting in ", w->what, " on ", w->core->info.name) : "";
 }
 
 // Live cores, so that a rank blocked on one communicator advances and answers on all.
@@ -49,8 +54,8 @@ RankReport decode(const DiagReply& reply) {
 
 }  // namespace
 
-void set_mpi_activity(const std::string& a) {
-  activity() = a;
+void set_mpi_waiting(const MpiWork* work) {
+  waiting_in() = work;
 }
 
 void MpiCore::post_listen() {
@@ -62,9 +67,8 @@ void MpiCore::post_listen() {
 void MpiCore::send_reply(int to, int32_t round) {
   auto s = std::make_unique<PendingSend>();
   s->reply.round = round;
-  const std::string& a = activity().empty()
-                             ? std::string("inside progress() or test(), not blocked in wait()")
-                             : activity();
+  std::string a = activity();
+  if (a.empty()) a = "inside progress() or test(), not blocked in wait()";
   std::strncpy(s->reply.activity, a.c_str(), sizeof s->reply.activity - 1);
   const std::vector<OpRecord> ring = book->recent();
   s->reply.count = static_cast<int32_t>(ring.size());
