@@ -30,8 +30,8 @@ class SelfCommunicator : public Communicator {
     return record(OpKind::kReduceScatter, in.nbytes(), -1);
   }
   WorkHandle all_gather_async(const Tensor& in, Tensor& out) override {
-    KIRI_CHECK(in.numel() == out.numel(), "all_gather on ", name_, " of 1 rank: input ",
-               in.numel(), " and output ", out.numel(), " elements differ");
+    KIRI_CHECK(in.numel() == out.numel(), "all_gather on ", name_, " of 1 rank: input ", in.numel(),
+               " and output ", out.numel(), " elements differ");
     out.copy_from(in);
     return record(OpKind::kAllGather, in.nbytes(), -1);
   }
