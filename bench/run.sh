@@ -43,4 +43,22 @@ for spec in "tiny 4 256 4 128 8" "gpt2-124M 12 768 12 64 4"; do
   done
 done
 
+# Data parallel: tiny on 1 and 2 ranks x 1 thread, kiri (MPI) and PyTorch DDP (gloo).
+if [ "${BENCH_DDP:-1}" = 1 ]; then
+  echo "bench: DDP, kiri 1 and 2 ranks" >&2
+  OMP_NUM_THREADS=1 "$build/kiri" bench --ddp --config tiny --steps "$steps" >> "$out/results.jsonl"
+  "$build/kiri" launch -n 2 --threads 1 -- bench --ddp --config tiny --steps "$steps" \
+    2>/dev/null | grep '^{' >> "$out/results.jsonl"
+  if [ $torch_ok = 1 ]; then
+    for n in 1 2; do
+      echo "bench: DDP, PyTorch $n rank(s)" >&2
+      (cd "$out" && /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=$n \
+        --redirects 2 --tee 2 "$root/bench/torch_gpt2.py" --ddp --n-layer 4 --n-embd 256 \
+        --n-head 4 --vocab 50257 --seq-len 128 --batch 8 --threads 1 --steps "$steps" \
+        --warmup-steps 2 2>/dev/null | grep '^{' | sed 's/^/{"config": "tiny", /; s/^{"config": "tiny", {/{"config": "tiny", /' \
+        >> "$out/results.jsonl")
+    done
+  fi
+fi
+
 python3 "$root/bench/table.py" "$out/results.jsonl"
