@@ -94,6 +94,13 @@ void progress_across_communicators(Communicator& world);
 void stats_after_known_sequence(Communicator& world);
 void ring_keeps_last_64(Communicator& world);
 
+// The ring all-reduce (ring_bodies.cpp): options that send every F32/F64
+// all_reduce through it, in messages of piece_bytes.
+Options ring_options(int64_t piece_bytes);
+void ring_all_reduce_sizes(Communicator& world);
+void ring_bitwise_same_everywhere(Communicator& world);
+void ring_many_in_flight(Communicator& world);
+
 // Failures (failure_bodies.cpp).
 void shape_mismatch(Communicator& world);
 void skipped_collective(Communicator& world);

@@ -46,6 +46,25 @@ TEST_P(Collectives, RingKeepsTheLast64Ops) {
   KIRI_RUN_RANKS(GetParam(), ring_keeps_last_64);
 }
 
+// Pieces of 4 KiB (many messages per step) and of 1 GiB (one per step).
+class Ring : public ::testing::TestWithParam<int> {};
+
+TEST_P(Ring, AllSizesDtypesOpsGroupsInSmallPieces) {
+  KIRI_RUN_RANKS(GetParam(), ring_all_reduce_sizes, ring_options(4096));
+}
+TEST_P(Ring, AllSizesDtypesOpsGroupsInOnePiece) {
+  KIRI_RUN_RANKS(GetParam(), ring_all_reduce_sizes, ring_options(int64_t{1} << 30));
+}
+TEST_P(Ring, BitwiseTheSameOnEveryRank) {
+  KIRI_RUN_RANKS(GetParam(), ring_bitwise_same_everywhere, ring_options(4096));
+}
+TEST_P(Ring, ManyInFlightWaitedInReverse) {
+  KIRI_RUN_RANKS(GetParam(), ring_many_in_flight, ring_options(512));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Ring, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 

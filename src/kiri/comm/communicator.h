@@ -49,6 +49,11 @@ struct Options {
   // After a timeout, how long to collect the other ranks' recent operations
   // for the diagnosis (ranks that do not answer within it are named missing).
   std::chrono::milliseconds diagnosis_grace{std::chrono::seconds(2)};
+  // MPI backend: F32/F64 all_reduce of at least this many bytes runs kiri's
+  // ring over point-to-point (comm/mpi/mpi_ring.h) instead of MPI_Iallreduce.
+  int64_t ring_all_reduce_bytes = int64_t{1} << 20;
+  // ... whose chunks travel as messages of at most this many bytes.
+  int64_t ring_piece_bytes = int64_t{1} << 30;
 };
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kiri/comm/mpi/mpi_core.h"
+#include "kiri/comm/mpi/mpi_ring.h"
 #include "kiri/comm/mpi/mpi_runtime.h"
 
 namespace kiri::comm {
@@ -100,6 +101,10 @@ class MpiCommunicator final : public Communicator {
     return w;
   }
   WorkHandle p2p(OpKind kind, const Tensor& t, int peer, int tag);
+  bool use_ring(const Tensor& t) const {
+    return size() > 1 && (t.dtype() == DType::kF32 || t.dtype() == DType::kF64) &&
+           static_cast<int64_t>(t.nbytes()) >= core_->options.ring_all_reduce_bytes;
+  }
 
   std::unique_ptr<MpiCore> core_;
 };
@@ -112,10 +117,28 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   auto w = collective(sig, static_cast<int64_t>(t.nbytes()), -1);
   w->keep = {t};
   void* buf = t.numel() ? t.raw() : nullptr;
-  MPI_Comm c = core_->comm.get();
-  w->issue = [=](MPI_Request* r) {
-    return MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mop, c, r);
-  };
+  if (use_ring(t)) {
+    // The seq tells apart ring all-reduces in flight at once, whose steps
+    // may be posted in different orders on different ranks.
+    const int tag = static_cast<int>(w->seq % (static_cast<uint64_t>(core_->max_tag) + 1));
+    auto ring = std::make_shared<RingAllReduce>(buf, t.numel(), t.dtype(), op, core_->ring.get(),
+                                                tag, core_->options.ring_piece_bytes);
+    MpiWork* raw = w.get();
+    const MpiCore* core = core_.get();
+    w->issue = [ring](MPI_Request*) { return ring->start(); };
+    w->drive = [ring, raw, core] {
+      int rc = MPI_SUCCESS;
+      const char* call = "";
+      const bool done = ring->advance(rc, call);
+      if (rc != MPI_SUCCESS) mpi_check(rc, call, str(raw->what, " ", core->info.where()));
+      return done;
+    };
+  } else {
+    MPI_Comm c = core_->comm.get();
+    w->issue = [=](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mop, c, r);
+    };
+  }
   if (op == ReduceOp::kAvg) w->finish = [t, n = size()] { divide(t, n); };
   return submit(w);
 }

@@ -92,6 +92,7 @@ MpiCore::MpiCore(MpiComm c, std::string name, const Options& o) : options(o), co
   info = GroupInfo{std::move(name), rank, size, world_ranks_of(comm.get(), size)};
   check = dup(comm.get(), info.name);
   diag = dup(comm.get(), info.name);
+  ring = dup(comm.get(), info.name);
   int* tag_ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(comm.get(), MPI_TAG_UB, &tag_ub, &flag);
@@ -195,6 +196,11 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
       w.phase = w.issue ? Phase::kRunning : Phase::kDone;
     }
     if (w.phase == Phase::kAgree || w.phase == Phase::kAgreed) in_order = false;
+    if (w.phase == Phase::kRunning && w.drive) {
+      if (!w.drive()) return;
+      if (w.finish) w.finish();
+      w.phase = Phase::kDone;
+    }
     if (w.phase == Phase::kRunning) {
       check_rc(MPI_Test(&w.req, &flag, &status), "MPI_Test", w);
       if (!flag) return;

@@ -3,7 +3,8 @@
 // MPI communicators: `comm` moves the data, `check` carries the agreement
 // (an MPI_Iallgather of each collective's Signature) and split, `diag`
 // carries hang diagnoses. A collective is a small state machine advanced by
-// polling: agree -> (agreed) -> running -> done. Data transfers start in seq
+// polling: agree -> (agreed) -> running -> done. A fourth, `ring`, carries
+// kiri's own point-to-point all-reduce (mpi_ring.h). Data transfers start in seq
 // order, because MPI matches collectives on a communicator by issue order.
 #include <deque>
 #include <exception>
@@ -30,9 +31,12 @@ class MpiWork final : public PollingWork {
   std::vector<Signature> sigs;             // the agreement's receive buffer
   std::function<int(MPI_Request*)> issue;  // starts the transfer; null: nothing to move
   std::function<void()> finish;            // after the transfer (avg divides, scratch copies)
-  std::vector<Tensor> keep;                // storage MPI may touch stays alive
-  std::vector<int> counts, displs;         // v-collective arguments live as long as the request
-  std::vector<char> scratch;               // when input and output overlap
+  // A transfer kiri drives itself (the ring all-reduce) instead of one MPI
+  // request: tests once, raises on failure, true when done.
+  std::function<bool()> drive;
+  std::vector<Tensor> keep;         // storage MPI may touch stays alive
+  std::vector<int> counts, displs;  // v-collective arguments live as long as the request
+  std::vector<char> scratch;        // when input and output overlap
   MPI_Datatype recv_type = MPI_DATATYPE_NULL;
   int recv_count = -1;      // recv: the count that must arrive
   int peer = -1, tag = -1;  // send/recv
@@ -95,6 +99,7 @@ class MpiCore {
   Options options;
   std::shared_ptr<OpBook> book = std::make_shared<OpBook>();
   MpiComm comm, check, diag;
+  MpiComm ring;  // kiri's own point-to-point collectives: never matches user sends
   int max_tag = 32767;
 
  private:

@@ -1,0 +1,65 @@
+#pragma once
+// kiri's own ring all-reduce over non-blocking point-to-point, for large
+// F32/F64 tensors. Open MPI's libnbc MPI_Iallreduce advances one round per
+// poll through its own pipeline and is ~2.5x slower than the blocking call
+// here (docs/comm.md); large point-to-point messages between processes of
+// one node take the single-copy (CMA) path instead. Reduce-scatter then
+// all-gather over the group's ring, 2(N-1) steps of one chunk_range chunk
+// each; a step's receive is reduced into the tensor when a poll sees it
+// complete, then the next step is posted. Every chunk is summed in the same
+// ring order on every run, and each reduced chunk is copied (not recomputed)
+// to the other ranks: bitwise the same result everywhere, run after run.
+#include <memory>
+#include <vector>
+
+#include "kiri/comm/mpi/mpi_handles.h"
+
+namespace kiri::comm::detail {
+
+class RingAllReduce {
+ public:
+  // data: count elements of dtype (F32 or F64), reduced in place with op
+  // (kAvg travels as a sum; the caller divides). Messages go over `comm`
+  // with `tag`, which must not be shared with any other operation in flight.
+  // Each chunk travels in messages of at most piece_bytes.
+  RingAllReduce(void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm, int tag,
+                int64_t piece_bytes);
+  ~RingAllReduce();
+  RingAllReduce(const RingAllReduce&) = delete;
+  RingAllReduce& operator=(const RingAllReduce&) = delete;
+
+  // Posts the first step; an MPI error code.
+  int start();
+  // Tests the current step once; reduces and posts the next step when it
+  // completed. True when the whole all-reduce is done. `rc` gets the first
+  // failing MPI call's code and name (the caller raises).
+  bool advance(int& rc, const char*& call);
+  // Whether every posted request completed (no buffer is in MPI's hands).
+  bool idle() const;
+
+ private:
+  int post(int step);
+  std::unique_ptr<char[]> take_scratch(int64_t bytes);
+  void give_back_scratch();
+  void reduce(int64_t begin, int64_t n) const;
+
+  char* data_;
+  int64_t count_;
+  DType dtype_;
+  ReduceOp op_;
+  MPI_Comm comm_;
+  int tag_, rank_ = 0, size_ = 1;
+  int64_t piece_;  // elements per message
+  int step_ = -1;  // the step in flight; 2(N-1): done
+  // A reduce-scatter step's incoming chunk; left uninitialised (the largest
+  // chunk, allocated once).
+  std::unique_ptr<char[]> scratch_;
+  int64_t scratch_elems_ = 0, scratch_bytes_ = 0;
+  // The pieces of the step in flight: receive and send requests, and which
+  // received pieces are reduced already.
+  std::vector<MPI_Request> recvs_, sends_;
+  std::vector<char> reduced_;
+  int64_t recv_begin_ = 0;  // element offset of the incoming chunk
+};
+
+}  // namespace kiri::comm::detail

@@ -1,0 +1,69 @@
+// The MPI backend's ring all-reduce (comm/mpi/mpi_ring.h), run with options
+// that send every F32/F64 all_reduce through it in small pieces; the local
+// backend ignores them, so the same bodies also check the threads.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "bodies.h"
+#include "harness.h"
+
+namespace kiri::comm::testing {
+
+Options ring_options(int64_t piece_bytes) {
+  Options o = test_options();
+  o.ring_all_reduce_bytes = 0;
+  o.ring_piece_bytes = piece_bytes;
+  return o;
+}
+
+// Sizes no group size divides, smaller than the group, 0, and large.
+void ring_all_reduce_sizes(Communicator& world) {
+  Groups g = make_groups(world);
+  for (Communicator* c : g.all)
+    for (int64_t n :
+         {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{1001}, large_size()})
+      for (DType d : {DType::kF32, DType::kF64})
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax})
+          check_all_reduce(*c, n, d, op);
+}
+
+// Values whose sum depends on the order of the additions: every rank must
+// still hold the same bits (each chunk is reduced once, then copied).
+void ring_bitwise_same_everywhere(Communicator& world) {
+  Allocator a;
+  const int64_t n = 100003;
+  const int r = world.rank();
+  Tensor t = make(n, DType::kF32, a), root = make(n, DType::kF32, a);
+  fill(t, [r](int64_t i) { return 0.1 * (r + 1) + 1e-7 * static_cast<double>(i % 977) / 3.0; });
+  world.all_reduce(t, ReduceOp::kSum);
+  std::memcpy(root.raw(), t.raw(), t.nbytes());
+  world.broadcast(root, 0);
+  EXPECT_EQ(std::memcmp(root.raw(), t.raw(), t.nbytes()), 0) << "rank " << r;
+}
+
+// Several ring all-reduces in flight at once, waited in reverse: their
+// messages must not match each other's.
+void ring_many_in_flight(Communicator& world) {
+  Allocator a;
+  const int r = world.rank();
+  std::vector<Tensor> ts;
+  std::vector<WorkHandle> works;
+  for (int k = 0; k < 6; ++k) {
+    ts.push_back(make(1000 + 37 * k, k % 2 ? DType::kF64 : DType::kF32, a));
+    fill(ts.back(), [r](int64_t i) { return r + 1 + i % 5; });
+    works.push_back(world.all_reduce_async(ts.back(), k % 3 ? ReduceOp::kSum : ReduceOp::kMax));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  for (int k = 0; k < 6; ++k) {
+    const double s = world.size();
+    if (k % 3)
+      expect_values(
+          ts[k], [s](int64_t i) { return s * (s + 1) / 2 + s * (i % 5); }, "ring sum in flight");
+    else
+      expect_values(
+          ts[k], [s](int64_t i) { return s + i % 5; }, "ring max in flight");
+  }
+}
+
+}  // namespace kiri::comm::testing
