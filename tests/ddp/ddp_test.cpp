@@ -32,7 +32,9 @@ TEST(Ddp, AccumulationOnFourRanks) {
 TEST(Ddp, CountedBytesMatchTheGradientBytes) {
   KIRI_RUN_RANKS(2, ddp_bytes_match_formula);
 }
-TEST(Ddp, CountedBytesMatchOnFourRanks) { KIRI_RUN_RANKS(4, ddp_bytes_match_formula); }
+TEST(Ddp, CountedBytesMatchOnFourRanks) {
+  KIRI_RUN_RANKS(4, ddp_bytes_match_formula);
+}
 
 }  // namespace
 }  // namespace kiri::train

@@ -19,12 +19,12 @@ namespace kiri::ckpt {
 // "step_00000100": the step zero-padded to 8 digits (more when larger).
 std::string step_dir_name(int64_t step);
 
-// Creates root (if needed) and a fresh root/.step_XXXXXXXX.tmp/ (removing a
+// Creates root (if needed) and a fresh root/.step_NNNNNNNN.tmp/ (removing a
 // stale one left by a crash) and returns its path; write the files there.
 std::string begin_checkpoint(const std::string& root, int64_t step);
 
 // Makes the checkpoint begun for `step` durable and current: fsyncs its
-// files, renames it to root/step_XXXXXXXX (replacing an older one of the same
+// files, renames it to root/step_NNNNNNNN (replacing an older one of the same
 // step), fsyncs root and rewrites `latest` atomically. Requires state.json
 // (written last by the trainer) in it. keep_last > 0 then removes all but
 // the keep_last highest-numbered step directories (never the one committed).
@@ -36,7 +36,7 @@ std::string commit_checkpoint(const std::string& root, int64_t step, int keep_la
 // else is a kCheckpoint error naming the path.
 std::string resolve_checkpoint(const std::string& path);
 
-// The steps of the step_XXXXXXXX directories under root, ascending (empty if
+// The steps of the step_NNNNNNNN directories under root, ascending (empty if
 // root does not exist). Temporary directories are not listed.
 std::vector<int64_t> list_checkpoints(const std::string& root);
 
