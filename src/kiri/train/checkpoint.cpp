@@ -53,6 +53,9 @@ std::string Trainer::save_checkpoint() {
                 {"step", step_},
                 {"optimizer_step", optimizer_->step_count()},
                 {"data", {{"position", data_position_}, {"seed", cfg_.train.seed}}},
+                // kiri's random numbers are counter-based: every draw is a function of
+                // (seed, stream, index), so the seed and the data position are the whole state.
+                {"rng", {{"seed", cfg_.train.seed}, {"kind", "counter"}}},
                 {"config", config_json_.empty() ? json() : json::parse(config_json_)}};
   ckpt::write_file_atomic(dir + "/state.json", state.dump(2) + "\n");
   const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
