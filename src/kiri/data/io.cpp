@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -50,7 +51,10 @@ void write_all(int fd, std::string_view bytes, const std::string& path) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
-  const std::string tmp = path + ".tmp";
+  // A name of its own per process and call: ranks or test processes that
+  // prepare the same shards at once must not rename each other's file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = str(path, ".tmp.", ::getpid(), ".", counter++);
   try {
     Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     if (f.fd < 0) KIRI_RAISE(kIo, "cannot create ", tmp, ": ", std::strerror(errno));
