@@ -22,6 +22,13 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// The same with bf16 A and B (raw bit patterns, see float_to_bf16) and fp32
+// accumulation and C, through a cached oneDNN matmul primitive. Groundwork for
+// mixed precision; results are deterministic for a fixed thread count.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
 // ---- Linear (Hugging Face Conv1D layout: weight is [in, out]) --------------
 // out[N,OC] = inp[N,IC] @ weight[IC,OC] + bias[OC]   (bias may be undefined)
 template <typename T>

@@ -1,0 +1,197 @@
+// bf16 GEMM with fp32 accumulation and output, groundwork for mixed precision.
+// oneDNN exposes no bf16 "gemm" call with BLAS semantics in the C++ API that
+// handles every transpose and leading dimension, so this builds a matmul
+// primitive whose memory descriptors carry the transposes as strides. Creating
+// a primitive costs far more than a small GEMM (JIT code generation), hence
+// the LRU cache keyed by everything the primitive bakes in.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <utility>
+
+#include "kiri/base/error.h"
+#include "kiri/kernels/cpu/ops.h"
+
+namespace kiri::kernels {
+namespace {
+
+using dnnl::memory;
+
+// What a primitive depends on. alpha is passed at run time (runtime output
+// scales), so only whether it is applied matters; beta is the sum post-op's
+// scale, fixed at creation in oneDNN 2.x. oneDNN's OpenMP build decides its
+// thread split at creation, so the thread count is part of the key too.
+struct GemmKey {
+  bool trans_a, trans_b, scaled;
+  int threads;
+  float beta;
+  int64_t M, N, K, lda, ldb, ldc;
+
+  bool operator==(const GemmKey& o) const {
+    return trans_a == o.trans_a && trans_b == o.trans_b && scaled == o.scaled &&
+           threads == o.threads && std::memcmp(&beta, &o.beta, sizeof beta) == 0 && M == o.M &&
+           N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && ldc == o.ldc;
+  }
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {
+    uint32_t beta_bits;
+    std::memcpy(&beta_bits, &k.beta, sizeof beta_bits);
+    uint64_t h = (uint64_t(k.trans_a) << 2) | (uint64_t(k.trans_b) << 1) | uint64_t(k.scaled);
+    for (uint64_t v : {uint64_t(k.threads), uint64_t(beta_bits), uint64_t(k.M), uint64_t(k.N),
+                       uint64_t(k.K), uint64_t(k.lda), uint64_t(k.ldb), uint64_t(k.ldc)})
+      h = (h ^ v) * 0x100000001b3ull + (h >> 29);
+    return static_cast<size_t>(h);
+  }
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Row-major op(X)[rows, cols] stored with leading dimension ld: a transpose
+// swaps the strides instead of moving data.
+memory::desc strided_desc(int64_t rows, int64_t cols, int64_t ld, bool trans,
+                          memory::data_type dt) {
+  const memory::dims strides = trans ? memory::dims{1, ld} : memory::dims{ld, 1};
+  return memory::desc({rows, cols}, dt, strides);
+}
+
+std::shared_ptr<dnnl::matmul> create_primitive(const GemmKey& k) {
+  using dt = memory::data_type;
+  const memory::desc a = strided_desc(k.M, k.K, k.lda, k.trans_a, dt::bf16);
+  const memory::desc b = strided_desc(k.K, k.N, k.ldb, k.trans_b, dt::bf16);
+  const memory::desc c = strided_desc(k.M, k.N, k.ldc, false, dt::f32);
+  dnnl::primitive_attr attr;
+  if (k.scaled) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+  if (k.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(k.beta);  // dst = alpha * A @ B + beta * dst
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  return std::make_shared<dnnl::matmul>(pd);
+}
+
+// A small LRU map of primitives. shared_ptr, so a primitive evicted by one
+// thread stays alive while another thread still executes it (oneDNN allows
+// concurrent execution of one primitive).
+class PrimitiveCache {
+ public:
+  static constexpr size_t kCapacity = 128;
+
+  std::shared_ptr<dnnl::matmul> get(const GemmKey& key) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
+      }
+    }
+    // Created outside the lock: JIT compilation takes milliseconds. Two
+    // threads racing on one key both create; the second insert wins.
+    std::shared_ptr<dnnl::matmul> prim = create_primitive(key);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      order_.erase(it->second);
+      map_.erase(it);
+    }
+    order_.emplace_front(key, prim);
+    map_[key] = order_.begin();
+    if (order_.size() > kCapacity) {
+      map_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return prim;
+  }
+
+ private:
+  using Entry = std::pair<GemmKey, std::shared_ptr<dnnl::matmul>>;
+  std::mutex mutex_;
+  std::list<Entry> order_;  // most recently used first
+  std::unordered_map<GemmKey, std::list<Entry>::iterator, GemmKeyHash> map_;
+};
+
+PrimitiveCache& primitive_cache() {
+  static PrimitiveCache cache;
+  return cache;
+}
+
+void check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  KIRI_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M=", M, " N=", N, " K=", K);
+  const int64_t min_lda = std::max<int64_t>(1, trans_a ? M : K);
+  const int64_t min_ldb = std::max<int64_t>(1, trans_b ? K : N);
+  const int64_t min_ldc = std::max<int64_t>(1, N);
+  KIRI_CHECK(lda >= min_lda && ldb >= min_ldb && ldc >= min_ldc,
+             "gemm_bf16: leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc,
+             " too small for M=", M, " N=", N, " K=", K, " trans_a=", trans_a, " trans_b=", trans_b,
+             " (need >= ", min_lda, ", ", min_ldb, ", ", min_ldc, ")");
+}
+
+// C = beta * C, what BLAS computes when K == 0 (beta == 0 clears NaNs too).
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    float* row = C + i * ldc;
+    if (beta == 0.0f) {
+      std::fill(row, row + N, 0.0f);
+    } else {
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
+}
+
+void execute(const GemmKey& key, float alpha, const uint16_t* A, const uint16_t* B, float* C) {
+  const std::shared_ptr<dnnl::matmul> prim = primitive_cache().get(key);
+  dnnl::engine& eng = cpu_engine();
+  // The descriptors are fully given by strides, so the primitive uses exactly
+  // these (no "any" formats to query). oneDNN takes void* but only reads A, B.
+  using dt = memory::data_type;
+  memory a(strided_desc(key.M, key.K, key.lda, key.trans_a, dt::bf16), eng,
+           const_cast<uint16_t*>(A));
+  memory b(strided_desc(key.K, key.N, key.ldb, key.trans_b, dt::bf16), eng,
+           const_cast<uint16_t*>(B));
+  memory c(strided_desc(key.M, key.N, key.ldc, false, dt::f32), eng, C);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+  if (key.scaled) {
+    const memory::desc scale_md({1}, memory::data_type::f32, memory::format_tag::a);
+    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(scale_md, eng, &alpha));
+  }
+  // One stream per calling thread: a stream must not be used by two threads
+  // at once, and creating one per call would cost an allocation each time.
+  thread_local dnnl::stream stream(eng);
+  prim->execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  const GemmKey key{trans_a, trans_b, alpha != 1.0f, omp_get_max_threads(), beta, M, N, K, lda,
+                    ldb,     ldc};
+  try {
+    execute(key, alpha, A, B, C);
+  } catch (const dnnl::error& e) {
+    KIRI_RAISE(kInternal, "gemm_bf16: oneDNN matmul failed (", e.what(), ", status ",
+               static_cast<int>(e.status), ") for M=", M, " N=", N, " K=", K, " trans_a=", trans_a,
+               " trans_b=", trans_b, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+  }
+}
+
+}  // namespace kiri::kernels
