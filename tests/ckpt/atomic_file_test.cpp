@@ -1,4 +1,4 @@
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
 
 #include "ckpt/test_util.h"
 #include "kiri/base/error.h"
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 #include "kiri/ckpt/safetensors.h"
 
 namespace kiri::ckpt {

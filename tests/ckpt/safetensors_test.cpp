@@ -8,7 +8,7 @@
 
 #include "ckpt/test_util.h"
 #include "kiri/base/error.h"
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 
 namespace kiri::ckpt {
 namespace {

@@ -11,7 +11,7 @@
 #include <system_error>
 
 #include "kiri/base/error.h"
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 
 namespace kiri::ckpt {
 

@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "kiri/base/error.h"
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 
 namespace kiri::ckpt {
 

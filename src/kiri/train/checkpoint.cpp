@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/train/trainer.h"
@@ -57,7 +57,7 @@ std::string Trainer::save_checkpoint() {
                 // (seed, stream, index), so the seed and the data position are the whole state.
                 {"rng", {{"seed", cfg_.train.seed}, {"kind", "counter"}}},
                 {"config", config_json_.empty() ? json() : json::parse(config_json_)}};
-  ckpt::write_file_atomic(dir + "/state.json", state.dump(2) + "\n");
+  write_file_atomic(dir + "/state.json", state.dump(2) + "\n");
   const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
   world_->barrier();
   return done;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
 #include "kiri/train/bitmap_font.h"
 
@@ -340,29 +341,6 @@ void put_chunk(std::string& out, const char type[5], const std::string& data) {
   put_u32(out, static_cast<uint32_t>(::crc32(0L, bytes, static_cast<uInt>(4 + data.size()))));
 }
 
-// Writes `bytes` to path.tmp, flushes it to disk and renames it over `path`,
-// so a reader never sees a half-written plot. Kept local rather than shared
-// with checkpoints: a plot is small and needs no directory fsync.
-void write_atomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp";
-  std::FILE* f = std::fopen(temp.c_str(), "wb");
-  if (f == nullptr) KIRI_RAISE(kIo, "cannot create ", temp, ": ", std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() &&
-                       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) {
-    std::remove(temp.c_str());
-    KIRI_RAISE(kIo, "cannot write ", bytes.size(), " bytes to ", temp, ": ",
-               std::strerror(written ? errno : err));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int rename_err = errno;
-    std::remove(temp.c_str());
-    KIRI_RAISE(kIo, "cannot rename ", temp, " to ", path, ": ", std::strerror(rename_err));
-  }
-}
-
 }  // namespace
 
 uint32_t Image::pixel(int x, int y) const {
@@ -438,7 +416,7 @@ void write_line_plot_png(const std::string& path, const std::vector<Series>& ser
                          const std::string& y_label, int width, int height) {
   const std::string png =
       encode_png(render_line_plot(series, title, x_label, y_label, width, height));
-  write_atomically(path, png);
+  write_file_atomic(path, png);
 }
 
 }  // namespace kiri::train

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <utility>
 
-namespace kiri::ckpt {
+namespace kiri {
 
 // Sequential writer over an open file descriptor, handed to the callback of
 // write_file_atomic. Writes go straight to the kernel (no buffering), so large
@@ -42,4 +42,4 @@ std::string read_file(const std::string& path);
 // creations in them durable).
 void fsync_path(const std::string& path);
 
-}  // namespace kiri::ckpt
+}  // namespace kiri

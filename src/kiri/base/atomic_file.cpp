@@ -1,4 +1,4 @@
-#include "kiri/ckpt/atomic_file.h"
+#include "kiri/base/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 
 #include "kiri/base/error.h"
 
-namespace kiri::ckpt {
+namespace kiri {
 
 namespace {
 
@@ -117,4 +117,4 @@ void fsync_path(const std::string& path) {
   if (rc != 0) KIRI_RAISE(kIo, "fsync of ", path, " failed: ", std::strerror(err));
 }
 
-}  // namespace kiri::ckpt
+}  // namespace kiri
