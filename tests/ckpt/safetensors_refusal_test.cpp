@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "ckpt/test_util.h"
-#include "kiri/base/error.h"
 #include "kiri/base/atomic_file.h"
+#include "kiri/base/error.h"
 #include "kiri/ckpt/safetensors.h"
 
 namespace kiri::ckpt {

@@ -7,8 +7,8 @@
 #include <functional>
 
 #include "ckpt/test_util.h"
-#include "kiri/base/error.h"
 #include "kiri/base/atomic_file.h"
+#include "kiri/base/error.h"
 
 namespace kiri::ckpt {
 namespace {

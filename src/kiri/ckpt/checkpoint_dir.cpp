@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "kiri/base/error.h"
 #include "kiri/base/atomic_file.h"
+#include "kiri/base/error.h"
 
 namespace kiri::ckpt {
 

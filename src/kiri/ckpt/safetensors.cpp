@@ -14,8 +14,8 @@
 #include <set>
 #include <tuple>
 
-#include "kiri/base/error.h"
 #include "kiri/base/atomic_file.h"
+#include "kiri/base/error.h"
 
 namespace kiri::ckpt {
 
