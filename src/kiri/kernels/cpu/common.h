@@ -2,6 +2,7 @@
 // Internal to the CPU kernels: argument checks shared by the ops (every
 // failure names the op, the argument and the shapes involved) and the
 // parallelism threshold.
+#include <algorithm>
 #include <cstdint>
 
 #include "kiri/base/error.h"
@@ -50,6 +51,34 @@ inline void check_matrix(const Tensor& t, int64_t rows, int64_t cols, const char
   check_dtype<T>(t, op, name);
   KIRI_CHECK(last_dim(t, op, name) == cols && rows_of(t) == rows, op, ": ", name, " has shape ",
              t.shape().str(), ", expected ", rows, " rows of ", cols);
+}
+
+// The leading dimensions must cover the stored rows: A is [M,K] ([K,M] when
+// transposed), B is [K,N] ([N,K]), C is [M,N], all row-major. `op` names the
+// caller in the message.
+inline void check_gemm_args(const char* op, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                            int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  KIRI_CHECK(M >= 0 && N >= 0 && K >= 0, op, ": negative size M=", M, " N=", N, " K=", K);
+  const int64_t min_lda = std::max<int64_t>(1, trans_a ? M : K);
+  const int64_t min_ldb = std::max<int64_t>(1, trans_b ? K : N);
+  const int64_t min_ldc = std::max<int64_t>(1, N);
+  KIRI_CHECK(lda >= min_lda && ldb >= min_ldb && ldc >= min_ldc, op,
+             ": leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc, " too small for M=", M,
+             " N=", N, " K=", K, " trans_a=", trans_a, " trans_b=", trans_b, " (need >= ", min_lda,
+             ", ", min_ldb, ", ", min_ldc, ")");
+}
+
+// C = beta * C, what BLAS computes when K == 0 (beta == 0 clears NaNs too).
+template <typename T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    T* row = C + i * ldc;
+    if (beta == T(0)) {
+      std::fill(row, row + N, T(0));
+    } else {
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+    }
+  }
 }
 
 }  // namespace kiri::kernels::detail

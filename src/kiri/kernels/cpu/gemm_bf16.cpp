@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "kiri/base/error.h"
+#include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/ops.h"
 
 namespace kiri::kernels {
@@ -128,30 +129,6 @@ PrimitiveCache& primitive_cache() {
   return cache;
 }
 
-void check_args(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
-                int64_t ldb, int64_t ldc) {
-  KIRI_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M=", M, " N=", N, " K=", K);
-  const int64_t min_lda = std::max<int64_t>(1, trans_a ? M : K);
-  const int64_t min_ldb = std::max<int64_t>(1, trans_b ? K : N);
-  const int64_t min_ldc = std::max<int64_t>(1, N);
-  KIRI_CHECK(lda >= min_lda && ldb >= min_ldb && ldc >= min_ldc,
-             "gemm_bf16: leading dimensions lda=", lda, " ldb=", ldb, " ldc=", ldc,
-             " too small for M=", M, " N=", N, " K=", K, " trans_a=", trans_a, " trans_b=", trans_b,
-             " (need >= ", min_lda, ", ", min_ldb, ", ", min_ldc, ")");
-}
-
-// C = beta * C, what BLAS computes when K == 0 (beta == 0 clears NaNs too).
-void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
-  for (int64_t i = 0; i < M; ++i) {
-    float* row = C + i * ldc;
-    if (beta == 0.0f) {
-      std::fill(row, row + N, 0.0f);
-    } else {
-      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
-    }
-  }
-}
-
 void execute(const GemmKey& key, float alpha, const uint16_t* A, const uint16_t* B, float* C) {
   const std::shared_ptr<dnnl::matmul> prim = primitive_cache().get(key);
   dnnl::engine& eng = cpu_engine();
@@ -180,9 +157,9 @@ void execute(const GemmKey& key, float alpha, const uint16_t* A, const uint16_t*
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
-  check_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  detail::check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
-  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  if (K == 0) return detail::scale_c(M, N, beta, C, ldc);
   const GemmKey key{trans_a, trans_b, alpha != 1.0f, omp_get_max_threads(), beta, M, N, K, lda,
                     ldb,     ldc};
   try {
