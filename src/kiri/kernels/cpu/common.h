@@ -53,6 +53,15 @@ inline void check_matrix(const Tensor& t, int64_t rows, int64_t cols, const char
              t.shape().str(), ", expected ", rows, " rows of ", cols);
 }
 
+// One value per row: per-row tensors (mean, rstd, lse, losses, targets) are
+// [N] whatever their rank ([B, T] is fine).
+template <typename T>
+void check_per_row(const Tensor& t, int64_t N, const char* op, const char* name) {
+  check_dtype<T>(t, op, name);
+  KIRI_CHECK(t.numel() == N, op, ": ", name, " has shape ", t.shape().str(), ", expected ", N,
+             " elements (one per row)");
+}
+
 // The leading dimensions must cover the stored rows: A is [M,K] ([K,M] when
 // transposed), B is [K,N] ([N,K]), C is [M,N], all row-major. `op` names the
 // caller in the message.

@@ -10,19 +10,10 @@ namespace kiri::kernels {
 
 using detail::check_dtype;
 using detail::check_matrix;
+using detail::check_per_row;
 using detail::check_tensor;
 
-namespace {
-
-// One value per row: mean and rstd are [N] whatever their rank ([B,T] is fine).
-template <typename T>
-void check_per_row(const Tensor& t, int64_t N, const char* op, const char* name) {
-  check_dtype<T>(t, op, name);
-  KIRI_CHECK(t.numel() == N, op, ": ", name, " has shape ", t.shape().str(), ", expected ", N,
-             " elements (one per row)");
-}
-
-}  // namespace
+namespace {}  // namespace
 
 template <typename T>
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,

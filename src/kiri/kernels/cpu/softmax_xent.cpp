@@ -10,17 +10,10 @@
 namespace kiri::kernels {
 
 using detail::check_dtype;
+using detail::check_per_row;
 using detail::exp_fast;
 
 namespace {
-
-// One value per row ([N] or [B, T]).
-template <typename T>
-void check_per_row(const Tensor& t, int64_t N, const char* op, const char* name) {
-  check_dtype<T>(t, op, name);
-  KIRI_CHECK(t.numel() == N, op, ": ", name, " has shape ", t.shape().str(), ", expected ", N,
-             " elements (one per row of the logits)");
-}
 
 // Checks logits [N, V] (any leading shape) and targets, all of them here,
 // before the parallel loop (which cannot throw). Returns {N, V}.
