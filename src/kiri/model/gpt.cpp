@@ -115,13 +115,8 @@ double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& tar
   Tensor flat_targets = targets.view({n});
   k::softmax_xent_forward<T>(losses, lse, logits, flat_targets);
   double sum = 0;
-  const T* l = losses.data<T>();
-  const int32_t* tg = flat_targets.data<int32_t>();
-  valid_tokens_ = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    sum += static_cast<double>(l[i]);
-    valid_tokens_ += tg[i] >= 0;
-  }
+  const T* l = losses.data<T>();  // ignored targets have loss 0
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(l[i]);
   if (ctx.training) {
     tokens_ = tokens;
     targets_ = flat_targets;

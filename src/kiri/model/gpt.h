@@ -58,8 +58,6 @@ class GPT : public nn::Module {
   void backward(nn::Context& ctx);
   // Logits of the last position for tokens [1, T] (no state kept): [V].
   Tensor next_token_logits(nn::Context& ctx, const Tensor& tokens);
-  // Number of targets >= 0 in the last forward.
-  int64_t last_valid_tokens() const { return valid_tokens_; }
 
   // Called during backward each time a group of parameters has its final
   // gradient (the tied wte right after the LM head when the token-embedding
@@ -89,7 +87,6 @@ class GPT : public nn::Module {
   // Saved by forward for backward.
   Tensor tokens_, targets_, xf_, logits_, lse_;  // [B,T], [B,T], [N,C], [N,V], [N]
   double loss_weight_ = 0;
-  int64_t valid_tokens_ = 0;
   GradReadyHook hook_;
   bool defer_embedding_grad_ = false;
   Tensor deferred_tokens_, deferred_dx_;  // [N] I32, [N, C]

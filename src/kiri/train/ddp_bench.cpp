@@ -72,6 +72,8 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
     // Backward alone and naive DP on a replica without hooks.
     Replica plain(spec, world.rank());
     nn::Context ctx{plain.alloc};
+    // The same reductions DDP does, with nothing to hide them behind.
+    parallel::DistributedDataParallel ddp(plain.store, mesh.dp(), {}, plain.alloc);
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       plain.store.zero_grad();
       plain.model.forward(ctx, plain.x, plain.y, weight);
@@ -80,9 +82,6 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
       plain.model.backward(ctx);
       const double b = t.seconds();
       world.barrier();
-      // The same reductions DDP does, with nothing to hide them behind.
-      parallel::DistributedDataParallel ddp(plain.store, mesh.dp(),
-                                            {static_cast<int64_t>(25) << 20}, plain.alloc);
       Timer a;
       ddp.finalize_grads();
       const double ar_s = a.seconds();

@@ -92,8 +92,4 @@ void DistributedDataParallel::finalize_grads(const std::vector<SparseRowGrad>& s
   }
 }
 
-int64_t DistributedDataParallel::reduced_bytes() const {
-  return store_.numel() * static_cast<int64_t>(dtype_size(store_.dtype()));
-}
-
 }  // namespace kiri::parallel

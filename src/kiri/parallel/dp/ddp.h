@@ -64,8 +64,6 @@ class DistributedDataParallel {
   void finalize_grads(const std::vector<SparseRowGrad>& sparse = {});
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Bytes all-reduced per synced step (the flat gradient, in fp32).
-  int64_t reduced_bytes() const;
 
  private:
   void start(Bucket& b);
