@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 
 namespace kiri::comm::testing {
@@ -125,7 +126,7 @@ void collectives_small(Communicator& world) {
   Groups g = make_groups(world);
   for (Communicator* c : g.all)
     for (int64_t n : {0, 1, 7})
-      for (DType d : {DType::kF32, DType::kBF16, DType::kF64}) {
+      for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
           check_all_reduce(*c, n, d, op);
           check_reduce_scatter(*c, n, d, op);
@@ -137,6 +138,54 @@ void collectives_small(Communicator& world) {
       }
   check_all_gather(world, 7, DType::kI32);
   check_all_reduce(world, 7, DType::kI32, ReduceOp::kMax);
+}
+
+void f16_beyond_bf16(Communicator& world) {
+  Groups g = make_groups(world);
+  for (Communicator* c : g.all) {
+    const int r = c->rank();
+    const double n = c->size();
+    for (int64_t total : {0, 7, 1001}) {
+      // Every partial sum of up to 4 ranks is an integer below 2048: exact
+      // in f16 whatever order MPI adds in; 301 is not a bf16 value.
+      auto input = [r](int64_t i) { return 300 + r + i % 5; };
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        auto want = [n, op](int64_t i) {
+          const double k = static_cast<double>(i % 5);
+          if (op == ReduceOp::kMax) return 300 + n - 1 + k;
+          const double sum = 300 * n + n * (n - 1) / 2 + n * k;
+          return op == ReduceOp::kAvg ? sum / n : sum;
+        };
+        Allocator a;
+        Tensor t = make(total, DType::kF16, a);
+        fill(t, input);
+        c->all_reduce(t, op);
+        expect_values(t, want, label(*c, reduce_op_name(op), total, DType::kF16) + " all_reduce");
+        const Range mine = chunk_range(total, c->size(), r);
+        Tensor in = make(total, DType::kF16, a), out = make(mine.size(), DType::kF16, a);
+        fill(in, input);
+        c->reduce_scatter(in, out, op);
+        expect_values(
+            out, [&](int64_t j) { return want(mine.begin + j); },
+            label(*c, reduce_op_name(op), total, DType::kF16) + " reduce_scatter");
+      }
+    }
+    Allocator a;
+    // 40000 per rank: one rank's value is finite, two ranks' sum is not.
+    Tensor big = make(3, DType::kF16, a), neg = make(3, DType::kF16, a);
+    fill(big, [](int64_t) { return 40000; });
+    fill(neg, [r](int64_t i) { return -(r + 1) - 0.5 * static_cast<double>(i); });
+    c->all_reduce(big, ReduceOp::kSum);
+    c->all_reduce(neg, ReduceOp::kMax);
+    const double big_sum =
+        c->size() == 1 ? 40000.0 : static_cast<double>(std::numeric_limits<float>::infinity());
+    expect_values(
+        big, [=](int64_t) { return big_sum; }, label(*c, "sum past 65504", 3, DType::kF16));
+    expect_values(
+        neg, [](int64_t i) { return -1 - 0.5 * static_cast<double>(i); },
+        label(*c, "negative max", 3, DType::kF16));
+    c->barrier();
+  }
 }
 
 void collectives_large(Communicator& world, DType d) {

@@ -28,9 +28,16 @@ void fill(Tensor& t, F f) {
     case DType::kI32:
       for (int64_t i = 0; i < n; ++i) static_cast<int32_t*>(p)[i] = static_cast<int32_t>(f(i));
       break;
-    default:  // bf16
+    case DType::kBF16:
       for (int64_t i = 0; i < n; ++i)
         static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(f(i)));
+      break;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i)
+        static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(f(i)));
+      break;
+    default:
+      KIRI_RAISE(kInternal, "fill of ", dtype_name(t.dtype()));
   }
 }
 
@@ -51,8 +58,14 @@ int64_t first_difference(const Tensor& t, F f) {
       case DType::kI32:
         v = static_cast<const int32_t*>(p)[i];
         break;
-      default:
+      case DType::kBF16:
         v = bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+        break;
+      case DType::kF16:
+        v = half_to_float(static_cast<const uint16_t*>(p)[i]);
+        break;
+      default:
+        KIRI_RAISE(kInternal, "first_difference of ", dtype_name(t.dtype()));
     }
     if (v != static_cast<double>(f(i))) return i;
   }
@@ -85,9 +98,12 @@ void check_all_gather(Communicator& c, int64_t total, DType dtype);
 void check_broadcast(Communicator& c, int64_t n, DType dtype);
 void check_send_recv_ring(Communicator& c, int64_t n, DType dtype);
 
-// Every collective on every group for sizes 0, 1, 7 (all dtypes) or
-// 1000003 (a size no group size divides).
+// Every collective on every group for sizes 0, 1, 7 (F32, BF16, F16, F64)
+// or 1000003 (a size no group size divides).
 void collectives_small(Communicator& world);
+// F16 values that BF16 cannot hold (300 + r + i % 5), a sum past 65504 (inf),
+// negative max; sizes 0, 7, 1001 on every group.
+void f16_beyond_bf16(Communicator& world);
 void collectives_large(Communicator& world, DType dtype);
 void async_out_of_order(Communicator& world);
 void progress_across_communicators(Communicator& world);
@@ -95,7 +111,8 @@ void stats_after_known_sequence(Communicator& world);
 void ring_keeps_last_64(Communicator& world);
 
 // The ring all-reduce (ring_bodies.cpp): options that send every F32/F64
-// all_reduce through it, in messages of piece_bytes.
+// all_reduce through it, in messages of piece_bytes (BF16/F16 must still
+// reduce in f32 through MPI_Iallreduce).
 Options ring_options(int64_t piece_bytes);
 void ring_all_reduce_sizes(Communicator& world);
 void ring_bitwise_same_everywhere(Communicator& world);

@@ -30,6 +30,12 @@ TEST_P(Collectives, LargeF32AllGroups) {
 TEST_P(Collectives, LargeBF16AllGroups) {
   KIRI_RUN_RANKS(GetParam(), [](Communicator& w) { collectives_large(w, DType::kBF16); });
 }
+TEST_P(Collectives, LargeF16AllGroups) {
+  KIRI_RUN_RANKS(GetParam(), [](Communicator& w) { collectives_large(w, DType::kF16); });
+}
+TEST_P(Collectives, F16ValuesBeyondBF16AndOverflowToInf) {
+  KIRI_RUN_RANKS(GetParam(), f16_beyond_bf16);
+}
 TEST_P(Collectives, LargeF64AllGroups) {
   KIRI_RUN_RANKS(GetParam(), [](Communicator& w) { collectives_large(w, DType::kF64); });
 }

@@ -1,6 +1,7 @@
 // The MPI backend's ring all-reduce (comm/mpi/mpi_ring.h), run with options
-// that send every F32/F64 all_reduce through it in small pieces; the local
-// backend ignores them, so the same bodies also check the threads.
+// that send every F32/F64 all_reduce through it in small pieces (and BF16/F16
+// past it); the local backend ignores them, so the same bodies also check the
+// threads.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,13 +18,15 @@ Options ring_options(int64_t piece_bytes) {
   return o;
 }
 
-// Sizes no group size divides, smaller than the group, 0, and large.
+// Sizes no group size divides, smaller than the group, 0, and large. BF16
+// and F16 under the same options must not take the ring (it adds in the
+// element type), so they check that they still reduce in f32.
 void ring_all_reduce_sizes(Communicator& world) {
   Groups g = make_groups(world);
   for (Communicator* c : g.all)
     for (int64_t n :
          {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{1001}, large_size()})
-      for (DType d : {DType::kF32, DType::kF64})
+      for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16})
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax})
           check_all_reduce(*c, n, d, op);
 }

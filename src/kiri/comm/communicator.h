@@ -5,8 +5,11 @@
 // process, so the same test bodies run fast under plain ctest).
 //
 // Semantics shared by all backends:
-//  - Tensors are contiguous; element types F32, F64, BF16 (reduced in f32),
-//    I32. Reductions: sum, average (sum / size), max.
+//  - Tensors are contiguous; element types F32, F64, BF16 and F16 (IEEE
+//    half), I32. The 16-bit floats are reduced in f32 and rounded back (MPI:
+//    at each step of its reduction tree), so an F16 sum past 65504 is inf.
+//    Reductions: sum, average (sum / size), max. all_gather, broadcast and
+//    send/recv take any dtype.
 //  - reduce_scatter/all_gather split `total` elements into size() chunks with
 //    chunk_range(): the first total % size ranks get one element more, so
 //    sizes that do not divide evenly (and 0) work.
@@ -51,6 +54,7 @@ struct Options {
   std::chrono::milliseconds diagnosis_grace{std::chrono::seconds(2)};
   // MPI backend: F32/F64 all_reduce of at least this many bytes runs kiri's
   // ring over point-to-point (comm/mpi/mpi_ring.h) instead of MPI_Iallreduce.
+  // BF16/F16 never do (they reduce in f32 through MPI user ops).
   int64_t ring_all_reduce_bytes = int64_t{1} << 20;
   // ... whose chunks travel as messages of at most this many bytes.
   int64_t ring_piece_bytes = int64_t{1} << 30;

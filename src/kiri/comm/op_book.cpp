@@ -63,7 +63,8 @@ Traffic traffic(OpKind kind, int64_t bytes, int size, int rank, int root) {
 }
 
 bool reducible(DType d) {
-  return d == DType::kF32 || d == DType::kF64 || d == DType::kBF16 || d == DType::kI32;
+  return d == DType::kF32 || d == DType::kF64 || d == DType::kBF16 || d == DType::kF16 ||
+         d == DType::kI32;
 }
 
 void check_tensor(const Tensor& t, const char* what) {
@@ -73,7 +74,7 @@ void check_tensor(const Tensor& t, const char* what) {
 Signature all_reduce_signature(const Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   KIRI_CHECK(reducible(t.dtype()), "all_reduce of ", dtype_name(t.dtype()),
-             ": only F32, F64, BF16 and I32 reduce");
+             ": only F32, F64, BF16, F16 and I32 reduce");
   return Signature{0,
                    t.numel(),
                    static_cast<int32_t>(OpKind::kAllReduce),

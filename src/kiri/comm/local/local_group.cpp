@@ -42,21 +42,30 @@ LocalGroup::LocalGroup(std::shared_ptr<LocalWorld> w, std::vector<int> ranks)
 
 namespace {
 
-// Element access per dtype: bf16 and i32 accumulate wider.
+// Element access per dtype: E is the stored element, Acc what it is reduced
+// in (bf16 and f16 in f32, i32 in i64).
 template <typename E>
 struct Elem {
+  using Stored = E;
   using Acc = E;
   static Acc load(E v) { return v; }
   static E store(Acc a) { return a; }
 };
-template <>
-struct Elem<uint16_t> {  // bf16, reduced in f32
+struct Bf16Elem {  // bf16 bits, reduced in f32
+  using Stored = uint16_t;
   using Acc = float;
   static float load(uint16_t v) { return bf16_to_float(v); }
   static uint16_t store(float a) { return float_to_bf16(a); }
 };
+struct F16Elem {  // IEEE half bits, reduced in f32 (a result past 65504 becomes inf)
+  using Stored = uint16_t;
+  using Acc = float;
+  static float load(uint16_t v) { return half_to_float(v); }
+  static uint16_t store(float a) { return float_to_half(a); }
+};
 template <>
 struct Elem<int32_t> {
+  using Stored = int32_t;
   using Acc = int64_t;
   static int64_t load(int32_t v) { return v; }
   static int32_t store(int64_t a) { return static_cast<int32_t>(a); }
@@ -64,29 +73,30 @@ struct Elem<int32_t> {
 
 // out[r][0, n) = op over ranks of in[r][0, n), block by block so that the
 // outputs may alias the inputs (all_reduce is in place).
-template <typename E>
+template <typename Codec>
 void reduce_typed(const std::vector<const void*>& ins, const std::vector<void*>& outs, int64_t n,
                   ReduceOp op) {
-  using A = typename Elem<E>::Acc;
+  using E = typename Codec::Stored;
+  using A = typename Codec::Acc;
   constexpr int64_t kBlock = 2048;
   A acc[kBlock];
   const int64_t size = static_cast<int64_t>(ins.size());
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t m = std::min(kBlock, n - b);
     const E* first = static_cast<const E*>(ins[0]) + b;
-    for (int64_t i = 0; i < m; ++i) acc[i] = Elem<E>::load(first[i]);
+    for (int64_t i = 0; i < m; ++i) acc[i] = Codec::load(first[i]);
     for (int64_t r = 1; r < size; ++r) {
       const E* src = static_cast<const E*>(ins[r]) + b;
       if (op == ReduceOp::kMax)
-        for (int64_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], Elem<E>::load(src[i]));
+        for (int64_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], Codec::load(src[i]));
       else
-        for (int64_t i = 0; i < m; ++i) acc[i] += Elem<E>::load(src[i]);
+        for (int64_t i = 0; i < m; ++i) acc[i] += Codec::load(src[i]);
     }
     if (op == ReduceOp::kAvg)
       for (int64_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / static_cast<A>(size));
     for (void* o : outs) {
       E* dst = static_cast<E*>(o) + b;
-      for (int64_t i = 0; i < m; ++i) dst[i] = Elem<E>::store(acc[i]);
+      for (int64_t i = 0; i < m; ++i) dst[i] = Codec::store(acc[i]);
     }
   }
 }
@@ -95,13 +105,15 @@ void reduce(DType dtype, const std::vector<const void*>& ins, const std::vector<
             int64_t n, ReduceOp op) {
   switch (dtype) {
     case DType::kF32:
-      return reduce_typed<float>(ins, outs, n, op);
+      return reduce_typed<Elem<float>>(ins, outs, n, op);
     case DType::kF64:
-      return reduce_typed<double>(ins, outs, n, op);
+      return reduce_typed<Elem<double>>(ins, outs, n, op);
     case DType::kBF16:
-      return reduce_typed<uint16_t>(ins, outs, n, op);
+      return reduce_typed<Bf16Elem>(ins, outs, n, op);
+    case DType::kF16:
+      return reduce_typed<F16Elem>(ins, outs, n, op);
     case DType::kI32:
-      return reduce_typed<int32_t>(ins, outs, n, op);
+      return reduce_typed<Elem<int32_t>>(ins, outs, n, op);
     default:
       KIRI_RAISE(kInternal, "local reduce of ", dtype_name(dtype));
   }

@@ -35,11 +35,20 @@ void divide(const Tensor& t, int n) {
       for (int64_t i = 0; i < count; ++i) p[i] /= n;
       break;
     }
-    default: {  // bf16
+    case DType::kBF16: {
       auto* p = static_cast<uint16_t*>(t.raw());
       for (int64_t i = 0; i < count; ++i)
         p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(n));
+      break;
     }
+    case DType::kF16: {
+      auto* p = static_cast<uint16_t*>(t.raw());
+      for (int64_t i = 0; i < count; ++i)
+        p[i] = float_to_half(half_to_float(p[i]) / static_cast<float>(n));
+      break;
+    }
+    default:
+      KIRI_RAISE(kInternal, "avg of ", dtype_name(t.dtype()));
   }
 }
 
@@ -101,6 +110,8 @@ class MpiCommunicator final : public Communicator {
     return w;
   }
   WorkHandle p2p(OpKind kind, const Tensor& t, int peer, int tag);
+  // Only F32/F64: the ring reduces in the element type, and BF16/F16 must
+  // be reduced in f32 (they take MPI_Iallreduce with kiri's user ops).
   bool use_ring(const Tensor& t) const {
     return size() > 1 && (t.dtype() == DType::kF32 || t.dtype() == DType::kF64) &&
            static_cast<int64_t>(t.nbytes()) >= core_->options.ring_all_reduce_bytes;

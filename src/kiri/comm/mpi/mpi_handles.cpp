@@ -29,44 +29,62 @@ void mpi_check(int code, const char* call, const std::string& context) {
 
 namespace {
 
-// MPI user ops: bf16 in, f32 arithmetic, bf16 out (rounded at each step of
-// MPI's reduction tree, as NCCL does).
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+// MPI user ops for the 16-bit floats: 16 bits in, f32 arithmetic, 16 bits
+// out (rounded at each step of MPI's reduction tree, as NCCL does). Codec:
+// Bf16Codec or F16Codec.
+struct Bf16Codec {
+  static constexpr const char* kName = "bf16";
+  static float load(uint16_t v) { return bf16_to_float(v); }
+  static uint16_t store(float f) { return float_to_bf16(f); }
+};
+struct F16Codec {
+  static constexpr const char* kName = "f16";
+  static float load(uint16_t v) { return half_to_float(v); }
+  static uint16_t store(float f) { return float_to_half(f); }
+};
+
+template <typename Codec>
+void half_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+  for (int i = 0; i < *len; ++i) b[i] = Codec::store(Codec::load(a[i]) + Codec::load(b[i]));
 }
-void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+template <typename Codec>
+void half_max(void* in, void* inout, int* len, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; ++i)
-    if (bf16_to_float(a[i]) > bf16_to_float(b[i])) b[i] = a[i];
+    if (Codec::load(a[i]) > Codec::load(b[i])) b[i] = a[i];
 }
 
-struct Bf16 {
+// A 16-bit float's datatype and ops, created on first use.
+struct HalfType {
   MpiType type;
   MpiOp sum, max;
 };
-std::unique_ptr<Bf16>& bf16_slot() {
-  static std::unique_ptr<Bf16> slot;
+template <typename Codec>
+std::unique_ptr<HalfType>& half_slot() {
+  static std::unique_ptr<HalfType> slot;
   return slot;
 }
 
-const Bf16& bf16() {
-  auto& slot = bf16_slot();
+template <typename Codec>
+const HalfType& half_type() {
+  auto& slot = half_slot<Codec>();
   if (!slot) {
-    auto b = std::make_unique<Bf16>();
+    const std::string name = Codec::kName;
+    auto h = std::make_unique<HalfType>();
     MPI_Datatype t;
-    mpi_check(MPI_Type_contiguous(2, MPI_BYTE, &t), "MPI_Type_contiguous", "for bf16");
-    MPI_Type_set_name(t, const_cast<char*>("kiri_bf16"));
-    mpi_check(MPI_Type_commit(&t), "MPI_Type_commit", "for bf16");
-    b->type = MpiType(t);
+    mpi_check(MPI_Type_contiguous(2, MPI_BYTE, &t), "MPI_Type_contiguous", "for " + name);
+    MPI_Type_set_name(t, const_cast<char*>(("kiri_" + name).c_str()));
+    mpi_check(MPI_Type_commit(&t), "MPI_Type_commit", "for " + name);
+    h->type = MpiType(t);
     MPI_Op op;
-    mpi_check(MPI_Op_create(bf16_sum, 1, &op), "MPI_Op_create", "for the bf16 sum");
-    b->sum = MpiOp(op);
-    mpi_check(MPI_Op_create(bf16_max, 1, &op), "MPI_Op_create", "for the bf16 max");
-    b->max = MpiOp(op);
-    slot = std::move(b);
+    mpi_check(MPI_Op_create(half_sum<Codec>, 1, &op), "MPI_Op_create", "for the " + name + " sum");
+    h->sum = MpiOp(op);
+    mpi_check(MPI_Op_create(half_max<Codec>, 1, &op), "MPI_Op_create", "for the " + name + " max");
+    h->max = MpiOp(op);
+    slot = std::move(h);
   }
   return *slot;
 }
@@ -84,8 +102,9 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::kI32:
       return MPI_INT32_T;
     case DType::kBF16:
-      return bf16().type.get();
+      return half_type<Bf16Codec>().type.get();
     case DType::kF16:
+      return half_type<F16Codec>().type.get();
     case DType::kU16:
       return MPI_UINT16_T;
     case DType::kU8:
@@ -95,12 +114,16 @@ MPI_Datatype mpi_type(DType dtype) {
 }
 
 MPI_Op mpi_op(DType dtype, ReduceOp op) {
-  if (dtype == DType::kBF16) return op == ReduceOp::kMax ? bf16().max.get() : bf16().sum.get();
+  if (dtype == DType::kBF16 || dtype == DType::kF16) {
+    const HalfType& h = dtype == DType::kBF16 ? half_type<Bf16Codec>() : half_type<F16Codec>();
+    return op == ReduceOp::kMax ? h.max.get() : h.sum.get();
+  }
   return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
 }
 
 void release_mpi_types() {
-  bf16_slot().reset();
+  half_slot<Bf16Codec>().reset();
+  half_slot<F16Codec>().reset();
 }
 
 void note_abandoned(int count) {

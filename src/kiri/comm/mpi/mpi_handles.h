@@ -1,7 +1,7 @@
 #pragma once
 // MPI handles with owners, MPI error codes as kiri errors, and the MPI
-// datatypes and reduction ops for kiri's dtypes (bf16: a 2-byte type with
-// user ops that reduce in f32).
+// datatypes and reduction ops for kiri's dtypes (bf16 and f16: each a 2-byte
+// type with user ops that reduce in f32).
 #include <mpi.h>
 
 #include <string>
@@ -69,7 +69,7 @@ using MpiType = MpiHandle<TypeHandle>;
 MPI_Datatype mpi_type(DType dtype);
 // avg travels as a sum; the caller divides.
 MPI_Op mpi_op(DType dtype, ReduceOp op);
-// Frees the bf16 type and ops (MpiRuntime, before MPI_Finalize).
+// Frees the bf16 and f16 types and ops (MpiRuntime, before MPI_Finalize).
 void release_mpi_types();
 
 // Operations that never completed (their communicator was destroyed first):

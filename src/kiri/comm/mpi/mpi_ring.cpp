@@ -71,6 +71,10 @@ RingAllReduce::RingAllReduce(void* data, int64_t count, DType dtype, ReduceOp op
       tag_(tag),
       piece_(std::clamp<int64_t>(piece_bytes / static_cast<int64_t>(dtype_size(dtype)), 1,
                                  std::numeric_limits<int>::max())) {
+  // reduce() adds in the element type: 16-bit floats must go through MPI's
+  // user ops, which add in f32 (MpiCommunicator::use_ring).
+  KIRI_CHECK(dtype == DType::kF32 || dtype == DType::kF64, "ring all-reduce of ", dtype_name(dtype),
+             ": only F32 and F64");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
 }

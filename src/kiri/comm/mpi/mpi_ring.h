@@ -18,7 +18,8 @@ namespace kiri::comm::detail {
 
 class RingAllReduce {
  public:
-  // data: count elements of dtype (F32 or F64), reduced in place with op
+  // data: count elements of dtype (F32 or F64 only: BF16/F16 never take the
+  // ring, they reduce in f32 through MPI's user ops), reduced in place with op
   // (kAvg travels as a sum; the caller divides). Messages go over `comm`
   // with `tag`, which must not be shared with any other operation in flight.
   // Each chunk travels in messages of at most piece_bytes.
