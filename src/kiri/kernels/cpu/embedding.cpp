@@ -1,8 +1,10 @@
 // Token + position embedding.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiri/kernels/cpu/common.h"
+#include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
 namespace kiri::kernels {
@@ -16,14 +18,25 @@ struct EmbeddingDims {
   int64_t B, T, C, V, maxT;
 };
 
+// A table (or its gradient) of the op's scalar T; for T = float also BF16 or
+// F16 (the mixed-precision tables).
+template <typename T>
+void check_table(const Tensor& t, const char* op, const char* name) {
+  if constexpr (std::is_same_v<T, float>) {
+    detail::check_float_dtype(t, op, name);
+  } else {
+    check_dtype<T>(t, op, name);
+  }
+}
+
 // Checks tokens [B,T] I32 against wte [V,C] and wpe [maxT,C]; every token
 // is checked here, before any parallel loop (which cannot throw).
 template <typename Tt>
 EmbeddingDims check_embedding(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                               const char* op) {
   check_dtype<int32_t>(tokens, op, "tokens");
-  check_dtype<Tt>(wte, op, "wte");
-  check_dtype<Tt>(wpe, op, "wpe");
+  check_table<Tt>(wte, op, "wte");
+  check_table<Tt>(wpe, op, "wpe");
   KIRI_CHECK(tokens.rank() == 2, op, ": tokens must be [B, T], got ", tokens.shape().str());
   KIRI_CHECK(wte.rank() == 2 && wpe.rank() == 2 && wte.dim(1) == wpe.dim(1), op, ": wte ",
              wte.shape().str(), " and wpe ", wpe.shape().str(), " must be [V, C] and [maxT, C]");
@@ -37,6 +50,70 @@ EmbeddingDims check_embedding(const Tensor& tokens, const Tensor& wte, const Ten
   return d;
 }
 
+// Columns at a time through an fp32 stack buffer (mixed-precision paths).
+constexpr int64_t kCols = 256;
+
+// out[i] = wte[tok[i]] + wpe[i % T] with any of F32/BF16/F16 tables.
+void embedding_forward_mixed(float* o, const int32_t* tok, const Tensor& wte, const Tensor& wpe,
+                             const EmbeddingDims& d) {
+  const int64_t C = d.C;
+  const DType te = wte.dtype(), pe = wpe.dtype();
+  const char* a0 = static_cast<const char*>(wte.raw());
+  const char* b0 = static_cast<const char*>(wpe.raw());
+  const int64_t ra = C * static_cast<int64_t>(dtype_size(te));
+  const int64_t rb = C * static_cast<int64_t>(dtype_size(pe));
+#pragma omp parallel for schedule(static) if (d.B * d.T * C > detail::kMinParallelWork)
+  for (int64_t i = 0; i < d.B * d.T; ++i) {
+    float* row = o + i * C;
+    detail::to_f32(row, a0 + tok[i] * ra, te, C);
+    float buf[kCols];
+    const char* b = b0 + (i % d.T) * rb;
+    for (int64_t c0 = 0; c0 < C; c0 += kCols) {
+      const int64_t w = std::min(kCols, C - c0);
+      detail::to_f32(buf, b + c0 * static_cast<int64_t>(dtype_size(pe)), pe, w);
+      for (int64_t c = 0; c < w; ++c) row[c0 + c] = row[c0 + c] + buf[c];
+    }
+  }
+}
+
+// dwpe[t] (16-bit) += sum over b of g[b, t] ([B, Tn, C] fp32): each row read
+// once, summed in fp32 in the order of b (as the fp32 path), rounded once.
+void position_backward_lowp(Tensor& dwpe, const float* g, int64_t B, int64_t Tn, int64_t C) {
+  const DType dt = dwpe.dtype();
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  char* base = static_cast<char*>(dwpe.raw());
+#pragma omp parallel for schedule(static) if (B * Tn * C > detail::kMinParallelWork)
+  for (int64_t t = 0; t < Tn; ++t) {
+    for (int64_t c0 = 0; c0 < C; c0 += kCols) {
+      const int64_t w = std::min(kCols, C - c0);
+      char* dst = base + (t * C + c0) * es;
+      float acc[kCols];
+      detail::to_f32(acc, dst, dt, w);
+      for (int64_t b = 0; b < B; ++b) {
+        const float* src = g + (b * Tn + t) * C + c0;
+        for (int64_t c = 0; c < w; ++c) acc[c] += src[c];
+      }
+      detail::from_f32(dst, dt, acc, w);
+    }
+  }
+}
+
+// dwte[tok[i]] (16-bit) += g[i] ([M, C] fp32) in order of i, each addition
+// rounded (a token may repeat). Column blocks in parallel, as the fp32 path.
+void token_backward_lowp(Tensor& dwte, const float* g, const int32_t* tok, int64_t M, int64_t C) {
+  const DType dt = dwte.dtype();
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  char* base = static_cast<char*>(dwte.raw());
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (M * C > detail::kMinParallelWork)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kBlock, w = std::min(kBlock, C - c0);
+    for (int64_t i = 0; i < M; ++i)
+      detail::add_f32_into(base + (tok[i] * C + c0) * es, dt, g + i * C + c0, w);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -44,9 +121,13 @@ void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, con
   const EmbeddingDims d = check_embedding<T>(tokens, wte, wpe, "embedding_forward");
   check_tensor<T>(out, Shape{d.B, d.T, d.C}, "embedding_forward", "out");
   const int32_t* tok = tokens.data<int32_t>();  // [B, T]
-  const T* te = wte.data<T>();                  // [V, C]
-  const T* pe = wpe.data<T>();                  // [maxT, C]
   T* o = out.data<T>();                         // [B, T, C]
+  if constexpr (std::is_same_v<T, float>) {
+    if (wte.dtype() != DType::kF32 || wpe.dtype() != DType::kF32)
+      return embedding_forward_mixed(o, tok, wte, wpe, d);
+  }
+  const T* te = wte.data<T>();  // [V, C]
+  const T* pe = wpe.data<T>();  // [maxT, C]
   const int64_t C = d.C;
 #pragma omp parallel for schedule(static) if (d.B * d.T * C > detail::kMinParallelWork)
   for (int64_t i = 0; i < d.B * d.T; ++i) {
@@ -69,14 +150,17 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
 
 template <typename T>
 void position_embedding_backward(Tensor& dwpe, const Tensor& dout) {
-  check_dtype<T>(dwpe, "position_embedding_backward", "dwpe");
+  check_table<T>(dwpe, "position_embedding_backward", "dwpe");
   KIRI_CHECK(dout.rank() == 3 && dwpe.rank() == 2 && dout.dim(2) == dwpe.dim(1) &&
                  dout.dim(1) <= dwpe.dim(0),
              "position_embedding_backward: dout ", dout.shape().str(), " does not fit dwpe ",
              dwpe.shape().str());
   const T* g = dout.data<T>();  // [B, T, C]
-  T* dpe = dwpe.data<T>();      // [maxT, C]
   const int64_t B = dout.dim(0), Tn = dout.dim(1), C = dout.dim(2);
+  if constexpr (std::is_same_v<T, float>) {
+    if (dwpe.dtype() != DType::kF32) return position_backward_lowp(dwpe, g, B, Tn, C);
+  }
+  T* dpe = dwpe.data<T>();  // [maxT, C]
   // dwpe[t] += sum over b, in order of b: one t per iteration.
 #pragma omp parallel for schedule(static) if (B * Tn * C > detail::kMinParallelWork)
   for (int64_t t = 0; t < Tn; ++t) {
@@ -90,7 +174,7 @@ void position_embedding_backward(Tensor& dwpe, const Tensor& dout) {
 
 template <typename T>
 void token_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens) {
-  check_dtype<T>(dwte, "token_embedding_backward", "dwte");
+  check_table<T>(dwte, "token_embedding_backward", "dwte");
   check_dtype<int32_t>(tokens, "token_embedding_backward", "tokens");
   KIRI_CHECK(dwte.rank() == 2 && dout.rank() == 2 && dout.dim(1) == dwte.dim(1) &&
                  tokens.numel() == dout.dim(0),
@@ -102,7 +186,10 @@ void token_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& to
     KIRI_CHECK(tok[i] >= 0 && tok[i] < V, "token_embedding_backward: token ", tok[i],
                " outside the vocabulary of ", V);
   const T* g = dout.data<T>();  // [M, C]
-  T* dte = dwte.data<T>();      // [V, C]
+  if constexpr (std::is_same_v<T, float>) {
+    if (dwte.dtype() != DType::kF32) return token_backward_lowp(dwte, g, tok, M, C);
+  }
+  T* dte = dwte.data<T>();  // [V, C]
   // A token may repeat, so rows of dwte are not owned by positions.
   // Split the columns instead; each block walks all positions in order.
   constexpr int64_t kBlock = 32;

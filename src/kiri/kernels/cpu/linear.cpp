@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kiri/kernels/cpu/common.h"
+#include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
 namespace kiri::kernels {
@@ -77,6 +78,81 @@ void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor&
   // dweight[IC, OC] += inp^T[IC, N] @ dout[N, OC]
   gemm<T>(true, false, IC, OC, N, T(1), x, IC, g, OC, T(1), dweight.data<T>(), OC);
   if (dbias.defined()) add_column_sums(dbias.data<T>(), g, N, OC);
+}
+
+namespace {
+
+// The shapes shared by the mixed-precision pair: weight [IC,OC] BF16 or F16,
+// inp [N,IC] of the same dtype; returns {N, IC, OC}.
+struct LinearDims {
+  int64_t N, IC, OC;
+};
+LinearDims check_linear_lowp(const Tensor& inp, const Tensor& weight, const char* op) {
+  KIRI_CHECK(weight.defined() && detail::is_lowp(weight.dtype()) && weight.rank() == 2, op,
+             ": weight must be [in, out] BF16 or F16, got ",
+             weight.defined() ? weight.shape().str() : "undefined", " ",
+             weight.defined() ? dtype_name(weight.dtype()) : "");
+  const LinearDims d{detail::rows_of(inp), weight.dim(0), weight.dim(1)};
+  KIRI_CHECK(inp.defined() && inp.dtype() == weight.dtype(), op, ": inp must be ",
+             dtype_name(weight.dtype()), " like the weight");
+  KIRI_CHECK(detail::last_dim(inp, op, "inp") == d.IC, op, ": inp ", inp.shape().str(),
+             " does not fit weight ", weight.shape().str());
+  return d;
+}
+
+void check_lowp_like(const Tensor& t, const Tensor& weight, const Shape& shape, const char* op,
+                     const char* name) {
+  KIRI_CHECK(t.defined() && t.dtype() == weight.dtype() && t.shape() == shape, op, ": ", name,
+             " must be ", dtype_name(weight.dtype()), " ", shape.str(), ", got ",
+             t.defined() ? dtype_name(t.dtype()) : "undefined", " ",
+             t.defined() ? t.shape().str() : "");
+}
+
+}  // namespace
+
+void linear_forward_lowp(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  const char* op = "linear_forward_lowp";
+  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op);
+  check_matrix<float>(out, N, OC, op, "out");
+  if (bias.defined()) check_lowp_like(bias, weight, Shape{OC}, op, "bias");
+  float* o = out.data<float>();  // [N, OC]
+  float beta = 0.0f;
+  if (bias.defined() && N > 0) {
+    // Every row starts from the bias (widened once); the gemm adds on top.
+    detail::to_f32(o, bias.raw(), bias.dtype(), OC);
+#pragma omp parallel for schedule(static) if (N * OC > detail::kMinParallelWork)
+    for (int64_t i = 1; i < N; ++i) std::copy(o, o + OC, o + i * OC);
+    beta = 1.0f;
+  }
+  gemm_lowp(weight.dtype(), false, false, N, OC, IC, 1.0f, inp.raw(), IC, weight.raw(), OC, beta, o,
+            DType::kF32, OC);
+}
+
+void linear_backward_lowp(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, Allocator& scratch) {
+  const char* op = "linear_backward_lowp";
+  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op);
+  check_matrix<float>(dout, N, OC, op, "dout");
+  check_lowp_like(dweight, weight, weight.shape(), op, "dweight");
+  if (dinp.defined()) check_matrix<float>(dinp, N, IC, op, "dinp");
+  if (dbias.defined()) check_lowp_like(dbias, weight, Shape{OC}, op, "dbias");
+  const DType dt = weight.dtype();
+  // dout rounded once, shared by both GEMMs.
+  Tensor g = Tensor::empty(Shape{N, OC}, dt, Category::kBuffers, scratch);  // [N, OC]
+  convert(g, dout);
+  // dinp[N, IC] += dout[N, OC] @ weight^T
+  if (dinp.defined())
+    gemm_lowp(dt, false, true, N, IC, OC, 1.0f, g.raw(), OC, weight.raw(), OC, 1.0f,
+              dinp.data<float>(), DType::kF32, IC);
+  // dweight[IC, OC] += inp^T[IC, N] @ dout[N, OC], rounded once
+  gemm_lowp(dt, true, false, IC, OC, N, 1.0f, inp.raw(), IC, g.raw(), OC, 1.0f, dweight.raw(), dt,
+            OC);
+  if (dbias.defined()) {
+    // Column sums of the fp32 dout (as the fp32 layer computes them), then rounded in.
+    Tensor sums = Tensor::zeros(Shape{OC}, DType::kF32, Category::kBuffers, scratch);  // [OC]
+    add_column_sums(sums.data<float>(), dout.data<float>(), N, OC);
+    add_into(dbias, sums);
+  }
 }
 
 template void linear_forward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);

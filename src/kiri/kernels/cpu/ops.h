@@ -22,12 +22,37 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
-// The same with bf16 A and B (raw bit patterns, see float_to_bf16) and fp32
-// accumulation and C, through a cached oneDNN matmul primitive. Groundwork for
-// mixed precision; results are deterministic for a fixed thread count.
+// ---- Mixed-precision GEMM ---------------------------------------------------
+// C[M,N] = alpha * op(A) @ op(B) + beta * C as above, with A and B raw 16-bit
+// values of dtype `ab` (kBF16 or kF16), C of dtype kF32 or `ab`; accumulation
+// is fp32 and a 16-bit C is rounded once, at the end. Deterministic for a
+// fixed thread count. See LowpGemmImpl for how it is computed.
+void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+               DType c_dtype, int64_t ldc);
+// kOneDnnMatmul: a cached oneDNN matmul primitive on the 16-bit data (falls
+// back to kViaF32 when oneDNN has no kernel for the dtype on this CPU).
+// kViaF32: A and B widened to fp32 in panels (thread-local scratch of at most
+// ~32 MB per calling thread) and gemm<float>. kAuto: kOneDnnMatmul where the
+// CPU has AMX, else kViaF32, which is twice as fast without AMX (vdpbf16ps
+// has half the FLOP rate of fp32 FMA; docs/performance.md). Forcing one is
+// for tests and benchmarks; the setting is global.
+enum class LowpGemmImpl { kAuto, kOneDnnMatmul, kViaF32 };
+void set_gemm_lowp_impl(LowpGemmImpl impl);
+// gemm_lowp with bf16 A and B and an fp32 C (the original groundwork API).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+
+// ---- Precision conversions ---------------------------------------------------
+// dst = src converted (F32, BF16, F16 either way; same numel, contiguous),
+// rounding to nearest even exactly as float_to_bf16 / float_to_half.
+void convert(Tensor& dst, const Tensor& src);
+// dst (F32, BF16 or F16) = round(dst + src), src F32 of the same numel: adds
+// an fp32 gradient into a 16-bit one, rounding once per element.
+void add_into(Tensor& dst, const Tensor& src);
+// No inf or NaN in x (F32, BF16 or F16): the loss-scaling overflow check.
+bool all_finite(const Tensor& x);
 
 // ---- Linear (Hugging Face Conv1D layout: weight is [in, out]) --------------
 // out[N,OC] = inp[N,IC] @ weight[IC,OC] + bias[OC]   (bias may be undefined)
@@ -39,8 +64,25 @@ template <typename T>
 void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight);
 
+// Mixed precision: 16-bit (BF16 or F16) inputs, weights and weight gradients,
+// fp32 activations out and gradients in. out[N,OC] = inp @ weight + bias.
+void linear_forward_lowp(Tensor& out /*[N,OC] F32*/, const Tensor& inp /*[N,IC] lowp*/,
+                         const Tensor& weight /*[IC,OC] lowp*/,
+                         const Tensor& bias /*[OC] lowp or undefined*/);
+// dout is rounded to the weights' dtype once (a kBuffers tensor from scratch)
+// and used by both GEMMs; dweight += inp^T @ dout rounds once per element;
+// dbias += column sums of dout taken in fp32.
+void linear_backward_lowp(Tensor& dinp /*[N,IC] F32, +=; may be undefined*/,
+                          Tensor& dweight /*[IC,OC] lowp, +=*/,
+                          Tensor& dbias /*[OC] lowp, +=; may be undefined*/,
+                          const Tensor& dout /*[N,OC] F32*/, const Tensor& inp /*[N,IC] lowp*/,
+                          const Tensor& weight /*[IC,OC] lowp*/, Allocator& scratch);
+
 // ---- Embedding: out[B,T,C] = wte[tokens[b,t]] + wpe[t] ----------------------
 // tokens [B,T] I32 in [0, V); wte [V,C]; wpe [maxT,C] with T <= maxT.
+// For T = float, wte/wpe (forward) and dwte/dwpe (the two halves of backward)
+// may also be BF16 or F16: read as fp32, and a 16-bit gradient row is read,
+// added to in fp32, rounded and written back; out and dout stay F32.
 template <typename T>
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 template <typename T>
@@ -112,10 +154,15 @@ struct AdamWParams {
   int64_t step = 1;           // 1-based, for bias correction
   float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, loss scale)
 };
-// param, grad, m, v: same numel, F32.
-void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p);
+// param, m, v: same numel, F32 (param is the fp32 master copy). grad: same
+// numel, F32, BF16 or F16 (widened on the fly). lowp_param, when given: BF16
+// or F16 of the same numel, set to the updated param rounded (the copy the
+// forward pass reads).
+void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
+                  Tensor* lowp_param = nullptr);
 
-// Sum of squares of the elements, accumulated in double (for grad-norm clipping).
+// Sum of squares of the elements (F32, F64, BF16 or F16), accumulated in
+// double (for grad-norm clipping).
 double sum_of_squares(const Tensor& x);
 
 }  // namespace kiri::kernels

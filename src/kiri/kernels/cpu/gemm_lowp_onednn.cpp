@@ -1,5 +1,5 @@
-// bf16 GEMM with fp32 accumulation and output, groundwork for mixed precision.
-// oneDNN exposes no bf16 "gemm" call with BLAS semantics in the C++ API that
+// The oneDNN matmul implementation of gemm_lowp (gemm_lowp.cpp dispatches).
+// oneDNN exposes no bf16/f16 "gemm" call with BLAS semantics in the C++ API that
 // handles every transpose and leading dimension, so this builds a matmul
 // primitive whose memory descriptors carry the transposes as strides. Creating
 // a primitive costs far more than a small GEMM (JIT code generation), hence
@@ -17,10 +17,9 @@
 #include <utility>
 
 #include "kiri/base/error.h"
-#include "kiri/kernels/cpu/common.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/cpu/gemm_lowp.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::detail {
 namespace {
 
 using dnnl::memory;
@@ -30,15 +29,17 @@ using dnnl::memory;
 // scale, fixed at creation in oneDNN 2.x. oneDNN's OpenMP build decides its
 // thread split at creation, so the thread count is part of the key too.
 struct GemmKey {
+  DType ab, c_dtype;
   bool trans_a, trans_b, scaled;
   int threads;
   float beta;
   int64_t M, N, K, lda, ldb, ldc;
 
   bool operator==(const GemmKey& o) const {
-    return trans_a == o.trans_a && trans_b == o.trans_b && scaled == o.scaled &&
-           threads == o.threads && std::memcmp(&beta, &o.beta, sizeof beta) == 0 && M == o.M &&
-           N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && ldc == o.ldc;
+    return ab == o.ab && c_dtype == o.c_dtype && trans_a == o.trans_a && trans_b == o.trans_b &&
+           scaled == o.scaled && threads == o.threads &&
+           std::memcmp(&beta, &o.beta, sizeof beta) == 0 && M == o.M && N == o.N && K == o.K &&
+           lda == o.lda && ldb == o.ldb && ldc == o.ldc;
   }
 };
 
@@ -46,7 +47,8 @@ struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {
     uint32_t beta_bits;
     std::memcpy(&beta_bits, &k.beta, sizeof beta_bits);
-    uint64_t h = (uint64_t(k.trans_a) << 2) | (uint64_t(k.trans_b) << 1) | uint64_t(k.scaled);
+    uint64_t h = (uint64_t(k.ab) << 8) | (uint64_t(k.c_dtype) << 4) | (uint64_t(k.trans_a) << 2) |
+                 (uint64_t(k.trans_b) << 1) | uint64_t(k.scaled);
     for (uint64_t v : {uint64_t(k.threads), uint64_t(beta_bits), uint64_t(k.M), uint64_t(k.N),
                        uint64_t(k.K), uint64_t(k.lda), uint64_t(k.ldb), uint64_t(k.ldc)})
       h = (h ^ v) * 0x100000001b3ull + (h >> 29);
@@ -67,11 +69,17 @@ memory::desc strided_desc(int64_t rows, int64_t cols, int64_t ld, bool trans,
   return memory::desc({rows, cols}, dt, strides);
 }
 
-std::shared_ptr<dnnl::matmul> create_primitive(const GemmKey& k) {
+memory::data_type dnnl_type(DType d) {
   using dt = memory::data_type;
-  const memory::desc a = strided_desc(k.M, k.K, k.lda, k.trans_a, dt::bf16);
-  const memory::desc b = strided_desc(k.K, k.N, k.ldb, k.trans_b, dt::bf16);
-  const memory::desc c = strided_desc(k.M, k.N, k.ldc, false, dt::f32);
+  return d == DType::kF32 ? dt::f32 : d == DType::kBF16 ? dt::bf16 : dt::f16;
+}
+
+// Null when oneDNN has no implementation (e.g. f16 without avx512_fp16
+// support in this oneDNN): the caller falls back to the fp32 path.
+std::shared_ptr<dnnl::matmul> create_primitive(const GemmKey& k) {
+  const memory::desc a = strided_desc(k.M, k.K, k.lda, k.trans_a, dnnl_type(k.ab));
+  const memory::desc b = strided_desc(k.K, k.N, k.ldb, k.trans_b, dnnl_type(k.ab));
+  const memory::desc c = strided_desc(k.M, k.N, k.ldc, false, dnnl_type(k.c_dtype));
   dnnl::primitive_attr attr;
   if (k.scaled) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
   if (k.beta != 0.0f) {
@@ -79,8 +87,13 @@ std::shared_ptr<dnnl::matmul> create_primitive(const GemmKey& k) {
     ops.append_sum(k.beta);  // dst = alpha * A @ B + beta * dst
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-  return std::make_shared<dnnl::matmul>(pd);
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    return std::make_shared<dnnl::matmul>(pd);
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) return nullptr;
+    throw;
+  }
 }
 
 // A small LRU map of primitives. shared_ptr, so a primitive evicted by one
@@ -129,17 +142,17 @@ PrimitiveCache& primitive_cache() {
   return cache;
 }
 
-void execute(const GemmKey& key, float alpha, const uint16_t* A, const uint16_t* B, float* C) {
+bool execute(const GemmKey& key, float alpha, const void* A, const void* B, void* C) {
   const std::shared_ptr<dnnl::matmul> prim = primitive_cache().get(key);
+  if (!prim) return false;
   dnnl::engine& eng = cpu_engine();
   // The descriptors are fully given by strides, so the primitive uses exactly
   // these (no "any" formats to query). oneDNN takes void* but only reads A, B.
-  using dt = memory::data_type;
-  memory a(strided_desc(key.M, key.K, key.lda, key.trans_a, dt::bf16), eng,
-           const_cast<uint16_t*>(A));
-  memory b(strided_desc(key.K, key.N, key.ldb, key.trans_b, dt::bf16), eng,
-           const_cast<uint16_t*>(B));
-  memory c(strided_desc(key.M, key.N, key.ldc, false, dt::f32), eng, C);
+  memory a(strided_desc(key.M, key.K, key.lda, key.trans_a, dnnl_type(key.ab)), eng,
+           const_cast<void*>(A));
+  memory b(strided_desc(key.K, key.N, key.ldb, key.trans_b, dnnl_type(key.ab)), eng,
+           const_cast<void*>(B));
+  memory c(strided_desc(key.M, key.N, key.ldc, false, dnnl_type(key.c_dtype)), eng, C);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
   if (key.scaled) {
     const memory::desc scale_md({1}, memory::data_type::f32, memory::format_tag::a);
@@ -150,25 +163,23 @@ void execute(const GemmKey& key, float alpha, const uint16_t* A, const uint16_t*
   thread_local dnnl::stream stream(eng);
   prim->execute(stream, args);
   stream.wait();
+  return true;
 }
 
 }  // namespace
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
-               int64_t ldc) {
-  detail::check_gemm_args("gemm_bf16", trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0) return detail::scale_c(M, N, beta, C, ldc);
-  const GemmKey key{trans_a, trans_b, alpha != 1.0f, omp_get_max_threads(), beta, M, N, K, lda,
-                    ldb,     ldc};
+bool gemm_lowp_onednn(const LowpGemmArgs& g) {
+  const GemmKey key{g.ab,   g.c_dtype, g.trans_a, g.trans_b, g.alpha != 1.0f, omp_get_max_threads(),
+                    g.beta, g.M,       g.N,       g.K,       g.lda,           g.ldb,
+                    g.ldc};
   try {
-    execute(key, alpha, A, B, C);
+    return execute(key, g.alpha, g.A, g.B, g.C);
   } catch (const dnnl::error& e) {
-    KIRI_RAISE(kInternal, "gemm_bf16: oneDNN matmul failed (", e.what(), ", status ",
-               static_cast<int>(e.status), ") for M=", M, " N=", N, " K=", K, " trans_a=", trans_a,
-               " trans_b=", trans_b, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+    KIRI_RAISE(kInternal, "gemm_lowp: oneDNN matmul failed (", e.what(), ", status ",
+               static_cast<int>(e.status), ") for ", dtype_name(g.ab), " M=", g.M, " N=", g.N,
+               " K=", g.K, " trans_a=", g.trans_a, " trans_b=", g.trans_b, " lda=", g.lda,
+               " ldb=", g.ldb, " ldc=", g.ldc, " C ", dtype_name(g.c_dtype));
   }
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::detail

@@ -1,0 +1,191 @@
+// fp32 <-> bf16 / fp16 conversions (whole tensors and the detail:: runs the
+// other kernels use), add_into and all_finite. The AVX-512 paths do in
+// integer arithmetic exactly what float_to_bf16 does (vcvtneps2bf16 would
+// flush denormals) and use vcvtps2ph with round-to-nearest-even for fp16.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kiri/kernels/cpu/common.h"
+#include "kiri/kernels/cpu/lowp.h"
+#include "kiri/kernels/cpu/ops.h"
+
+namespace kiri::kernels {
+namespace detail {
+namespace {
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// GCC 12 warns about the _mm512_undefined_* placeholders inside its own
+// conversion intrinsics once they are inlined here (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+constexpr int64_t kVec = 16;
+
+inline __m512 load16(const void* p, DType dt) {
+  if (dt == DType::kF32) return _mm512_loadu_ps(p);
+  const __m256i h = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+  if (dt == DType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// float_to_bf16 on 16 lanes: NaN -> (u >> 16) | 0x40, else round half to even.
+inline __m256i f32_to_bf16x16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+inline void store16(void* p, DType dt, __m512 x) {
+  if (dt == DType::kF32) return _mm512_storeu_ps(p, x);
+  const __m256i h = dt == DType::kF16
+                        ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                        : f32_to_bf16x16(x);
+  _mm256_storeu_si256(static_cast<__m256i*>(p), h);
+}
+#else
+constexpr int64_t kVec = 0;  // scalar only
+#endif
+
+inline void store_scalar(void* p, DType dt, int64_t i, float f) {
+  if (dt == DType::kF32) {
+    static_cast<float*>(p)[i] = f;
+  } else {
+    static_cast<uint16_t*>(p)[i] = dt == DType::kBF16 ? float_to_bf16(f) : float_to_half(f);
+  }
+}
+
+inline const void* at(const void* p, DType dt, int64_t i) {
+  return static_cast<const char*>(p) + i * static_cast<int64_t>(dtype_size(dt));
+}
+inline void* at(void* p, DType dt, int64_t i) {
+  return static_cast<char*>(p) + i * static_cast<int64_t>(dtype_size(dt));
+}
+
+}  // namespace
+
+void to_f32(float* dst, const void* src, DType sd, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  for (; i + kVec <= n; i += kVec) _mm512_storeu_ps(dst + i, load16(at(src, sd, i), sd));
+#endif
+  for (; i < n; ++i) dst[i] = load_as_float(src, sd, i);
+}
+
+void from_f32(void* dst, DType dd, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  for (; i + kVec <= n; i += kVec) store16(at(dst, dd, i), dd, _mm512_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) store_scalar(dst, dd, i, src[i]);
+}
+
+void add_f32_into(void* dst, DType dd, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  for (; i + kVec <= n; i += kVec) {
+    void* d = at(dst, dd, i);
+    store16(d, dd, _mm512_add_ps(load16(d, dd), _mm512_loadu_ps(src + i)));
+  }
+#endif
+  for (; i < n; ++i) store_scalar(dst, dd, i, load_as_float(dst, dd, i) + src[i]);
+}
+
+void check_float_dtype(const Tensor& t, const char* op, const char* name) {
+  KIRI_CHECK(t.defined(), op, ": ", name, " is undefined");
+  const DType d = t.dtype();
+  KIRI_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16, op, ": ", name, " ",
+             t.shape().str(), " is ", dtype_name(d), ", expected F32, BF16 or F16");
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr int64_t kChunk = 4096;  // elements per parallel piece (a multiple of 16)
+
+// Runs fn(begin, count) over [0, n) in chunks, in parallel when n is large.
+template <typename Fn>
+void for_chunks(int64_t n, Fn fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > detail::kMinParallelWork)
+  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+}  // namespace
+
+void convert(Tensor& dst, const Tensor& src) {
+  detail::check_float_dtype(dst, "convert", "dst");
+  detail::check_float_dtype(src, "convert", "src");
+  KIRI_CHECK(dst.numel() == src.numel(), "convert: dst ", dst.shape().str(), " and src ",
+             src.shape().str(), " differ in size");
+  const DType dd = dst.dtype(), sd = src.dtype();
+  const size_t dsz = dtype_size(dd), ssz = dtype_size(sd);
+  char* d = static_cast<char*>(dst.raw());
+  const char* s = static_cast<const char*>(src.raw());
+  for_chunks(src.numel(), [&](int64_t begin, int64_t count) {
+    if (dd == sd) {
+      std::memcpy(d + begin * dsz, s + begin * ssz, count * dsz);
+    } else if (sd == DType::kF32) {
+      detail::from_f32(d + begin * dsz, dd, reinterpret_cast<const float*>(s) + begin, count);
+    } else if (dd == DType::kF32) {
+      detail::to_f32(reinterpret_cast<float*>(d) + begin, s + begin * ssz, sd, count);
+    } else {  // bf16 <-> f16, through fp32 (exact on the way in)
+      float buf[kChunk];
+      detail::to_f32(buf, s + begin * ssz, sd, count);
+      detail::from_f32(d + begin * dsz, dd, buf, count);
+    }
+  });
+}
+
+void add_into(Tensor& dst, const Tensor& src) {
+  detail::check_float_dtype(dst, "add_into", "dst");
+  detail::check_dtype<float>(src, "add_into", "src");
+  KIRI_CHECK(dst.numel() == src.numel(), "add_into: dst ", dst.shape().str(), " and src ",
+             src.shape().str(), " differ in size");
+  const DType dd = dst.dtype();
+  char* d = static_cast<char*>(dst.raw());
+  const float* s = src.data<float>();
+  for_chunks(src.numel(), [&](int64_t begin, int64_t count) {
+    detail::add_f32_into(d + begin * dtype_size(dd), dd, s + begin, count);
+  });
+}
+
+namespace {
+
+// No element has an all-ones exponent (inf or NaN). Integer tests, so they
+// vectorise and no floating-point exception is raised.
+template <typename U>
+bool finite_run(const U* x, int64_t n, U exp_mask) {
+  U bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) bad |= (x[i] & exp_mask) == exp_mask;
+  return !bad;
+}
+
+}  // namespace
+
+bool all_finite(const Tensor& x) {
+  detail::check_float_dtype(x, "all_finite", "x");
+  const int64_t n = x.numel();
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (n > detail::kMinParallelWork)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, count = std::min(kChunk, n - begin);
+    if (x.dtype() == DType::kF32) {
+      ok = ok && finite_run(static_cast<const uint32_t*>(x.raw()) + begin, count, 0x7f800000u);
+    } else {
+      const uint16_t mask = x.dtype() == DType::kBF16 ? 0x7f80 : 0x7c00;
+      ok = ok && finite_run(static_cast<const uint16_t*>(x.raw()) + begin, count, mask);
+    }
+  }
+  return ok;
+}
+
+}  // namespace kiri::kernels

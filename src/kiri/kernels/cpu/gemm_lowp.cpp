@@ -1,0 +1,171 @@
+// gemm_lowp: 16-bit A and B, fp32 accumulation. Without AMX the fastest
+// fp32-accumulating instruction here is the fp32 FMA (vdpbf16ps does half its
+// FLOPs per cycle), so by default the operands are widened to fp32 panel by
+// panel and multiplied by oneDNN's sgemm; the widening is O(MK + KN) against
+// O(MNK) for the product. With AMX the oneDNN matmul on the 16-bit data wins.
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "kiri/kernels/cpu/common.h"
+#include "kiri/kernels/cpu/gemm_lowp.h"
+#include "kiri/kernels/cpu/lowp.h"
+#include "kiri/kernels/cpu/ops.h"
+
+namespace kiri::kernels {
+namespace {
+
+using detail::LowpGemmArgs;
+
+std::atomic<LowpGemmImpl> g_impl{LowpGemmImpl::kAuto};
+
+bool cpu_has_amx() {
+  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return amx;
+}
+
+// Widened panels hold at most this many floats each (16 MB).
+constexpr int64_t kPanelCap = int64_t(1) << 22;
+// K is split only beyond this (C is then re-read once per K block).
+constexpr int64_t kMaxKBlock = 4096;
+
+// dst[rows, cols] (fp32, leading dimension cols) = src rows of a 16-bit matrix
+// with leading dimension ld, starting at element (r0, c0).
+void widen(float* dst, const void* src, DType dt, int64_t ld, int64_t r0, int64_t c0, int64_t rows,
+           int64_t cols) {
+  const char* base = static_cast<const char*>(src);
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r)
+    detail::to_f32(dst + r * cols, base + ((r0 + r) * ld + c0) * es, dt, cols);
+}
+
+// The reverse for C: rows of fp32 into a 16-bit matrix, rounded.
+void narrow(void* dst, DType dt, int64_t ld, int64_t r0, int64_t c0, const float* src, int64_t rows,
+            int64_t cols) {
+  char* base = static_cast<char*>(dst);
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r)
+    detail::from_f32(base + ((r0 + r) * ld + c0) * es, dt, src + r * cols, cols);
+}
+
+// Per calling thread, reused across calls (grows to the largest panel seen).
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+float* sized(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// op(A) rows [m0, m0+mr) x columns [k0, k0+kr), widened in A's own layout.
+const float* widen_a(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t k0, int64_t kr) {
+  float* a = sized(scratch().a, mr * kr);
+  if (g.trans_a) {
+    widen(a, g.A, g.ab, g.lda, k0, m0, kr, mr);  // stored [K, M]: [kr, mr]
+  } else {
+    widen(a, g.A, g.ab, g.lda, m0, k0, mr, kr);  // stored [M, K]: [mr, kr]
+  }
+  return a;
+}
+
+const float* widen_b(const LowpGemmArgs& g, int64_t k0, int64_t kr, int64_t n0, int64_t nr) {
+  float* b = sized(scratch().b, kr * nr);
+  if (g.trans_b) {
+    widen(b, g.B, g.ab, g.ldb, n0, k0, nr, kr);  // stored [N, K]: [nr, kr]
+  } else {
+    widen(b, g.B, g.ab, g.ldb, k0, n0, kr, nr);  // stored [K, N]: [kr, nr]
+  }
+  return b;
+}
+
+// One C block [m0, m0+mr) x [n0, n0+nr) over all of K, in K blocks of kb.
+void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
+                   int64_t kb) {
+  const bool c32 = g.c_dtype == DType::kF32;
+  float* c = nullptr;
+  int64_t ldc = g.ldc;
+  if (c32) {
+    c = static_cast<float*>(g.C) + m0 * g.ldc + n0;
+  } else {
+    c = sized(scratch().c, mr * nr);
+    ldc = nr;
+    if (g.beta != 0.0f) widen(c, g.C, g.c_dtype, g.ldc, m0, n0, mr, nr);
+  }
+  for (int64_t k0 = 0; k0 < g.K; k0 += kb) {
+    const int64_t kr = std::min(kb, g.K - k0);
+    const float* a = widen_a(g, m0, mr, k0, kr);
+    const float* b = widen_b(g, k0, kr, n0, nr);
+    const float beta = k0 == 0 ? g.beta : 1.0f;
+    gemm<float>(g.trans_a, g.trans_b, mr, nr, kr, g.alpha, a, g.trans_a ? mr : kr, b,
+                g.trans_b ? kr : nr, beta, c, ldc);
+  }
+  if (!c32) narrow(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
+}
+
+void gemm_via_f32(const LowpGemmArgs& g) {
+  const int64_t kb = g.K <= kMaxKBlock ? g.K : kMaxKBlock / 4;
+  const int64_t mb = std::min(g.M, std::max<int64_t>(16, kPanelCap / kb));
+  int64_t nb = std::min(g.N, std::max<int64_t>(16, kPanelCap / kb));
+  if (g.c_dtype != DType::kF32) nb = std::min(nb, std::max<int64_t>(16, kPanelCap / mb));
+  for (int64_t m0 = 0; m0 < g.M; m0 += mb)
+    for (int64_t n0 = 0; n0 < g.N; n0 += nb)
+      block_via_f32(g, m0, std::min(mb, g.M - m0), n0, std::min(nb, g.N - n0), kb);
+}
+
+// C = round(beta * C) for K == 0 with a 16-bit C (beta 0 clears NaNs).
+void scale_c_lowp(int64_t M, int64_t N, float beta, void* C, DType dt, int64_t ldc) {
+  std::vector<float> row(static_cast<size_t>(N));
+  char* base = static_cast<char*>(C);
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  for (int64_t i = 0; i < M; ++i) {
+    void* r = base + i * ldc * es;
+    detail::to_f32(row.data(), r, dt, N);
+    for (float& v : row) v = beta == 0.0f ? 0.0f : v * beta;
+    detail::from_f32(r, dt, row.data(), N);
+  }
+}
+
+}  // namespace
+
+void set_gemm_lowp_impl(LowpGemmImpl impl) {
+  g_impl.store(impl);
+}
+
+void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+               DType c_dtype, int64_t ldc) {
+  KIRI_CHECK(detail::is_lowp(ab), "gemm_lowp: A and B must be BF16 or F16, got ", dtype_name(ab));
+  KIRI_CHECK(c_dtype == DType::kF32 || c_dtype == ab, "gemm_lowp: C must be F32 or ",
+             dtype_name(ab), ", got ", dtype_name(c_dtype));
+  detail::check_gemm_args("gemm_lowp", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (c_dtype == DType::kF32) return detail::scale_c(M, N, beta, static_cast<float*>(C), ldc);
+    return scale_c_lowp(M, N, beta, C, c_dtype, ldc);
+  }
+  const LowpGemmArgs g{ab, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dtype, ldc};
+  LowpGemmImpl impl = g_impl.load();
+  if (impl == LowpGemmImpl::kAuto)
+    impl = cpu_has_amx() ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+  if (impl == LowpGemmImpl::kOneDnnMatmul && detail::gemm_lowp_onednn(g)) return;
+  gemm_via_f32(g);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  gemm_lowp(DType::kBF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, DType::kF32,
+            ldc);
+}
+
+}  // namespace kiri::kernels

@@ -1,0 +1,29 @@
+#pragma once
+// Internal to the CPU kernels: the two implementations behind gemm_lowp.
+#include <cstdint>
+
+#include "kiri/tensor/dtype.h"
+
+namespace kiri::kernels::detail {
+
+// gemm_lowp's arguments, already checked (M, N, K > 0).
+struct LowpGemmArgs {
+  DType ab;
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  float alpha;
+  const void* A;  // [M,K] ([K,M] if trans_a), leading dimension lda, dtype ab
+  int64_t lda;
+  const void* B;  // [K,N] ([N,K] if trans_b), leading dimension ldb, dtype ab
+  int64_t ldb;
+  float beta;
+  void* C;  // [M,N], leading dimension ldc, dtype c_dtype
+  DType c_dtype;
+  int64_t ldc;
+};
+
+// A cached oneDNN matmul primitive (gemm_lowp_onednn.cpp). False when oneDNN
+// has no implementation for these dtypes on this CPU (nothing was written).
+bool gemm_lowp_onednn(const LowpGemmArgs& g);
+
+}  // namespace kiri::kernels::detail
