@@ -7,6 +7,12 @@ LM head tied to wte, HF init std 0.02) trained with AdamW on random tokens.
 Times forward + backward + optimizer step after warm-up, as kiri measures,
 and prints one JSON line.
 
+--ddp wraps the model in DistributedDataParallel (gloo); --zero does the same
+and replaces AdamW by torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)
+with the same hyper-parameters: ZeRO stage 1, each rank keeps the AdamW state
+of its shard of the parameters only and broadcasts its updated shard after the
+step. The JSON reports the optimizer state bytes held by each rank.
+
 Run with the environment from bench/torch_env.sh so torch uses OpenBLAS
 (Debian may otherwise resolve libblas.so.3 to the slow reference BLAS):
   eval "$(bench/torch_env.sh)" && /usr/bin/python3 bench/torch_gpt2.py ...
@@ -107,6 +113,9 @@ def parse_args():
                    help="DistributedDataParallel over gloo; start with "
                         "python3 -m torch.distributed.run --standalone --nproc_per_node=N "
                         "--redirects 2 --tee 2 bench/torch_gpt2.py --ddp ...")
+    p.add_argument("--zero", action="store_true",
+                   help="--ddp with ZeroRedundancyOptimizer(AdamW) (ZeRO stage 1, optimizer "
+                        "state sharded over the ranks); started like --ddp")
     args = p.parse_args()
     if args.n_embd % args.n_head != 0:
         p.error(f"n_embd {args.n_embd} is not divisible by n_head {args.n_head}")
@@ -122,13 +131,21 @@ def main():
     model = GPT(args.n_layer, args.n_embd, args.n_head, args.vocab, args.seq_len)
     params = sum(p.numel() for p in model.parameters())  # tied wte counted once
     rank, world = 0, 1
-    if args.ddp:
+    distributed = args.ddp or args.zero
+    if distributed:
         import torch.distributed as dist
         dist.init_process_group("gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
         model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
-                            eps=1e-8, weight_decay=0.1)
+    hyper = dict(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    if args.zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                      **hyper)
+        local_opt = opt.optim  # the AdamW over this rank's shard
+    else:
+        opt = torch.optim.AdamW(model.parameters(), **hyper)
+        local_opt = opt
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)
     shape = (args.batch, args.seq_len)
 
@@ -149,14 +166,27 @@ def main():
     loss = loss.item()
     step_s = (time.perf_counter() - t0) / args.steps
     tokens = args.batch * args.seq_len * world
+    # Optimizer state held by this rank (AdamW: exp_avg, exp_avg_sq, step), and
+    # the parameters it updates: all of them under DDP, its shard under ZeRO.
+    state_bytes = sum(t.numel() * t.element_size() for st in local_opt.state.values()
+                      for t in st.values() if torch.is_tensor(t))
+    opt_params = sum(p.numel() for g in local_opt.param_groups for p in g["params"])
+    per_rank = [(state_bytes, opt_params)]
+    if distributed:
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, (state_bytes, opt_params))
     if rank == 0:
+        mode = "zero1" if args.zero else "ddp" if args.ddp else "single"
         print(json.dumps({
-            "impl": "pytorch-ddp" if args.ddp else "pytorch",
+            "impl": {"zero1": "pytorch-zero1", "ddp": "pytorch-ddp"}.get(mode, "pytorch"),
+            "mode": mode,
             "ranks": world,
             "threads": torch.get_num_threads(),
             "tokens_per_s": tokens / step_s,
             "step_s": step_s,
             "params": params,
+            "opt_state_bytes": [b for b, _ in per_rank],
+            "opt_params": [n for _, n in per_rank],
         }), flush=True)
     print(f"final loss {loss:.4f} (random tokens: about ln(vocab) = {math.log(args.vocab):.4f})",
           file=sys.stderr)
