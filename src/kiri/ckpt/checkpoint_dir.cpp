@@ -17,14 +17,14 @@ namespace kiri::ckpt {
 
 namespace fs = std::filesystem;
 
+std::string temp_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / ("." + step_dir_name(step) + ".tmp")).string();
+}
+
 namespace {
 
 constexpr const char* kLatest = "latest";
 constexpr const char* kState = "state.json";
-
-std::string temp_dir(const std::string& root, int64_t step) {
-  return (fs::path(root) / ("." + step_dir_name(step) + ".tmp")).string();
-}
 
 void remove_tree(const fs::path& path) {
   std::error_code ec;

@@ -22,6 +22,8 @@ std::string step_dir_name(int64_t step);
 // Creates root (if needed) and a fresh root/.step_NNNNNNNN.tmp/ (removing a
 // stale one left by a crash) and returns its path; write the files there.
 std::string begin_checkpoint(const std::string& root, int64_t step);
+// That temporary directory's path (where other ranks write their files).
+std::string temp_dir(const std::string& root, int64_t step);
 
 // Makes the checkpoint begun for `step` durable and current: fsyncs its
 // files, renames it to root/step_NNNNNNNN (replacing an older one of the same

@@ -212,8 +212,20 @@ std::vector<Field> make_fields() {
       std::vector<std::pair<std::string, train::ComputeDType>>{{"fp32", train::ComputeDType::kF32},
                                                                {"bf16", train::ComputeDType::kBF16},
                                                                {"fp16", train::ComputeDType::kF16}},
-      "Compute dtype. fp32 today; bf16 and fp16 (mixed precision with fp32 "
-      "master weights) arrive with the sharding engine and are refused until then."));
+      "Parameters and gradients used in compute. `bf16`/`fp16`: mixed precision: 2-byte "
+      "parameters and gradients, 16-bit GEMMs with fp32 accumulation, fp32 activations, and "
+      "fp32 master weights, m and v in the optimizer (16 bytes per parameter in all). `fp16` "
+      "adds loss scaling (train.loss_scale)."));
+  f.push_back(float_field("train.loss_scale", KIRI_FIELD(train.loss_scale), 0, 1e30,
+                          "fp16 only. 0: dynamic loss scaling (start at 2^initial_scale_power, "
+                          "skip the step and halve on inf/NaN gradients, double after "
+                          "loss_scale_window clean steps); > 0: this static scale."));
+  f.push_back(int_field("train.initial_scale_power", KIRI_FIELD(train.initial_scale_power), 0, 120,
+                        "fp16, dynamic: the first loss scale is 2 to this power."));
+  f.push_back(int_field("train.loss_scale_window", KIRI_FIELD(train.loss_scale_window), 1, kBig,
+                        "fp16, dynamic: clean steps in a row before the scale doubles."));
+  f.push_back(float_field("train.min_loss_scale", KIRI_FIELD(train.min_loss_scale), 1e-30, 1e30,
+                          "fp16, dynamic: the scale never backs off below this."));
   f.push_back(int_field("train.eval_every", KIRI_FIELD(train.eval_every), 0, kBig,
                         "Steps between validation evaluations; 0: only at the end."));
   f.push_back(int_field("train.eval_batches", KIRI_FIELD(train.eval_batches), 1, 1 << 20,
@@ -241,6 +253,45 @@ std::vector<Field> make_fields() {
   f.push_back(bool_field("parallel.check_collectives", KIRI_FIELD(parallel.check_collectives),
                          "Before each collective, ranks agree on its kind and size, so a mismatch "
                          "is named instead of computing garbage (a small extra message each)."));
+  f.push_back(int_field("parallel.zero_stage", KIRI_FIELD(parallel.zero_stage), 0, 3,
+                        "ZeRO stage (DeepSpeed): 0 = DDP, every rank holds everything; 1 = "
+                        "optimizer states sharded over dp; 2 = + gradients (reduce-scattered "
+                        "during backward); 3 = + parameters (all-gathered per unit just in time; "
+                        "= FSDP FULL_SHARD)."));
+  f.push_back(enum_field(
+      "parallel.sharding_strategy", KIRI_FIELD(parallel.sharding_strategy),
+      std::vector<std::pair<std::string, std::string>>{{"from_zero_stage", ""},
+                                                       {"NO_SHARD", "NO_SHARD"},
+                                                       {"SHARD_GRAD_OP", "SHARD_GRAD_OP"},
+                                                       {"FULL_SHARD", "FULL_SHARD"},
+                                                       {"HYBRID_SHARD", "HYBRID_SHARD"}},
+      "The same engine in FSDP's words: NO_SHARD = stage 0, SHARD_GRAD_OP = stage 2, "
+      "FULL_SHARD = stage 3, HYBRID_SHARD = stage 3 within groups of "
+      "parallel.shard_group_size ranks, replicated across the groups. A zero_stage that "
+      "contradicts it is an error."));
+  f.push_back(int_field("parallel.shard_group_size", KIRI_FIELD(parallel.shard_group_size), 0,
+                        1 << 20,
+                        "Ranks over which the state is sharded (HYBRID_SHARD); 0 = the whole dp "
+                        "group. Must divide parallel.dp."));
+  f.push_back(int_field("parallel.wrap_blocks", KIRI_FIELD(parallel.wrap_blocks), 1, 1 << 20,
+                        "Wrap policy of the sharding units: the embeddings, then every "
+                        "wrap_blocks transformer blocks, then the final LayerNorm, each one flat "
+                        "buffer padded to a multiple of the shard group size."));
+  f.push_back(bool_field("parallel.prefetch", KIRI_FIELD(parallel.prefetch),
+                         "Stage 3: start the next unit's all-gather while the current unit "
+                         "computes (forward and backward)."));
+  f.push_back(enum_field(
+      "parallel.activation_checkpointing", KIRI_FIELD(parallel.activation_checkpointing),
+      std::vector<std::pair<std::string, train::ActivationCheckpointing>>{
+          {"none", train::ActivationCheckpointing::kNone},
+          {"full", train::ActivationCheckpointing::kFull},
+          {"every_k", train::ActivationCheckpointing::kEveryK}},
+      "Checkpointed blocks keep only their input in forward and recompute their activations "
+      "in backward: `full` = every block, `every_k` = blocks 0, k, 2k, ... "
+      "(parallel.activation_checkpointing_k)."));
+  f.push_back(int_field("parallel.activation_checkpointing_k",
+                        KIRI_FIELD(parallel.activation_checkpointing_k), 1, 1 << 20,
+                        "every_k: checkpoint every k-th block."));
   // checkpoint
   f.push_back(
       string_field("checkpoint.dir", KIRI_FIELD(checkpoint.dir),
@@ -374,9 +425,7 @@ void validate(const RunConfig& cfg) {
   KIRI_CHECK_KIND(kConfig, cfg.train.min_lr <= cfg.train.optimizer.lr,
                   "train.min_lr = ", cfg.train.min_lr,
                   " exceeds train.lr = ", cfg.train.optimizer.lr);
-  KIRI_CHECK_KIND(kConfig, cfg.train.dtype == train::ComputeDType::kF32,
-                  "train.dtype: only fp32 is available in this version (bf16/fp16 mixed precision "
-                  "comes with the sharding engine)");
+  train::resolve_sharding(cfg.parallel);
 }
 
 std::string config_markdown() {

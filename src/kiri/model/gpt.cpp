@@ -1,6 +1,7 @@
 #include "kiri/model/gpt.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kiri/kernels/cpu/ops.h"
 
@@ -46,6 +47,20 @@ Block<T>::Block(const std::string& name, const GPTConfig& cfg)
 
 template <typename T>
 Tensor Block<T>::forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
+  batch_ = batch;
+  seq_ = seq;
+  if (!checkpointed_ || !ctx.training) return forward_impl(ctx, x, batch, seq);
+  // Checkpointed: run without saving anything for backward (training off),
+  // keep the input, and recompute in backward.
+  ctx.training = false;
+  Tensor y = forward_impl(ctx, x, batch, seq);
+  ctx.training = true;
+  input_ = x;
+  return y;
+}
+
+template <typename T>
+Tensor Block<T>::forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
   Tensor a = attn_.forward(ctx, ln_1_.forward(ctx, x), batch, seq);  // [N, C]
   Tensor x1 = nn::activation(ctx, x.shape(), dtype_of<T>());         // [N, C]
   k::residual_forward<T>(x1, x, a);
@@ -57,6 +72,10 @@ Tensor Block<T>::forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64
 
 template <typename T>
 void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
+  if (input_.defined()) {  // checkpointed: recompute the activations (same ops, same values)
+    forward_impl(ctx, input_, batch_, seq_);
+    input_ = Tensor();
+  }
   // y = x1 + mlp(ln_2(x1)):  dx1 = dy + ln_2'(mlp'(dy))
   Tensor dx1 = nn::activation(ctx, dy.shape(), dtype_of<T>());  // [N, C]
   dx1.copy_from(dy);
@@ -86,17 +105,88 @@ GPT<T>::GPT(const GPTConfig& cfg)
 }
 
 template <typename T>
+std::vector<std::vector<nn::Parameter*>> GPT<T>::parameter_groups() {
+  std::vector<std::vector<nn::Parameter*>> groups{{wte_, wpe_}};
+  for (auto& block : blocks_) groups.push_back(block->parameters());
+  groups.push_back(ln_f_.parameters());
+  return groups;
+}
+
+template <typename T>
+void GPT<T>::set_activation_checkpointing(int every_k) {
+  KIRI_CHECK_KIND(kConfig, every_k >= 0,
+                  "activation checkpointing every k blocks needs k >= 0, got ", every_k);
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    blocks_[i]->set_checkpointed(every_k > 0 && i % static_cast<size_t>(every_k) == 0);
+}
+
+template <typename T>
 Tensor GPT<T>::trunk_forward(nn::Context& ctx, const Tensor& tokens) {
   KIRI_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::kI32, "tokens must be [B, T] I32, got ",
              tokens.shape().str());
   const int64_t b = tokens.dim(0), t = tokens.dim(1), c = cfg_.n_embd;
   KIRI_CHECK(t <= cfg_.block_size, "sequence length ", t, " exceeds model.block_size ",
              cfg_.block_size);
+  call(group_hooks_.before_forward, 0);
   Tensor x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
   k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
   x = x.view({b * t, c});
-  for (auto& block : blocks_) x = block->forward(ctx, x, b, t);
-  return ln_f_.forward(ctx, x);  // [N, C]
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int group = static_cast<int>(i) + 1;
+    call(group_hooks_.before_forward, group);
+    x = blocks_[i]->forward(ctx, x, b, t);
+    call(group_hooks_.after_forward, group);
+  }
+  const int last = num_groups() - 1;
+  call(group_hooks_.before_forward, last);
+  Tensor xf = ln_f_.forward(ctx, x);  // [N, C]
+  call(group_hooks_.after_forward, last);
+  return xf;
+}
+
+template <typename T>
+Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf) {
+  const int64_t n = xf.dim(0), c = cfg_.n_embd, v = cfg_.vocab_size;
+  Tensor logits = nn::activation(ctx, {n, v}, dtype_of<T>());  // [N, V]
+  if constexpr (std::is_same_v<T, float>) {
+    const DType pd = wte_->value.dtype();
+    if (pd != DType::kF32) {  // 16-bit parameters: a 16-bit GEMM on a 16-bit copy of xf
+      Tensor xl = nn::activation(ctx, {n, c}, pd);  // [N, C]
+      k::convert(xl, xf);
+      k::gemm_lowp(pd, false, true, n, v, c, 1.0f, xl.raw(), c, wte_->value.raw(), c, 0.0f,
+                   logits.raw(), DType::kF32, v);
+      if (ctx.training) xf_ = xl;
+      return logits;
+    }
+  }
+  k::gemm<T>(false, true, n, v, c, T(1), xf.data<T>(), c, wte_->value.data<T>(), c, T(0),
+             logits.data<T>(), v);
+  if (ctx.training) xf_ = xf;
+  return logits;
+}
+
+template <typename T>
+void GPT<T>::lm_head_backward(nn::Context& ctx, const Tensor& dlogits, Tensor& dxf) {
+  // logits = xf @ wte^T: dxf += dlogits @ wte; dwte += dlogits^T @ xf
+  const int64_t n = dlogits.dim(0), v = dlogits.dim(1), c = cfg_.n_embd;
+  if constexpr (std::is_same_v<T, float>) {
+    const DType pd = xf_.dtype();
+    if (pd != DType::kF32) {
+      Tensor dl = nn::activation(ctx, {n, v}, pd);  // [N, V] 16-bit copy of dlogits
+      k::convert(dl, dlogits);
+      k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, wte_->value.raw(), c, 1.0f,
+                   dxf.raw(), DType::kF32, c);
+      ctx.progress();
+      k::gemm_lowp(pd, true, false, v, c, n, 1.0f, dl.raw(), v, xf_.raw(), c, 1.0f,
+                   wte_->grad.raw(), pd, c);
+      return;
+    }
+  }
+  k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, wte_->value.data<T>(), c, T(1),
+             dxf.data<T>(), c);
+  ctx.progress();
+  k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf_.data<T>(), c, T(1),
+             wte_->grad.data<T>(), c);
 }
 
 template <typename T>
@@ -105,11 +195,10 @@ double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& tar
   KIRI_CHECK(targets.shape() == tokens.shape() && targets.dtype() == DType::kI32,
              "targets must be I32 of the tokens' shape ", tokens.shape().str(), ", got ",
              targets.shape().str());
-  const int64_t n = tokens.numel(), c = cfg_.n_embd, v = cfg_.vocab_size;
+  const int64_t n = tokens.numel();
   Tensor xf = trunk_forward(ctx, tokens);
-  Tensor logits = nn::activation(ctx, {n, v}, dtype_of<T>());  // [N, V]
-  k::gemm<T>(false, true, n, v, c, T(1), xf.data<T>(), c, wte_->value.data<T>(), c, T(0),
-             logits.data<T>(), v);
+  Tensor logits = lm_head_forward(ctx, xf);  // [N, V]
+  call(group_hooks_.after_forward, 0);
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
@@ -120,7 +209,6 @@ double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& tar
   if (ctx.training) {
     tokens_ = tokens;
     targets_ = flat_targets;
-    xf_ = xf;
     logits_ = logits;
     lse_ = lse;
     loss_weight_ = loss_weight;
@@ -131,29 +219,30 @@ double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& tar
 template <typename T>
 void GPT<T>::backward(nn::Context& ctx) {
   KIRI_CHECK(logits_.defined(), "backward() without a training forward()");
-  const int64_t n = logits_.dim(0), v = logits_.dim(1), c = cfg_.n_embd;
+  const int64_t n = logits_.dim(0), c = cfg_.n_embd;
+  call(group_hooks_.before_backward, 0);
   Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   dloss.fill_(loss_weight_);
   k::softmax_xent_backward<T>(logits_, lse_, targets_, dloss);
-  Tensor& dlogits = logits_;                                      // overwritten in place: [N, V]
   Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
-  // logits = xf @ wte^T: dxf += dlogits @ wte; dwte += dlogits^T @ xf
-  k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, wte_->value.data<T>(), c, T(1),
-             dxf.data<T>(), c);
-  ctx.progress();
-  k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf_.data<T>(), c, T(1),
-             wte_->grad.data<T>(), c);
+  lm_head_backward(ctx, logits_, dxf);  // logits_ now holds dlogits [N, V]
   logits_ = lse_ = xf_ = Tensor();
   if (defer_embedding_grad_ && hook_) hook_({wte_});
   Tensor dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+  const int last = num_groups() - 1;
+  call(group_hooks_.before_backward, last);
   ln_f_.backward(ctx, dxf, dx);
+  call(group_hooks_.after_backward, last);
   dxf = Tensor();
   if (hook_) hook_(ln_f_.parameters());
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    const int group = static_cast<int>(i) + 1;
+    call(group_hooks_.before_backward, group);
     Tensor dprev = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
-    (*it)->backward(ctx, dx, dprev);
+    blocks_[i]->backward(ctx, dx, dprev);
     dx = dprev;
-    if (hook_) hook_((*it)->parameters());
+    call(group_hooks_.after_backward, group);
+    if (hook_) hook_(blocks_[i]->parameters());
   }
   Tensor dx3 = dx.view({tokens_.dim(0), tokens_.dim(1), c});
   k::position_embedding_backward<T>(wpe_->grad, dx3);
@@ -165,6 +254,7 @@ void GPT<T>::backward(nn::Context& ctx) {
     add_token_embedding_grad(tokens_.view({n}), dx);
     if (hook_) hook_({wte_, wpe_});
   }
+  call(group_hooks_.after_backward, 0);
   tokens_ = targets_ = Tensor();
 }
 
@@ -180,12 +270,11 @@ Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
   const bool training = ctx.training;
   ctx.training = false;
   Tensor xf = trunk_forward(ctx, tokens);
+  const int64_t t = tokens.dim(1), c = cfg_.n_embd;
+  Tensor logits = lm_head_forward(ctx, xf.flat_range((t - 1) * c, c).view({1, c}));  // [1, V]
+  call(group_hooks_.after_forward, 0);
   ctx.training = training;
-  const int64_t t = tokens.dim(1), c = cfg_.n_embd, v = cfg_.vocab_size;
-  Tensor logits = nn::activation(ctx, {v}, dtype_of<T>());  // [V]
-  k::gemm<T>(false, true, 1, v, c, T(1), xf.data<T>() + (t - 1) * c, c, wte_->value.data<T>(), c,
-             T(0), logits.data<T>(), v);
-  return logits;
+  return logits.view({cfg_.vocab_size});
 }
 
 template class Block<float>;

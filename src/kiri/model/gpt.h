@@ -36,8 +36,17 @@ class Block : public nn::Module {
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
   // dy: [B*T, C]; accumulates the gradient of the block's input into dx.
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx);
+  // Activation checkpointing: a checkpointed block keeps only its input
+  // during a training forward and recomputes its activations in backward.
+  void set_checkpointed(bool on) { checkpointed_ = on; }
+  bool checkpointed() const { return checkpointed_; }
 
  private:
+  Tensor forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
+
+  bool checkpointed_ = false;
+  int64_t batch_ = 0, seq_ = 0;
+  Tensor input_;  // [B*T, C] kept instead of the activations when checkpointed
   nn::LayerNorm<T> ln_1_;
   nn::CausalSelfAttention<T> attn_;
   nn::LayerNorm<T> ln_2_;
@@ -76,8 +85,33 @@ class GPT : public nn::Module {
   void add_token_embedding_grad(const Tensor& tokens, const Tensor& dx);
   nn::Parameter& wte() { return *wte_; }
 
+  // The parameters in groups, in forward order: 0 = the embeddings (wte,
+  // wpe), 1..n_layer = the blocks, n_layer + 1 = the final LayerNorm. The
+  // sharding engine builds its units from whole groups.
+  std::vector<std::vector<nn::Parameter*>> parameter_groups();
+  int num_groups() const { return cfg_.n_layer + 2; }
+  // Called around each group's use, so parameter sharding can gather a
+  // unit's parameters just in time and free them after. Forward: before(0),
+  // (before(i), after(i)) for each block and ln_f, after(0) once the tied LM
+  // head has run. Backward: before(0) (the LM head), then ln_f and the blocks
+  // from the last, each (before, after), and after(0) when the embeddings'
+  // gradient is complete. Sampling and evaluation call the forward hooks too.
+  struct GroupHooks {
+    std::function<void(int group)> before_forward, after_forward, before_backward, after_backward;
+  };
+  void set_group_hooks(GroupHooks hooks) { group_hooks_ = std::move(hooks); }
+  // Checkpoints block i's activations when every_k > 0 and i % every_k == 0
+  // (every_k = 1: every block; 0: none).
+  void set_activation_checkpointing(int every_k);
+
  private:
   Tensor trunk_forward(nn::Context& ctx, const Tensor& tokens);  // -> ln_f output [B*T, C]
+  // logits [N, V] = xf [N, C] @ wte^T; saves what the LM head's backward needs.
+  Tensor lm_head_forward(nn::Context& ctx, const Tensor& xf);
+  void lm_head_backward(nn::Context& ctx, const Tensor& dlogits, Tensor& dxf);
+  void call(const std::function<void(int)>& hook, int group) {
+    if (hook) hook(group);
+  }
 
   GPTConfig cfg_;
   nn::Parameter* wte_;  // [V, C]
@@ -85,9 +119,11 @@ class GPT : public nn::Module {
   std::vector<std::unique_ptr<Block<T>>> blocks_;
   nn::LayerNorm<T> ln_f_;
   // Saved by forward for backward.
+  // xf_ is F32 or, with 16-bit parameters, the LM head's 16-bit copy of it.
   Tensor tokens_, targets_, xf_, logits_, lse_;  // [B,T], [B,T], [N,C], [N,V], [N]
   double loss_weight_ = 0;
   GradReadyHook hook_;
+  GroupHooks group_hooks_;
   bool defer_embedding_grad_ = false;
   Tensor deferred_tokens_, deferred_dx_;  // [N] I32, [N, C]
 };

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <type_traits>
+
 #include "kiri/kernels/cpu/ops.h"
 
 namespace kiri::nn {
@@ -15,17 +17,59 @@ Linear<T>::Linear(const std::string& name, int64_t in, int64_t out, double init_
   bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
 }
 
+namespace {
+// Whether a float layer's parameters are 16-bit (mixed precision): then its
+// GEMMs take 16-bit inputs and accumulate in fp32.
+template <typename T>
+bool lowp(const Tensor& param) {
+  return std::is_same_v<T, float> && param.dtype() != dtype_of<T>();
+}
+
+// The parameter as T (a converted copy, category buffers, when it is 16-bit).
+template <typename T>
+Tensor compute_copy(Context& ctx, const Tensor& param) {
+  if (!lowp<T>(param)) return param;
+  Tensor t = Tensor::empty(param.shape(), dtype_of<T>(), Category::kBuffers, ctx.allocator);
+  k::convert(t, param);
+  return t;
+}
+
+// Where backward should accumulate a parameter's gradient: the gradient itself,
+// or a zeroed T scratch that accumulate_grad() then adds into the 16-bit gradient.
+template <typename T>
+Tensor grad_target(Context& ctx, const Tensor& grad) {
+  if (!lowp<T>(grad)) return grad;
+  return Tensor::zeros(grad.shape(), dtype_of<T>(), Category::kBuffers, ctx.allocator);
+}
+template <typename T>
+void accumulate_grad(Tensor& grad, const Tensor& target) {
+  if (lowp<T>(grad)) k::add_into(grad, target);
+}
+}  // namespace
+
 template <typename T>
 Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
-  if (ctx.training) x_ = x;
   Tensor y = activation(ctx, {x.dim(0), weight_->shape[1]}, dtype_of<T>());  // [N, out]
+  if (lowp<T>(weight_->value)) {
+    // Mixed precision: the 16-bit copy of x is both the GEMM's input and what
+    // backward keeps (half the bytes of x).
+    Tensor xl = activation(ctx, x.shape(), weight_->value.dtype());  // [N, in]
+    k::convert(xl, x);
+    k::linear_forward_lowp(y, xl, weight_->value, bias_->value);
+    if (ctx.training) x_ = xl;
+    return y;
+  }
+  if (ctx.training) x_ = x;
   k::linear_forward<T>(y, x, weight_->value, bias_->value);
   return y;
 }
 
 template <typename T>
 void Linear<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
-  k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value);
+  if (lowp<T>(weight_->value))
+    k::linear_backward_lowp(dx, weight_->grad, bias_->grad, dy, x_, weight_->value, ctx.allocator);
+  else
+    k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value);
   x_ = Tensor();
   ctx.progress();
 }
@@ -42,7 +86,8 @@ Tensor LayerNorm<T>::forward(Context& ctx, const Tensor& x) {
   Tensor mean = activation(ctx, {n}, dtype_of<T>());
   Tensor rstd = activation(ctx, {n}, dtype_of<T>());
   Tensor y = activation(ctx, x.shape(), dtype_of<T>());  // [N, C]
-  k::layernorm_forward<T>(y, mean, rstd, x, weight_->value, bias_->value);
+  k::layernorm_forward<T>(y, mean, rstd, x, compute_copy<T>(ctx, weight_->value),
+                          compute_copy<T>(ctx, bias_->value));
   if (ctx.training) {
     x_ = x;
     mean_ = mean;
@@ -52,8 +97,11 @@ Tensor LayerNorm<T>::forward(Context& ctx, const Tensor& x) {
 }
 
 template <typename T>
-void LayerNorm<T>::backward(Context&, const Tensor& dy, Tensor& dx) {
-  k::layernorm_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value, mean_, rstd_);
+void LayerNorm<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
+  Tensor dw = grad_target<T>(ctx, weight_->grad), db = grad_target<T>(ctx, bias_->grad);  // [C]
+  k::layernorm_backward<T>(dx, dw, db, dy, x_, compute_copy<T>(ctx, weight_->value), mean_, rstd_);
+  accumulate_grad<T>(weight_->grad, dw);
+  accumulate_grad<T>(bias_->grad, db);
   x_ = mean_ = rstd_ = Tensor();
 }
 

@@ -29,4 +29,17 @@ struct Parameter {
   int64_t numel() const { return shape.numel(); }
 };
 
+// A run of one parameter's elements that a rank updates: a whole parameter
+// without sharding, a piece of it in the rank's shard under ZeRO. The
+// optimizer keeps its states for the segment at state_offset of its flat
+// state buffers.
+struct ParameterSegment {
+  Parameter* param = nullptr;
+  int64_t begin = 0;         // first element of the parameter in this segment
+  int64_t state_offset = 0;  // where the segment starts in the optimizer's flat states
+  Tensor value;              // [n] the values to update (F32, BF16 or F16)
+  Tensor grad;               // [n] their gradient, same dtype
+  int64_t numel() const { return value.numel(); }
+};
+
 }  // namespace kiri::nn

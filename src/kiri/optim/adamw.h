@@ -1,11 +1,25 @@
 #pragma once
-// AdamW with fp32 states (m, v: 8 bytes per parameter, category
+// AdamW with fp32 states (m, v: 8 bytes per parameter element, category
 // optimizer_states), decoupled weight decay applied only to the parameters
 // that ask for it (matrices and embeddings, not biases or LayerNorm), and
-// global gradient-norm clipping. Works over a ParameterStore's flat buffers.
+// global gradient-norm clipping.
+//
+// The optimizer updates a list of segments: runs of one parameter's elements
+// with their values and gradients. Without sharding a segment is a whole
+// parameter of a ParameterStore; under ZeRO each rank updates only its
+// shard, and its segments are the pieces of parameters in that shard. The
+// states of all segments live in flat buffers of state_numel elements, each
+// segment at its state_offset (a sharding engine may leave gaps: padding).
+//
+// Mixed precision: when the values are 16-bit (bf16, fp16), the optimizer
+// keeps fp32 master weights (4 more bytes per element, category
+// optimizer_states); the update runs on the master and rounds into the
+// 16-bit values. The gradient norm is summed over `norm_group` when the
+// gradients are sharded, so clipping never gathers them.
 #include <cstdint>
 #include <vector>
 
+#include "kiri/comm/communicator.h"
 #include "kiri/nn/parameter_store.h"
 
 namespace kiri::optim {
@@ -23,28 +37,52 @@ struct AdamWConfig {
 // to min_lr at step `total` (steps are 0-based; the first step uses lr/warmup).
 double lr_at(int64_t step, double lr, int64_t warmup, int64_t total, double min_lr);
 
+using Segment = nn::ParameterSegment;
+
+// Every parameter of the store, whole (no sharding): state offset = offset.
+std::vector<Segment> whole_parameters(nn::ParameterStore& store);
+
 class AdamW {
  public:
+  AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConfig& cfg,
+        Allocator& allocator, comm::Communicator* norm_group = nullptr);
   AdamW(nn::ParameterStore& store, const AdamWConfig& cfg, Allocator& allocator);
 
-  // Global L2 norm of the gradients (before clipping).
-  double grad_norm() const;
-  // One update at learning rate lr with gradients multiplied by grad_scale
-  // (the clipping factor). Returns nothing; step_count() advances.
+  // Draws each segment's initial values (fp32, counter-based from (seed,
+  // name, index), so any sharding draws the same numbers) into the master
+  // weights, or the values themselves when they are fp32, and rounds them
+  // into the 16-bit values.
+  void initialize(uint64_t seed);
+  // Global L2 norm of the gradients divided by grad_divisor (the loss scale),
+  // summed over norm_group. Non-finite when any gradient is.
+  double grad_norm(double grad_divisor = 1.0) const;
+  // One update at learning rate lr with gradients multiplied by grad_scale.
   void step(double lr, double grad_scale);
-  // Clips to cfg.grad_clip and steps; returns the norm before clipping.
-  double clip_and_step(double lr);
+  // Unscales by loss_scale, clips to cfg.grad_clip and steps; returns the
+  // norm before clipping. A non-finite norm skips the update (fp16
+  // overflow) and returns that norm: the caller's loss scaler backs off.
+  double clip_and_step(double lr, double loss_scale = 1.0);
+  // Copies the master weights into the 16-bit values (after loading them).
+  void write_back();
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
-  Tensor& exp_avg() { return m_; }
-  Tensor& exp_avg_sq() { return v_; }
+  bool has_master() const { return master_.defined(); }
+  Tensor& master() { return master_; }  // [state_numel] F32; undefined for fp32 values
+  Tensor& exp_avg() { return m_; }      // [state_numel] F32
+  Tensor& exp_avg_sq() { return v_; }   // [state_numel] F32
+  const std::vector<Segment>& segments() const { return segments_; }
+  int64_t state_numel() const { return m_.numel(); }
+  // The fp32 weights of segment i: its master slice, or its values when fp32.
+  Tensor weights(size_t i);
   const AdamWConfig& config() const { return cfg_; }
 
  private:
-  nn::ParameterStore& store_;
+  std::vector<Segment> segments_;
   AdamWConfig cfg_;
-  Tensor m_, v_;  // [numel] F32
+  comm::Communicator* norm_group_;
+  Allocator& allocator_;
+  Tensor master_, m_, v_;  // [state_numel] F32
   int64_t step_ = 0;
 };
 

@@ -1,7 +1,15 @@
-// Trainer checkpoints: model.safetensors (Hugging Face GPT-2 names, fp32),
-// optimizer.safetensors (AdamW m and v per parameter), state.json (config,
-// step, data position), written into a temporary step directory that is
-// renamed into place only when complete.
+// Trainer checkpoints, the same under every ZeRO stage and dtype:
+//  - model.safetensors: the whole model in fp32 with Hugging Face GPT-2
+//    names (the master weights; gathered to rank 0 under sharding), so a
+//    checkpoint loads on any layout and in transformers;
+//  - optimizer-RRRRR-of-NNNNN.safetensors: AdamW's m and v as one flat
+//    tensor each per shard, written by the ranks of one replica (stage 0:
+//    rank 0 alone), with the segments they hold in the metadata
+//    ([parameter, first element, count, offset in the flat state]), so a
+//    run can reload them on the same layout or re-cut them for another;
+//  - state.json: config, step, data position, layout, loss scaler.
+// Everything goes into a temporary step directory that rank 0 renames into
+// place only when every file is complete.
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -16,56 +24,174 @@ namespace kiri::train {
 using nlohmann::json;
 
 namespace {
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 
-std::vector<ckpt::NamedTensor> model_tensors(nn::ParameterStore& store) {
-  std::vector<ckpt::NamedTensor> out;
-  for (nn::Parameter* p : store.parameters()) out.push_back({p->name, p->value});
-  return out;
-}
-
-std::vector<ckpt::NamedTensor> optimizer_tensors(nn::ParameterStore& store, optim::AdamW& opt) {
-  std::vector<ckpt::NamedTensor> out;
-  for (nn::Parameter* p : store.parameters()) {
-    out.push_back(
-        {"exp_avg." + p->name, opt.exp_avg().flat_range(p->offset, p->numel()).view(p->shape)});
-    out.push_back({"exp_avg_sq." + p->name,
-                   opt.exp_avg_sq().flat_range(p->offset, p->numel()).view(p->shape)});
-  }
-  return out;
+std::string optimizer_file_name(int index, int count) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", index, count);
+  return buf;
 }
 }  // namespace
 
+bool Trainer::writes_optimizer_states() const {
+  const int group = parallel_->zero_stage() == 0 ? 1
+                    : parallel_->options().shard_group_size == 0
+                        ? mesh_->shape().dp
+                        : parallel_->options().shard_group_size;
+  return mesh_->dp_index() < group;
+}
+
+std::vector<std::pair<nn::Parameter*, Tensor>> Trainer::gather_model() {
+  std::vector<std::pair<nn::Parameter*, Tensor>> out;
+  const auto& segs = optimizer_->segments();
+  parallel::ShardedDataParallel* sharded = parallel_->sharded();
+  if (!sharded) {  // stage 0: every rank holds every parameter whole
+    if (is_rank0())
+      for (size_t i = 0; i < segs.size(); ++i)
+        out.emplace_back(segs[i].param, optimizer_->weights(i).view(segs[i].param->shape));
+    return out;
+  }
+  const auto& units = sharded->units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const parallel::ShardUnit& unit = units[u];
+    Tensor shard = Tensor::zeros({unit.shard}, DType::kF32, Category::kBuffers, allocator_);
+    for (size_t i = 0; i < segs.size(); ++i) {
+      const int64_t at = segs[i].state_offset - unit.shard_offset;
+      if (at >= 0 && at < unit.shard)
+        shard.flat_range(at, segs[i].numel()).copy_from(optimizer_->weights(i));
+    }
+    Tensor full = Tensor::empty({unit.padded}, DType::kF32, Category::kBuffers, allocator_);
+    sharded->all_gather_unit(static_cast<int>(u), shard, full);
+    if (!is_rank0()) continue;
+    for (size_t k = 0; k < unit.params.size(); ++k) {
+      nn::Parameter* p = unit.params[k];
+      out.emplace_back(p, full.flat_range(unit.param_offsets[k], p->numel()).view(p->shape));
+    }
+  }
+  return out;
+}
+
 std::string Trainer::save_checkpoint() {
   const std::string& root = cfg_.checkpoint.dir;
-  // Replicas are identical: rank 0 writes, the others wait until it is complete.
+  const auto model = gather_model();  // collective under sharding
+  if (is_rank0()) ckpt::begin_checkpoint(root, step_);
+  world_->barrier();
+  const std::string tmp = ckpt::temp_dir(root, step_);
+  const int writers = parallel_->zero_stage() == 0 ? 1
+                      : parallel_->options().shard_group_size == 0
+                          ? mesh_->shape().dp
+                          : parallel_->options().shard_group_size;
+  if (writes_optimizer_states()) {
+    json segs = json::array();
+    for (const auto& s : optimizer_->segments())
+      segs.push_back({s.param->name, s.begin, s.numel(), s.state_offset});
+    ckpt::save_safetensors(
+        tmp + "/" + optimizer_file_name(mesh_->dp_index(), writers),
+        {{"exp_avg", optimizer_->exp_avg()}, {"exp_avg_sq", optimizer_->exp_avg_sq()}},
+        {{"optimizer", "adamw"},
+         {"step", std::to_string(optimizer_->step_count())},
+         {"segments", segs.dump()}});
+  }
+  world_->barrier();  // every shard is on disk before rank 0 commits
   if (!is_rank0()) {
     world_->barrier();
     return root + "/" + ckpt::step_dir_name(step_);
   }
-  const std::string dir = ckpt::begin_checkpoint(root, step_);
-  ckpt::save_safetensors(dir + "/model.safetensors", model_tensors(*store_),
+  std::vector<ckpt::NamedTensor> tensors;
+  for (const auto& [p, t] : model) tensors.push_back({p->name, t});
+  ckpt::save_safetensors(tmp + "/model.safetensors", tensors,
                          {{"format", "pt"}, {"kiri_model", "gpt2"}});
-  ckpt::save_safetensors(
-      dir + "/optimizer.safetensors", optimizer_tensors(*store_, *optimizer_),
-      {{"optimizer", "adamw"}, {"step", std::to_string(optimizer_->step_count())}});
+  json files = json::array();
+  for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
   json state = {{"format_version", kFormatVersion},
                 {"step", step_},
                 {"optimizer_step", optimizer_->step_count()},
+                {"optimizer_files", files},
+                {"layout",
+                 {{"dp", mesh_->shape().dp},
+                  {"zero_stage", parallel_->zero_stage()},
+                  {"shard_group_size", parallel_->options().shard_group_size},
+                  {"dtype", dtype_name(compute_dtype())}}},
                 {"data", {{"position", data_position_}, {"seed", cfg_.train.seed}}},
                 // kiri's random numbers are counter-based: every draw is a function of
                 // (seed, stream, index), so the seed and the data position are the whole state.
                 {"rng", {{"seed", cfg_.train.seed}, {"kind", "counter"}}},
                 {"config", config_json_.empty() ? json() : json::parse(config_json_)}};
-  write_file_atomic(dir + "/state.json", state.dump(2) + "\n");
+  if (scaler_) {
+    const auto s = scaler_->state();
+    state["loss_scaler"] = {
+        {"scale", s.scale}, {"clean_steps", s.clean_steps}, {"skipped_steps", s.skipped_steps}};
+  }
+  write_file_atomic(tmp + "/state.json", state.dump(2) + "\n");
   const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
   world_->barrier();
   return done;
 }
 
+void Trainer::load_model(const std::string& path) {
+  ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
+  const auto& segs = optimizer_->segments();
+  for (size_t i = 0; i < segs.size(); ++i) {
+    nn::Parameter* p = segs[i].param;
+    Tensor w = optimizer_->weights(i);
+    if (segs[i].begin == 0 && segs[i].numel() == p->numel()) {
+      Tensor whole = w.view(p->shape);
+      file.read_into(p->name, whole);
+      continue;
+    }
+    Tensor whole = Tensor::empty(p->shape, DType::kF32, Category::kBuffers, allocator_);
+    file.read_into(p->name, whole);
+    w.copy_from(whole.flat_range(segs[i].begin, segs[i].numel()));
+  }
+  optimizer_->write_back();
+  parallel_->synchronize_parameters();
+}
+
+void Trainer::load_optimizer_states(const std::string& dir, const std::vector<std::string>& files) {
+  const auto& mine = optimizer_->segments();
+  std::vector<int64_t> covered(mine.size(), 0);
+  for (const std::string& name : files) {
+    const std::string path = dir + "/" + name;
+    ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
+    json segs;
+    try {
+      segs = json::parse(file.metadata().at("segments"));
+    } catch (const std::exception& e) {
+      KIRI_RAISE(kCheckpoint, path, " has no valid 'segments' metadata: ", e.what());
+    }
+    const Tensor m = file.get("exp_avg"), v = file.get("exp_avg_sq");
+    for (const json& s : segs) {
+      const std::string pname = s.at(0).get<std::string>();
+      const int64_t begin = s.at(1).get<int64_t>(), count = s.at(2).get<int64_t>(),
+                    offset = s.at(3).get<int64_t>();
+      KIRI_CHECK_KIND(
+          kCheckpoint,
+          offset >= 0 && count >= 0 && offset + count <= m.numel() && m.numel() == v.numel(), path,
+          ": segment of ", pname, " at ", offset, " + ", count, " lies outside its states of ",
+          m.numel(), " elements");
+      for (size_t i = 0; i < mine.size(); ++i) {
+        if (mine[i].param->name != pname) continue;
+        const int64_t lo = std::max(begin, mine[i].begin);
+        const int64_t hi = std::min(begin + count, mine[i].begin + mine[i].numel());
+        if (lo >= hi) continue;
+        const int64_t dst = mine[i].state_offset + (lo - mine[i].begin),
+                      src = offset + (lo - begin);
+        optimizer_->exp_avg().flat_range(dst, hi - lo).copy_from(m.flat_range(src, hi - lo));
+        optimizer_->exp_avg_sq().flat_range(dst, hi - lo).copy_from(v.flat_range(src, hi - lo));
+        covered[i] += hi - lo;
+      }
+    }
+  }
+  for (size_t i = 0; i < mine.size(); ++i)
+    KIRI_CHECK_KIND(kCheckpoint, covered[i] == mine[i].numel(), dir, ": the optimizer files hold ",
+                    covered[i], " of the ", mine[i].numel(), " elements of ", mine[i].param->name,
+                    " from element ", mine[i].begin, " that this rank needs");
+}
+
 void Trainer::load_checkpoint(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
   json state;
+  std::vector<std::string> files;
   {
     std::ifstream in(dir + "/state.json");
     KIRI_CHECK_KIND(kCheckpoint, in.good(), "cannot read ", dir, "/state.json");
@@ -77,14 +203,18 @@ void Trainer::load_checkpoint(const std::string& path) {
       step_ = state.at("step").get<int64_t>();
       data_position_ = state.at("data").at("position").get<uint64_t>();
       optimizer_->set_step_count(state.at("optimizer_step").get<int64_t>());
+      files = state.at("optimizer_files").get<std::vector<std::string>>();
+      if (scaler_ && state.contains("loss_scaler")) {
+        const json& ls = state.at("loss_scaler");
+        scaler_->set_state({ls.at("scale").get<double>(), ls.at("clean_steps").get<int64_t>(),
+                            ls.at("skipped_steps").get<int64_t>()});
+      }
     } catch (const json::exception& e) {
       KIRI_RAISE(kCheckpoint, dir, "/state.json is malformed: ", e.what());
     }
   }
-  ckpt::SafetensorsFile model_file = ckpt::SafetensorsFile::open(dir + "/model.safetensors");
-  for (auto& nt : model_tensors(*store_)) model_file.read_into(nt.name, nt.tensor);
-  ckpt::SafetensorsFile opt_file = ckpt::SafetensorsFile::open(dir + "/optimizer.safetensors");
-  for (auto& nt : optimizer_tensors(*store_, *optimizer_)) opt_file.read_into(nt.name, nt.tensor);
+  load_model(dir + "/model.safetensors");
+  load_optimizer_states(dir, files);
 }
 
 }  // namespace kiri::train

@@ -18,6 +18,15 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// A 1-layer, 8-wide model with the same vocabulary: a Replica that only
+// provides the batch needs no full model.
+model::GPTConfig tiny_stand_in(model::GPTConfig c) {
+  c.n_layer = 1;
+  c.n_head = 1;
+  c.n_embd = 8;
+  return c;
+}
+
 // One replica: model, flat store, optimizer, a batch of this rank's random tokens.
 struct Replica {
   Allocator alloc;
@@ -25,8 +34,8 @@ struct Replica {
   nn::ParameterStore store;
   optim::AdamW opt;
   Tensor x, y;
-  Replica(const BenchSpec& s, int rank)
-      : model(s.model),
+  Replica(const BenchSpec& s, int rank, bool with_model = true)
+      : model(with_model ? s.model : tiny_stand_in(s.model)),
         store(model.parameters(), DType::kF32, alloc),
         opt(store, optim::AdamWConfig{}, alloc) {
     store.initialize(1234);
@@ -61,6 +70,43 @@ void naive_sync(comm::Communicator& world, nn::ParameterStore& store, Allocator&
 }
 
 }  // namespace
+
+ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec& spec,
+                                      const model::ParallelOptions& options) {
+  ParallelStepTimes out;
+  parallel::Mesh mesh(world, {world.size(), 1, 1});
+  const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
+  Allocator alloc;
+  model::GPT<float> model(spec.model);
+  model::ParallelGPT pm(model, mesh, options, alloc);
+  optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
+                   pm.norm_group());
+  opt.initialize(1234);
+  pm.synchronize_parameters();
+  Replica data(spec, world.rank(), /*with_model=*/false);
+  nn::Context ctx{alloc};
+  ctx.poll = pm.poller();
+  for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
+    world.barrier();
+    Timer t;
+    pm.zero_grad();
+    pm.begin_micro_batch(true);
+    model.forward(ctx, data.x, data.y, weight);
+    Timer b;
+    model.backward(ctx);
+    pm.end_micro_batch();
+    const double bs = b.seconds();
+    opt.clip_and_step(3e-4);
+    pm.after_optimizer_step();
+    const double st = t.seconds();
+    if (s >= spec.warmup_steps) {
+      out.backward_s.push_back(bs);
+      out.step_s.push_back(st);
+    }
+  }
+  out.peak = alloc.stats();
+  return out;
+}
 
 DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
   DdpBenchResult r;
@@ -100,30 +146,9 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
       }
     }
   }
-  {
-    Replica rep(spec, world.rank());
-    model::ParallelGPT pm(rep.model, rep.store, mesh, {}, rep.alloc);
-    pm.synchronize_parameters();
-    nn::Context ctx{rep.alloc};
-    ctx.poll = pm.poller();
-    for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
-      world.barrier();
-      Timer t;
-      rep.store.zero_grad();
-      pm.begin_micro_batch(true);
-      rep.model.forward(ctx, rep.x, rep.y, weight);
-      Timer b;
-      rep.model.backward(ctx);
-      pm.end_micro_batch();
-      const double bs = b.seconds();
-      rep.opt.clip_and_step(3e-4);
-      const double st = t.seconds();
-      if (s >= spec.warmup_steps) {
-        bwd_sync.push_back(bs);
-        step.push_back(st);
-      }
-    }
-  }
+  const ParallelStepTimes timed = time_parallel_steps(world, spec, {});
+  step = timed.step_s;
+  bwd_sync = timed.backward_s;
   r.step_s = median(step);
   r.tokens_per_s = double(spec.batch * spec.seq * world.size()) / r.step_s;
   r.backward_s = median(bwd);

@@ -5,7 +5,10 @@
 // (every gradient reduced to rank 0, then broadcast) beside it.
 #include <string>
 
+#include <vector>
+
 #include "kiri/comm/communicator.h"
+#include "kiri/model/parallelize.h"
 #include "kiri/train/bench.h"
 
 namespace kiri::train {
@@ -23,5 +26,15 @@ struct DdpBenchResult {
 };
 
 DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec);
+
+// Full training steps (forward, backward with the layout's reductions, AdamW,
+// the layout's parameter gathers) of spec's model on every rank of world as
+// dp ranks, laid out by `options` (any ZeRO stage, dtype, checkpointing).
+struct ParallelStepTimes {
+  std::vector<double> step_s, backward_s;  // after the warm-up steps
+  MemoryStats peak;                        // this rank's allocator at the end
+};
+ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec& spec,
+                                      const model::ParallelOptions& options);
 
 }  // namespace kiri::train

@@ -28,6 +28,11 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"mem", mem}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.skipped) j["skipped"] = true;
+  if (m.loss_scale) {
+    j["loss_scale"] = *m.loss_scale;
+    j["skipped_steps"] = m.skipped_steps;
+  }
   if (!m.comm.empty()) {
     nlohmann::json c = nlohmann::json::object();
     for (const auto& [kind, s] : m.comm)
@@ -49,6 +54,12 @@ std::string progress_line(const StepMetrics& m) {
                 m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.mem.allocated).c_str(),
                 format_bytes(m.mem.peak_allocated).c_str());
   std::string s = buf;
+  if (m.loss_scale) {
+    std::snprintf(buf, sizeof buf, " | scale %g | skipped %lld", *m.loss_scale,
+                  static_cast<long long>(m.skipped_steps));
+    s += buf;
+  }
+  if (m.skipped) s += " | step skipped (non-finite gradients)";
   if (m.val_loss) {
     std::snprintf(buf, sizeof buf, " | val %.4f", *m.val_loss);
     s += buf;

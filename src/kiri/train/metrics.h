@@ -24,6 +24,9 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs/s over the GEMM peak measured at start
   std::optional<double> val_loss;
+  bool skipped = false;              // the update was skipped (non-finite gradients)
+  std::optional<double> loss_scale;  // fp16: the loss scale this step used
+  int64_t skipped_steps = 0;         // fp16: steps skipped so far
   MemoryStats mem;
   // Per operation kind, what this rank's communicators did in the step.
   std::vector<std::pair<std::string, comm::OpStats>> comm;

@@ -33,7 +33,15 @@ struct TrainConfig {
   int64_t eval_batches = 8;
   std::string mem_limit;  // "" or a byte size ("2GiB"): the allocator's limit
   optim::AdamWConfig optimizer;
+  // fp16 loss scaling: loss_scale 0 = dynamic (starting at 2^initial_scale_power,
+  // halved on overflow, doubled after loss_scale_window clean steps), > 0 = static.
+  double loss_scale = 0;
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  double min_loss_scale = 1;
 };
+
+enum class ActivationCheckpointing { kNone, kFull, kEveryK };
 
 struct ParallelConfig {
   int dp = 1;
@@ -42,7 +50,26 @@ struct ParallelConfig {
   double bucket_mb = 25;          // DDP gradient bucket size
   double timeout_s = 300;         // per collective; a rank that never arrives is named after it
   bool check_collectives = true;  // ranks agree on each collective's kind and size first
+  // ZeRO stage (DeepSpeed's vocabulary) or sharding strategy (FSDP's); the
+  // strategy, when set, decides: NO_SHARD = 0, SHARD_GRAD_OP = 2,
+  // FULL_SHARD = 3, HYBRID_SHARD = 3 within groups of shard_group_size.
+  int zero_stage = 0;
+  std::string sharding_strategy;  // "" or one of the four names
+  int shard_group_size = 0;       // 0: the whole dp group
+  int wrap_blocks = 1;            // transformer blocks per sharding unit
+  bool prefetch = true;           // stage 3: all-gather the next unit early
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
+  int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
 };
+
+// The effective ZeRO stage and shard group size of a ParallelConfig (kConfig
+// errors name contradictions: a strategy and a different zero_stage, a
+// hybrid group that does not divide dp).
+struct ShardLayout {
+  int stage = 0;
+  int group_size = 0;  // 0: the whole dp group
+};
+ShardLayout resolve_sharding(const ParallelConfig& p);
 
 struct CheckpointConfig {
   std::string dir = "runs/kiri/checkpoints";

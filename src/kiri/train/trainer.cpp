@@ -1,5 +1,6 @@
 #include "kiri/train/trainer.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,20 @@ namespace kiri::train {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace {
+// KIRI_FAULT=inf:R:S multiplies rank R's loss by +inf in step S (1-based, as
+// printed): every gradient of that rank overflows, as in an fp16 overflow.
+double fault_scale_for(int rank, int64_t step_index) {
+  const char* spec = std::getenv("KIRI_FAULT");
+  int r = -1;
+  long long s = -1;
+  if (spec && std::sscanf(spec, "inf:%d:%lld", &r, &s) == 2 && r == rank && s == step_index + 1)
+    return HUGE_VAL;
+  return 1.0;
+}
+
+}  // namespace
 
 std::string resolve_data_dir(const DataConfig& cfg) {
   if (!cfg.dir.empty()) return cfg.dir;
@@ -67,6 +82,7 @@ void Trainer::build() {
   KIRI_CHECK_KIND(kConfig, shape.tp == 1 && shape.pp == 1, "parallel.tp = ", shape.tp,
                   " and parallel.pp = ", shape.pp,
                   ": tensor and pipeline parallelism are not in this version (dp only)");
+  const ShardLayout sharding = resolve_sharding(cfg_.parallel);
   comm::Options co = world_->options();
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
   co.check_collectives = cfg_.parallel.check_collectives;
@@ -100,19 +116,63 @@ void Trainer::build() {
 
   mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
   model_ = std::make_unique<model::GPT<float>>(cfg_.model);
-  store_ = std::make_unique<nn::ParameterStore>(model_->parameters(), DType::kF32, allocator_);
-  store_->initialize(t.seed);
   model::ParallelOptions po;
   po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
-  parallel_ = std::make_unique<model::ParallelGPT>(*model_, *store_, *mesh_, po, allocator_);
+  po.zero_stage = sharding.stage;
+  po.shard_group_size = sharding.group_size;
+  po.wrap_blocks = cfg_.parallel.wrap_blocks;
+  po.prefetch = cfg_.parallel.prefetch;
+  po.dtype = compute_dtype();
+  switch (cfg_.parallel.activation_checkpointing) {
+    case ActivationCheckpointing::kNone:
+      po.checkpoint_every = 0;
+      break;
+    case ActivationCheckpointing::kFull:
+      po.checkpoint_every = 1;
+      break;
+    case ActivationCheckpointing::kEveryK:
+      po.checkpoint_every = cfg_.parallel.activation_checkpointing_k;
+      break;
+  }
+  parallel_ = std::make_unique<model::ParallelGPT>(*model_, *mesh_, po, allocator_);
+  optimizer_ = std::make_unique<optim::AdamW>(parallel_->optimizer_state_numel(),
+                                              parallel_->optimizer_segments(), t.optimizer,
+                                              allocator_, parallel_->norm_group());
+  optimizer_->initialize(t.seed);
   parallel_->synchronize_parameters();
-  optimizer_ = std::make_unique<optim::AdamW>(*store_, t.optimizer, allocator_);
+  if (t.dtype == ComputeDType::kF16) {
+    optim::LossScalerOptions lo;
+    lo.dynamic = t.loss_scale == 0;
+    lo.initial_scale = lo.dynamic ? std::ldexp(1.0, t.initial_scale_power) : t.loss_scale;
+    lo.growth_interval = t.loss_scale_window;
+    lo.min_scale = std::min(t.min_loss_scale, lo.initial_scale);
+    scaler_ = std::make_unique<optim::DynamicLossScaler>(lo);
+  }
   inputs_ = Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   targets_ = Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   peak_flops_ = measure_gemm_peak_flops();
 }
 
 Trainer::~Trainer() = default;
+
+DType Trainer::compute_dtype() const {
+  switch (cfg_.train.dtype) {
+    case ComputeDType::kBF16:
+      return DType::kBF16;
+    case ComputeDType::kF16:
+      return DType::kF16;
+    default:
+      return DType::kF32;
+  }
+}
+
+nn::ParameterStore& Trainer::store() {
+  KIRI_CHECK(parallel_->store(),
+             "the flat parameter store exists under ZeRO stage 0 only (this "
+             "run shards with stage ",
+             parallel_->zero_stage(), ")");
+  return *parallel_->store();
+}
 
 void Trainer::fill_batch(data::SampleStream& stream, uint64_t first, bool sequential) {
   const int64_t b = inputs_.dim(0), t = inputs_.dim(1);
@@ -133,7 +193,10 @@ StepMetrics Trainer::train_step() {
   Timer timer;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
-  store_->zero_grad();
+  parallel_->zero_grad();
+  // fp16: the loss (so every gradient) is multiplied by the loss scale;
+  // the optimizer divides it out.
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   // Each micro-step reads the next micro_batch x dp samples of the stream;
   // this rank takes its contiguous slice, so the global batch is the same
   // for any dp and any accumulation.
@@ -144,12 +207,19 @@ StepMetrics Trainer::train_step() {
     fill_batch(*train_stream_, data_position_ + static_cast<uint64_t>(rank * t.micro_batch), false);
     data_position_ += static_cast<uint64_t>(t.micro_batch * dp);
     parallel_->begin_micro_batch(micro + 1 == t.grad_accum);
-    loss_sum += model_->forward(ctx, inputs_, targets_, weight);
+    loss_sum += model_->forward(ctx, inputs_, targets_,
+                                weight * loss_scale * fault_scale_for(world_->rank(), step_));
     model_->backward(ctx);
     parallel_->end_micro_batch();
   }
   const double lr = optim::lr_at(step_, t.optimizer.lr, t.warmup, t.steps, t.min_lr);
-  const double norm = optimizer_->clip_and_step(lr);
+  const double norm = optimizer_->clip_and_step(lr, loss_scale);
+  // A non-finite gradient (an fp16 overflow) skips the update on every rank
+  // alike: the norm is summed over the shard group (stage 0: the gradients
+  // are already identical everywhere).
+  const bool skipped = !std::isfinite(norm);
+  if (scaler_) scaler_->update(!skipped);
+  if (!skipped) parallel_->after_optimizer_step();
   ++step_;
   const double seconds = timer.seconds();
   // The loss of the global batch, for reporting (after the timed step).
@@ -157,6 +227,11 @@ StepMetrics Trainer::train_step() {
   loss.data<double>()[0] = loss_sum;
   mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
   StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
+  m.skipped = skipped;
+  if (scaler_) {
+    m.loss_scale = loss_scale;
+    m.skipped_steps = scaler_->skipped_steps();
+  }
   add_comm_stats(m);
   return m;
 }

@@ -12,6 +12,7 @@
 #include "kiri/model/parallelize.h"
 #include "kiri/nn/parameter_store.h"
 #include "kiri/optim/adamw.h"
+#include "kiri/optim/loss_scaler.h"
 #include "kiri/train/metrics.h"
 #include "kiri/train/run_config.h"
 
@@ -49,12 +50,19 @@ class Trainer {
   int64_t step() const { return step_; }
   const RunConfig& config() const { return cfg_; }
   model::GPT<float>& model() { return *model_; }
-  nn::ParameterStore& store() { return *store_; }
+  // The flat parameter store (ZeRO stage 0 only; stages 1-3 shard it).
+  nn::ParameterStore& store();
   optim::AdamW& optimizer() { return *optimizer_; }
   Allocator& allocator() { return allocator_; }
   parallel::Mesh& mesh() { return *mesh_; }
   model::ParallelGPT& parallel_model() { return *parallel_; }
   bool is_rank0() const { return world_->rank() == 0; }
+  // The whole model in fp32 (the master weights) on rank 0, gathered under
+  // sharding (a collective: every rank calls it); empty on the other ranks.
+  std::vector<std::pair<nn::Parameter*, Tensor>> gather_model();
+  // fp16 only (nullptr otherwise).
+  optim::DynamicLossScaler* loss_scaler() { return scaler_.get(); }
+  DType compute_dtype() const;
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
@@ -63,6 +71,10 @@ class Trainer {
 
   void build();
   void add_comm_stats(StepMetrics& m);
+  void load_model(const std::string& path);
+  void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);
+  // Whether this rank writes its optimizer states (one copy per shard).
+  bool writes_optimizer_states() const;
 
   RunConfig cfg_;
   std::string config_json_;
@@ -74,8 +86,8 @@ class Trainer {
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
   std::unique_ptr<model::GPT<float>> model_;
-  std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::DynamicLossScaler> scaler_;
   Tensor inputs_, targets_;  // [B, T] I32
   int64_t step_ = 0;
   uint64_t data_position_ = 0;  // samples of the training stream consumed

@@ -8,8 +8,9 @@ DistributedDataParallel::DistributedDataParallel(nn::ParameterStore& store,
                                                  comm::Communicator& group,
                                                  const DdpOptions& options, Allocator& allocator)
     : store_(store), group_(group), allocator_(allocator) {
-  KIRI_CHECK(store.dtype() == DType::kF32, "DDP reduces fp32 gradients, got ",
-             dtype_name(store.dtype()));
+  KIRI_CHECK(
+      store.dtype() == DType::kF32 || store.dtype() == DType::kBF16 || store.dtype() == DType::kF16,
+      "DDP reduces F32, BF16 or F16 gradients, got ", dtype_name(store.dtype()));
   const auto& params = store.parameters();
   const int64_t elem = static_cast<int64_t>(dtype_size(store.dtype()));
   bucket_of_.assign(params.size(), -1);

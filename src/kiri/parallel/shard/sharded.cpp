@@ -1,0 +1,302 @@
+#include "kiri/parallel/shard/sharded.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "kiri/kernels/cpu/ops.h"
+
+namespace kiri::parallel {
+
+struct ShardedDataParallel::Runtime {
+  Tensor full;              // [padded] gathered parameters (stage 3, category buffers)
+  comm::WorkHandle gather;  // its all-gather while outstanding
+  bool bound = false;       // the parameters' values point into `full`
+  Tensor full_grad;         // [padded] stages 2 and 3: the unit's gradient during backward
+  Tensor reduce_out;        // [shard] what the reduce-scatter delivers
+  comm::WorkHandle reduce;  // the reduce-scatter, then (hybrid) the replicas' all-reduce
+  bool replica_pending = false;
+  int forward_done = 0, backward_done = 0;  // groups of the unit done in this pass
+};
+
+std::vector<std::vector<int>> wrap_policy(int num_groups, int blocks_per_unit) {
+  KIRI_CHECK_KIND(kConfig, blocks_per_unit >= 1, "parallel.wrap_blocks must be >= 1, got ",
+                  blocks_per_unit);
+  KIRI_CHECK(num_groups >= 2, "a model has at least the embedding and final groups");
+  std::vector<std::vector<int>> units{{0}};
+  for (int g = 1; g < num_groups - 1; g += blocks_per_unit) {
+    units.emplace_back();
+    for (int i = g; i < std::min(g + blocks_per_unit, num_groups - 1); ++i)
+      units.back().push_back(i);
+  }
+  units.push_back({num_groups - 1});
+  return units;
+}
+
+ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>> groups,
+                                         std::vector<std::vector<int>> units,
+                                         comm::Communicator& shard_group,
+                                         comm::Communicator* replica_group,
+                                         const ShardOptions& options, Allocator& allocator)
+    : shard_group_(shard_group),
+      replica_group_(replica_group),
+      options_(options),
+      allocator_(allocator) {
+  KIRI_CHECK_KIND(kConfig, options.stage >= 1 && options.stage <= 3,
+                  "the sharding engine runs ZeRO stages 1 to 3, got ", options.stage);
+  const DType d = options.dtype;
+  KIRI_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16,
+             "sharded parameters are F32, BF16 or F16, got ", dtype_name(d));
+  const int n = shard_group.size(), rank = shard_group.rank();
+  unit_of_group_.assign(groups.size(), -1);
+  int expected = 0;
+  int64_t full_total = 0;
+  for (const auto& spec : units) {
+    ShardUnit u;
+    for (int g : spec) {
+      KIRI_CHECK(g == expected, "wrap policy: units must take the groups in order, expected group ",
+                 expected, ", got ", g);
+      ++expected;
+      unit_of_group_[g] = static_cast<int>(units_.size());
+      u.groups.push_back(g);
+      for (nn::Parameter* p : groups[g]) {
+        u.params.push_back(p);
+        u.param_offsets.push_back(u.numel);
+        u.numel += p->numel();
+      }
+    }
+    u.padded = (u.numel + n - 1) / n * n;
+    u.shard = u.padded / n;
+    u.full_offset = full_total;
+    u.shard_offset = state_numel_;
+    full_total += u.padded;
+    state_numel_ += u.shard;
+    units_.push_back(std::move(u));
+  }
+  KIRI_CHECK(expected == static_cast<int>(groups.size()), "wrap policy covers ", expected, " of ",
+             groups.size(), " parameter groups");
+  runtime_.resize(units_.size());
+
+  const bool full_params = options.stage < 3, full_grads = options.stage < 2;
+  if (full_params)
+    params_full_ = Tensor::zeros({full_total}, d, Category::kParameters, allocator);
+  else
+    params_shard_ = Tensor::zeros({state_numel_}, d, Category::kParameters, allocator);
+  if (full_grads)
+    grads_full_ = Tensor::zeros({full_total}, d, Category::kGradients, allocator);
+  else
+    grads_shard_ = Tensor::zeros({state_numel_}, d, Category::kGradients, allocator);
+
+  for (const ShardUnit& u : units_) {
+    const int64_t lo = rank * u.shard, hi = lo + u.shard;
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      nn::Parameter* p = u.params[i];
+      const int64_t off = u.param_offsets[i];
+      p->offset = -1;  // not in a ParameterStore
+      p->value = full_params
+                     ? params_full_.flat_range(u.full_offset + off, p->numel()).view(p->shape)
+                     : Tensor();
+      p->grad = full_grads ? grads_full_.flat_range(u.full_offset + off, p->numel()).view(p->shape)
+                           : Tensor();
+      const int64_t a = std::max(lo, off), b = std::min(hi, off + p->numel());
+      if (a >= b) continue;
+      nn::ParameterSegment s;
+      s.param = p;
+      s.begin = a - off;
+      s.state_offset = u.shard_offset + (a - lo);
+      s.value = full_params ? params_full_.flat_range(u.full_offset + a, b - a)
+                            : params_shard_.flat_range(s.state_offset, b - a);
+      s.grad = full_grads ? grads_full_.flat_range(u.full_offset + a, b - a)
+                          : grads_shard_.flat_range(s.state_offset, b - a);
+      segments_.push_back(std::move(s));
+    }
+  }
+}
+
+ShardedDataParallel::~ShardedDataParallel() = default;
+
+int ShardedDataParallel::next_unit(int unit, bool backward) const {
+  const int last = static_cast<int>(units_.size()) - 1;
+  // Forward runs the units in order; backward starts with unit 0 (the tied
+  // LM head), then runs from the last unit down to unit 1.
+  if (!backward) return unit < last ? unit + 1 : -1;
+  if (unit == 0) return last > 0 ? last : -1;
+  return unit > 1 ? unit - 1 : -1;
+}
+
+void ShardedDataParallel::gather(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (rt.bound || rt.gather) return;
+  const ShardUnit& u = units_[unit];
+  rt.full = Tensor::empty({u.padded}, options_.dtype, Category::kBuffers, allocator_);
+  rt.gather =
+      shard_group_.all_gather_async(params_shard_.flat_range(u.shard_offset, u.shard), rt.full);
+}
+
+void ShardedDataParallel::wait_gathered(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (rt.bound) return;
+  gather(unit);
+  rt.gather->wait();
+  rt.gather.reset();
+  const ShardUnit& u = units_[unit];
+  for (size_t i = 0; i < u.params.size(); ++i)
+    u.params[i]->value =
+        rt.full.flat_range(u.param_offsets[i], u.params[i]->numel()).view(u.params[i]->shape);
+  rt.bound = true;
+}
+
+void ShardedDataParallel::release(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (rt.gather) rt.gather->wait();  // a prefetch nobody used: let it land first
+  rt.gather.reset();
+  for (nn::Parameter* p : units_[unit].params) p->value = Tensor();
+  rt.full = Tensor();
+  rt.bound = false;
+}
+
+void ShardedDataParallel::bind_grads(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (rt.full_grad.defined() && !rt.reduce) return;  // a unit of several groups
+  KIRI_CHECK(!rt.reduce, "unit ", unit,
+             " starts backward while its last gradient is still being reduced: call "
+             "finalize_grads() after each backward");
+  const ShardUnit& u = units_[unit];
+  rt.full_grad = Tensor::zeros({u.padded}, options_.dtype, Category::kBuffers, allocator_);
+  for (size_t i = 0; i < u.params.size(); ++i)
+    u.params[i]->grad =
+        rt.full_grad.flat_range(u.param_offsets[i], u.params[i]->numel()).view(u.params[i]->shape);
+}
+
+void ShardedDataParallel::before_forward(int group) {
+  const int unit = unit_of_group_.at(group);
+  if (options_.stage < 3) return;
+  wait_gathered(unit);
+  if (options_.prefetch)
+    if (int next = next_unit(unit, false); next >= 0) gather(next);
+}
+
+void ShardedDataParallel::after_forward(int group) {
+  const int unit = unit_of_group_.at(group);
+  Runtime& rt = runtime_[unit];
+  if (++rt.forward_done < static_cast<int>(units_[unit].groups.size())) return;
+  rt.forward_done = 0;
+  if (options_.stage == 3) release(unit);  // reshard after forward
+}
+
+void ShardedDataParallel::before_backward(int group) {
+  const int unit = unit_of_group_.at(group);
+  if (options_.stage == 3) {
+    wait_gathered(unit);
+    if (options_.prefetch)
+      if (int next = next_unit(unit, true); next >= 0) gather(next);
+  }
+  if (options_.stage >= 2) bind_grads(unit);
+}
+
+void ShardedDataParallel::after_backward(int group) {
+  const int unit = unit_of_group_.at(group);
+  Runtime& rt = runtime_[unit];
+  if (++rt.backward_done < static_cast<int>(units_[unit].groups.size())) return;
+  rt.backward_done = 0;
+  if (options_.stage == 3) release(unit);
+  if (options_.stage >= 2 || sync_) start_reduce(unit);
+  progress();
+}
+
+void ShardedDataParallel::start_reduce(int unit) {
+  Runtime& rt = runtime_[unit];
+  const ShardUnit& u = units_[unit];
+  KIRI_CHECK(!rt.reduce, "unit ", unit, " is reduced twice in one backward");
+  Tensor input =
+      options_.stage == 1 ? grads_full_.flat_range(u.full_offset, u.padded) : rt.full_grad;
+  rt.reduce_out = Tensor::empty({u.shard}, options_.dtype, Category::kBuffers, allocator_);
+  rt.reduce = shard_group_.reduce_scatter_async(input, rt.reduce_out, comm::ReduceOp::kSum);
+  order_.push_back(unit);
+  if (options_.stage >= 2)  // the Work keeps the buffer alive until it completes
+    for (nn::Parameter* p : u.params) p->grad = Tensor();
+}
+
+void ShardedDataParallel::complete_reduces(bool block) {
+  const bool hybrid = replica_group_ && replica_group_->size() > 1;
+  // Reduce-scatters complete in any order, but the replicas' all-reduces are
+  // collectives on another group and must start in the same order on every
+  // rank: the order the reduce-scatters were started in.
+  while (!order_.empty()) {
+    const int unit = order_.front();
+    Runtime& rt = runtime_[unit];
+    if (rt.replica_pending || !hybrid) break;
+    if (block)
+      rt.reduce->wait();
+    else if (!rt.reduce->test())
+      break;
+    rt.replica_pending = true;
+    rt.reduce = replica_group_->all_reduce_async(rt.reduce_out, comm::ReduceOp::kSum);
+    order_.pop_front();
+  }
+  for (size_t unit = 0; unit < units_.size(); ++unit) {
+    Runtime& rt = runtime_[unit];
+    if (!rt.reduce || (hybrid && !rt.replica_pending)) continue;
+    if (block)
+      rt.reduce->wait();
+    else if (!rt.reduce->test())
+      continue;
+    finish_reduce(static_cast<int>(unit));
+  }
+  if (!hybrid) order_.clear();
+}
+
+void ShardedDataParallel::finish_reduce(int unit) {
+  Runtime& rt = runtime_[unit];
+  const ShardUnit& u = units_[unit];
+  if (options_.stage == 1) {
+    Tensor mine = grads_full_.flat_range(u.full_offset + shard_group_.rank() * u.shard, u.shard);
+    mine.copy_from(rt.reduce_out);
+  } else {
+    Tensor acc = grads_shard_.flat_range(u.shard_offset, u.shard);
+    if (options_.dtype == DType::kF32) {
+      kernels::add_into(acc, rt.reduce_out);
+    } else {  // 16-bit: add through fp32
+      Tensor wide = Tensor::empty({u.shard}, DType::kF32, Category::kBuffers, allocator_);
+      kernels::convert(wide, rt.reduce_out);
+      kernels::add_into(acc, wide);
+    }
+  }
+  rt.reduce.reset();
+  rt.reduce_out = rt.full_grad = Tensor();
+  rt.replica_pending = false;
+}
+
+void ShardedDataParallel::progress() {
+  shard_group_.progress();
+  if (replica_group_) replica_group_->progress();
+  complete_reduces(false);
+}
+
+void ShardedDataParallel::finalize_grads() {
+  complete_reduces(true);
+}
+
+void ShardedDataParallel::zero_grad() {
+  if (grads_full_.defined()) grads_full_.zero_();
+  if (grads_shard_.defined()) grads_shard_.zero_();
+}
+
+void ShardedDataParallel::gather_parameters() {
+  if (options_.stage == 3) return;
+  for (const ShardUnit& u : units_) {
+    // The shard is copied out first: all_gather's input may not alias its output.
+    Tensor mine = Tensor::empty({u.shard}, options_.dtype, Category::kBuffers, allocator_);
+    mine.copy_from(params_full_.flat_range(u.full_offset + shard_group_.rank() * u.shard, u.shard));
+    Tensor full = params_full_.flat_range(u.full_offset, u.padded);
+    shard_group_.all_gather(mine, full);
+  }
+}
+
+void ShardedDataParallel::all_gather_unit(int unit, const Tensor& shard, Tensor& full) {
+  const ShardUnit& u = units_.at(unit);
+  KIRI_CHECK(shard.numel() == u.shard && full.numel() == u.padded, "unit ", unit, " gathers ",
+             u.shard, " -> ", u.padded, " elements, got ", shard.numel(), " -> ", full.numel());
+  shard_group_.all_gather(shard, full);
+}
+
+}  // namespace kiri::parallel

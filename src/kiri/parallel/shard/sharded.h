@@ -1,0 +1,123 @@
+#pragma once
+// ZeRO stages 1-3 (= FSDP's SHARD_GRAD_OP and FULL_SHARD) as one engine.
+//
+// The model's parameter groups are cut into units by a wrap policy (whole
+// groups, in forward order). Each unit is one flat buffer of its parameters,
+// padded at the end to `padded` = a multiple of the shard group's size N, so
+// rank r owns elements [r * shard, (r + 1) * shard) of every unit. What a
+// rank keeps, with d bytes per compute element (dtype) and P = the padded
+// sum over units:
+//
+//   stage | parameters (d)      | gradients (d)       | optimizer (elsewhere)
+//   1     | all: P              | all: P              | its shards: P / N
+//   2     | all: P              | its shards: P / N   | its shards: P / N
+//   3     | its shards: P / N   | its shards: P / N   | its shards: P / N
+//
+// Stage 1 reduce-scatters the gradients after the last micro-batch's
+// backward (unit by unit, as backward finishes each); stage 2 does the same
+// every micro-batch and keeps a unit's full gradient (category buffers)
+// only until its reduce-scatter completes; stage 3 also all-gathers a
+// unit's parameters (category buffers) just before its forward and again
+// before its backward and frees them after each, prefetching the next
+// unit's all-gather so it overlaps the current unit's compute. After the
+// optimizer updates the shards, stages 1 and 2 all-gather the parameters.
+//
+// Per step that moves, per rank, (N-1)/N * d * P for each reduce-scatter and
+// all-gather: stage 1 and 2 the bytes of DDP's all-reduce, stage 3 1.5x.
+// Hybrid sharding (FSDP's HYBRID_SHARD) shards over `shard_group` and, after
+// each reduce-scatter, all-reduces the shard over `replica_group`.
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "kiri/comm/communicator.h"
+#include "kiri/nn/parameter.h"
+
+namespace kiri::parallel {
+
+struct ShardOptions {
+  int stage = 3;              // 1, 2 or 3
+  DType dtype = DType::kF32;  // of the parameters and gradients used in compute
+  bool prefetch = true;       // stage 3: start the next unit's all-gather early
+};
+
+struct ShardUnit {
+  std::vector<int> groups;             // the model's parameter groups, in order
+  std::vector<nn::Parameter*> params;  // theirs, in order
+  std::vector<int64_t> param_offsets;  // of each in the unit's flat buffer
+  int64_t numel = 0;                   // sum of the parameters' sizes
+  int64_t padded = 0;                  // numel rounded up to a multiple of N
+  int64_t shard = 0;                   // padded / N: what each rank owns
+  int64_t full_offset = 0;             // of the unit in full (padded) buffers
+  int64_t shard_offset = 0;            // of the rank's shard in shard buffers and states
+};
+
+// Groups of consecutive model groups: the embeddings (group 0) alone, every
+// `blocks_per_unit` blocks (groups 1..n_layer) together, the final group alone.
+std::vector<std::vector<int>> wrap_policy(int num_groups, int blocks_per_unit);
+
+class ShardedDataParallel {
+ public:
+  // groups: the model's parameter groups in forward order; units: the wrap
+  // policy (every group in exactly one unit, consecutive).
+  ShardedDataParallel(std::vector<std::vector<nn::Parameter*>> groups,
+                      std::vector<std::vector<int>> units, comm::Communicator& shard_group,
+                      comm::Communicator* replica_group, const ShardOptions& options,
+                      Allocator& allocator);
+  ~ShardedDataParallel();
+
+  // This rank's shard as optimizer segments (one per piece of a parameter),
+  // with state offsets into a flat state of state_numel() elements.
+  const std::vector<nn::ParameterSegment>& segments() const { return segments_; }
+  int64_t state_numel() const { return state_numel_; }
+  const std::vector<ShardUnit>& units() const { return units_; }
+  comm::Communicator& shard_group() { return shard_group_; }
+  const ShardOptions& options() const { return options_; }
+
+  // The model's group hooks (GPT::GroupHooks).
+  void before_forward(int group);
+  void after_forward(int group);
+  void before_backward(int group);
+  void after_backward(int group);
+
+  // Whether the coming backward ends the accumulation (stage 1 reduces
+  // only then; stages 2 and 3 reduce every micro-batch).
+  void set_sync(bool sync) { sync_ = sync; }
+  void zero_grad();
+  // Waits for every outstanding reduction; after it each rank's gradient
+  // shard holds the sum over the data-parallel ranks.
+  void finalize_grads();
+  // Stages 1 and 2: all-gathers the updated shards into the full parameters.
+  void gather_parameters();
+  // Advances outstanding collectives (MPI progresses only when polled).
+  void progress();
+
+  // All-gathers a unit's [shard] tensor (this rank's part, F32) into [padded].
+  void all_gather_unit(int unit, const Tensor& shard, Tensor& full);
+
+ private:
+  struct Runtime;
+  void gather(int unit);         // starts the all-gather of a unit's parameters (stage 3)
+  void wait_gathered(int unit);  // ...and binds them
+  void release(int unit);        // frees a unit's gathered parameters (stage 3)
+  void start_reduce(int unit);   // reduce-scatter of a unit's gradient
+  void complete_reduces(bool block);
+  void finish_reduce(int unit);  // adds (stage 1: copies) the reduced shard
+  void bind_grads(int unit);     // stage 2/3: a fresh full gradient buffer for backward
+  int next_unit(int unit, bool backward) const;
+
+  std::vector<ShardUnit> units_;
+  std::vector<int> unit_of_group_;
+  comm::Communicator& shard_group_;
+  comm::Communicator* replica_group_;
+  ShardOptions options_;
+  Allocator& allocator_;
+  bool sync_ = true;
+  int64_t state_numel_ = 0;
+  Tensor params_full_, params_shard_, grads_full_, grads_shard_;
+  std::vector<nn::ParameterSegment> segments_;
+  std::vector<Runtime> runtime_;
+  std::deque<int> order_;  // units whose reduce-scatter started, oldest first
+};
+
+}  // namespace kiri::parallel
