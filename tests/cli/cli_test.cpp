@@ -60,6 +60,26 @@ TEST(Cli, BadConfigValuesAreNamed) {
   expect_error("frobnicate", 2, "unknown command 'frobnicate'");
 }
 
+TEST(Cli, BadShardingLayoutsAreNamed) {
+  expect_error("config --set parallel.zero_stage=4", 2, "parallel.zero_stage must be in [0, 3]");
+  expect_error("config --set parallel.sharding_strategy=SHARD_EVERYTHING", 2,
+               "parallel.sharding_strategy must be from_zero_stage | NO_SHARD | SHARD_GRAD_OP | "
+               "FULL_SHARD | HYBRID_SHARD, got 'SHARD_EVERYTHING'");
+  expect_error("config --set parallel.sharding_strategy=FULL_SHARD --set parallel.zero_stage=1", 2,
+               "parallel.zero_stage = 1 contradicts parallel.sharding_strategy = FULL_SHARD");
+  expect_error("config --set parallel.sharding_strategy=HYBRID_SHARD --set parallel.dp=4", 2,
+               "HYBRID_SHARD needs parallel.shard_group_size dividing parallel.dp = 4");
+  expect_error(
+      "config --set parallel.sharding_strategy=HYBRID_SHARD --set parallel.dp=4 "
+      "--set parallel.shard_group_size=3",
+      2, "got 3");
+  expect_error("config --set parallel.shard_group_size=2 --set parallel.dp=4", 2,
+               "parallel.shard_group_size = 2 needs a ZeRO stage >= 1");
+  expect_error("config --set train.dtype=fp8", 2, "train.dtype must be fp32 | bf16 | fp16");
+  expect_error("config --set parallel.activation_checkpointing=some", 2,
+               "parallel.activation_checkpointing must be none | full | every_k");
+}
+
 TEST(Cli, BadConfigFilesAreNamed) {
   const std::string dir = temp_dir("files");
   std::ofstream(dir + "/broken.json") << "{\"model\": {\"n_layer\": 2,}";

@@ -44,6 +44,10 @@ RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
     c.parallel.sharding_strategy = "HYBRID_SHARD";
     c.parallel.shard_group_size = k.shard_group_size;
   }
+  if (k.checkpoint_every > 0) {
+    c.parallel.activation_checkpointing = ActivationCheckpointing::kEveryK;
+    c.parallel.activation_checkpointing_k = k.checkpoint_every;
+  }
   c.parallel.timeout_s = 60;
   c.checkpoint.dir.clear();
   c.log.metrics.clear();
@@ -87,6 +91,7 @@ void zero_equivalence(comm::Communicator& world, ZeroCase k) {
   ZeroCase base = k;
   base.stage = 0;
   base.shard_group_size = 0;
+  base.checkpoint_every = 0;  // the reference keeps every activation
   Trainer ref(zero_config(n, 2, base), world);
   Trainer z(zero_config(n, 2, k), world);
   const bool fp32 = k.dtype == ComputeDType::kF32;
@@ -225,17 +230,59 @@ void fp16_skips_the_overflowing_step(comm::Communicator& world, int stage) {
   EXPECT_TRUE(std::isfinite(ms[4].grad_norm));
 }
 
-void zero_checkpoint_across_layouts(comm::Communicator& world) {
-  omp_set_num_threads(1);
-  const int n = world.size();
-  // One folder for all ranks (MPI ranks are processes: rank 0's pid names it).
+// One folder for all ranks (MPI ranks are processes: rank 0's pid names it).
+std::string shared_temp_dir(comm::Communicator& world, const std::string& name) {
   Allocator alloc;
   Tensor pid = Tensor::empty({1}, DType::kI32, Category::kOther, alloc);
   pid.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
   world.broadcast(pid, 0);
-  const std::string root = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
-                           "/kiri_zero_ckpt_" + std::to_string(n) + "_" +
-                           std::to_string(pid.data<int32_t>()[0]);
+  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/kiri_" + name +
+         "_" + std::to_string(world.size()) + "_" + std::to_string(pid.data<int32_t>()[0]);
+}
+
+void zero_checkpoint_refuses_bad_shards(comm::Communicator& world) {
+  omp_set_num_threads(1);
+  const int n = world.size();
+  const std::string root = shared_temp_dir(world, "zero_bad_shards");
+  RunConfig cfg = zero_config(n, 2, {.stage = 3});
+  cfg.checkpoint.dir = root;
+  std::string dir;
+  {
+    Trainer t(cfg, world);
+    t.train_step();
+    dir = t.save_checkpoint();
+  }
+  auto expect_refused = [&](const std::string& needle) {
+    Trainer t(cfg, world);
+    try {
+      t.load_checkpoint(root);
+      ADD_FAILURE() << "loaded a damaged checkpoint";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    world.barrier();
+  };
+  const std::string shard =
+      dir + "/optimizer-00001-of-" + (n == 2 ? "00002" : "00004") + ".safetensors";
+  const std::string saved = shard + ".saved";
+  if (world.rank() == 0) std::filesystem::rename(shard, saved);
+  world.barrier();
+  expect_refused("optimizer-00001-of-0000" + std::to_string(n) +
+                 ".safetensors but the file is missing");
+  if (world.rank() == 0) {
+    std::filesystem::copy_file(saved, shard);
+    std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 7);
+  }
+  world.barrier();
+  expect_refused("optimizer-00001-of");
+  if (world.rank() == 0) std::filesystem::remove_all(root);
+}
+
+void zero_checkpoint_across_layouts(comm::Communicator& world) {
+  omp_set_num_threads(1);
+  const int n = world.size();
+  const std::string root = shared_temp_dir(world, "zero_ckpt");
   // N ranks, stage 3: 3 steps, save, 2 more.
   RunConfig cfg = zero_config(n, 2, {.stage = 3});
   cfg.checkpoint.dir = root + "/sharded";

@@ -13,6 +13,7 @@ struct ZeroCase {
   bool prefetch = true;
   int wrap_blocks = 1;
   int shard_group_size = 0;  // > 0 with stage 3: HYBRID_SHARD
+  int checkpoint_every = 0;  // activation checkpointing of every k-th block
 };
 
 // The case against stage 0 (DDP) of the same dtype on the same ranks and
@@ -33,5 +34,8 @@ void fp16_skips_the_overflowing_step(comm::Communicator& world, int stage);
 // A checkpoint saved under stage 3 on N ranks loads on 1 process, and the
 // reverse; training continues with the same losses.
 void zero_checkpoint_across_layouts(comm::Communicator& world);
+// A missing or truncated optimizer shard is refused with a named error on
+// every rank (and the checkpoint stays as it was).
+void zero_checkpoint_refuses_bad_shards(comm::Communicator& world);
 
 }  // namespace kiri::train

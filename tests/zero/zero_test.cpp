@@ -88,6 +88,21 @@ TEST(Zero, Fp16SkipsTheOverflowingStepStage3) {
 TEST(Zero, CheckpointAcrossLayouts) {
   KIRI_RUN_RANKS(2, zero_checkpoint_across_layouts);
 }
+TEST(Zero, CheckpointAcrossLayoutsOnFourRanks) {
+  KIRI_RUN_RANKS(4, zero_checkpoint_across_layouts);
+}
+TEST(Zero, CheckpointRefusesBadShards) {
+  KIRI_RUN_RANKS(2, zero_checkpoint_refuses_bad_shards);
+}
+TEST(Zero, Stage3WithActivationCheckpointing) {
+  KIRI_RUN_RANKS(2,
+                 [](Communicator& w) { zero_equivalence(w, {.stage = 3, .checkpoint_every = 1}); });
+}
+TEST(Zero, Bf16Stage2WithActivationCheckpointingEvery2) {
+  KIRI_RUN_RANKS(2, [](Communicator& w) {
+    zero_equivalence(w, {.stage = 2, .dtype = D::kBF16, .checkpoint_every = 2});
+  });
+}
 
 }  // namespace
 }  // namespace kiri::train

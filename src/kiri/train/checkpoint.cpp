@@ -10,6 +10,7 @@
 //  - state.json: config, step, data position, layout, loss scaler.
 // Everything goes into a temporary step directory that rank 0 renames into
 // place only when every file is complete.
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -152,6 +153,8 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
   std::vector<int64_t> covered(mine.size(), 0);
   for (const std::string& name : files) {
     const std::string path = dir + "/" + name;
+    KIRI_CHECK_KIND(kCheckpoint, std::filesystem::exists(path), dir, "/state.json lists ", name,
+                    " but the file is missing");
     ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
     json segs;
     try {
