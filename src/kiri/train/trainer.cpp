@@ -316,6 +316,17 @@ void Trainer::run() {
               cfg_.parallel.dp, " x ", t.grad_accum, " = ",
               t.micro_batch * cfg_.parallel.dp * t.grad_accum, " sequences of ", t.seq_len,
               " tokens; GEMM peak ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s per rank");
+    const model::ParallelOptions& po = parallel_->options();
+    log::info("state: ZeRO stage ", po.zero_stage,
+              po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
+                                      : std::string(),
+              ", ", dtype_name(compute_dtype()), " parameters and gradients",
+              compute_dtype() == DType::kF32 ? "" : " (fp32 master weights)",
+              ", activation checkpointing ",
+              po.checkpoint_every == 0   ? std::string("off")
+              : po.checkpoint_every == 1 ? std::string("every block")
+                                         : "every " + std::to_string(po.checkpoint_every) +
+                                               " blocks");
   }
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   std::vector<double> xs, losses, val_x, val_losses;
