@@ -125,6 +125,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
   cfg.log.metrics.clear();
   // A checkpoint holds the full model whatever layout wrote it: evaluate on one process.
   cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
+  cfg.parallel.zero_stage = cfg.parallel.shard_group_size = 0;
+  cfg.parallel.sharding_strategy.clear();
   train::Trainer trainer(cfg, "");
   trainer.load_checkpoint(a.positional()[0]);
   const double loss = trainer.evaluate(a.get_int("batches", cfg.train.eval_batches));

@@ -82,10 +82,11 @@ class Trainer {
   comm::Communicator* world_;
   Allocator allocator_;
   std::unique_ptr<parallel::Mesh> mesh_;
-  std::unique_ptr<model::ParallelGPT> parallel_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
+  // The model outlives the cuts applied to it (ParallelGPT unhooks itself).
   std::unique_ptr<model::GPT<float>> model_;
+  std::unique_ptr<model::ParallelGPT> parallel_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
   Tensor inputs_, targets_;  // [B, T] I32
