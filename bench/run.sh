@@ -61,4 +61,23 @@ if [ "${BENCH_DDP:-1}" = 1 ]; then
   fi
 fi
 
+# ZeRO stages and mixed precision (docs/performance.md): kiri's layouts interleaved
+# round by round (ZeRO on 2 ranks x 1 thread, dtypes on 1 process x 1 thread), and
+# PyTorch DDP and DDP + ZeroRedundancyOptimizer alternately (bench/zero_torch.sh),
+# whose lines are tagged "bench": "zero" to keep them apart from the DDP section's.
+if [ "${BENCH_ZERO:-1}" = 1 ]; then
+  rounds=${BENCH_ROUNDS:-3}
+  echo "bench: ZeRO stages, kiri 2 ranks, $rounds rounds (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  "$build/kiri" launch -n 2 --threads 1 -- bench --zero --config tiny --steps "$steps" \
+    --rounds "$rounds" 2>/dev/null | grep '^{' >> "$out/results.jsonl"
+  echo "bench: dtypes, kiri 1 process (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  OMP_NUM_THREADS=1 "$build/kiri" bench --dtypes --config tiny --threads 1 --steps "$steps" \
+    --rounds "$rounds" >> "$out/results.jsonl"
+  if [ $torch_ok = 1 ]; then
+    echo "bench: ZeRO, PyTorch DDP and ZeroRedundancyOptimizer, 2 ranks" >&2
+    BENCH_STEPS=$steps BENCH_OUT=$out bash "$root/bench/zero_torch.sh" "${BENCH_TORCH_ROUNDS:-2}" \
+      | sed 's/^{/{"bench": "zero", /' >> "$out/results.jsonl"
+  fi
+fi
+
 python3 "$root/bench/table.py" "$out/results.jsonl"

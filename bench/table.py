@@ -1,5 +1,6 @@
 """Turns bench/run.sh's JSON lines into the markdown table of docs/performance.md."""
 import json
+import statistics
 import sys
 
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
@@ -16,7 +17,8 @@ for key, k in kiri.items():
           f"{100 * k['mfu']:.1f}% | {k['step_s'] / k['gemm_step_s']:.2f} | {k['peak_gflops']:.0f} |")
 
 ddp = {r["ranks"]: r for r in rows if r["impl"] == "kiri-ddp"}
-tddp = {r["ranks"]: r for r in rows if r["impl"] == "pytorch-ddp"}
+# bench/run.sh's ZeRO section also runs PyTorch DDP on 2 ranks; its lines carry "bench": "zero".
+tddp = {r["ranks"]: r for r in rows if r["impl"] == "pytorch-ddp" and r.get("bench") != "zero"}
 if 1 in ddp and 2 in ddp:
     print()
     print("| data parallel, tiny, 1 thread per rank | 1 rank tokens/s | 2 ranks tokens/s | "
@@ -37,3 +39,62 @@ if 1 in ddp and 2 in ddp:
     print("|---|---|---|---|---|")
     print(f"| tiny | {1000 * d['backward_s']:.0f} ms | {1000 * d['backward_sync_s']:.0f} ms | "
           f"{1000 * d['allreduce_s']:.0f} ms | {100 * d['hidden_fraction']:.0f}% |")
+
+
+def mib(b):
+    return f"{b / 2**20:.1f}"
+
+
+def goal(ratio, limit):
+    return f"<= {limit:.2f}: {'met' if ratio <= limit else 'missed'}"
+
+
+# ZeRO stages: kiri's layouts (interleaved rounds, median step) against stage 0, and
+# PyTorch's ZeRO-1 (ZeroRedundancyOptimizer over DDP) against its own DDP, same model.
+zero = [r for r in rows if r["impl"] == "kiri-zero"]
+if zero:
+    print()
+    print(f"ZeRO stages ({zero[0]['config']}, {zero[0]['ranks']} ranks x {zero[0]['threads']} thread, "
+          f"{zero[0]['timed_steps']} steps per layout over {zero[0]['rounds']} interleaved rounds); "
+          "bytes per rank, MiB:")
+    print()
+    print("| layout | step | tokens/s | step vs stage 0 | goal | parameters | gradients | "
+          "optimizer states | activations | peak, all | sent per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    limits = {"stage1": 1.10, "stage2": 1.10, "stage3": 1.25}
+    for r in zero:
+        m, v = r["mem"], r["vs_stage0"]
+        g = goal(v, limits[r["layout"]]) if r["layout"] in limits else ""
+        print(f"| kiri {r['layout']} | {1000 * r['step_s']:.0f} ms | {r['tokens_per_s']:.0f} | "
+              f"{v:.3f} | {g} | {mib(m['parameters'])} | {mib(m['gradients'])} | "
+              f"{mib(m['optimizer_states'])} | {mib(m['activations'])} | {mib(m['total'])} | "
+              f"{mib(r.get('sent_bytes_per_step', 0))} |")
+    tz = [r for r in rows if r.get("bench") == "zero"]
+    by = {mode: [r for r in tz if r["mode"] == mode] for mode in ("ddp", "zero1")}
+    if by["ddp"] and by["zero1"]:
+        d = statistics.median(r["step_s"] for r in by["ddp"])
+        for mode, label in (("ddp", "PyTorch DDP (gloo)"),
+                            ("zero1", "PyTorch ZeRO-1 (ZeroRedundancyOptimizer(AdamW) over DDP)")):
+            s_ = statistics.median(r["step_s"] for r in by[mode])
+            opt = mib(by[mode][0]["opt_state_bytes"][0])
+            print(f"| {label}, {len(by[mode])} run(s) | {1000 * s_:.0f} ms | "
+                  f"{statistics.median(r['tokens_per_s'] for r in by[mode]):.0f} | {s_ / d:.3f} (vs its DDP) | "
+                  f" | | | {opt} | | | |")
+
+dt = [r for r in rows if r["impl"] == "kiri-dtype"]
+if dt:
+    base = dt[0]["tokens_per_s"]
+    print()
+    print(f"dtype ({dt[0]['config']}, 1 process x {dt[0]['threads']} thread, stage 0, "
+          f"{dt[0]['timed_steps']} steps per layout over {dt[0]['rounds']} interleaved rounds); "
+          "peak bytes, MiB:")
+    print()
+    print("| layout | tokens/s | tokens/s vs fp32 | goal | activations | parameters | gradients | "
+          "optimizer states | peak, all |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in dt:
+        m, v = r["mem"], r["tokens_per_s"] / base
+        g = f">= 1.50: {'met' if v >= 1.5 else 'missed'}" if r["layout"] == "bf16" else ""
+        print(f"| {r['layout']} | {r['tokens_per_s']:.0f} | {v:.3f} | {g} | {mib(m['activations'])} | "
+              f"{mib(m['parameters'])} | {mib(m['gradients'])} | {mib(m['optimizer_states'])} | "
+              f"{mib(m['total'])} |")

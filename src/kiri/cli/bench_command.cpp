@@ -1,5 +1,8 @@
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -10,11 +13,13 @@
 #include "kiri/cli/world.h"
 #include "kiri/train/bench.h"
 #include "kiri/train/ddp_bench.h"
+#include "kiri/train/layout_bench.h"
 
 namespace kiri::cli {
 
 // kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
 // step time against its GEMMs' time (bench/run.sh puts PyTorch beside it).
+// --ddp, --zero and --dtypes select the data-parallel and layout benchmarks.
 namespace {
 // kiri launch -n N -- bench --ddp: one JSON line from rank 0.
 int ddp_bench(const Args& a) {
@@ -44,12 +49,113 @@ int ddp_bench(const Args& a) {
   }
   return 0;
 }
+
+using Layouts = std::vector<std::pair<std::string, model::ParallelOptions>>;
+
+// One JSON line per layout, from rank 0: step time, tokens/s, the ratio to
+// the first layout ("vs_<first>"), this rank's peak bytes per category and,
+// on more than one rank, the bytes it sent per step.
+void print_layouts(const std::string& impl, const train::BenchSpec& spec, int ranks, int rounds,
+                   const std::vector<train::LayoutBenchResult>& results) {
+  const std::string vs = "vs_" + results.front().name;
+  for (const train::LayoutBenchResult& r : results) {
+    nlohmann::json mem;
+    for (int c = 0; c < kNumCategories; ++c)
+      if (static_cast<Category>(c) != Category::kOther)
+        mem[category_name(static_cast<Category>(c))] = r.peak_bytes[c];
+    mem["total"] = r.peak_total;
+    nlohmann::json j = {{"impl", impl},
+                        {"config", spec.name},
+                        {"layout", r.name},
+                        {"ranks", ranks},
+                        {"threads", omp_get_max_threads()},
+                        {"zero_stage", r.options.zero_stage},
+                        {"prefetch", r.options.prefetch},
+                        {"dtype", dtype_name(r.options.dtype)},
+                        {"checkpoint_every", r.options.checkpoint_every},
+                        {"rounds", rounds},
+                        {"timed_steps", r.timed_steps},
+                        {"step_s", r.step_s},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {vs, r.ratio},
+                        {"mem", mem}};
+    if (ranks > 1) {
+      nlohmann::json sent;
+      for (int k = 0; k < comm::kNumOpKinds; ++k)
+        if (r.sent_bytes[k] > 0)
+          sent[comm::op_kind_name(static_cast<comm::OpKind>(k))] = r.sent_bytes[k];
+      j["sent_bytes_per_step"] = r.sent_bytes_total;
+      j["sent_by_op"] = sent;
+    }
+    std::cout << j.dump() << std::endl;
+  }
+}
+
+train::BenchSpec layout_spec(const Args& a, int default_steps) {
+  train::BenchSpec spec = train::bench_preset(a.get("config").value_or("tiny"));
+  spec.steps = static_cast<int>(a.get_int("steps", default_steps));
+  spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
+  return spec;
+}
+
+// kiri launch -n N -- bench --zero: ZeRO stages 0-3 (and stage 3 without
+// prefetch), all fp32, on every rank as dp ranks, compared with stage 0.
+int zero_bench(const Args& a) {
+  World world = make_world();
+  comm::Options o = world.comm->options();
+  o.check_collectives = !a.flag("no-check");
+  world.comm->set_options(o);
+  const train::BenchSpec spec = layout_spec(a, 3);
+  const int rounds = static_cast<int>(a.get_int("rounds", 3));
+  Layouts layouts;
+  for (int stage = 0; stage <= 3; ++stage) {
+    model::ParallelOptions layout;
+    layout.zero_stage = stage;
+    layouts.push_back({"stage" + std::to_string(stage), layout});
+  }
+  model::ParallelOptions no_prefetch;
+  no_prefetch.zero_stage = 3;
+  no_prefetch.prefetch = false;
+  layouts.push_back({"stage3-noprefetch", no_prefetch});
+  auto results = train::run_layout_bench(*world.comm, spec, layouts, rounds);
+  if (world.comm->rank() == 0)
+    print_layouts("kiri-zero", spec, world.comm->size(), rounds, results);
+  return 0;
+}
+
+// kiri bench --dtypes: one process, stage 0, fp32 against bf16 and fp16
+// (mixed precision: 16-bit parameters and gradients, fp32 master weights and
+// activations) and against fp32 with every block's activations checkpointed.
+int dtype_bench(const Args& a) {
+  World world = make_world();
+  train::BenchSpec spec = layout_spec(a, 3);
+  spec.threads = static_cast<int>(a.get_int("threads", 1));
+  omp_set_num_threads(spec.threads);
+  const int rounds = static_cast<int>(a.get_int("rounds", 3));
+  Layouts layouts;
+  for (auto [name, dtype] : {std::pair<const char*, DType>{"fp32", DType::kF32},
+                             {"bf16", DType::kBF16},
+                             {"fp16", DType::kF16}}) {
+    model::ParallelOptions layout;
+    layout.dtype = dtype;
+    layouts.push_back({name, layout});
+  }
+  model::ParallelOptions ckpt;
+  ckpt.checkpoint_every = 1;
+  layouts.push_back({"fp32-ckpt", ckpt});
+  auto results = train::run_layout_bench(*world.comm, spec, layouts, rounds);
+  if (world.comm->rank() == 0)
+    print_layouts("kiri-dtype", spec, world.comm->size(), rounds, results);
+  return 0;
+}
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args a(argv, {"config", "threads", "steps", "warmup"}, {"ddp", "no-check"},
-         {"config", "threads"});
+  Args a(argv, {"config", "threads", "steps", "warmup", "rounds"},
+         {"ddp", "zero", "dtypes", "no-check"}, {"config", "threads"});
   if (a.flag("ddp")) return ddp_bench(a);
+  if (a.flag("zero")) return zero_bench(a);
+  if (a.flag("dtypes")) return dtype_bench(a);
   std::vector<std::string> configs = a.all("config");
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");
