@@ -59,15 +59,16 @@ if zero:
           "bytes per rank, MiB:")
     print()
     print("| layout | step | tokens/s | step vs stage 0 | goal | parameters | gradients | "
-          "optimizer states | activations | peak, all | sent per step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "optimizer states | activations | buffers | peak, all | sent per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     limits = {"stage1": 1.10, "stage2": 1.10, "stage3": 1.25}
     for r in zero:
         m, v = r["mem"], r["vs_stage0"]
         g = goal(v, limits[r["layout"]]) if r["layout"] in limits else ""
         print(f"| kiri {r['layout']} | {1000 * r['step_s']:.0f} ms | {r['tokens_per_s']:.0f} | "
               f"{v:.3f} | {g} | {mib(m['parameters'])} | {mib(m['gradients'])} | "
-              f"{mib(m['optimizer_states'])} | {mib(m['activations'])} | {mib(m['total'])} | "
+              f"{mib(m['optimizer_states'])} | {mib(m['activations'])} | {mib(m['buffers'])} | "
+              f"{mib(m['total'])} | "
               f"{mib(r.get('sent_bytes_per_step', 0))} |")
     tz = [r for r in rows if r.get("bench") == "zero"]
     by = {mode: [r for r in tz if r["mode"] == mode] for mode in ("ddp", "zero1")}
@@ -76,10 +77,11 @@ if zero:
         for mode, label in (("ddp", "PyTorch DDP (gloo)"),
                             ("zero1", "PyTorch ZeRO-1 (ZeroRedundancyOptimizer(AdamW) over DDP)")):
             s_ = statistics.median(r["step_s"] for r in by[mode])
-            opt = mib(by[mode][0]["opt_state_bytes"][0])
+            # ZeroRedundancyOptimizer shards whole tensors, so the ranks' shares differ.
+            opt = " / ".join(mib(b) for b in by[mode][0]["opt_state_bytes"])
             print(f"| {label}, {len(by[mode])} run(s) | {1000 * s_:.0f} ms | "
                   f"{statistics.median(r['tokens_per_s'] for r in by[mode]):.0f} | {s_ / d:.3f} (vs its DDP) | "
-                  f" | | | {opt} | | | |")
+                  f" | | | {opt} | | | | |")
 
 dt = [r for r in rows if r["impl"] == "kiri-dtype"]
 if dt:
