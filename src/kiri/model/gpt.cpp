@@ -166,7 +166,7 @@ Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf) {
 }
 
 template <typename T>
-void GPT<T>::lm_head_backward(nn::Context& ctx, const Tensor& dlogits, Tensor& dxf) {
+void GPT<T>::lm_head_backward(nn::Context& ctx, Tensor dlogits, Tensor& dxf) {
   // logits = xf @ wte^T: dxf += dlogits @ wte; dwte += dlogits^T @ xf
   const int64_t n = dlogits.dim(0), v = dlogits.dim(1), c = cfg_.n_embd;
   if constexpr (std::is_same_v<T, float>) {
@@ -174,6 +174,7 @@ void GPT<T>::lm_head_backward(nn::Context& ctx, const Tensor& dlogits, Tensor& d
     if (pd != DType::kF32) {
       Tensor dl = nn::activation(ctx, {n, v}, pd);  // [N, V] 16-bit copy of dlogits
       k::convert(dl, dlogits);
+      dlogits = Tensor();  // the fp32 [N, V] is the largest buffer: free it before the GEMMs
       k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, wte_->value.raw(), c, 1.0f,
                    dxf.raw(), DType::kF32, c);
       ctx.progress();
@@ -225,8 +226,9 @@ void GPT<T>::backward(nn::Context& ctx) {
   dloss.fill_(loss_weight_);
   k::softmax_xent_backward<T>(logits_, lse_, targets_, dloss);
   Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
-  lm_head_backward(ctx, logits_, dxf);  // logits_ now holds dlogits [N, V]
-  logits_ = lse_ = xf_ = Tensor();
+  lse_ = Tensor();
+  lm_head_backward(ctx, std::move(logits_), dxf);  // logits_ held dlogits [N, V]
+  logits_ = xf_ = Tensor();
   if (defer_embedding_grad_ && hook_) hook_({wte_});
   Tensor dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
   const int last = num_groups() - 1;

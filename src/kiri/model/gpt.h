@@ -108,7 +108,8 @@ class GPT : public nn::Module {
   Tensor trunk_forward(nn::Context& ctx, const Tensor& tokens);  // -> ln_f output [B*T, C]
   // logits [N, V] = xf [N, C] @ wte^T; saves what the LM head's backward needs.
   Tensor lm_head_forward(nn::Context& ctx, const Tensor& xf);
-  void lm_head_backward(nn::Context& ctx, const Tensor& dlogits, Tensor& dxf);
+  // Takes dlogits by value so that the 16-bit path can free the fp32 one early.
+  void lm_head_backward(nn::Context& ctx, Tensor dlogits, Tensor& dxf);
   void call(const std::function<void(int)>& hook, int group) {
     if (hook) hook(group);
   }
