@@ -31,12 +31,18 @@
 //  - Asynchronous work advances only when someone polls (MPI does not
 //    progress on its own): progress() tests every outstanding request; the
 //    trainer calls it between layers of backward.
+//  - With a Tracer set (set_tracer), every operation is a span on the
+//    tracer's comm lane, from the call until its completion is seen (by
+//    test(), wait() or progress()), named by op_kind_name() ("split" for
+//    split) with args {"bytes", "group", "seq"} (and "peer" or "root").
+//    Communicators made by split() inherit the tracer. docs/trace.md.
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kiri/base/trace.h"
 #include "kiri/tensor/tensor.h"
 
 namespace kiri::comm {
@@ -132,6 +138,14 @@ class Communicator {
   virtual OpStats stats(OpKind kind) const = 0;
   virtual void reset_stats() = 0;
   virtual std::vector<OpRecord> recent_ops() const = 0;  // oldest first
+
+  // Null: no tracing (the default). The tracer must outlive the operations
+  // started while it was set.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  Tracer* tracer() const { return tracer_; }
+
+ protected:
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace kiri::comm

@@ -169,6 +169,14 @@ std::vector<OpRecord> OpBook::recent() const {
   return out;
 }
 
+std::string trace_args(int64_t bytes, const std::string& group, uint64_t seq, const char* extra,
+                       int value) {
+  std::string s = "{\"bytes\":" + std::to_string(bytes) + ",\"group\":" + Tracer::quote(group) +
+                  ",\"seq\":" + std::to_string(seq);
+  if (extra) s += str(",\"", extra, "\":", value);
+  return s + "}";
+}
+
 std::string describe(const OpRecord& r) {
   std::string s = str("#", r.seq, " ", op_kind_name(r.kind));
   if (r.kind != OpKind::kBarrier) s += " " + format_bytes(r.bytes);

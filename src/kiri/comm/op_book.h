@@ -82,6 +82,15 @@ class OpBook {
   std::deque<std::pair<uint64_t, OpRecord>> ring_;  // id, record
 };
 
+// A trace span's args: {"bytes":N,"group":"dp","seq":S} plus, when extra is
+// given, {..., extra:value} ("peer" for send/recv, "root" for broadcast).
+std::string trace_args(int64_t bytes, const std::string& group, uint64_t seq,
+                       const char* extra = nullptr, int value = 0);
+// Now on the tracer's clock, or 0 without one.
+inline int64_t trace_now(const Tracer* tracer) {
+  return tracer ? tracer->now_us() : 0;
+}
+
 // "#12 all_reduce 3.91 KiB done", "#3 send 40 B to 1 pending".
 std::string describe(const OpRecord& r);
 

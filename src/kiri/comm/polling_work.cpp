@@ -15,6 +15,13 @@ bool PollingWork::test() {
     if (poll()) {
       complete_ = true;
       if (record_) book_->done(record_);
+      if (tracer_) {
+        note_finished();
+        tracer_->complete(std::move(trace_name_), "comm", trace_start_us_,
+                          trace_end_us_ - trace_start_us_, std::move(trace_args_),
+                          Tracer::Lane::kComm);
+        tracer_ = nullptr;
+      }
     }
   } catch (const Error& e) {
     // A timeout raised while diagnosing is not the operation's own error.
@@ -22,6 +29,18 @@ bool PollingWork::test() {
     throw;
   }
   return complete_;
+}
+
+void PollingWork::trace(Tracer* tracer, int64_t start_us, std::string name, std::string args_json) {
+  if (!tracer || !tracer->enabled()) return;
+  tracer_ = tracer;
+  trace_start_us_ = start_us;
+  trace_name_ = std::move(name);
+  trace_args_ = std::move(args_json);
+}
+
+void PollingWork::note_finished() {
+  if (tracer_ && trace_end_us_ < 0) trace_end_us_ = tracer_->now_us();
 }
 
 void PollingWork::wait() {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <string>
 
 #include "kiri/comm/op_book.h"
 
@@ -19,6 +20,12 @@ class PollingWork : public Work {
   void wait() final;
   bool complete() const { return complete_; }
   OpKind kind() const { return kind_; }
+  // Records the operation on tracer's comm lane, from start_us until test()
+  // sees it complete (or until note_finished(), when the backend saw it
+  // finish first). A null tracer records nothing.
+  void trace(Tracer* tracer, int64_t start_us, std::string name, std::string args_json);
+  // The backend saw the transfer finish (MPI: while advancing another work).
+  void note_finished();
 
  protected:
   // record: the OpBook's id for the operation; 0 for split (not an OpKind, not counted).
@@ -41,6 +48,9 @@ class PollingWork : public Work {
   std::chrono::milliseconds timeout_;
   bool complete_ = false;
   std::exception_ptr error_;
+  Tracer* tracer_ = nullptr;
+  int64_t trace_start_us_ = 0, trace_end_us_ = -1;
+  std::string trace_name_, trace_args_;
 };
 
 }  // namespace kiri::comm::detail

@@ -224,6 +224,7 @@ class LocalCommunicator final : public Communicator {
 std::shared_ptr<LocalCollectiveWork> LocalCommunicator::collective(Signature sig, const Tensor& in,
                                                                    const Tensor& out, int64_t bytes,
                                                                    int root) {
+  const int64_t start_us = trace_now(tracer_);
   sig.seq = book_->next_collective_seq();
   const std::string what = describe(sig);
   group_->world->check(info_, what);
@@ -244,11 +245,15 @@ std::shared_ptr<LocalCollectiveWork> LocalCommunicator::collective(Signature sig
   }
   auto w = std::make_shared<LocalCollectiveWork>(group_, info_, book_, kind, record,
                                                  options_.timeout, what, sig.seq);
+  if (tracer_)
+    w->trace(tracer_, start_us, is_split ? "split" : op_kind_name(kind),
+             trace_args(bytes, info_.name, sig.seq, root >= 0 ? "root" : nullptr, root));
   track(w);
   return w;
 }
 
 WorkHandle LocalCommunicator::p2p(OpKind kind, const Tensor& t, int peer, int tag) {
+  const int64_t start_us = trace_now(tracer_);
   check_tensor(t, op_kind_name(kind));
   check_peer(peer, tag, info_.size, 1 << 30);
   const uint64_t seq = book_->next_p2p_seq();
@@ -280,6 +285,9 @@ WorkHandle LocalCommunicator::p2p(OpKind kind, const Tensor& t, int peer, int ta
   }
   auto w = std::make_shared<LocalP2pWork>(op, group_, info_, book_, kind, record, options_.timeout,
                                           what, 0);
+  if (tracer_)
+    w->trace(tracer_, start_us, op_kind_name(kind),
+             trace_args(static_cast<int64_t>(t.nbytes()), info_.name, seq, "peer", peer));
   track(w);
   return w;
 }
@@ -293,7 +301,9 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key,
   auto w = collective(sig, Tensor(), Tensor(), 0, -1);
   w->wait();
   if (!w->new_group) return nullptr;
-  return std::make_unique<LocalCommunicator>(w->new_group, w->new_rank, name, options_);
+  auto sub = std::make_unique<LocalCommunicator>(w->new_group, w->new_rank, name, options_);
+  sub->set_tracer(tracer_);
+  return sub;
 }
 
 // Rethrows a rank's exception; kiri errors get the rank in front of their message.

@@ -94,6 +94,7 @@ class MpiCommunicator final : public Communicator {
  private:
   // A collective's work: numbered, counted, described; the caller fills in issue.
   std::shared_ptr<MpiWork> collective(Signature sig, int64_t bytes, int root) {
+    const int64_t start_us = trace_now(tracer_);
     sig.seq = core_->book->next_collective_seq();
     const bool is_split = sig.kind == kSplitKind;
     const OpKind kind = is_split ? OpKind::kBarrier : static_cast<OpKind>(sig.kind);
@@ -103,6 +104,9 @@ class MpiCommunicator final : public Communicator {
                                                      traffic(kind, bytes, size(), rank(), root));
     auto w = std::make_shared<MpiWork>(core_.get(), kind, record, describe(sig), sig.seq);
     w->sig = sig;
+    if (tracer_)
+      w->trace(tracer_, start_us, is_split ? "split" : op_kind_name(kind),
+               trace_args(bytes, name(), sig.seq, root >= 0 ? "root" : nullptr, root));
     return w;
   }
   WorkHandle submit(const std::shared_ptr<MpiWork>& w) {
@@ -233,6 +237,7 @@ WorkHandle MpiCommunicator::barrier_async() {
 }
 
 WorkHandle MpiCommunicator::p2p(OpKind kind, const Tensor& t, int peer, int tag) {
+  const int64_t start_us = trace_now(tracer_);
   check_tensor(t, op_kind_name(kind));
   check_peer(peer, tag, size(), core_->max_tag);
   const int count = checked_count(t.numel(), op_kind_name(kind));
@@ -246,6 +251,8 @@ WorkHandle MpiCommunicator::p2p(OpKind kind, const Tensor& t, int peer, int tag)
   const uint64_t record =
       core_->book->begin(kind, seq, bytes, peer, traffic(kind, bytes, size(), rank(), peer));
   auto w = std::make_shared<MpiWork>(core_.get(), kind, record, what, 0);
+  if (tracer_)
+    w->trace(tracer_, start_us, op_kind_name(kind), trace_args(bytes, name(), seq, "peer", peer));
   w->keep = {t};
   w->peer = peer;
   w->tag = tag;
@@ -274,7 +281,9 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const s
   w->wait();
   MPI_Comm out = core_->split(color, key);
   if (out == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<MpiCommunicator>(MpiComm(out), name, core_->options);
+  auto sub = std::make_unique<MpiCommunicator>(MpiComm(out), name, core_->options);
+  sub->set_tracer(tracer_);
+  return sub;
 }
 
 }  // namespace

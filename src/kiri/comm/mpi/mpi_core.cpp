@@ -194,12 +194,14 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
     if (w.phase == Phase::kAgreed && in_order) {
       if (w.issue) check_rc(w.issue(&w.req), op_kind_name(w.kind()), w);
       w.phase = w.issue ? Phase::kRunning : Phase::kDone;
+      if (w.phase == Phase::kDone) w.note_finished();
     }
     if (w.phase == Phase::kAgree || w.phase == Phase::kAgreed) in_order = false;
     if (w.phase == Phase::kRunning && w.drive) {
       if (!w.drive()) return;
       if (w.finish) w.finish();
       w.phase = Phase::kDone;
+      w.note_finished();
     }
     if (w.phase == Phase::kRunning) {
       check_rc(MPI_Test(&w.req, &flag, &status), "MPI_Test", w);
@@ -212,6 +214,7 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
       }
       if (w.finish) w.finish();
       w.phase = Phase::kDone;
+      w.note_finished();
     }
   } catch (...) {
     fail(w, std::current_exception());
