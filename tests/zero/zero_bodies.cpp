@@ -59,7 +59,7 @@ std::map<std::string, std::vector<float>> params_of(Trainer& t) {
   std::map<std::string, std::vector<float>> out;
   for (auto& [p, v] : t.gather_model()) {
     const float* d = v.data<float>();
-    out[p->name].assign(d, d + v.numel());
+    out[p].assign(d, d + v.numel());
   }
   return out;
 }

@@ -292,6 +292,21 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("parallel.activation_checkpointing_k",
                         KIRI_FIELD(parallel.activation_checkpointing_k), 1, 1 << 20,
                         "every_k: checkpoint every k-th block."));
+  f.push_back(enum_field(
+      "parallel.schedule", KIRI_FIELD(parallel.schedule),
+      std::vector<std::pair<std::string, std::string>>{
+          {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved", "interleaved"}},
+      "Pipeline schedule (pp > 1): `gpipe` (all forwards, then all backwards: holds m "
+      "micro-batches), `1f1b` (one forward, one backward: holds at most pp), `interleaved` "
+      "(1F1B over parallel.virtual_stages chunks per rank: the bubble shrinks by that factor)."));
+  f.push_back(
+      int_field("parallel.microbatches", KIRI_FIELD(parallel.microbatches), 1, 1 << 20,
+                "Micro-batches m per accumulation step: each rank's rows are micro_batch x "
+                "m, run through the pipeline one micro-batch at a time; the pipeline's "
+                "bubble is (pp-1)/(m+pp-1). global_batch = micro_batch x m x grad_accum x dp."));
+  f.push_back(int_field("parallel.virtual_stages", KIRI_FIELD(parallel.virtual_stages), 1, 1 << 10,
+                        "Interleaved schedule: model chunks per pipeline rank (v); the layers are "
+                        "cut into pp x v chunks, chunk c on rank c % pp."));
   // checkpoint
   f.push_back(
       string_field("checkpoint.dir", KIRI_FIELD(checkpoint.dir),

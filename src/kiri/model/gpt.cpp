@@ -47,15 +47,13 @@ Block<T>::Block(const std::string& name, const GPTConfig& cfg)
 
 template <typename T>
 Tensor Block<T>::forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
-  batch_ = batch;
-  seq_ = seq;
   if (!checkpointed_ || !ctx.training) return forward_impl(ctx, x, batch, seq);
   // Checkpointed: run without saving anything for backward (training off),
   // keep the input, and recompute in backward.
   ctx.training = false;
   Tensor y = forward_impl(ctx, x, batch, seq);
   ctx.training = true;
-  input_ = x;
+  checkpoint_.put(ctx) = {x, batch, seq};
   return y;
 }
 
@@ -72,9 +70,9 @@ Tensor Block<T>::forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, 
 
 template <typename T>
 void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
-  if (input_.defined()) {  // checkpointed: recompute the activations (same ops, same values)
-    forward_impl(ctx, input_, batch_, seq_);
-    input_ = Tensor();
+  if (checkpointed_ && checkpoint_.has(ctx)) {  // recompute the activations (same ops, same values)
+    const Checkpoint c = checkpoint_.take(ctx, "Block");
+    forward_impl(ctx, c.input, c.batch, c.seq);
   }
   // y = x1 + mlp(ln_2(x1)):  dx1 = dy + ln_2'(mlp'(dy))
   Tensor dx1 = nn::activation(ctx, dy.shape(), dtype_of<T>());  // [N, C]
@@ -90,25 +88,40 @@ void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
 }
 
 template <typename T>
-GPT<T>::GPT(const GPTConfig& cfg)
-    : nn::Module(""), cfg_(cfg), ln_f_("transformer.ln_f", cfg.n_embd) {
+GPT<T>::GPT(const GPTConfig& cfg, GPTPart part) : nn::Module(""), cfg_(cfg), part_(part) {
   cfg.validate();
-  wte_ = &add_parameter("transformer.wte.weight", {cfg.vocab_size, cfg.n_embd}, true,
-                        {nn::InitKind::kNormal, 0.02});
-  wpe_ = &add_parameter("transformer.wpe.weight", {cfg.block_size, cfg.n_embd}, true,
-                        {nn::InitKind::kNormal, 0.02});
-  for (int i = 0; i < cfg.n_layer; ++i) {
+  if (part_.end_block < 0) part_.end_block = cfg.n_layer;
+  KIRI_CHECK_KIND(kConfig,
+                  0 <= part_.first_block && part_.first_block <= part_.end_block &&
+                      part_.end_block <= cfg.n_layer,
+                  "a model part takes blocks [", part_.first_block, ", ", part_.end_block,
+                  ") of model.n_layer = ", cfg.n_layer);
+  if (part_.first || part_.last)
+    wte_ = &add_parameter("transformer.wte.weight", {cfg.vocab_size, cfg.n_embd}, true,
+                          {nn::InitKind::kNormal, 0.02});
+  if (part_.first)
+    wpe_ = &add_parameter("transformer.wpe.weight", {cfg.block_size, cfg.n_embd}, true,
+                          {nn::InitKind::kNormal, 0.02});
+  for (int i = part_.first_block; i < part_.end_block; ++i) {
     blocks_.push_back(std::make_unique<Block<T>>("transformer.h." + std::to_string(i), cfg));
     add_child(*blocks_.back());
   }
-  add_child(ln_f_);
+  if (part_.last) {
+    ln_f_ = std::make_unique<nn::LayerNorm<T>>("transformer.ln_f", cfg.n_embd);
+    add_child(*ln_f_);
+  }
 }
 
 template <typename T>
 std::vector<std::vector<nn::Parameter*>> GPT<T>::parameter_groups() {
-  std::vector<std::vector<nn::Parameter*>> groups{{wte_, wpe_}};
+  std::vector<std::vector<nn::Parameter*>> groups(1);
+  if (part_.first) groups[0] = {wte_, wpe_};
   for (auto& block : blocks_) groups.push_back(block->parameters());
-  groups.push_back(ln_f_.parameters());
+  groups.emplace_back();
+  if (part_.last) {
+    groups.back() = ln_f_->parameters();
+    if (!part_.first) groups.back().push_back(wte_);
+  }
   return groups;
 }
 
@@ -116,36 +129,14 @@ template <typename T>
 void GPT<T>::set_activation_checkpointing(int every_k) {
   KIRI_CHECK_KIND(kConfig, every_k >= 0,
                   "activation checkpointing every k blocks needs k >= 0, got ", every_k);
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i]->set_checkpointed(every_k > 0 && i % static_cast<size_t>(every_k) == 0);
-}
-
-template <typename T>
-Tensor GPT<T>::trunk_forward(nn::Context& ctx, const Tensor& tokens) {
-  KIRI_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::kI32, "tokens must be [B, T] I32, got ",
-             tokens.shape().str());
-  const int64_t b = tokens.dim(0), t = tokens.dim(1), c = cfg_.n_embd;
-  KIRI_CHECK(t <= cfg_.block_size, "sequence length ", t, " exceeds model.block_size ",
-             cfg_.block_size);
-  call(group_hooks_.before_forward, 0);
-  Tensor x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
-  k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
-  x = x.view({b * t, c});
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const int group = static_cast<int>(i) + 1;
-    call(group_hooks_.before_forward, group);
-    x = blocks_[i]->forward(ctx, x, b, t);
-    call(group_hooks_.after_forward, group);
+    const int global = part_.first_block + static_cast<int>(i);
+    blocks_[i]->set_checkpointed(every_k > 0 && global % every_k == 0);
   }
-  const int last = num_groups() - 1;
-  call(group_hooks_.before_forward, last);
-  Tensor xf = ln_f_.forward(ctx, x);  // [N, C]
-  call(group_hooks_.after_forward, last);
-  return xf;
 }
 
 template <typename T>
-Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf) {
+Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf) {
   const int64_t n = xf.dim(0), c = cfg_.n_embd, v = cfg_.vocab_size;
   Tensor logits = nn::activation(ctx, {n, v}, dtype_of<T>());  // [N, V]
   if constexpr (std::is_same_v<T, float>) {
@@ -155,22 +146,22 @@ Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf) {
       k::convert(xl, xf);
       k::gemm_lowp(pd, false, true, n, v, c, 1.0f, xl.raw(), c, wte_->value.raw(), c, 0.0f,
                    logits.raw(), DType::kF32, v);
-      if (ctx.training) xf_ = xl;
+      if (saved_xf) *saved_xf = xl;
       return logits;
     }
   }
   k::gemm<T>(false, true, n, v, c, T(1), xf.data<T>(), c, wte_->value.data<T>(), c, T(0),
              logits.data<T>(), v);
-  if (ctx.training) xf_ = xf;
+  if (saved_xf) *saved_xf = xf;
   return logits;
 }
 
 template <typename T>
-void GPT<T>::lm_head_backward(nn::Context& ctx, Tensor dlogits, Tensor& dxf) {
+void GPT<T>::lm_head_backward(nn::Context& ctx, Tensor dlogits, const Tensor& xf, Tensor& dxf) {
   // logits = xf @ wte^T: dxf += dlogits @ wte; dwte += dlogits^T @ xf
   const int64_t n = dlogits.dim(0), v = dlogits.dim(1), c = cfg_.n_embd;
   if constexpr (std::is_same_v<T, float>) {
-    const DType pd = xf_.dtype();
+    const DType pd = xf.dtype();
     if (pd != DType::kF32) {
       Tensor dl = nn::activation(ctx, {n, v}, pd);  // [N, V] 16-bit copy of dlogits
       k::convert(dl, dlogits);
@@ -178,28 +169,31 @@ void GPT<T>::lm_head_backward(nn::Context& ctx, Tensor dlogits, Tensor& dxf) {
       k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, wte_->value.raw(), c, 1.0f,
                    dxf.raw(), DType::kF32, c);
       ctx.progress();
-      k::gemm_lowp(pd, true, false, v, c, n, 1.0f, dl.raw(), v, xf_.raw(), c, 1.0f,
-                   wte_->grad.raw(), pd, c);
+      k::gemm_lowp(pd, true, false, v, c, n, 1.0f, dl.raw(), v, xf.raw(), c, 1.0f, wte_->grad.raw(),
+                   pd, c);
       return;
     }
   }
   k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, wte_->value.data<T>(), c, T(1),
              dxf.data<T>(), c);
   ctx.progress();
-  k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf_.data<T>(), c, T(1),
+  k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf.data<T>(), c, T(1),
              wte_->grad.data<T>(), c);
 }
 
 template <typename T>
-double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& targets,
-                       double loss_weight) {
-  KIRI_CHECK(targets.shape() == tokens.shape() && targets.dtype() == DType::kI32,
-             "targets must be I32 of the tokens' shape ", tokens.shape().str(), ", got ",
-             targets.shape().str());
-  const int64_t n = tokens.numel();
-  Tensor xf = trunk_forward(ctx, tokens);
-  Tensor logits = lm_head_forward(ctx, xf);  // [N, V]
-  call(group_hooks_.after_forward, 0);
+double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& targets,
+                            double loss_weight) {
+  // ln_f, the tied LM head and the fused softmax cross-entropy. In a last
+  // part that is not the first, wte belongs to the final group.
+  const int last = num_groups() - 1;
+  const int64_t n = x.dim(0);
+  call(group_hooks_.before_forward, last);
+  Tensor xf = ln_f_->forward(ctx, x);  // [N, C]
+  if (part_.first) call(group_hooks_.after_forward, last);
+  State st;
+  Tensor logits = lm_head_forward(ctx, xf, ctx.training ? &st.xf : nullptr);  // [N, V]
+  call(group_hooks_.after_forward, part_.first ? 0 : last);
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
@@ -208,35 +202,103 @@ double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& tar
   const T* l = losses.data<T>();  // ignored targets have loss 0
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(l[i]);
   if (ctx.training) {
-    tokens_ = tokens;
-    targets_ = flat_targets;
-    logits_ = logits;
-    lse_ = lse;
-    loss_weight_ = loss_weight;
+    st.targets = flat_targets;
+    st.logits = logits;
+    st.lse = lse;
+    st.loss_weight = loss_weight;
+    saved_.put(ctx) = std::move(st);
   }
   return sum;
 }
 
 template <typename T>
+Tensor GPT<T>::forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor& targets,
+                            const Tensor& input, double loss_weight, double* loss_sum) {
+  KIRI_CHECK(tokens.rank() == 2 && tokens.dtype() == DType::kI32, "tokens must be [B, T] I32, got ",
+             tokens.shape().str());
+  const int64_t b = tokens.dim(0), t = tokens.dim(1), c = cfg_.n_embd;
+  KIRI_CHECK(t <= cfg_.block_size, "sequence length ", t, " exceeds model.block_size ",
+             cfg_.block_size);
+  Tensor x = input;
+  if (part_.first) {
+    call(group_hooks_.before_forward, 0);
+    x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
+    k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+    x = x.view({b * t, c});
+  } else {
+    KIRI_CHECK(x.defined() && x.shape() == Shape({b * t, c}),
+               "a model part after the first takes "
+               "its input [",
+               b * t, ", ", c, "]");
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int group = static_cast<int>(i) + 1;
+    call(group_hooks_.before_forward, group);
+    x = blocks_[i]->forward(ctx, x, b, t);
+    call(group_hooks_.after_forward, group);
+  }
+  if (ctx.training) {
+    State& st = saved_.put(ctx);
+    st.tokens = tokens;
+    st.loss_weight = loss_weight;
+  }
+  if (!part_.last) {
+    if (part_.first) call(group_hooks_.after_forward, 0);
+    return x;
+  }
+  KIRI_CHECK(targets.shape() == tokens.shape() && targets.dtype() == DType::kI32,
+             "targets must be I32 of the tokens' shape ", tokens.shape().str(), ", got ",
+             targets.shape().str());
+  Tensor saved_tokens = ctx.training ? saved_.take(ctx, "GPT").tokens : Tensor();
+  const double sum = loss_forward(ctx, x, targets, loss_weight);
+  if (ctx.training) saved_.put(ctx).tokens = saved_tokens;
+  if (loss_sum) *loss_sum += sum;
+  return Tensor();
+}
+
+template <typename T>
+double GPT<T>::forward(nn::Context& ctx, const Tensor& tokens, const Tensor& targets,
+                       double loss_weight) {
+  KIRI_CHECK(whole(), "forward() runs the whole model; a part runs forward_part()");
+  double sum = 0;
+  forward_part(ctx, tokens, targets, Tensor(), loss_weight, &sum);
+  return sum;
+}
+
+template <typename T>
 void GPT<T>::backward(nn::Context& ctx) {
-  KIRI_CHECK(logits_.defined(), "backward() without a training forward()");
-  const int64_t n = logits_.dim(0), c = cfg_.n_embd;
-  call(group_hooks_.before_backward, 0);
-  Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
-  dloss.fill_(loss_weight_);
-  k::softmax_xent_backward<T>(logits_, lse_, targets_, dloss);
-  Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
-  lse_ = Tensor();
-  lm_head_backward(ctx, std::move(logits_), dxf);  // logits_ held dlogits [N, V]
-  logits_ = xf_ = Tensor();
-  if (defer_embedding_grad_ && hook_) hook_({wte_});
-  Tensor dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+  KIRI_CHECK(whole(), "backward() runs the whole model; a part runs backward_part()");
+  backward_part(ctx, Tensor());
+}
+
+template <typename T>
+Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
+  State st = saved_.take(ctx, "GPT");
+  const int64_t b = st.tokens.dim(0), t = st.tokens.dim(1), n = b * t, c = cfg_.n_embd;
   const int last = num_groups() - 1;
-  call(group_hooks_.before_backward, last);
-  ln_f_.backward(ctx, dxf, dx);
-  call(group_hooks_.after_backward, last);
-  dxf = Tensor();
-  if (hook_) hook_(ln_f_.parameters());
+  Tensor dx;
+  if (part_.last) {
+    call(group_hooks_.before_backward, part_.first ? 0 : last);
+    Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
+    dloss.fill_(st.loss_weight);
+    k::softmax_xent_backward<T>(st.logits, st.lse, st.targets, dloss);
+    Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+    st.lse = Tensor();
+    lm_head_backward(ctx, std::move(st.logits), st.xf, dxf);  // logits held dlogits [N, V]
+    st.logits = st.xf = Tensor();
+    // The LM head's copy of wte is complete here in a last part that is
+    // not the first (and, with the rows deferred, so is the whole model's).
+    if (hook_ && (defer_embedding_grad_ || !part_.first)) hook_({wte_});
+    dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+    if (part_.first) call(group_hooks_.before_backward, last);
+    ln_f_->backward(ctx, dxf, dx);
+    call(group_hooks_.after_backward, last);
+    if (hook_) hook_(ln_f_->parameters());
+  } else {
+    KIRI_CHECK(dout.defined() && dout.shape() == Shape({n, c}),
+               "a model part before the last takes the gradient of its output [", n, ", ", c, "]");
+    dx = dout;
+  }
   for (size_t i = blocks_.size(); i-- > 0;) {
     const int group = static_cast<int>(i) + 1;
     call(group_hooks_.before_backward, group);
@@ -246,18 +308,20 @@ void GPT<T>::backward(nn::Context& ctx) {
     call(group_hooks_.after_backward, group);
     if (hook_) hook_(blocks_[i]->parameters());
   }
-  Tensor dx3 = dx.view({tokens_.dim(0), tokens_.dim(1), c});
+  if (!part_.first) return dx;
+  if (!part_.last) call(group_hooks_.before_backward, 0);
+  Tensor dx3 = dx.view({b, t, c});
   k::position_embedding_backward<T>(wpe_->grad, dx3);
   if (defer_embedding_grad_) {
-    deferred_tokens_ = tokens_.view({n});
+    deferred_tokens_ = st.tokens.view({n});
     deferred_dx_ = dx;
     if (hook_) hook_({wpe_});
   } else {
-    add_token_embedding_grad(tokens_.view({n}), dx);
+    add_token_embedding_grad(st.tokens.view({n}), dx);
     if (hook_) hook_({wte_, wpe_});
   }
   call(group_hooks_.after_backward, 0);
-  tokens_ = targets_ = Tensor();
+  return Tensor();
 }
 
 template <typename T>
@@ -267,13 +331,26 @@ void GPT<T>::add_token_embedding_grad(const Tensor& tokens, const Tensor& dx) {
 
 template <typename T>
 Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
+  KIRI_CHECK(whole(), "sampling runs the whole model");
   KIRI_CHECK(tokens.rank() == 2 && tokens.dim(0) == 1, "sampling takes tokens [1, T], got ",
              tokens.shape().str());
   const bool training = ctx.training;
   ctx.training = false;
-  Tensor xf = trunk_forward(ctx, tokens);
   const int64_t t = tokens.dim(1), c = cfg_.n_embd;
-  Tensor logits = lm_head_forward(ctx, xf.flat_range((t - 1) * c, c).view({1, c}));  // [1, V]
+  call(group_hooks_.before_forward, 0);
+  Tensor x = nn::activation(ctx, {1, t, c}, dtype_of<T>());  // [1,T,C]
+  k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+  x = x.view({t, c});
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    call(group_hooks_.before_forward, static_cast<int>(i) + 1);
+    x = blocks_[i]->forward(ctx, x, 1, t);
+    call(group_hooks_.after_forward, static_cast<int>(i) + 1);
+  }
+  const int last = num_groups() - 1;
+  call(group_hooks_.before_forward, last);
+  Tensor xf = ln_f_->forward(ctx, x);
+  call(group_hooks_.after_forward, last);
+  Tensor logits = lm_head_forward(ctx, xf.flat_range((t - 1) * c, c).view({1, c}), nullptr);
   call(group_hooks_.after_forward, 0);
   ctx.training = training;
   return logits.view({cfg_.vocab_size});

@@ -45,26 +45,54 @@ class Block : public nn::Module {
   Tensor forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
 
   bool checkpointed_ = false;
-  int64_t batch_ = 0, seq_ = 0;
-  Tensor input_;  // [B*T, C] kept instead of the activations when checkpointed
+  struct Checkpoint {
+    Tensor input;  // [B*T, C] kept instead of the activations
+    int64_t batch = 0, seq = 0;
+  };
+  nn::Saved<Checkpoint> checkpoint_;
   nn::LayerNorm<T> ln_1_;
   nn::CausalSelfAttention<T> attn_;
   nn::LayerNorm<T> ln_2_;
   nn::Mlp<T> mlp_;
 };
 
+// Which part of the model an object holds. Pipeline parallelism cuts the
+// model into parts along the blocks; the first part has the embeddings (wte,
+// wpe), the last the final LayerNorm and the LM head, tied to wte (a last
+// part that is not also the first holds its own copy of wte, whose gradient
+// the pipeline sums with the first part's). One process holds the whole.
+struct GPTPart {
+  int first_block = 0;
+  int end_block = -1;  // -1: n_layer
+  bool first = true;
+  bool last = true;
+};
+
 template <typename T>
 class GPT : public nn::Module {
  public:
-  explicit GPT(const GPTConfig& cfg);
+  explicit GPT(const GPTConfig& cfg, GPTPart part = {});
   const GPTConfig& config() const { return cfg_; }
+  const GPTPart& part() const { return part_; }
+  bool whole() const { return part_.first && part_.last; }
 
   // tokens, targets: [B, T] I32 (a target < 0 is ignored). Returns the SUM of
   // the per-token losses; backward() uses d(loss)/d(token loss) = loss_weight,
   // so loss_weight = 1 / (tokens in the global batch) makes the gradient that
   // of the mean over the global batch, across micro-batches and ranks.
+  // The whole model only; parts use forward_part / backward_part.
   double forward(nn::Context& ctx, const Tensor& tokens, const Tensor& targets, double loss_weight);
   void backward(nn::Context& ctx);
+  // One part's forward of one micro-batch (ctx.micro_batch): the first part
+  // embeds tokens, the others take `input` [B*T, C], the previous part's
+  // output. The last part adds the sum of the token losses to *loss_sum and
+  // returns an undefined tensor; the others return their output [B*T, C].
+  // tokens and targets [B, T] are given to every part (for their shape).
+  Tensor forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor& targets,
+                      const Tensor& input, double loss_weight, double* loss_sum);
+  // Its backward: dout = the gradient of the output (undefined for the last
+  // part); returns the gradient of the input (undefined for the first part).
+  Tensor backward_part(nn::Context& ctx, const Tensor& dout);
   // Logits of the last position for tokens [1, T] (no state kept): [V].
   Tensor next_token_logits(nn::Context& ctx, const Tensor& tokens);
 
@@ -84,12 +112,15 @@ class GPT : public nn::Module {
   void clear_deferred() { deferred_tokens_ = deferred_dx_ = Tensor(); }
   void add_token_embedding_grad(const Tensor& tokens, const Tensor& dx);
   nn::Parameter& wte() { return *wte_; }
+  bool has_wte() const { return wte_ != nullptr; }
 
   // The parameters in groups, in forward order: 0 = the embeddings (wte,
-  // wpe), 1..n_layer = the blocks, n_layer + 1 = the final LayerNorm. The
+  // wpe; empty in a part that is not the first), then the part's blocks,
+  // then the final LayerNorm (with the LM head's copy of wte in a last part
+  // that is not the first; empty in a part that is not the last). The
   // sharding engine builds its units from whole groups.
   std::vector<std::vector<nn::Parameter*>> parameter_groups();
-  int num_groups() const { return cfg_.n_layer + 2; }
+  int num_groups() const { return static_cast<int>(blocks_.size()) + 2; }
   // Called around each group's use, so parameter sharding can gather a
   // unit's parameters just in time and free them after. Forward: before(0),
   // (before(i), after(i)) for each block and ln_f, after(0) once the tied LM
@@ -101,28 +132,33 @@ class GPT : public nn::Module {
   };
   void set_group_hooks(GroupHooks hooks) { group_hooks_ = std::move(hooks); }
   // Checkpoints block i's activations when every_k > 0 and i % every_k == 0
-  // (every_k = 1: every block; 0: none).
+  // (every_k = 1: every block; 0: none; i counts the whole model's blocks).
   void set_activation_checkpointing(int every_k);
 
  private:
-  Tensor trunk_forward(nn::Context& ctx, const Tensor& tokens);  // -> ln_f output [B*T, C]
-  // logits [N, V] = xf [N, C] @ wte^T; saves what the LM head's backward needs.
-  Tensor lm_head_forward(nn::Context& ctx, const Tensor& xf);
+  // logits [N, V] = xf [N, C] @ wte^T; the LM head's 16-bit path returns its
+  // 16-bit copy of xf in *saved_xf (else xf itself) for backward.
+  Tensor lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf);
   // Takes dlogits by value so that the 16-bit path can free the fp32 one early.
-  void lm_head_backward(nn::Context& ctx, Tensor dlogits, Tensor& dxf);
+  void lm_head_backward(nn::Context& ctx, Tensor dlogits, const Tensor& xf, Tensor& dxf);
+  double loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& targets, double loss_weight);
   void call(const std::function<void(int)>& hook, int group) {
     if (hook) hook(group);
   }
 
   GPTConfig cfg_;
-  nn::Parameter* wte_;  // [V, C]
-  nn::Parameter* wpe_;  // [block_size, C]
+  GPTPart part_;
+  nn::Parameter* wte_ = nullptr;  // [V, C] on the first and the last part
+  nn::Parameter* wpe_ = nullptr;  // [block_size, C] on the first part
   std::vector<std::unique_ptr<Block<T>>> blocks_;
-  nn::LayerNorm<T> ln_f_;
-  // Saved by forward for backward.
-  // xf_ is F32 or, with 16-bit parameters, the LM head's 16-bit copy of it.
-  Tensor tokens_, targets_, xf_, logits_, lse_;  // [B,T], [B,T], [N,C], [N,V], [N]
-  double loss_weight_ = 0;
+  std::unique_ptr<nn::LayerNorm<T>> ln_f_;  // on the last part
+  // Saved by forward for backward, per micro-batch in flight.
+  struct State {
+    Tensor tokens, targets;  // [B, T], [N]
+    Tensor xf, logits, lse;  // [N, C] (16-bit under mixed precision), [N, V], [N]: last part
+    double loss_weight = 0;
+  };
+  nn::Saved<State> saved_;
   GradReadyHook hook_;
   GroupHooks group_hooks_;
   bool defer_embedding_grad_ = false;

@@ -1,32 +1,83 @@
 #include "kiri/model/parallelize.h"
 
+#include "kiri/parallel/pp/partition.h"
+
 namespace kiri::model {
 
-ParallelGPT::ParallelGPT(GPT<float>& model, parallel::Mesh& mesh, const ParallelOptions& options,
-                         Allocator& allocator)
-    : model_(model), mesh_(mesh), options_(options) {
-  // 1. Activation checkpointing: a property of the blocks, independent of
+namespace pp = parallel::pp;
+
+std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int stages,
+                                                         int stage, const PipelineOptions& pipeline,
+                                                         int64_t seq_len) {
+  std::vector<std::unique_ptr<GPT<float>>> out;
+  if (stages == 1 && pipeline.virtual_stages == 1) {
+    out.push_back(std::make_unique<GPT<float>>(cfg));
+    return out;
+  }
+  const pp::LayerCosts costs =
+      pp::gpt_layer_costs(cfg.n_embd, cfg.n_head, cfg.vocab_size, static_cast<int>(seq_len));
+  const std::vector<pp::StageLayers> parts =
+      pipeline.virtual_stages > 1
+          ? pp::partition_chunks(cfg.n_layer, stages, pipeline.virtual_stages, costs)
+          : pp::partition_layers(cfg.n_layer, stages, costs);
+  for (size_t g = static_cast<size_t>(stage); g < parts.size(); g += static_cast<size_t>(stages)) {
+    const pp::StageLayers& s = parts[g];
+    out.push_back(std::make_unique<GPT<float>>(
+        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}));
+  }
+  return out;
+}
+
+ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
+                         const ParallelOptions& options, Allocator& allocator)
+    : chunks_(std::move(chunks)), mesh_(mesh), options_(options) {
+  KIRI_CHECK(!chunks_.empty(), "ParallelGPT needs the model or this rank's chunks of it");
+  // 1. Pipeline parallelism: the model arrives cut into this rank's chunks
+  //    (make_gpt_chunks). The first and last stage each hold the tied
+  //    embedding; their gradients are summed over the "embedding" group.
+  const int stages = mesh.shape().pp;
+  if (stages > 1) {
+    KIRI_CHECK_KIND(kConfig, options.zero_stage <= 1, "parallel.zero_stage = ", options.zero_stage,
+                    " with parallel.pp = ", stages,
+                    ": pipeline parallelism composes with ZeRO stage 0 or 1 (stages 2 and 3 "
+                    "reduce or gather per micro-batch, which the schedules interleave)");
+    for (GPT<float>* c : chunks_)
+      if (c->has_wte()) {
+        tied_wte_ = &c->wte();
+        if (!c->part().first) tied_copy_ = tied_wte_;
+      }
+    const bool end = mesh.pp_index() == 0 || mesh.pp_index() == stages - 1;
+    embedding_group_ =
+        mesh.world().split(end ? mesh.dp_index() * mesh.shape().tp + mesh.tp_index() : -1,
+                           mesh.pp_index(), "embedding");
+    pipeline_ = std::make_unique<Pipeline>(chunks_, mesh.pp(), options.pipeline);
+  }
+  // 2. Activation checkpointing: a property of the blocks, independent of
   //    how the parameters are laid out.
-  model_.set_activation_checkpointing(options.checkpoint_every);
+  for (GPT<float>* c : chunks_) c->set_activation_checkpointing(options.checkpoint_every);
 
   comm::Communicator& dp = mesh.dp();
+  const bool whole = chunks_.size() == 1 && chunks_[0]->whole();
   if (options.zero_stage == 0) {
-    // 2a. Stage 0 = DDP: whole parameters and gradients in one flat store;
+    // 3a. Stage 0 = DDP: whole parameters and gradients in one flat store;
     //     bucketed all-reduce started from backward's grad-ready hook; the
     //     token embedding's gradient travels as rows (tokens, dx) so that the
     //     V x C matrix is reduced early, with the LM head's part, instead of
-    //     at the very end of backward.
-    store_ = std::make_unique<nn::ParameterStore>(model.parameters(), options.dtype, allocator);
+    //     at the very end of backward. Under pipeline parallelism the
+    //     gradients are reduced after the whole pipeline step.
+    store_ = std::make_unique<nn::ParameterStore>(all_parameters(), options.dtype, allocator);
     if (dp.size() > 1) {
       ddp_ =
           std::make_unique<parallel::DistributedDataParallel>(*store_, dp, options.ddp, allocator);
-      model_.set_defer_token_embedding_grad(true);
-      model_.set_grad_ready_hook(
-          [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
+      if (whole) {
+        model().set_defer_token_embedding_grad(true);
+        model().set_grad_ready_hook(
+            [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
+      }
     }
     return;
   }
-  // 2b. Stages 1-3: units by the wrap policy, sharded over the shard group
+  // 3b. Stages 1-3: units by the wrap policy, sharded over the shard group
   //     (the dp group, or with hybrid sharding blocks of shard_group_size
   //     consecutive dp ranks, replicated across the blocks).
   const int group = options.shard_group_size == 0 ? dp.size() : options.shard_group_size;
@@ -44,26 +95,49 @@ ParallelGPT::ParallelGPT(GPT<float>& model, parallel::Mesh& mesh, const Parallel
   so.stage = options.zero_stage;
   so.dtype = options.dtype;
   so.prefetch = options.prefetch;
-  sharded_ = std::make_unique<parallel::ShardedDataParallel>(
-      model.parameter_groups(), parallel::wrap_policy(model.num_groups(), options.wrap_blocks),
-      *shard, replicas, so, allocator);
-  auto* s = sharded_.get();
-  model_.set_group_hooks({[s](int g) { s->before_forward(g); }, [s](int g) { s->after_forward(g); },
-                          [s](int g) { s->before_backward(g); },
-                          [s](int g) { s->after_backward(g); }});
+  std::vector<std::vector<nn::Parameter*>> groups;
+  for (GPT<float>* c : chunks_)
+    for (auto& g : c->parameter_groups()) groups.push_back(std::move(g));
+  std::vector<std::vector<int>> units;
+  if (whole) {
+    units = parallel::wrap_policy(model().num_groups(), options.wrap_blocks);
+  } else {  // stage 1 under pipeline parallelism: one unit per group, reduced after the step
+    for (int g = 0; g < static_cast<int>(groups.size()); ++g) units.push_back({g});
+  }
+  sharded_ = std::make_unique<parallel::ShardedDataParallel>(std::move(groups), std::move(units),
+                                                             *shard, replicas, so, allocator);
+  if (whole) {
+    auto* s = sharded_.get();
+    model().set_group_hooks(
+        {[s](int g) { s->before_forward(g); }, [s](int g) { s->after_forward(g); },
+         [s](int g) { s->before_backward(g); }, [s](int g) { s->after_backward(g); }});
+  }
 }
 
 ParallelGPT::~ParallelGPT() {
-  model_.set_group_hooks({});
-  model_.set_grad_ready_hook({});
+  for (GPT<float>* c : chunks_) {
+    c->set_group_hooks({});
+    c->set_grad_ready_hook({});
+  }
+}
+
+std::vector<nn::Parameter*> ParallelGPT::all_parameters() const {
+  std::vector<nn::Parameter*> out;
+  for (GPT<float>* c : chunks_)
+    for (nn::Parameter* p : c->parameters()) out.push_back(p);
+  return out;
 }
 
 std::vector<nn::ParameterSegment> ParallelGPT::optimizer_segments() {
-  if (sharded_) return sharded_->segments();
   std::vector<nn::ParameterSegment> out;
-  for (nn::Parameter* p : store_->parameters())
-    out.push_back({p, 0, p->offset, store_->values().flat_range(p->offset, p->numel()),
-                   store_->grads().flat_range(p->offset, p->numel())});
+  if (sharded_) {
+    out = sharded_->segments();
+  } else {
+    for (nn::Parameter* p : store_->parameters())
+      out.push_back({p, 0, p->offset, store_->values().flat_range(p->offset, p->numel()),
+                     store_->grads().flat_range(p->offset, p->numel())});
+  }
+  for (nn::ParameterSegment& s : out) s.counted_in_norm = s.param != tied_copy_;
   return out;
 }
 
@@ -71,14 +145,17 @@ int64_t ParallelGPT::optimizer_state_numel() const {
   return sharded_ ? sharded_->state_numel() : store_->numel();
 }
 
-comm::Communicator* ParallelGPT::norm_group() {
-  return sharded_ ? &sharded_->shard_group() : nullptr;
+std::vector<comm::Communicator*> ParallelGPT::norm_groups() {
+  std::vector<comm::Communicator*> out;
+  if (sharded_) out.push_back(&sharded_->shard_group());
+  if (mesh_.shape().pp > 1) out.push_back(&mesh_.pp());
+  return out;
 }
 
 std::function<void()> ParallelGPT::poller() {
   if (sharded_) return [this] { sharded_->progress(); };
-  if (!ddp_) return {};
-  return [this] { mesh_.dp().progress(); };
+  if (!ddp_ && !pipeline_) return {};
+  return [this] { mesh_.world().progress(); };
 }
 
 void ParallelGPT::synchronize_parameters() {
@@ -110,11 +187,54 @@ void ParallelGPT::end_micro_batch() {
   if (!ddp_) return;
   if (!last_) {
     // Accumulating: this micro-batch's token-embedding rows stay local.
-    model_.add_token_embedding_grad(model_.deferred_tokens(), model_.deferred_dx());
+    model().add_token_embedding_grad(model().deferred_tokens(), model().deferred_dx());
   } else {
-    ddp_->finalize_grads({{&model_.wte(), model_.deferred_tokens(), model_.deferred_dx()}});
+    ddp_->finalize_grads({{&model().wte(), model().deferred_tokens(), model().deferred_dx()}});
   }
-  model_.clear_deferred();
+  model().clear_deferred();
+}
+
+void ParallelGPT::sync_tied_embedding() {
+  if (!embedding_group_ || embedding_group_->size() < 2 || !tied_wte_) return;
+  Tensor g = tied_wte_->grad.view({tied_wte_->numel()});
+  embedding_group_->all_reduce(g, comm::ReduceOp::kSum);
+}
+
+double ParallelGPT::forward_backward(nn::Context& ctx, const Tensor& tokens, const Tensor& targets,
+                                     double loss_weight, bool last) {
+  const int m = options_.pipeline.microbatches;
+  if (!pipeline_) {  // one stage: the micro-batches run one after another
+    const int64_t b = tokens.dim(0) / m, t = tokens.dim(1);
+    double loss = 0;
+    for (int i = 0; i < m; ++i) {
+      begin_micro_batch(last && i == m - 1);
+      const Tensor x = tokens.flat_range(i * b * t, b * t).view({b, t});
+      const Tensor y = targets.flat_range(i * b * t, b * t).view({b, t});
+      loss += model().forward(ctx, x, y, loss_weight);
+      model().backward(ctx);
+      end_micro_batch();
+    }
+    return loss;
+  }
+  // Pipeline: gradients accumulate over the schedule; they are reduced
+  // after it (the tied embedding first, between the first and last stage).
+  if (ddp_) ddp_->set_sync(false);
+  if (sharded_) sharded_->set_sync(false);
+  const double loss = pipeline_->run(ctx, tokens, targets, loss_weight);
+  if (last) {
+    sync_tied_embedding();
+    if (ddp_) {
+      ddp_->set_sync(true);
+      ddp_->finalize_grads({});
+    }
+    if (sharded_) sharded_->reduce_gradients();
+  }
+  return loss;
+}
+
+double ParallelGPT::forward_only(nn::Context& ctx, const Tensor& tokens, const Tensor& targets) {
+  if (pipeline_) return pipeline_->forward_only(ctx, tokens, targets);
+  return model().forward(ctx, tokens, targets, 0.0);
 }
 
 void ParallelGPT::after_optimizer_step() {

@@ -1,12 +1,14 @@
 #pragma once
 // ParallelGPT: the one place where the cuts are applied to a GPT, in a fixed
-// order (see the constructor). Today: activation checkpointing, then either
-// data parallelism (ZeRO stage 0: DDP over a ParameterStore) or the sharding
-// engine (ZeRO stages 1-3 / FSDP, hybrid sharding). Tensor and pipeline
-// parallelism join here, each in its place in that order.
+// order (see the constructor): pipeline parallelism (the model arrives cut
+// into this rank's chunks, make_gpt_chunks), activation checkpointing, then
+// either data parallelism (ZeRO stage 0: DDP over a ParameterStore) or the
+// sharding engine (ZeRO stages 1-3 / FSDP, hybrid sharding). Tensor
+// parallelism joins here, in its place in that order.
 #include <memory>
 
 #include "kiri/model/gpt.h"
+#include "kiri/model/pipeline.h"
 #include "kiri/nn/parameter_store.h"
 #include "kiri/parallel/dp/ddp.h"
 #include "kiri/parallel/mesh.h"
@@ -26,31 +28,47 @@ struct ParallelOptions {
   bool prefetch = true;       // stage 3: all-gather the next unit early
   DType dtype = DType::kF32;  // parameters and gradients in compute (bf16/fp16: mixed precision)
   int checkpoint_every = 0;   // activation checkpointing of every k-th block; 0: none
+  PipelineOptions pipeline;   // schedule, micro-batches, virtual stages (pp > 1)
 };
+
+// This rank's chunks of the model: the whole model without pipeline
+// parallelism; else the chunks of its pipeline stage, the layers balanced
+// by compute cost (embedding and LM head counted).
+std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int pp, int stage,
+                                                         const PipelineOptions& pipeline,
+                                                         int64_t seq_len);
 
 class ParallelGPT {
  public:
-  ParallelGPT(GPT<float>& model, parallel::Mesh& mesh, const ParallelOptions& options,
+  ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh, const ParallelOptions& options,
               Allocator& allocator);
+  ParallelGPT(GPT<float>& model, parallel::Mesh& mesh, const ParallelOptions& options,
+              Allocator& allocator)
+      : ParallelGPT(std::vector<GPT<float>*>{&model}, mesh, options, allocator) {}
   ~ParallelGPT();
 
   // What the optimizer updates on this rank, and the size of its flat state.
   std::vector<nn::ParameterSegment> optimizer_segments();
   int64_t optimizer_state_numel() const;
-  // Where gradient norms are summed (the shard group), or nullptr.
-  comm::Communicator* norm_group();
+  // Where gradient norms are summed.
+  std::vector<comm::Communicator*> norm_groups();
 
   // After the optimizer initialised or loaded its weights: makes the
   // parameters used in compute whole and equal on every rank (stage 0:
   // rank 0's are broadcast; stages 1 and 2: the shards are all-gathered).
   void synchronize_parameters();
   void zero_grad();
-  // Before each micro-batch's forward: only the last one reduces gradients
-  // (stages 0 and 1; stages 2 and 3 reduce every micro-batch).
-  void begin_micro_batch(bool last);
-  // After each micro-batch's backward. After the last one every rank holds
-  // its gradients (all, or its shard) summed over the dp group.
-  void end_micro_batch();
+  // Forward and backward of this rank's rows of the batch (tokens, targets
+  // [m * B, T], m = pipeline micro-batches), accumulating gradients; with
+  // last = true (the last accumulation step) the gradients are then reduced
+  // (all, or this rank's shard, summed over dp; the tied embedding summed
+  // between the first and last pipeline stage). Returns the sum of the
+  // token losses this rank computed (the last pipeline stage's).
+  double forward_backward(nn::Context& ctx, const Tensor& tokens, const Tensor& targets,
+                          double loss_weight, bool last);
+  // Evaluation: the sum of the token losses of one batch [B, T] (on the last
+  // pipeline stage; 0 on the others). ctx.training must be off.
+  double forward_only(nn::Context& ctx, const Tensor& tokens, const Tensor& targets);
   // After the optimizer step: stages 1 and 2 all-gather the updated shards.
   void after_optimizer_step();
 
@@ -58,22 +76,36 @@ class ParallelGPT {
   // outstanding reductions progress; empty when there are none.
   std::function<void()> poller();
 
-  GPT<float>& model() { return model_; }
+  // The pieces, for the trainer's pp == 1 path and tests.
+  void begin_micro_batch(bool last);
+  void end_micro_batch();
+
+  GPT<float>& model() { return *chunks_.front(); }
+  const std::vector<GPT<float>*>& chunks() const { return chunks_; }
+  parallel::Mesh& mesh() { return mesh_; }
   int zero_stage() const { return options_.zero_stage; }
   const ParallelOptions& options() const { return options_; }
   nn::ParameterStore* store() { return store_.get(); }  // stage 0 only
   parallel::DistributedDataParallel* ddp() { return ddp_.get(); }
   parallel::ShardedDataParallel* sharded() { return sharded_.get(); }
+  // The last pipeline stage's copy of the tied embedding (nullptr if none).
+  nn::Parameter* tied_copy() { return tied_copy_; }
 
  private:
-  GPT<float>& model_;
+  std::vector<nn::Parameter*> all_parameters() const;
+  void sync_tied_embedding();
+
+  std::vector<GPT<float>*> chunks_;
   parallel::Mesh& mesh_;
   ParallelOptions options_;
   bool last_ = true;
   std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
-  std::unique_ptr<comm::Communicator> shard_group_, replica_group_;
+  std::unique_ptr<comm::Communicator> shard_group_, replica_group_, embedding_group_;
   std::unique_ptr<parallel::ShardedDataParallel> sharded_;
+  std::unique_ptr<Pipeline> pipeline_;
+  nn::Parameter* tied_wte_ = nullptr;   // this rank's wte when it is tied across stages
+  nn::Parameter* tied_copy_ = nullptr;  // ... and it is the last stage's copy
 };
 
 }  // namespace kiri::model

@@ -56,21 +56,21 @@ Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
     Tensor xl = activation(ctx, x.shape(), weight_->value.dtype());  // [N, in]
     k::convert(xl, x);
     k::linear_forward_lowp(y, xl, weight_->value, bias_->value);
-    if (ctx.training) x_ = xl;
+    if (ctx.training) x_.put(ctx) = xl;
     return y;
   }
-  if (ctx.training) x_ = x;
+  if (ctx.training) x_.put(ctx) = x;
   k::linear_forward<T>(y, x, weight_->value, bias_->value);
   return y;
 }
 
 template <typename T>
 void Linear<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
+  const Tensor x = x_.take(ctx, "Linear");
   if (lowp<T>(weight_->value))
-    k::linear_backward_lowp(dx, weight_->grad, bias_->grad, dy, x_, weight_->value, ctx.allocator);
+    k::linear_backward_lowp(dx, weight_->grad, bias_->grad, dy, x, weight_->value, ctx.allocator);
   else
-    k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x_, weight_->value);
-  x_ = Tensor();
+    k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x, weight_->value);
   ctx.progress();
 }
 
@@ -88,21 +88,18 @@ Tensor LayerNorm<T>::forward(Context& ctx, const Tensor& x) {
   Tensor y = activation(ctx, x.shape(), dtype_of<T>());  // [N, C]
   k::layernorm_forward<T>(y, mean, rstd, x, compute_copy<T>(ctx, weight_->value),
                           compute_copy<T>(ctx, bias_->value));
-  if (ctx.training) {
-    x_ = x;
-    mean_ = mean;
-    rstd_ = rstd;
-  }
+  if (ctx.training) saved_.put(ctx) = {x, mean, rstd};
   return y;
 }
 
 template <typename T>
 void LayerNorm<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
   Tensor dw = grad_target<T>(ctx, weight_->grad), db = grad_target<T>(ctx, bias_->grad);  // [C]
-  k::layernorm_backward<T>(dx, dw, db, dy, x_, compute_copy<T>(ctx, weight_->value), mean_, rstd_);
+  const State s = saved_.take(ctx, "LayerNorm");
+  k::layernorm_backward<T>(dx, dw, db, dy, s.x, compute_copy<T>(ctx, weight_->value), s.mean,
+                           s.rstd);
   accumulate_grad<T>(weight_->grad, dw);
   accumulate_grad<T>(bias_->grad, db);
-  x_ = mean_ = rstd_ = Tensor();
 }
 
 template <typename T>
@@ -119,35 +116,31 @@ CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t cha
 template <typename T>
 Tensor CausalSelfAttention<T>::forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
   const int64_t c = x.dim(1);
-  batch_ = batch;
-  seq_ = seq;
   Tensor qkv = c_attn_.forward(ctx, x).view({batch, seq, 3 * c});      // [B,T,3C]
   Tensor att = activation(ctx, {batch, seq, c}, dtype_of<T>());        // [B,T,C]
   Tensor lse = activation(ctx, {batch, n_head_, seq}, dtype_of<T>());  // [B,H,T]
   Tensor scratch = Tensor::empty({k::attention_scratch_numel(seq, omp_get_max_threads())},
                                  dtype_of<T>(), Category::kBuffers, ctx.allocator);
   k::attention_forward<T>(att, lse, qkv, n_head_, scratch);
-  if (ctx.training) {
-    qkv_ = qkv;
-    att_ = att;
-    lse_ = lse;
-  }
+  if (ctx.training) saved_.put(ctx) = {batch, seq, qkv, att, lse};
   return c_proj_.forward(ctx, att.view({batch * seq, c}));
 }
 
 template <typename T>
 void CausalSelfAttention<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
-  const int64_t c = dy.dim(1);
-  Tensor datt = activation_zeros(ctx, {batch_ * seq_, c}, dtype_of<T>());  // [N, C]
+  State s = saved_.take(ctx, "CausalSelfAttention");
+  const int64_t c = s.att.dim(2);  // this rank's heads' width
+  Tensor datt = activation_zeros(ctx, {s.batch * s.seq, c}, dtype_of<T>());  // [N, C]
   c_proj_.backward(ctx, dy, datt);
-  Tensor dqkv = activation_zeros(ctx, {batch_, seq_, 3 * c}, dtype_of<T>());  // [B,T,3C]
-  Tensor scratch = Tensor::empty({k::attention_scratch_numel(seq_, omp_get_max_threads())},
+  Tensor dqkv = activation_zeros(ctx, {s.batch, s.seq, 3 * c}, dtype_of<T>());  // [B,T,3C]
+  Tensor scratch = Tensor::empty({k::attention_scratch_numel(s.seq, omp_get_max_threads())},
                                  dtype_of<T>(), Category::kBuffers, ctx.allocator);
-  Tensor datt3 = datt.view({batch_, seq_, c});
-  k::attention_backward<T>(dqkv, datt3, qkv_, att_, lse_, n_head_, scratch);
+  Tensor datt3 = datt.view({s.batch, s.seq, c});
+  k::attention_backward<T>(dqkv, datt3, s.qkv, s.att, s.lse, n_head_, scratch);
   ctx.progress();
-  qkv_ = att_ = lse_ = Tensor();
-  Tensor dqkv2 = dqkv.view({batch_ * seq_, 3 * c});
+  const int64_t n = s.batch * s.seq;
+  s = State();  // drop the saved activations before c_attn's backward
+  Tensor dqkv2 = dqkv.view({n, 3 * c});
   c_attn_.backward(ctx, dqkv2, dx);
 }
 
@@ -165,17 +158,18 @@ Tensor Mlp<T>::forward(Context& ctx, const Tensor& x) {
   Tensor h = c_fc_.forward(ctx, x);                      // [N, 4C]
   Tensor g = activation(ctx, h.shape(), dtype_of<T>());  // [N, 4C]
   k::gelu_forward<T>(g, h);
-  if (ctx.training) h_ = h;
+  if (ctx.training) h_.put(ctx) = h;
   return c_proj_.forward(ctx, g);
 }
 
 template <typename T>
 void Mlp<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
-  Tensor dg = activation_zeros(ctx, h_.shape(), dtype_of<T>());  // [N, 4C]
+  Tensor h = h_.take(ctx, "Mlp");
+  Tensor dg = activation_zeros(ctx, h.shape(), dtype_of<T>());  // [N, 4C]
   c_proj_.backward(ctx, dy, dg);
-  Tensor dh = activation_zeros(ctx, h_.shape(), dtype_of<T>());  // [N, 4C]
-  k::gelu_backward<T>(dh, h_, dg);
-  h_ = Tensor();
+  Tensor dh = activation_zeros(ctx, h.shape(), dtype_of<T>());  // [N, 4C]
+  k::gelu_backward<T>(dh, h, dg);
+  h = Tensor();
   c_fc_.backward(ctx, dh, dx);
 }
 

@@ -23,7 +23,7 @@ class Linear : public Module {
  private:
   Parameter* weight_;
   Parameter* bias_;
-  Tensor x_;  // [N, in] saved input
+  Saved<Tensor> x_;  // [N, in] saved input (16-bit under mixed precision)
 };
 
 // y[N,C] = (x - mean) * rstd * weight + bias, over the last dimension.
@@ -37,7 +37,10 @@ class LayerNorm : public Module {
  private:
   Parameter* weight_;
   Parameter* bias_;
-  Tensor x_, mean_, rstd_;  // [N,C], [N], [N]
+  struct State {
+    Tensor x, mean, rstd;  // [N,C], [N], [N]
+  };
+  Saved<State> saved_;
 };
 
 // Causal multi-head self-attention: c_attn (C -> 3C), attention, c_proj (C -> C).
@@ -52,9 +55,12 @@ class CausalSelfAttention : public Module {
 
  private:
   int n_head_;
-  int64_t batch_ = 0, seq_ = 0;
   Linear<T> c_attn_, c_proj_;
-  Tensor qkv_, att_, lse_;  // [B,T,3C], [B,T,C], [B,H,T]
+  struct State {
+    int64_t batch = 0, seq = 0;
+    Tensor qkv, att, lse;  // [B,T,3C], [B,T,C], [B,H,T]
+  };
+  Saved<State> saved_;
 };
 
 // MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C).
@@ -67,7 +73,7 @@ class Mlp : public Module {
 
  private:
   Linear<T> c_fc_, c_proj_;
-  Tensor h_;  // [N, 4C] pre-activation (GELU input)
+  Saved<Tensor> h_;  // [N, 4C] pre-activation (GELU input)
 };
 
 }  // namespace kiri::nn

@@ -4,6 +4,7 @@
 // backward needs, backward accumulates into the parameters' gradients and
 // into the gradient of its input, then drops what forward saved.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,31 @@ struct Context {
   void progress() {
     if (poll) poll();
   }
+  // Which micro-batch this forward or backward belongs to: pipeline
+  // schedules keep several in flight, each with its own saved activations.
+  int micro_batch = 0;
+};
+
+// What a layer's forward saves for its backward, one entry per micro-batch
+// in flight (a pipeline stage runs several forwards before their backwards).
+template <typename S>
+class Saved {
+ public:
+  S& put(const Context& ctx) { return slots_[ctx.micro_batch]; }
+  // Removes and returns the entry of ctx's micro-batch.
+  S take(const Context& ctx, const char* layer) {
+    auto it = slots_.find(ctx.micro_batch);
+    KIRI_CHECK(it != slots_.end(), layer, ": backward of micro-batch ", ctx.micro_batch,
+               " without its training forward");
+    S s = std::move(it->second);
+    slots_.erase(it);
+    return s;
+  }
+  bool has(const Context& ctx) const { return slots_.count(ctx.micro_batch) != 0; }
+  size_t in_flight() const { return slots_.size(); }
+
+ private:
+  std::map<int, S> slots_;
 };
 
 class Module {

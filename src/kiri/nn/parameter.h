@@ -39,6 +39,10 @@ struct ParameterSegment {
   int64_t state_offset = 0;  // where the segment starts in the optimizer's flat states
   Tensor value;              // [n] the values to update (F32, BF16 or F16)
   Tensor grad;               // [n] their gradient, same dtype
+  // False for a copy that another rank also holds and counts (the last
+  // pipeline stage's copy of the tied embedding): the global gradient norm
+  // must count every element once.
+  bool counted_in_norm = true;
   int64_t numel() const { return value.numel(); }
 };
 

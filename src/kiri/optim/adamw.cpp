@@ -25,8 +25,11 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store) {
 }
 
 AdamW::AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConfig& cfg,
-             Allocator& allocator, comm::Communicator* norm_group)
-    : segments_(std::move(segments)), cfg_(cfg), norm_group_(norm_group), allocator_(allocator) {
+             Allocator& allocator, std::vector<comm::Communicator*> norm_groups)
+    : segments_(std::move(segments)),
+      cfg_(cfg),
+      norm_groups_(std::move(norm_groups)),
+      allocator_(allocator) {
   bool lowp = false;
   for (const Segment& s : segments_) {
     const DType d = s.value.dtype();
@@ -73,8 +76,10 @@ void AdamW::write_back() {
 
 double AdamW::grad_norm(double grad_divisor) const {
   Tensor sum = Tensor::zeros({1}, DType::kF64, Category::kBuffers, allocator_);
-  for (const Segment& s : segments_) sum.data<double>()[0] += kernels::sum_of_squares(s.grad);
-  if (norm_group_ && norm_group_->size() > 1) norm_group_->all_reduce(sum, comm::ReduceOp::kSum);
+  for (const Segment& s : segments_)
+    if (s.counted_in_norm) sum.data<double>()[0] += kernels::sum_of_squares(s.grad);
+  for (comm::Communicator* g : norm_groups_)
+    if (g && g->size() > 1) g->all_reduce(sum, comm::ReduceOp::kSum);
   return std::sqrt(sum.data<double>()[0]) / grad_divisor;
 }
 

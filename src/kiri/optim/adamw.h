@@ -44,8 +44,11 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store);
 
 class AdamW {
  public:
+  // norm_groups: where the squared gradient norm is summed (the shard group
+  // under ZeRO, the pipeline group; ranks holding the same values are not
+  // in one group twice).
   AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConfig& cfg,
-        Allocator& allocator, comm::Communicator* norm_group = nullptr);
+        Allocator& allocator, std::vector<comm::Communicator*> norm_groups = {});
   AdamW(nn::ParameterStore& store, const AdamWConfig& cfg, Allocator& allocator);
 
   // Draws each segment's initial values (fp32, counter-based from (seed,
@@ -80,7 +83,7 @@ class AdamW {
  private:
   std::vector<Segment> segments_;
   AdamWConfig cfg_;
-  comm::Communicator* norm_group_;
+  std::vector<comm::Communicator*> norm_groups_;
   Allocator& allocator_;
   Tensor master_, m_, v_;  // [state_numel] F32
   int64_t step_ = 0;

@@ -10,6 +10,7 @@
 //  - state.json: config, step, data position, layout, loss scaler.
 // Everything goes into a temporary step directory that rank 0 renames into
 // place only when every file is complete.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -34,42 +35,85 @@ std::string optimizer_file_name(int index, int count) {
 }
 }  // namespace
 
-bool Trainer::writes_optimizer_states() const {
-  const int group = parallel_->zero_stage() == 0 ? 1
-                    : parallel_->options().shard_group_size == 0
-                        ? mesh_->shape().dp
-                        : parallel_->options().shard_group_size;
-  return mesh_->dp_index() < group;
+int Trainer::optimizer_writers_per_stage() const {
+  return parallel_->zero_stage() == 0                 ? 1
+         : parallel_->options().shard_group_size == 0 ? mesh_->shape().dp
+                                                      : parallel_->options().shard_group_size;
 }
 
-std::vector<std::pair<nn::Parameter*, Tensor>> Trainer::gather_model() {
-  std::vector<std::pair<nn::Parameter*, Tensor>> out;
+bool Trainer::writes_optimizer_states() const {
+  return mesh_->dp_index() < optimizer_writers_per_stage();
+}
+
+namespace {
+// Receives the parameters of pipeline stage `stage` (but the tied copy of
+// wte) from that stage's rank of `pp`, in the order the stage sends them.
+void receive_stage(comm::Communicator& pp, int stage, const RunConfig& cfg,
+                   const model::PipelineOptions& pipeline, Allocator& alloc,
+                   std::vector<std::pair<std::string, Tensor>>& out) {
+  const auto chunks =
+      model::make_gpt_chunks(cfg.model, pp.size(), stage, pipeline, cfg.train.seq_len);
+  int tag = 0;
+  for (const auto& c : chunks)
+    for (nn::Parameter* p : c->parameters()) {
+      if (p->name == "transformer.wte.weight" && !c->part().first) continue;
+      Tensor t = Tensor::empty(p->shape, DType::kF32, Category::kBuffers, alloc);
+      Tensor flat = t.view({p->numel()});
+      pp.recv(flat, stage, tag++);
+      out.emplace_back(p->name, t);
+    }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
+  // 1. This rank's parameters in fp32, whole, on dp rank 0 of its stage.
+  std::vector<std::pair<std::string, Tensor>> local;
   const auto& segs = optimizer_->segments();
+  const bool keep = mesh_->dp_index() == 0;
   parallel::ShardedDataParallel* sharded = parallel_->sharded();
   if (!sharded) {  // stage 0: every rank holds every parameter whole
-    if (is_rank0())
+    if (keep)
       for (size_t i = 0; i < segs.size(); ++i)
-        out.emplace_back(segs[i].param, optimizer_->weights(i).view(segs[i].param->shape));
-    return out;
-  }
-  const auto& units = sharded->units();
-  for (size_t u = 0; u < units.size(); ++u) {
-    const parallel::ShardUnit& unit = units[u];
-    Tensor shard = Tensor::zeros({unit.shard}, DType::kF32, Category::kBuffers, allocator_);
-    for (size_t i = 0; i < segs.size(); ++i) {
-      const int64_t at = segs[i].state_offset - unit.shard_offset;
-      if (at >= 0 && at < unit.shard)
-        shard.flat_range(at, segs[i].numel()).copy_from(optimizer_->weights(i));
+        local.emplace_back(segs[i].param->name, optimizer_->weights(i).view(segs[i].param->shape));
+  } else {
+    const auto& units = sharded->units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      const parallel::ShardUnit& unit = units[u];
+      Tensor shard = Tensor::zeros({unit.shard}, DType::kF32, Category::kBuffers, allocator_);
+      for (size_t i = 0; i < segs.size(); ++i) {
+        const int64_t at = segs[i].state_offset - unit.shard_offset;
+        if (at >= 0 && at < unit.shard)
+          shard.flat_range(at, segs[i].numel()).copy_from(optimizer_->weights(i));
+      }
+      Tensor full = Tensor::empty({unit.padded}, DType::kF32, Category::kBuffers, allocator_);
+      sharded->all_gather_unit(static_cast<int>(u), shard, full);
+      if (!keep) continue;
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        nn::Parameter* p = unit.params[k];
+        local.emplace_back(p->name,
+                           full.flat_range(unit.param_offsets[k], p->numel()).view(p->shape));
+      }
     }
-    Tensor full = Tensor::empty({unit.padded}, DType::kF32, Category::kBuffers, allocator_);
-    sharded->all_gather_unit(static_cast<int>(u), shard, full);
-    if (!is_rank0()) continue;
-    for (size_t k = 0; k < unit.params.size(); ++k) {
-      nn::Parameter* p = unit.params[k];
-      out.emplace_back(p, full.flat_range(unit.param_offsets[k], p->numel()).view(p->shape));
-    }
   }
-  return out;
+  nn::Parameter* copy = parallel_->tied_copy();
+  if (copy)
+    local.erase(std::remove_if(local.begin(), local.end(),
+                               [&](const auto& e) { return e.first == copy->name; }),
+                local.end());
+  if (mesh_->shape().pp == 1 || !keep) return is_rank0() ? local : decltype(local){};
+  // 2. Pipeline stages send theirs to stage 0 (dp rank 0), in parameter order.
+  comm::Communicator& pp = mesh_->pp();
+  if (mesh_->pp_index() != 0) {
+    int tag = 0;
+    for (auto& [name, t] : local) {
+      Tensor flat = t.view({t.numel()});
+      pp.send(flat, 0, tag++);
+    }
+    return {};
+  }
+  for (int s = 1; s < pp.size(); ++s)
+    receive_stage(pp, s, cfg_, parallel_->options().pipeline, allocator_, local);
+  return local;
 }
 
 std::string Trainer::save_checkpoint() {
@@ -78,16 +122,17 @@ std::string Trainer::save_checkpoint() {
   if (is_rank0()) ckpt::begin_checkpoint(root, step_);
   world_->barrier();
   const std::string tmp = ckpt::temp_dir(root, step_);
-  const int writers = parallel_->zero_stage() == 0 ? 1
-                      : parallel_->options().shard_group_size == 0
-                          ? mesh_->shape().dp
-                          : parallel_->options().shard_group_size;
+  // One optimizer file per shard of each pipeline stage.
+  const int per_stage = optimizer_writers_per_stage();
+  const int writers = per_stage * mesh_->shape().pp;
   if (writes_optimizer_states()) {
     json segs = json::array();
     for (const auto& s : optimizer_->segments())
-      segs.push_back({s.param->name, s.begin, s.numel(), s.state_offset});
+      if (s.param != parallel_->tied_copy())  // the first stage saves the tied embedding's
+        segs.push_back({s.param->name, s.begin, s.numel(), s.state_offset});
+    const int index = mesh_->pp_index() * per_stage + mesh_->dp_index();
     ckpt::save_safetensors(
-        tmp + "/" + optimizer_file_name(mesh_->dp_index(), writers),
+        tmp + "/" + optimizer_file_name(index, writers),
         {{"exp_avg", optimizer_->exp_avg()}, {"exp_avg_sq", optimizer_->exp_avg_sq()}},
         {{"optimizer", "adamw"},
          {"step", std::to_string(optimizer_->step_count())},
@@ -98,8 +143,14 @@ std::string Trainer::save_checkpoint() {
     world_->barrier();
     return root + "/" + ckpt::step_dir_name(step_);
   }
+  // In the whole model's parameter order (stages arrive in pipeline order).
   std::vector<ckpt::NamedTensor> tensors;
-  for (const auto& [p, t] : model) tensors.push_back({p->name, t});
+  const model::GPT<float> whole(cfg_.model);
+  for (nn::Parameter* p : const_cast<model::GPT<float>&>(whole).parameters())
+    for (const auto& [name, t] : model)
+      if (name == p->name) tensors.push_back({name, t});
+  KIRI_CHECK(tensors.size() == model.size(), "gathered ", model.size(),
+             " parameters, the model has ", tensors.size());
   ckpt::save_safetensors(tmp + "/model.safetensors", tensors,
                          {{"format", "pt"}, {"kiri_model", "gpt2"}});
   json files = json::array();
@@ -110,6 +161,8 @@ std::string Trainer::save_checkpoint() {
                 {"optimizer_files", files},
                 {"layout",
                  {{"dp", mesh_->shape().dp},
+                  {"tp", mesh_->shape().tp},
+                  {"pp", mesh_->shape().pp},
                   {"zero_stage", parallel_->zero_stage()},
                   {"shard_group_size", parallel_->options().shard_group_size},
                   {"dtype", dtype_name(compute_dtype())}}},

@@ -80,7 +80,7 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   model::GPT<float> model(spec.model);
   model::ParallelGPT pm(model, mesh, options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
-                   pm.norm_group());
+                   pm.norm_groups());
   opt.initialize(1234);
   pm.synchronize_parameters();
   Replica data(spec, world.rank(), /*with_model=*/false);

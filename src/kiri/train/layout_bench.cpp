@@ -31,7 +31,7 @@ void count_traffic(comm::Communicator& world, const BenchSpec& spec,
   model::GPT<float> model(spec.model);
   model::ParallelGPT pm(model, mesh, options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
-                   pm.norm_group());
+                   pm.norm_groups());
   opt.initialize(1234);
   pm.synchronize_parameters();
   Tensor x = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, alloc);

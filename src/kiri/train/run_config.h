@@ -60,6 +60,12 @@ struct ParallelConfig {
   bool prefetch = true;           // stage 3: all-gather the next unit early
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
+  // Pipeline parallelism (pp > 1): the schedule, the micro-batches m that one
+  // step's batch is split into (rows per rank = micro_batch x m), and the
+  // model chunks per rank (interleaved only).
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int microbatches = 1;
+  int virtual_stages = 1;
 };
 
 // The effective ZeRO stage and shard group size of a ParallelConfig (kConfig

@@ -18,6 +18,7 @@
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
+#include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/plot.h"
 
 namespace kiri::train {
@@ -79,9 +80,8 @@ void Trainer::build() {
   const parallel::MeshShape shape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp};
   parallel::validate_layout(shape,
                             {world_->size(), cfg_.model.n_head, cfg_.model.n_layer, t.micro_batch});
-  KIRI_CHECK_KIND(kConfig, shape.tp == 1 && shape.pp == 1, "parallel.tp = ", shape.tp,
-                  " and parallel.pp = ", shape.pp,
-                  ": tensor and pipeline parallelism are not in this version (dp only)");
+  KIRI_CHECK_KIND(kConfig, shape.tp == 1, "parallel.tp = ", shape.tp,
+                  ": tensor parallelism is not in this version (dp and pp only)");
   const ShardLayout sharding = resolve_sharding(cfg_.parallel);
   comm::Options co = world_->options();
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
@@ -115,8 +115,14 @@ void Trainer::build() {
                                                      t.seq_len, t.seed);
 
   mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
-  model_ = std::make_unique<model::GPT<float>>(cfg_.model);
   model::ParallelOptions po;
+  po.pipeline.schedule = parallel::pp::parse_schedule(cfg_.parallel.schedule);
+  po.pipeline.microbatches = cfg_.parallel.microbatches;
+  po.pipeline.virtual_stages = cfg_.parallel.virtual_stages;
+  if (shape.pp > 1 || po.pipeline.virtual_stages > 1)
+    parallel::pp::validate_pipeline(po.pipeline.schedule, cfg_.model.n_layer, shape.pp,
+                                    po.pipeline.microbatches, po.pipeline.virtual_stages);
+  chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len);
   po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
   po.zero_stage = sharding.stage;
   po.shard_group_size = sharding.group_size;
@@ -134,10 +140,12 @@ void Trainer::build() {
       po.checkpoint_every = cfg_.parallel.activation_checkpointing_k;
       break;
   }
-  parallel_ = std::make_unique<model::ParallelGPT>(*model_, *mesh_, po, allocator_);
+  std::vector<model::GPT<float>*> chunks;
+  for (auto& c : chunks_) chunks.push_back(c.get());
+  parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
   optimizer_ = std::make_unique<optim::AdamW>(parallel_->optimizer_state_numel(),
                                               parallel_->optimizer_segments(), t.optimizer,
-                                              allocator_, parallel_->norm_group());
+                                              allocator_, parallel_->norm_groups());
   optimizer_->initialize(t.seed);
   parallel_->synchronize_parameters();
   if (t.dtype == ComputeDType::kF16) {
@@ -148,8 +156,14 @@ void Trainer::build() {
     lo.min_scale = std::min(t.min_loss_scale, lo.initial_scale);
     scaler_ = std::make_unique<optim::DynamicLossScaler>(lo);
   }
-  inputs_ = Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  targets_ = Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  // A step's rows per rank: micro_batch x the pipeline's micro-batches.
+  const int64_t rows = t.micro_batch * cfg_.parallel.microbatches;
+  inputs_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  targets_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  eval_inputs_ =
+      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  eval_targets_ =
+      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   peak_flops_ = measure_gemm_peak_flops();
 }
 
@@ -174,10 +188,11 @@ nn::ParameterStore& Trainer::store() {
   return *parallel_->store();
 }
 
-void Trainer::fill_batch(data::SampleStream& stream, uint64_t first, bool sequential) {
-  const int64_t b = inputs_.dim(0), t = inputs_.dim(1);
-  int32_t* x = inputs_.data<int32_t>();
-  int32_t* y = targets_.data<int32_t>();
+void Trainer::fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& stream,
+                         uint64_t first, bool sequential) {
+  const int64_t b = inputs.dim(0), t = inputs.dim(1);
+  int32_t* x = inputs.data<int32_t>();
+  int32_t* y = targets.data<int32_t>();
   for (int64_t i = 0; i < b; ++i) {
     if (sequential)
       stream.fill_sequential((first + i) % stream.num_samples(), x + i * t, y + i * t);
@@ -189,7 +204,7 @@ void Trainer::fill_batch(data::SampleStream& stream, uint64_t first, bool sequen
 StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
   const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
-  for (comm::Communicator* c : {&mesh_->dp(), world_}) c->reset_stats();
+  for (comm::Communicator* c : {&mesh_->dp(), &mesh_->pp(), world_}) c->reset_stats();
   Timer timer;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
@@ -197,20 +212,20 @@ StepMetrics Trainer::train_step() {
   // fp16: the loss (so every gradient) is multiplied by the loss scale;
   // the optimizer divides it out.
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  // Each micro-step reads the next micro_batch x dp samples of the stream;
-  // this rank takes its contiguous slice, so the global batch is the same
-  // for any dp and any accumulation.
-  const int64_t tokens = t.micro_batch * t.seq_len * t.grad_accum * dp;
+  // Each accumulation step reads the next rows x dp samples of the stream
+  // (rows = micro_batch x pipeline micro-batches); this dp rank takes its
+  // contiguous slice, so the global batch is the same for any layout.
+  const int64_t rows = inputs_.dim(0);
+  const int64_t tokens = rows * t.seq_len * t.grad_accum * dp;
   const double weight = 1.0 / static_cast<double>(tokens);
   double loss_sum = 0;
-  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-    fill_batch(*train_stream_, data_position_ + static_cast<uint64_t>(rank * t.micro_batch), false);
-    data_position_ += static_cast<uint64_t>(t.micro_batch * dp);
-    parallel_->begin_micro_batch(micro + 1 == t.grad_accum);
-    loss_sum += model_->forward(ctx, inputs_, targets_,
-                                weight * loss_scale * fault_scale_for(world_->rank(), step_));
-    model_->backward(ctx);
-    parallel_->end_micro_batch();
+  for (int64_t accum = 0; accum < t.grad_accum; ++accum) {
+    fill_batch(inputs_, targets_, *train_stream_,
+               data_position_ + static_cast<uint64_t>(rank * rows), false);
+    data_position_ += static_cast<uint64_t>(rows * dp);
+    loss_sum += parallel_->forward_backward(
+        ctx, inputs_, targets_, weight * loss_scale * fault_scale_for(world_->rank(), step_),
+        accum + 1 == t.grad_accum);
   }
   const double lr = optim::lr_at(step_, t.optimizer.lr, t.warmup, t.steps, t.min_lr);
   const double norm = optimizer_->clip_and_step(lr, loss_scale);
@@ -225,6 +240,8 @@ StepMetrics Trainer::train_step() {
   // The loss of the global batch, for reporting (after the timed step).
   Tensor loss = Tensor::empty({1}, DType::kF64, Category::kBuffers, allocator_);
   loss.data<double>()[0] = loss_sum;
+  if (mesh_->shape().pp > 1)
+    mesh_->pp().all_reduce(loss, comm::ReduceOp::kSum);  // the last stage's
   mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
   StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
   m.skipped = skipped;
@@ -276,9 +293,13 @@ double Trainer::evaluate(int64_t n_batches) {
   // Batch i is evaluated by dp rank i % dp; the sums meet in one all-reduce.
   Tensor sums = Tensor::zeros({2}, DType::kF64, Category::kBuffers, allocator_);
   for (int64_t i = rank; i < n_batches; i += dp) {
-    fill_batch(*val_stream_, static_cast<uint64_t>(i * b), true);
-    sums.data<double>()[0] += model_->forward(ctx, inputs_, targets_, 0.0);
-    sums.data<double>()[1] += static_cast<double>(inputs_.numel());
+    fill_batch(eval_inputs_, eval_targets_, *val_stream_, static_cast<uint64_t>(i * b), true);
+    sums.data<double>()[0] += parallel_->forward_only(ctx, eval_inputs_, eval_targets_);
+    sums.data<double>()[1] += static_cast<double>(eval_inputs_.numel());
+  }
+  if (mesh_->shape().pp > 1) {  // only the last stage has the loss; every stage counted the tokens
+    sums.data<double>()[1] /= mesh_->shape().pp;
+    mesh_->pp().all_reduce(sums, comm::ReduceOp::kSum);
   }
   mesh_->dp().all_reduce(sums, comm::ReduceOp::kSum);
   return sums.data<double>()[0] / sums.data<double>()[1];
@@ -312,10 +333,12 @@ void Trainer::run() {
               val_stream_->num_samples(), " val samples of ", t.seq_len, " tokens (",
               tokenizer_->name(), ")");
     log::info("layout: ", mesh_->shape().str(), " on ", world_->size(),
-              " process(es); global_batch = micro_batch x dp x grad_accum = ", t.micro_batch, " x ",
-              cfg_.parallel.dp, " x ", t.grad_accum, " = ",
-              t.micro_batch * cfg_.parallel.dp * t.grad_accum, " sequences of ", t.seq_len,
-              " tokens; GEMM peak ", static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s per rank");
+              " process(es); global_batch = micro_batch x microbatches x dp x grad_accum = ",
+              t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
+              t.grad_accum, " = ",
+              t.micro_batch * cfg_.parallel.microbatches * cfg_.parallel.dp * t.grad_accum,
+              " sequences of ", t.seq_len, " tokens; GEMM peak ",
+              static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s per rank");
     const model::ParallelOptions& po = parallel_->options();
     log::info("state: ZeRO stage ", po.zero_stage,
               po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
@@ -323,10 +346,10 @@ void Trainer::run() {
               ", ", dtype_name(compute_dtype()), " parameters and gradients",
               compute_dtype() == DType::kF32 ? "" : " (fp32 master weights)",
               ", activation checkpointing ",
-              po.checkpoint_every == 0   ? std::string("off")
-              : po.checkpoint_every == 1 ? std::string("every block")
-                                         : "every " + std::to_string(po.checkpoint_every) +
-                                               " blocks");
+              po.checkpoint_every == 0 ? std::string("off")
+              : po.checkpoint_every == 1
+                  ? std::string("every block")
+                  : "every " + std::to_string(po.checkpoint_every) + " blocks");
   }
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   std::vector<double> xs, losses, val_x, val_losses;

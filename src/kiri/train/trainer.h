@@ -49,7 +49,8 @@ class Trainer {
 
   int64_t step() const { return step_; }
   const RunConfig& config() const { return cfg_; }
-  model::GPT<float>& model() { return *model_; }
+  // The model, or with pipeline parallelism this rank's first chunk of it.
+  model::GPT<float>& model() { return *chunks_.front(); }
   // The flat parameter store (ZeRO stage 0 only; stages 1-3 shard it).
   nn::ParameterStore& store();
   optim::AdamW& optimizer() { return *optimizer_; }
@@ -59,14 +60,15 @@ class Trainer {
   bool is_rank0() const { return world_->rank() == 0; }
   // The whole model in fp32 (the master weights) on rank 0, gathered under
   // sharding (a collective: every rank calls it); empty on the other ranks.
-  std::vector<std::pair<nn::Parameter*, Tensor>> gather_model();
+  std::vector<std::pair<std::string, Tensor>> gather_model();
   // fp16 only (nullptr otherwise).
   optim::DynamicLossScaler* loss_scaler() { return scaler_.get(); }
   DType compute_dtype() const;
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
-  void fill_batch(data::SampleStream& stream, uint64_t first, bool sequential);
+  void fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& stream, uint64_t first,
+                  bool sequential);
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
 
   void build();
@@ -75,6 +77,7 @@ class Trainer {
   void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);
   // Whether this rank writes its optimizer states (one copy per shard).
   bool writes_optimizer_states() const;
+  int optimizer_writers_per_stage() const;
 
   RunConfig cfg_;
   std::string config_json_;
@@ -84,12 +87,14 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> mesh_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
-  // The model outlives the cuts applied to it (ParallelGPT unhooks itself).
-  std::unique_ptr<model::GPT<float>> model_;
+  // The model (this rank's chunks of it) outlives the cuts applied to it
+  // (ParallelGPT unhooks itself).
+  std::vector<std::unique_ptr<model::GPT<float>>> chunks_;
   std::unique_ptr<model::ParallelGPT> parallel_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
-  Tensor inputs_, targets_;  // [B, T] I32
+  Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32
+  Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32
   int64_t step_ = 0;
   uint64_t data_position_ = 0;  // samples of the training stream consumed
   double peak_flops_ = 0;

@@ -276,6 +276,13 @@ void ShardedDataParallel::finalize_grads() {
   complete_reduces(true);
 }
 
+void ShardedDataParallel::reduce_gradients() {
+  KIRI_CHECK(options_.stage == 1, "reduce_gradients() is for stage 1, which keeps whole gradients");
+  for (size_t unit = 0; unit < units_.size(); ++unit)
+    if (!runtime_[unit].reduce) start_reduce(static_cast<int>(unit));
+  finalize_grads();
+}
+
 void ShardedDataParallel::zero_grad() {
   if (grads_full_.defined()) grads_full_.zero_();
   if (grads_shard_.defined()) grads_shard_.zero_();

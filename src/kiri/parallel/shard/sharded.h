@@ -87,6 +87,9 @@ class ShardedDataParallel {
   // Waits for every outstanding reduction; after it each rank's gradient
   // shard holds the sum over the data-parallel ranks.
   void finalize_grads();
+  // Stage 1 without the model's hooks (pipeline parallelism): reduces every
+  // unit's gradient now and waits.
+  void reduce_gradients();
   // Stages 1 and 2: all-gathers the updated shards into the full parameters.
   void gather_parameters();
   // Advances outstanding collectives (MPI progresses only when polled).

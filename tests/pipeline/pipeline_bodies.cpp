@@ -1,0 +1,152 @@
+#include "pipeline/pipeline_bodies.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "kiri/train/trainer.h"
+
+namespace kiri::train {
+
+namespace {
+
+RunConfig layout_config(const LayoutCase& k, int dp, int pp, int64_t micro_batch, int m) {
+  RunConfig c = default_run_config();
+  c.model.n_layer = 8;
+  c.model.n_head = 2;
+  c.model.n_embd = 32;
+  c.model.block_size = 32;
+  c.data.tokenizer = "byte";
+  c.data.dir = KIRI_TEST_DATA_DIR;
+  c.train.micro_batch = micro_batch;
+  c.train.seq_len = 32;
+  c.train.steps = 10;
+  c.train.warmup = 2;
+  c.train.optimizer.lr = 3e-3;
+  c.train.min_lr = 3e-4;
+  c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
+  c.parallel.dp = dp;
+  c.parallel.pp = pp;
+  c.parallel.microbatches = m;
+  c.parallel.schedule = pp > 1 ? k.schedule : "1f1b";
+  c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
+  c.parallel.zero_stage = k.zero_stage;
+  c.parallel.timeout_s = 60;
+  c.checkpoint.dir.clear();
+  c.log.metrics.clear();
+  return c;
+}
+
+// The reference: one process, the whole global batch in one micro-batch.
+RunConfig reference_config(const LayoutCase& k) {
+  LayoutCase r = k;
+  r.zero_stage = 0;
+  return layout_config(r, 1, 1, 2 * k.microbatches * k.dp, 1);
+}
+
+std::map<std::string, std::vector<float>> params_of(Trainer& t) {
+  std::map<std::string, std::vector<float>> out;
+  for (auto& [name, v] : t.gather_model()) {
+    const float* d = v.data<float>();
+    out[name].assign(d, d + v.numel());
+  }
+  return out;
+}
+
+double max_abs_diff(const std::map<std::string, std::vector<float>>& a,
+                    const std::map<std::string, std::vector<float>>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (const auto& [name, va] : a) {
+    const auto it = b.find(name);
+    if (it == b.end()) {
+      ADD_FAILURE() << name << " missing";
+      continue;
+    }
+    EXPECT_EQ(va.size(), it->second.size()) << name;
+    for (size_t i = 0; i < va.size() && i < it->second.size(); ++i)
+      m = std::max(m, static_cast<double>(std::fabs(va[i] - it->second[i])));
+  }
+  return m;
+}
+
+std::string shared_temp_dir(comm::Communicator& world, const std::string& name) {
+  Allocator alloc;
+  Tensor pid = Tensor::empty({1}, DType::kI32, Category::kOther, alloc);
+  pid.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
+  world.broadcast(pid, 0);
+  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/kiri_" + name +
+         "_" + std::to_string(world.size()) + "_" + std::to_string(pid.data<int32_t>()[0]);
+}
+
+}  // namespace
+
+void layout_equivalence(comm::Communicator& world, LayoutCase k) {
+  omp_set_num_threads(1);  // ranks share the cores
+  ASSERT_EQ(world.size(), k.dp * k.pp);
+  Trainer ref(reference_config(k));
+  Trainer t(layout_config(k, k.dp, k.pp, 2, k.microbatches), world);
+  const double loss_tol = k.bf16 ? 2e-3 : 1e-5, param_tol = k.bf16 ? 2e-2 : 1e-5;
+  for (int s = 0; s < 5; ++s) {
+    const double a = ref.train_step().loss, b = t.train_step().loss;
+    EXPECT_NEAR(a, b, loss_tol * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
+  }
+  const auto pa = params_of(ref), pb = params_of(t);
+  if (world.rank() == 0) {
+    EXPECT_LT(max_abs_diff(pa, pb), param_tol);
+  }
+  // Evaluation through the pipeline equals the reference's on the same
+  // samples (the reference's one batch is the layout's m x dp batches).
+  const double va = ref.evaluate(1), vb = t.evaluate(k.microbatches * k.dp);
+  EXPECT_NEAR(va, vb, loss_tol * va) << "rank " << world.rank();
+}
+
+void layout_checkpoint_round_trip(comm::Communicator& world, LayoutCase k) {
+  omp_set_num_threads(1);
+  const std::string root = shared_temp_dir(world, "layout_ckpt");
+  RunConfig cfg = layout_config(k, k.dp, k.pp, 2, k.microbatches);
+  cfg.checkpoint.dir = root + "/layout";
+  std::vector<double> losses;
+  {
+    Trainer t(cfg, world);
+    for (int s = 0; s < 2; ++s) t.train_step();
+    t.save_checkpoint();
+    for (int s = 0; s < 2; ++s) losses.push_back(t.train_step().loss);
+  }
+  if (world.rank() == 0) {
+    RunConfig one = reference_config(k);
+    one.checkpoint.dir = root + "/single";
+    Trainer t(one);
+    t.load_checkpoint(cfg.checkpoint.dir);
+    EXPECT_EQ(t.step(), 2);
+    for (int s = 0; s < 2; ++s) EXPECT_NEAR(t.train_step().loss, losses[s], 1e-5 * losses[s]) << s;
+    t.save_checkpoint();
+  }
+  world.barrier();
+  {
+    RunConfig back = cfg;
+    back.checkpoint.dir = root + "/single";
+    Trainer t(back, world);
+    t.load_checkpoint(back.checkpoint.dir);
+    EXPECT_EQ(t.step(), 4);
+    const double a = t.train_step().loss;
+    world.barrier();
+    if (world.rank() == 0) {
+      RunConfig one = reference_config(k);
+      one.checkpoint.dir.clear();
+      Trainer r(one);
+      r.load_checkpoint(root + "/single");
+      EXPECT_NEAR(r.train_step().loss, a, 1e-5 * a);
+    }
+  }
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(root);
+}
+
+}  // namespace kiri::train

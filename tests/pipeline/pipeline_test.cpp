@@ -1,0 +1,74 @@
+// Layout equivalence for dp x pp (every schedule) against one process, and
+// checkpoints across layouts. The same bodies run on ranks as threads (plain
+// ctest) and on MPI ranks (kiri_pipeline_tests_mpi2/4).
+#include <gtest/gtest.h>
+
+#include "comm/harness.h"
+#include "pipeline/pipeline_bodies.h"
+
+namespace kiri::train {
+namespace {
+
+using comm::Communicator;
+
+void run(LayoutCase k) {
+  KIRI_RUN_RANKS(k.dp * k.pp, [k](Communicator& w) { layout_equivalence(w, k); });
+}
+
+TEST(Layout, OneProcessMicroBatches) {
+  run({.dp = 1, .pp = 1});
+}
+TEST(Layout, Dp2) {
+  run({.dp = 2, .pp = 1});
+}
+TEST(Layout, Dp4) {
+  run({.dp = 4, .pp = 1});
+}
+TEST(Layout, Pp2GPipe) {
+  run({.pp = 2, .schedule = "gpipe"});
+}
+TEST(Layout, Pp2OneFOneB) {
+  run({.pp = 2, .schedule = "1f1b"});
+}
+TEST(Layout, Pp2Interleaved) {
+  run({.pp = 2, .schedule = "interleaved", .virtual_stages = 2});
+}
+TEST(Layout, Pp4GPipe) {
+  run({.pp = 4, .schedule = "gpipe"});
+}
+TEST(Layout, Pp4OneFOneB) {
+  run({.pp = 4, .schedule = "1f1b"});
+}
+TEST(Layout, Pp4Interleaved) {
+  run({.pp = 4, .schedule = "interleaved", .virtual_stages = 2});
+}
+TEST(Layout, Dp2Pp2GPipe) {
+  run({.dp = 2, .pp = 2, .schedule = "gpipe"});
+}
+TEST(Layout, Dp2Pp2OneFOneB) {
+  run({.dp = 2, .pp = 2, .schedule = "1f1b"});
+}
+TEST(Layout, Dp2Pp2Interleaved) {
+  run({.dp = 2, .pp = 2, .schedule = "interleaved", .virtual_stages = 2});
+}
+TEST(Layout, Dp2Pp2Zero1) {
+  run({.dp = 2, .pp = 2, .zero_stage = 1});
+}
+TEST(Layout, Pp2Bf16) {
+  run({.pp = 2, .bf16 = true});
+}
+TEST(Layout, Pp2OneMicroBatch) {
+  run({.pp = 2, .microbatches = 1});
+}
+
+TEST(LayoutCheckpoint, Pp2RoundTrip) {
+  KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.pp = 2}); });
+}
+TEST(LayoutCheckpoint, Dp2Pp2Zero1RoundTrip) {
+  KIRI_RUN_RANKS(4, [](Communicator& w) {
+    layout_checkpoint_round_trip(w, {.dp = 2, .pp = 2, .zero_stage = 1});
+  });
+}
+
+}  // namespace
+}  // namespace kiri::train
