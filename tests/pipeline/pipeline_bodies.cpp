@@ -16,10 +16,10 @@ namespace kiri::train {
 
 namespace {
 
-RunConfig layout_config(const LayoutCase& k, int dp, int pp, int64_t micro_batch, int m) {
+RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t micro_batch, int m) {
   RunConfig c = default_run_config();
   c.model.n_layer = 8;
-  c.model.n_head = 2;
+  c.model.n_head = 4;
   c.model.n_embd = 32;
   c.model.block_size = 32;
   c.data.tokenizer = "byte";
@@ -33,6 +33,7 @@ RunConfig layout_config(const LayoutCase& k, int dp, int pp, int64_t micro_batch
   c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
   c.parallel.dp = dp;
   c.parallel.pp = pp;
+  c.parallel.tp = tp;
   c.parallel.microbatches = m;
   c.parallel.schedule = pp > 1 ? k.schedule : "1f1b";
   c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
@@ -47,7 +48,7 @@ RunConfig layout_config(const LayoutCase& k, int dp, int pp, int64_t micro_batch
 RunConfig reference_config(const LayoutCase& k) {
   LayoutCase r = k;
   r.zero_stage = 0;
-  return layout_config(r, 1, 1, 2 * k.microbatches * k.dp, 1);
+  return layout_config(r, 1, 1, 1, 2 * k.microbatches * k.dp, 1);
 }
 
 std::map<std::string, std::vector<float>> params_of(Trainer& t) {
@@ -89,9 +90,9 @@ std::string shared_temp_dir(comm::Communicator& world, const std::string& name) 
 
 void layout_equivalence(comm::Communicator& world, LayoutCase k) {
   omp_set_num_threads(1);  // ranks share the cores
-  ASSERT_EQ(world.size(), k.dp * k.pp);
+  ASSERT_EQ(world.size(), k.dp * k.tp * k.pp);
   Trainer ref(reference_config(k));
-  Trainer t(layout_config(k, k.dp, k.pp, 2, k.microbatches), world);
+  Trainer t(layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches), world);
   const double loss_tol = k.bf16 ? 2e-3 : 1e-5, param_tol = k.bf16 ? 2e-2 : 1e-5;
   for (int s = 0; s < 5; ++s) {
     const double a = ref.train_step().loss, b = t.train_step().loss;
@@ -110,7 +111,7 @@ void layout_equivalence(comm::Communicator& world, LayoutCase k) {
 void layout_checkpoint_round_trip(comm::Communicator& world, LayoutCase k) {
   omp_set_num_threads(1);
   const std::string root = shared_temp_dir(world, "layout_ckpt");
-  RunConfig cfg = layout_config(k, k.dp, k.pp, 2, k.microbatches);
+  RunConfig cfg = layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches);
   cfg.checkpoint.dir = root + "/layout";
   std::vector<double> losses;
   {

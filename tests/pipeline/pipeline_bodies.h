@@ -8,7 +8,7 @@
 namespace kiri::train {
 
 struct LayoutCase {
-  int dp = 1, pp = 1;
+  int dp = 1, pp = 1, tp = 1;
   std::string schedule = "1f1b";
   int microbatches = 4;
   int virtual_stages = 1;

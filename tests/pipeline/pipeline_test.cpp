@@ -12,7 +12,7 @@ namespace {
 using comm::Communicator;
 
 void run(LayoutCase k) {
-  KIRI_RUN_RANKS(k.dp * k.pp, [k](Communicator& w) { layout_equivalence(w, k); });
+  KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) { layout_equivalence(w, k); });
 }
 
 TEST(Layout, OneProcessMicroBatches) {
@@ -61,6 +61,34 @@ TEST(Layout, Pp2OneMicroBatch) {
   run({.pp = 2, .microbatches = 1});
 }
 
+TEST(Layout, Tp2) {
+  run({.tp = 2});
+}
+TEST(Layout, Tp4) {
+  run({.tp = 4});
+}
+TEST(Layout, Dp2Tp2) {
+  run({.dp = 2, .tp = 2});
+}
+TEST(Layout, Tp2Pp2) {
+  run({.pp = 2, .tp = 2});
+}
+TEST(Layout, Tp2Pp2Interleaved) {
+  run({.pp = 2, .tp = 2, .schedule = "interleaved", .virtual_stages = 2});
+}
+TEST(Layout, Dp2Tp2Zero1) {
+  run({.dp = 2, .tp = 2, .zero_stage = 1});
+}
+TEST(Layout, Tp2Bf16) {
+  run({.tp = 2, .bf16 = true});
+}
+
+TEST(LayoutCheckpoint, Tp2RoundTrip) {
+  KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.tp = 2}); });
+}
+TEST(LayoutCheckpoint, Tp2Pp2RoundTrip) {
+  KIRI_RUN_RANKS(4, [](Communicator& w) { layout_checkpoint_round_trip(w, {.pp = 2, .tp = 2}); });
+}
 TEST(LayoutCheckpoint, Pp2RoundTrip) {
   KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.pp = 2}); });
 }

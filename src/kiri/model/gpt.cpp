@@ -4,6 +4,9 @@
 #include <type_traits>
 
 #include "kiri/kernels/cpu/ops.h"
+#include "kiri/parallel/tp/cross_entropy.h"
+#include "kiri/parallel/tp/embedding.h"
+#include "kiri/parallel/tp/utils.h"
 
 namespace kiri::model {
 
@@ -33,12 +36,13 @@ double GPTConfig::flops_per_token(int64_t seq) const {
 }
 
 template <typename T>
-Block<T>::Block(const std::string& name, const GPTConfig& cfg)
+Block<T>::Block(const std::string& name, const GPTConfig& cfg, comm::Communicator* tp)
     : nn::Module(name),
       ln_1_(child_name("ln_1"), cfg.n_embd),
-      attn_(child_name("attn"), cfg.n_embd, cfg.n_head, 0.02, 0.02 / std::sqrt(2.0 * cfg.n_layer)),
+      attn_(child_name("attn"), cfg.n_embd, cfg.n_head, 0.02, 0.02 / std::sqrt(2.0 * cfg.n_layer),
+            tp),
       ln_2_(child_name("ln_2"), cfg.n_embd),
-      mlp_(child_name("mlp"), cfg.n_embd, 0.02, 0.02 / std::sqrt(2.0 * cfg.n_layer)) {
+      mlp_(child_name("mlp"), cfg.n_embd, 0.02, 0.02 / std::sqrt(2.0 * cfg.n_layer), tp) {
   add_child(ln_1_);
   add_child(attn_);
   add_child(ln_2_);
@@ -88,7 +92,8 @@ void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
 }
 
 template <typename T>
-GPT<T>::GPT(const GPTConfig& cfg, GPTPart part) : nn::Module(""), cfg_(cfg), part_(part) {
+GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp)
+    : nn::Module(""), cfg_(cfg), part_(part), tp_(tp && tp->size() > 1 ? tp : nullptr) {
   cfg.validate();
   if (part_.end_block < 0) part_.end_block = cfg.n_layer;
   KIRI_CHECK_KIND(kConfig,
@@ -96,14 +101,22 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part) : nn::Module(""), cfg_(cfg), par
                       part_.end_block <= cfg.n_layer,
                   "a model part takes blocks [", part_.first_block, ", ", part_.end_block,
                   ") of model.n_layer = ", cfg.n_layer);
-  if (part_.first || part_.last)
+  if ((part_.first || part_.last) && !tp_)
     wte_ = &add_parameter("transformer.wte.weight", {cfg.vocab_size, cfg.n_embd}, true,
                           {nn::InitKind::kNormal, 0.02});
+  if ((part_.first || part_.last) && tp_) {  // vocab parallel: rows [start, start + V/p)
+    const int p = tp_->size();
+    const int64_t rows = parallel::tp::pad_vocab(cfg.vocab_size, p) / p;
+    vocab_start_ = rows * tp_->rank();
+    wte_ = &add_parameter("transformer.wte.weight", {rows, cfg.n_embd}, true,
+                          {nn::InitKind::kNormal, 0.02}, {cfg.vocab_size, cfg.n_embd},
+                          {0, p, tp_->rank(), 1});
+  }
   if (part_.first)
     wpe_ = &add_parameter("transformer.wpe.weight", {cfg.block_size, cfg.n_embd}, true,
                           {nn::InitKind::kNormal, 0.02});
   for (int i = part_.first_block; i < part_.end_block; ++i) {
-    blocks_.push_back(std::make_unique<Block<T>>("transformer.h." + std::to_string(i), cfg));
+    blocks_.push_back(std::make_unique<Block<T>>("transformer.h." + std::to_string(i), cfg, tp_));
     add_child(*blocks_.back());
   }
   if (part_.last) {
@@ -137,7 +150,8 @@ void GPT<T>::set_activation_checkpointing(int every_k) {
 
 template <typename T>
 Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf) {
-  const int64_t n = xf.dim(0), c = cfg_.n_embd, v = cfg_.vocab_size;
+  // v: this rank's rows of the vocabulary (all of it without tensor parallelism).
+  const int64_t n = xf.dim(0), c = cfg_.n_embd, v = wte_->value.dim(0);
   Tensor logits = nn::activation(ctx, {n, v}, dtype_of<T>());  // [N, V]
   if constexpr (std::is_same_v<T, float>) {
     const DType pd = wte_->value.dtype();
@@ -197,7 +211,12 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
-  k::softmax_xent_forward<T>(losses, lse, logits, flat_targets);
+  if constexpr (std::is_same_v<T, float>) {
+    if (tp_)  // the vocab-parallel cross-entropy: 3 all-reduces of [N], no full logits
+      parallel::tp::vocab_parallel_cross_entropy_forward(
+          *tp_, losses, lse, logits, flat_targets, vocab_start_, cfg_.vocab_size, ctx.allocator);
+  }
+  if (!tp_) k::softmax_xent_forward<T>(losses, lse, logits, flat_targets);
   double sum = 0;
   const T* l = losses.data<T>();  // ignored targets have loss 0
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(l[i]);
@@ -223,7 +242,7 @@ Tensor GPT<T>::forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor
   if (part_.first) {
     call(group_hooks_.before_forward, 0);
     x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
-    k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+    embed(ctx, x, tokens);
     x = x.view({b * t, c});
   } else {
     KIRI_CHECK(x.defined() && x.shape() == Shape({b * t, c}),
@@ -281,11 +300,19 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
     call(group_hooks_.before_backward, part_.first ? 0 : last);
     Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
     dloss.fill_(st.loss_weight);
-    k::softmax_xent_backward<T>(st.logits, st.lse, st.targets, dloss);
+    if constexpr (std::is_same_v<T, float>) {
+      if (tp_)
+        parallel::tp::vocab_parallel_cross_entropy_backward(st.logits, st.lse, st.targets, dloss,
+                                                            vocab_start_, cfg_.vocab_size);
+    }
+    if (!tp_) k::softmax_xent_backward<T>(st.logits, st.lse, st.targets, dloss);
     Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
     st.lse = Tensor();
     lm_head_backward(ctx, std::move(st.logits), st.xf, dxf);  // logits held dlogits [N, V]
     st.logits = st.xf = Tensor();
+    // Each rank's dxf sums over its vocabulary rows only (xf was replicated:
+    // Megatron's f backward).
+    if (tp_) tp_->all_reduce(dxf, comm::ReduceOp::kSum);
     // The LM head's copy of wte is complete here in a last part that is
     // not the first (and, with the rows deferred, so is the whole model's).
     if (hook_ && (defer_embedding_grad_ || !part_.first)) hook_({wte_});
@@ -317,11 +344,44 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
     deferred_dx_ = dx;
     if (hook_) hook_({wpe_});
   } else {
-    add_token_embedding_grad(st.tokens.view({n}), dx);
+    embed_backward(dx, st.tokens.view({n}));
     if (hook_) hook_({wte_, wpe_});
   }
   call(group_hooks_.after_backward, 0);
   return Tensor();
+}
+
+template <typename T>
+void GPT<T>::embed(nn::Context& ctx, Tensor& x, const Tensor& tokens) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (tp_) {  // each rank looks up its rows, one all-reduce sums them; then + wpe
+      parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_);
+      Tensor wpe = wpe_->value;
+      if (wpe.dtype() != DType::kF32) {
+        wpe = Tensor::empty(wpe_->value.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
+        k::convert(wpe, wpe_->value);
+      }
+      const int64_t b = x.dim(0), t = x.dim(1), c = x.dim(2);
+      float* xd = x.data<float>();
+      const float* pd = wpe.data<float>();
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t j = 0; j < t * c; ++j) xd[i * t * c + j] += pd[j];
+      return;
+    }
+  }
+  k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+}
+
+template <typename T>
+void GPT<T>::embed_backward(const Tensor& dx, const Tensor& tokens) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (tp_) {
+      Tensor g = wte_->grad;
+      parallel::tp::vocab_parallel_embedding_backward(g, dx, tokens, vocab_start_);
+      return;
+    }
+  }
+  add_token_embedding_grad(tokens, dx);
 }
 
 template <typename T>
@@ -331,7 +391,7 @@ void GPT<T>::add_token_embedding_grad(const Tensor& tokens, const Tensor& dx) {
 
 template <typename T>
 Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
-  KIRI_CHECK(whole(), "sampling runs the whole model");
+  KIRI_CHECK(whole() && !tp_, "sampling runs the whole model on one rank");
   KIRI_CHECK(tokens.rank() == 2 && tokens.dim(0) == 1, "sampling takes tokens [1, T], got ",
              tokens.shape().str());
   const bool training = ctx.training;

@@ -31,7 +31,8 @@ struct GPTConfig {
 template <typename T>
 class Block : public nn::Module {
  public:
-  Block(const std::string& name, const GPTConfig& cfg);
+  // tp: the tensor-parallel group (attention by heads, MLP by columns), or nullptr.
+  Block(const std::string& name, const GPTConfig& cfg, comm::Communicator* tp = nullptr);
   // x: [B*T, C] -> [B*T, C]
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
   // dy: [B*T, C]; accumulates the gradient of the block's input into dx.
@@ -71,7 +72,11 @@ struct GPTPart {
 template <typename T>
 class GPT : public nn::Module {
  public:
-  explicit GPT(const GPTConfig& cfg, GPTPart part = {});
+  // tp: the tensor-parallel group, or nullptr. With p > 1 ranks, each
+  // block's attention and MLP are split Megatron-style (nn::TpLinear), and
+  // the token embedding and the LM head by vocabulary rows (the vocabulary
+  // padded to a multiple of p): the full logits never exist on one rank.
+  explicit GPT(const GPTConfig& cfg, GPTPart part = {}, comm::Communicator* tp = nullptr);
   const GPTConfig& config() const { return cfg_; }
   const GPTPart& part() const { return part_; }
   bool whole() const { return part_.first && part_.last; }
@@ -146,8 +151,14 @@ class GPT : public nn::Module {
     if (hook) hook(group);
   }
 
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
+  void embed(nn::Context& ctx, Tensor& x, const Tensor& tokens);  // x [B,T,C] = wte[tokens] + wpe
+  void embed_backward(const Tensor& dx, const Tensor& tokens);    // the token-embedding part
+
   GPTConfig cfg_;
   GPTPart part_;
+  comm::Communicator* tp_ = nullptr;
+  int64_t vocab_start_ = 0;       // this rank's first row of the (padded) vocabulary
   nn::Parameter* wte_ = nullptr;  // [V, C] on the first and the last part
   nn::Parameter* wpe_ = nullptr;  // [block_size, C] on the first part
   std::vector<std::unique_ptr<Block<T>>> blocks_;

@@ -8,10 +8,10 @@ namespace pp = parallel::pp;
 
 std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int stages,
                                                          int stage, const PipelineOptions& pipeline,
-                                                         int64_t seq_len) {
+                                                         int64_t seq_len, comm::Communicator* tp) {
   std::vector<std::unique_ptr<GPT<float>>> out;
   if (stages == 1 && pipeline.virtual_stages == 1) {
-    out.push_back(std::make_unique<GPT<float>>(cfg));
+    out.push_back(std::make_unique<GPT<float>>(cfg, GPTPart{}, tp));
     return out;
   }
   const pp::LayerCosts costs =
@@ -23,7 +23,7 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
   for (size_t g = static_cast<size_t>(stage); g < parts.size(); g += static_cast<size_t>(stages)) {
     const pp::StageLayers& s = parts[g];
     out.push_back(std::make_unique<GPT<float>>(
-        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}));
+        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}, tp));
   }
   return out;
 }
@@ -58,6 +58,7 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
 
   comm::Communicator& dp = mesh.dp();
   const bool whole = chunks_.size() == 1 && chunks_[0]->whole();
+  const bool tensor_parallel = mesh.shape().tp > 1;
   if (options.zero_stage == 0) {
     // 3a. Stage 0 = DDP: whole parameters and gradients in one flat store;
     //     bucketed all-reduce started from backward's grad-ready hook; the
@@ -70,7 +71,8 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
       ddp_ =
           std::make_unique<parallel::DistributedDataParallel>(*store_, dp, options.ddp, allocator);
       if (whole) {
-        model().set_defer_token_embedding_grad(true);
+        // (Under tensor parallelism the rows of wte are split: no deferral.)
+        model().set_defer_token_embedding_grad(!tensor_parallel);
         model().set_grad_ready_hook(
             [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
       }
@@ -137,7 +139,11 @@ std::vector<nn::ParameterSegment> ParallelGPT::optimizer_segments() {
       out.push_back({p, 0, p->offset, store_->values().flat_range(p->offset, p->numel()),
                      store_->grads().flat_range(p->offset, p->numel())});
   }
-  for (nn::ParameterSegment& s : out) s.counted_in_norm = s.param != tied_copy_;
+  // Every element counted once in the global norm: not the last stage's copy
+  // of the tied embedding, and parameters replicated over tensor-parallel
+  // ranks only on the first of them.
+  for (nn::ParameterSegment& s : out)
+    s.counted_in_norm = s.param != tied_copy_ && (s.param->tp.dim >= 0 || mesh_.tp_index() == 0);
   return out;
 }
 
@@ -149,6 +155,7 @@ std::vector<comm::Communicator*> ParallelGPT::norm_groups() {
   std::vector<comm::Communicator*> out;
   if (sharded_) out.push_back(&sharded_->shard_group());
   if (mesh_.shape().pp > 1) out.push_back(&mesh_.pp());
+  if (mesh_.shape().tp > 1) out.push_back(&mesh_.tp());
   return out;
 }
 
@@ -185,6 +192,10 @@ void ParallelGPT::end_micro_batch() {
     return;
   }
   if (!ddp_) return;
+  if (!model().deferred_tokens().defined()) {  // nothing deferred (tensor parallelism)
+    if (last_) ddp_->finalize_grads({});
+    return;
+  }
   if (!last_) {
     // Accumulating: this micro-batch's token-embedding rows stay local.
     model().add_token_embedding_grad(model().deferred_tokens(), model().deferred_dx());

@@ -11,10 +11,28 @@ namespace kiri::nn {
 namespace k = kiri::kernels;
 
 template <typename T>
-Linear<T>::Linear(const std::string& name, int64_t in, int64_t out, double init_std)
-    : Module(name) {
-  weight_ = &add_parameter("weight", {in, out}, true, {InitKind::kNormal, init_std});
-  bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
+Linear<T>::Linear(const std::string& name, int64_t in, int64_t out, double init_std, TpLinear tp)
+    : Module(name), tp_(tp) {
+  const int p = tp.group ? tp.group->size() : 1, i = tp.group ? tp.group->rank() : 0;
+  if (tp.mode == TpLinear::Mode::kNone || p == 1) {
+    tp_.mode = TpLinear::Mode::kNone;
+    weight_ = &add_parameter("weight", {in, out}, true, {InitKind::kNormal, init_std});
+    bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
+  } else if (tp.mode == TpLinear::Mode::kColumn) {
+    KIRI_CHECK_KIND(kConfig, out % (int64_t{p} * tp.blocks) == 0, name, ": ", out,
+                    " output columns (", tp.blocks, " blocks) do not split over parallel.tp = ", p);
+    const TpSplit cut{1, p, i, tp.blocks};
+    weight_ = &add_parameter("weight", {in, out / p}, true, {InitKind::kNormal, init_std},
+                             {in, out}, cut);
+    bias_ =
+        &add_parameter("bias", {out / p}, false, {InitKind::kZeros}, {out}, {0, p, i, tp.blocks});
+  } else {
+    KIRI_CHECK_KIND(kConfig, in % p == 0, name, ": ", in,
+                    " input rows do not split over parallel.tp = ", p);
+    weight_ = &add_parameter("weight", {in / p, out}, true, {InitKind::kNormal, init_std},
+                             {in, out}, {0, p, i, 1});
+    bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
+  }
 }
 
 namespace {
@@ -50,27 +68,49 @@ void accumulate_grad(Tensor& grad, const Tensor& target) {
 template <typename T>
 Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
   Tensor y = activation(ctx, {x.dim(0), weight_->shape[1]}, dtype_of<T>());  // [N, out]
+  const bool row = tp_.mode == TpLinear::Mode::kRow;
+  // Row parallel: the partial products are summed over the group first, the
+  // whole bias added after (Megatron's g).
+  const Tensor bias = row ? Tensor() : bias_->value;
   if (lowp<T>(weight_->value)) {
     // Mixed precision: the 16-bit copy of x is both the GEMM's input and what
     // backward keeps (half the bytes of x).
     Tensor xl = activation(ctx, x.shape(), weight_->value.dtype());  // [N, in]
     k::convert(xl, x);
-    k::linear_forward_lowp(y, xl, weight_->value, bias_->value);
+    k::linear_forward_lowp(y, xl, weight_->value, bias);
     if (ctx.training) x_.put(ctx) = xl;
-    return y;
+  } else {
+    if (ctx.training) x_.put(ctx) = x;
+    k::linear_forward<T>(y, x, weight_->value, bias);
   }
-  if (ctx.training) x_.put(ctx) = x;
-  k::linear_forward<T>(y, x, weight_->value, bias_->value);
+  if (row) {
+    tp_.group->all_reduce(y, comm::ReduceOp::kSum);
+    const Tensor b = compute_copy<T>(ctx, bias_->value);  // [out]
+    const int64_t n = y.dim(0), out = y.dim(1);
+    T* yd = y.data<T>();
+    const T* bd = b.data<T>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < out; ++j) yd[r * out + j] += bd[j];
+  }
   return y;
 }
 
 template <typename T>
 void Linear<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
   const Tensor x = x_.take(ctx, "Linear");
+  // Column parallel: this rank's dx is a partial sum over the output
+  // columns; it is computed apart and all-reduced (Megatron's f backward).
+  const bool column = tp_.mode == TpLinear::Mode::kColumn && dx.defined();
+  Tensor dx_part = column ? activation_zeros(ctx, dx.shape(), dtype_of<T>()) : dx;
   if (lowp<T>(weight_->value))
-    k::linear_backward_lowp(dx, weight_->grad, bias_->grad, dy, x, weight_->value, ctx.allocator);
+    k::linear_backward_lowp(dx_part, weight_->grad, bias_->grad, dy, x, weight_->value,
+                            ctx.allocator);
   else
-    k::linear_backward<T>(dx, weight_->grad, bias_->grad, dy, x, weight_->value);
+    k::linear_backward<T>(dx_part, weight_->grad, bias_->grad, dy, x, weight_->value);
+  if (column) {
+    tp_.group->all_reduce(dx_part, comm::ReduceOp::kSum);
+    k::residual_forward<T>(dx, dx, dx_part);
+  }
   ctx.progress();
 }
 
@@ -104,19 +144,25 @@ void LayerNorm<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
 
 template <typename T>
 CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t channels, int n_head,
-                                            double init_std, double proj_init_std)
+                                            double init_std, double proj_init_std,
+                                            comm::Communicator* tp)
     : Module(name),
-      n_head_(n_head),
-      c_attn_(child_name("c_attn"), channels, 3 * channels, init_std),
-      c_proj_(child_name("c_proj"), channels, channels, proj_init_std) {
+      n_head_(n_head / (tp ? tp->size() : 1)),
+      c_attn_(child_name("c_attn"), channels, 3 * channels, init_std,
+              {TpLinear::Mode::kColumn, tp, 3}),
+      c_proj_(child_name("c_proj"), channels, channels, proj_init_std,
+              {TpLinear::Mode::kRow, tp, 1}) {
+  KIRI_CHECK_KIND(kConfig, n_head % (tp ? tp->size() : 1) == 0,
+                  "parallel.tp = ", tp ? tp->size() : 1, " must divide model.n_head = ", n_head);
   add_child(c_attn_);
   add_child(c_proj_);
 }
 
 template <typename T>
 Tensor CausalSelfAttention<T>::forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
-  const int64_t c = x.dim(1);
-  Tensor qkv = c_attn_.forward(ctx, x).view({batch, seq, 3 * c});      // [B,T,3C]
+  Tensor qkv3 = c_attn_.forward(ctx, x);  // [N, 3C/p]: this rank's heads of q, k and v
+  const int64_t c = qkv3.dim(1) / 3;
+  Tensor qkv = qkv3.view({batch, seq, 3 * c});                         // [B,T,3C]
   Tensor att = activation(ctx, {batch, seq, c}, dtype_of<T>());        // [B,T,C]
   Tensor lse = activation(ctx, {batch, n_head_, seq}, dtype_of<T>());  // [B,H,T]
   Tensor scratch = Tensor::empty({k::attention_scratch_numel(seq, omp_get_max_threads())},
@@ -145,10 +191,12 @@ void CausalSelfAttention<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx
 }
 
 template <typename T>
-Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std)
+Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std,
+            comm::Communicator* tp)
     : Module(name),
-      c_fc_(child_name("c_fc"), channels, 4 * channels, init_std),
-      c_proj_(child_name("c_proj"), 4 * channels, channels, proj_init_std) {
+      c_fc_(child_name("c_fc"), channels, 4 * channels, init_std, {TpLinear::Mode::kColumn, tp, 1}),
+      c_proj_(child_name("c_proj"), 4 * channels, channels, proj_init_std,
+              {TpLinear::Mode::kRow, tp, 1}) {
   add_child(c_fc_);
   add_child(c_proj_);
 }

@@ -67,8 +67,9 @@ class Module {
 
  protected:
   // Registers "<name>.<local>" with the given shape.
+  // With tensor parallelism, shape is this rank's part of `full`, cut as `tp` says.
   Parameter& add_parameter(const std::string& local, const Shape& shape, bool weight_decay,
-                           InitSpec init);
+                           InitSpec init, const Shape& full = Shape(), TpSplit tp = {});
   void add_child(Module& child) { children_.push_back(&child); }
   std::string child_name(const std::string& local) const {
     return name_.empty() ? local : name_ + "." + local;

@@ -5,6 +5,7 @@
 // views into flat buffers owned by a ParameterStore (one allocation each, as
 // in llm.c), which is what DDP buckets and ZeRO units later cut into pieces.
 #include <string>
+#include <vector>
 
 #include "kiri/tensor/tensor.h"
 
@@ -17,9 +18,30 @@ struct InitSpec {
   double std = 0.0;  // for kNormal (mean 0)
 };
 
+// How a parameter is cut over tensor-parallel ranks (Megatron's
+// partition_dim): `shape` is the rank's part, `full` the whole parameter's
+// (the checkpoint's). dim 1 of a matrix = column parallel (c_attn, c_fc; a
+// dimension of `blocks` equal blocks, q|k|v, is cut block by block), dim 0 =
+// row parallel (c_proj) or vocab parallel (wte, whose rows may be padded
+// beyond full[0] to a multiple of the parts: padding rows exist only here).
+struct TpSplit {
+  int dim = -1;  // -1: replicated on every tensor-parallel rank
+  int parts = 1;
+  int index = 0;
+  int blocks = 1;
+};
+
+// A run of a parameter's elements: `length` elements from `local` in this
+// rank's part are elements from `global` of the whole parameter.
+struct ElementRun {
+  int64_t local, global, length;
+};
+
 struct Parameter {
   std::string name;
   Shape shape;
+  Shape full;  // the whole parameter's shape (= shape unless tensor parallel)
+  TpSplit tp;
   bool weight_decay = false;  // AdamW decays matrices and embeddings, not biases or LayerNorm
   InitSpec init;
   Tensor value;         // bound by ParameterStore
@@ -27,7 +49,12 @@ struct Parameter {
   int64_t offset = -1;  // element offset in the store's flat buffers
 
   int64_t numel() const { return shape.numel(); }
+  int64_t full_numel() const { return full.rank() ? full.numel() : shape.numel(); }
 };
+
+// The rank's elements of p in order, as runs of the whole parameter's
+// elements (padding rows of a vocab-parallel table map to none).
+std::vector<ElementRun> element_runs(const Parameter& p);
 
 // A run of one parameter's elements that a rank updates: a whole parameter
 // without sharding, a piece of it in the rank's shard under ZeRO. The

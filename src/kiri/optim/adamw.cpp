@@ -1,5 +1,6 @@
 #include "kiri/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kiri/kernels/cpu/ops.h"
@@ -62,9 +63,18 @@ Tensor AdamW::weights(size_t i) {
 
 void AdamW::initialize(uint64_t seed) {
   for (size_t i = 0; i < segments_.size(); ++i) {
+    // Each element is drawn at its index in the whole parameter, so a
+    // tensor-parallel part gets the numbers the whole would have there.
+    const Segment& s = segments_[i];
     Tensor w = weights(i);
-    nn::init_values(w, segments_[i].param->init, seed, segments_[i].param->name,
-                    segments_[i].begin);
+    w.zero_();  // padding rows of a vocab-parallel table stay 0
+    for (const nn::ElementRun& r : nn::element_runs(*s.param)) {
+      const int64_t lo = std::max(r.local, s.begin),
+                    hi = std::min(r.local + r.length, s.begin + s.numel());
+      if (lo >= hi) continue;
+      Tensor part = w.flat_range(lo - s.begin, hi - lo);
+      nn::init_values(part, s.param->init, seed, s.param->name, r.global + (lo - r.local));
+    }
   }
   write_back();
 }

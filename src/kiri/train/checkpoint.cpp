@@ -28,6 +28,22 @@ using nlohmann::json;
 namespace {
 constexpr int kFormatVersion = 2;
 
+// A segment's elements as runs of the whole parameter: `length` elements
+// from `global` whose optimizer state starts at `state`.
+struct GlobalPiece {
+  int64_t global, length, state;
+};
+std::vector<GlobalPiece> global_pieces(const nn::ParameterSegment& s) {
+  std::vector<GlobalPiece> out;
+  for (const nn::ElementRun& r : nn::element_runs(*s.param)) {
+    const int64_t lo = std::max(r.local, s.begin);
+    const int64_t hi = std::min(r.local + r.length, s.begin + s.numel());
+    if (lo < hi)
+      out.push_back({r.global + (lo - r.local), hi - lo, s.state_offset + (lo - s.begin)});
+  }
+  return out;
+}
+
 std::string optimizer_file_name(int index, int count) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", index, count);
@@ -65,16 +81,34 @@ void receive_stage(comm::Communicator& pp, int stage, const RunConfig& cfg,
 }
 }  // namespace
 
+namespace {
+// The whole parameter from every tensor-parallel rank's part (all_gather over tp).
+Tensor assemble_tp(comm::Communicator& tp, const nn::Parameter& p, const Tensor& part,
+                   Allocator& alloc) {
+  const int64_t n = p.numel();
+  Tensor all = Tensor::empty({int64_t{tp.size()} * n}, DType::kF32, Category::kBuffers, alloc);
+  tp.all_gather(part.view({n}), all);
+  Tensor full = Tensor::zeros(p.full, DType::kF32, Category::kBuffers, alloc);
+  nn::Parameter q = p;
+  for (int j = 0; j < tp.size(); ++j) {
+    q.tp.index = j;
+    for (const nn::ElementRun& r : nn::element_runs(q))
+      full.flat_range(r.global, r.length).copy_from(all.flat_range(j * n + r.local, r.length));
+  }
+  return full;
+}
+}  // namespace
+
 std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
-  // 1. This rank's parameters in fp32, whole, on dp rank 0 of its stage.
-  std::vector<std::pair<std::string, Tensor>> local;
+  // 1. This rank's parameters in fp32, on dp rank 0 of its stage.
+  std::vector<std::pair<nn::Parameter*, Tensor>> local;
   const auto& segs = optimizer_->segments();
   const bool keep = mesh_->dp_index() == 0;
   parallel::ShardedDataParallel* sharded = parallel_->sharded();
   if (!sharded) {  // stage 0: every rank holds every parameter whole
     if (keep)
       for (size_t i = 0; i < segs.size(); ++i)
-        local.emplace_back(segs[i].param->name, optimizer_->weights(i).view(segs[i].param->shape));
+        local.emplace_back(segs[i].param, optimizer_->weights(i).view(segs[i].param->shape));
   } else {
     const auto& units = sharded->units();
     for (size_t u = 0; u < units.size(); ++u) {
@@ -90,30 +124,36 @@ std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
       if (!keep) continue;
       for (size_t k = 0; k < unit.params.size(); ++k) {
         nn::Parameter* p = unit.params[k];
-        local.emplace_back(p->name,
-                           full.flat_range(unit.param_offsets[k], p->numel()).view(p->shape));
+        local.emplace_back(p, full.flat_range(unit.param_offsets[k], p->numel()).view(p->shape));
       }
     }
   }
+  if (!keep) return {};
   nn::Parameter* copy = parallel_->tied_copy();
-  if (copy)
-    local.erase(std::remove_if(local.begin(), local.end(),
-                               [&](const auto& e) { return e.first == copy->name; }),
-                local.end());
-  if (mesh_->shape().pp == 1 || !keep) return is_rank0() ? local : decltype(local){};
-  // 2. Pipeline stages send theirs to stage 0 (dp rank 0), in parameter order.
+  local.erase(
+      std::remove_if(local.begin(), local.end(), [&](const auto& e) { return e.first == copy; }),
+      local.end());
+  // 2. Tensor-parallel parts become whole parameters on tp rank 0.
+  if (mesh_->shape().tp > 1) {
+    for (auto& [p, t] : local) t = assemble_tp(mesh_->tp(), *p, t, allocator_);
+    if (mesh_->tp_index() != 0) return {};
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [p, t] : local) out.emplace_back(p->name, t);
+  if (mesh_->shape().pp == 1) return is_rank0() ? out : decltype(out){};
+  // 3. Pipeline stages send theirs to stage 0, in parameter order.
   comm::Communicator& pp = mesh_->pp();
   if (mesh_->pp_index() != 0) {
     int tag = 0;
-    for (auto& [name, t] : local) {
+    for (auto& [name, t] : out) {
       Tensor flat = t.view({t.numel()});
       pp.send(flat, 0, tag++);
     }
     return {};
   }
   for (int s = 1; s < pp.size(); ++s)
-    receive_stage(pp, s, cfg_, parallel_->options().pipeline, allocator_, local);
-  return local;
+    receive_stage(pp, s, cfg_, parallel_->options().pipeline, allocator_, out);
+  return out;
 }
 
 std::string Trainer::save_checkpoint() {
@@ -124,13 +164,19 @@ std::string Trainer::save_checkpoint() {
   const std::string tmp = ckpt::temp_dir(root, step_);
   // One optimizer file per shard of each pipeline stage.
   const int per_stage = optimizer_writers_per_stage();
-  const int writers = per_stage * mesh_->shape().pp;
+  const int writers = per_stage * mesh_->shape().pp * mesh_->shape().tp;
   if (writes_optimizer_states()) {
+    // Segments in the whole parameters' coordinates, so that any layout
+    // (another tp, dp or pp) can find its elements.
     json segs = json::array();
     for (const auto& s : optimizer_->segments())
-      if (s.param != parallel_->tied_copy())  // the first stage saves the tied embedding's
-        segs.push_back({s.param->name, s.begin, s.numel(), s.state_offset});
-    const int index = mesh_->pp_index() * per_stage + mesh_->dp_index();
+      // One copy of everything: the first stage's tied embedding, tp rank 0's
+      // replicated parameters.
+      if (s.param != parallel_->tied_copy() && (s.param->tp.dim >= 0 || mesh_->tp_index() == 0))
+        for (const GlobalPiece& g : global_pieces(s))
+          segs.push_back({s.param->name, g.global, g.length, g.state});
+    const int index =
+        (mesh_->pp_index() * mesh_->shape().tp + mesh_->tp_index()) * per_stage + mesh_->dp_index();
     ckpt::save_safetensors(
         tmp + "/" + optimizer_file_name(index, writers),
         {{"exp_avg", optimizer_->exp_avg()}, {"exp_avg_sq", optimizer_->exp_avg_sq()}},
@@ -188,14 +234,17 @@ void Trainer::load_model(const std::string& path) {
   for (size_t i = 0; i < segs.size(); ++i) {
     nn::Parameter* p = segs[i].param;
     Tensor w = optimizer_->weights(i);
-    if (segs[i].begin == 0 && segs[i].numel() == p->numel()) {
+    if (p->tp.dim < 0 && segs[i].begin == 0 && segs[i].numel() == p->numel()) {
       Tensor whole = w.view(p->shape);
       file.read_into(p->name, whole);
       continue;
     }
-    Tensor whole = Tensor::empty(p->shape, DType::kF32, Category::kBuffers, allocator_);
+    // A piece of the whole parameter (the file holds it whole): read it, take ours.
+    Tensor whole = Tensor::empty(p->full, DType::kF32, Category::kBuffers, allocator_);
     file.read_into(p->name, whole);
-    w.copy_from(whole.flat_range(segs[i].begin, segs[i].numel()));
+    for (const GlobalPiece& g : global_pieces(segs[i]))
+      w.flat_range(g.state - segs[i].state_offset, g.length)
+          .copy_from(whole.flat_range(g.global, g.length));
   }
   optimizer_->write_back();
   parallel_->synchronize_parameters();
@@ -203,7 +252,12 @@ void Trainer::load_model(const std::string& path) {
 
 void Trainer::load_optimizer_states(const std::string& dir, const std::vector<std::string>& files) {
   const auto& mine = optimizer_->segments();
-  std::vector<int64_t> covered(mine.size(), 0);
+  std::vector<int64_t> covered(mine.size(), 0), needed(mine.size(), 0);
+  std::vector<std::vector<GlobalPiece>> pieces;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    pieces.push_back(global_pieces(mine[i]));
+    for (const GlobalPiece& g : pieces.back()) needed[i] += g.length;
+  }
   for (const std::string& name : files) {
     const std::string path = dir + "/" + name;
     KIRI_CHECK_KIND(kCheckpoint, std::filesystem::exists(path), dir, "/state.json lists ", name,
@@ -227,20 +281,21 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
           m.numel(), " elements");
       for (size_t i = 0; i < mine.size(); ++i) {
         if (mine[i].param->name != pname) continue;
-        const int64_t lo = std::max(begin, mine[i].begin);
-        const int64_t hi = std::min(begin + count, mine[i].begin + mine[i].numel());
-        if (lo >= hi) continue;
-        const int64_t dst = mine[i].state_offset + (lo - mine[i].begin),
-                      src = offset + (lo - begin);
-        optimizer_->exp_avg().flat_range(dst, hi - lo).copy_from(m.flat_range(src, hi - lo));
-        optimizer_->exp_avg_sq().flat_range(dst, hi - lo).copy_from(v.flat_range(src, hi - lo));
-        covered[i] += hi - lo;
+        for (const GlobalPiece& g : pieces[i]) {  // both in the whole parameter's coordinates
+          const int64_t lo = std::max(begin, g.global),
+                        hi = std::min(begin + count, g.global + g.length);
+          if (lo >= hi) continue;
+          const int64_t dst = g.state + (lo - g.global), src = offset + (lo - begin);
+          optimizer_->exp_avg().flat_range(dst, hi - lo).copy_from(m.flat_range(src, hi - lo));
+          optimizer_->exp_avg_sq().flat_range(dst, hi - lo).copy_from(v.flat_range(src, hi - lo));
+          covered[i] += hi - lo;
+        }
       }
     }
   }
   for (size_t i = 0; i < mine.size(); ++i)
-    KIRI_CHECK_KIND(kCheckpoint, covered[i] == mine[i].numel(), dir, ": the optimizer files hold ",
-                    covered[i], " of the ", mine[i].numel(), " elements of ", mine[i].param->name,
+    KIRI_CHECK_KIND(kCheckpoint, covered[i] == needed[i], dir, ": the optimizer files hold ",
+                    covered[i], " of the ", needed[i], " elements of ", mine[i].param->name,
                     " from element ", mine[i].begin, " that this rank needs");
 }
 

@@ -80,8 +80,6 @@ void Trainer::build() {
   const parallel::MeshShape shape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp};
   parallel::validate_layout(shape,
                             {world_->size(), cfg_.model.n_head, cfg_.model.n_layer, t.micro_batch});
-  KIRI_CHECK_KIND(kConfig, shape.tp == 1, "parallel.tp = ", shape.tp,
-                  ": tensor parallelism is not in this version (dp and pp only)");
   const ShardLayout sharding = resolve_sharding(cfg_.parallel);
   comm::Options co = world_->options();
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
@@ -122,7 +120,8 @@ void Trainer::build() {
   if (shape.pp > 1 || po.pipeline.virtual_stages > 1)
     parallel::pp::validate_pipeline(po.pipeline.schedule, cfg_.model.n_layer, shape.pp,
                                     po.pipeline.microbatches, po.pipeline.virtual_stages);
-  chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len);
+  chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len,
+                                   &mesh_->tp());
   po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
   po.zero_stage = sharding.stage;
   po.shard_group_size = sharding.group_size;
