@@ -60,6 +60,26 @@ TEST(Cli, BadConfigValuesAreNamed) {
   expect_error("frobnicate", 2, "unknown command 'frobnicate'");
 }
 
+TEST(Cli, BadModelParallelLayoutsAreNamedBeforeAnyWork) {
+  expect_error("config --set parallel.tp=3", 2,
+               "parallel.tp = 3 must divide model.n_head = 4 (tensor parallelism splits attention "
+               "by heads)");
+  expect_error("config --set parallel.pp=8 --set model.n_layer=4", 2,
+               "parallel.pp = 8 exceeds model.n_layer = 4: every stage needs a layer");
+  expect_error(
+      "config --set parallel.pp=2 --set parallel.schedule=interleaved "
+      "--set parallel.virtual_stages=2 --set parallel.microbatches=3",
+      2, "interleaved 1F1B needs parallel.microbatches (m) to be a multiple of parallel.pp");
+  expect_error("config --set parallel.pp=2 --set parallel.virtual_stages=2", 2,
+               "parallel.virtual_stages = 2 needs schedule interleaved");
+  expect_error("config --set parallel.pp=2 --set parallel.zero_stage=3", 2,
+               "pipeline parallelism composes with ZeRO stage 0 or 1");
+  expect_error("config --set parallel.schedule=zigzag", 2, "parallel.schedule must be gpipe");
+  // The world size is checked when the ranks exist: before any training step.
+  expect_error("train configs/tiny-byte.json --set parallel.tp=2 --set checkpoint.dir=", 2,
+               "parallel.dp x tp x pp = 1 x 2 x 1 = 2 but the world has 1 process(es)");
+}
+
 TEST(Cli, BadShardingLayoutsAreNamed) {
   expect_error("config --set parallel.zero_stage=4", 2, "parallel.zero_stage must be in [0, 3]");
   expect_error("config --set parallel.sharding_strategy=SHARD_EVERYTHING", 2,

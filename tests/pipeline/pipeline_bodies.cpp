@@ -38,6 +38,7 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
   c.parallel.schedule = pp > 1 ? k.schedule : "1f1b";
   c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
   c.parallel.zero_stage = k.zero_stage;
+  if (k.recompute) c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;
   c.parallel.timeout_s = 60;
   c.checkpoint.dir.clear();
   c.log.metrics.clear();
@@ -48,6 +49,7 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
 RunConfig reference_config(const LayoutCase& k) {
   LayoutCase r = k;
   r.zero_stage = 0;
+  r.recompute = false;
   return layout_config(r, 1, 1, 1, 2 * k.microbatches * k.dp, 1);
 }
 

@@ -14,6 +14,7 @@ struct LayoutCase {
   int virtual_stages = 1;
   int zero_stage = 0;
   bool bf16 = false;
+  bool recompute = false;  // full activation checkpointing
 };
 
 // 5 steps: losses within 1e-5 relative of 1x1x1 (bf16: of 1x1x1 bf16,

@@ -82,6 +82,15 @@ TEST(Layout, Dp2Tp2Zero1) {
 TEST(Layout, Tp2Bf16) {
   run({.tp = 2, .bf16 = true});
 }
+TEST(Layout, Dp2Tp2Zero3) {
+  run({.dp = 2, .tp = 2, .zero_stage = 3});
+}
+TEST(Layout, Tp2Pp2RecomputeBf16) {
+  run({.pp = 2, .tp = 2, .bf16 = true, .recompute = true});
+}
+TEST(Layout, Dp2Pp2Recompute) {
+  run({.dp = 2, .pp = 2, .recompute = true});
+}
 
 TEST(LayoutCheckpoint, Tp2RoundTrip) {
   KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.tp = 2}); });

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kiri/base/units.h"
+#include "kiri/parallel/pp/schedule.h"
 
 namespace kiri::cli {
 
@@ -441,6 +442,20 @@ void validate(const RunConfig& cfg) {
                   "train.min_lr = ", cfg.train.min_lr,
                   " exceeds train.lr = ", cfg.train.optimizer.lr);
   train::resolve_sharding(cfg.parallel);
+  // The layout's rules that need no world: refused before any work.
+  const train::ParallelConfig& par = cfg.parallel;
+  KIRI_CHECK_KIND(kConfig, cfg.model.n_head % par.tp == 0, "parallel.tp = ", par.tp,
+                  " must divide model.n_head = ", cfg.model.n_head,
+                  " (tensor parallelism splits attention by heads)");
+  KIRI_CHECK_KIND(kConfig, (4 * int64_t{cfg.model.n_embd}) % par.tp == 0, "parallel.tp = ", par.tp,
+                  " must divide the MLP width 4 x model.n_embd = ", 4 * int64_t{cfg.model.n_embd});
+  if (par.pp > 1 || par.virtual_stages > 1)
+    parallel::pp::validate_pipeline(parallel::pp::parse_schedule(par.schedule), cfg.model.n_layer,
+                                    par.pp, par.microbatches, par.virtual_stages);
+  KIRI_CHECK_KIND(kConfig, par.pp == 1 || train::resolve_sharding(par).stage <= 1,
+                  "parallel.zero_stage = ", train::resolve_sharding(par).stage,
+                  " with parallel.pp = ", par.pp,
+                  ": pipeline parallelism composes with ZeRO stage 0 or 1");
 }
 
 std::string config_markdown() {
