@@ -326,6 +326,12 @@ std::vector<Field> make_fields() {
                    "Loss-curve PNG written at the end; empty: the metrics path with .png."));
   f.push_back(
       int_field("log.every", KIRI_FIELD(log.every), 1, kBig, "Steps between progress lines."));
+  f.push_back(string_field(
+      "log.trace", KIRI_FIELD(log.trace),
+      "Chrome trace of the run (JSON for Perfetto / chrome://tracing, docs/trace.md): "
+      "forward, backward, optimizer, evaluation and every communication call per rank; with "
+      "several ranks one file each, `.rank<R>` before the extension (runs/trace.rank3.json). "
+      "Events are kept in memory until the end: trace short runs. Empty disables."));
   // Fill the defaults from a default-constructed config.
   RunConfig defaults = train::default_run_config();
   for (Field& x : f) {

@@ -221,8 +221,15 @@ double ParallelGPT::forward_backward(nn::Context& ctx, const Tensor& tokens, con
       begin_micro_batch(last && i == m - 1);
       const Tensor x = tokens.flat_range(i * b * t, b * t).view({b, t});
       const Tensor y = targets.flat_range(i * b * t, b * t).view({b, t});
-      loss += model().forward(ctx, x, y, loss_weight);
-      model().backward(ctx);
+      // With a tracer on the world communicator: compute-lane spans.
+      {
+        Tracer::Span span(mesh_.world().tracer(), "forward", "compute");
+        loss += model().forward(ctx, x, y, loss_weight);
+      }
+      {
+        Tracer::Span span(mesh_.world().tracer(), "backward", "compute");
+        model().backward(ctx);
+      }
       end_micro_batch();
     }
     return loss;

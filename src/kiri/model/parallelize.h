@@ -88,6 +88,7 @@ class ParallelGPT {
   int zero_stage() const { return options_.zero_stage; }
   const ParallelOptions& options() const { return options_; }
   nn::ParameterStore* store() { return store_.get(); }  // stage 0 only
+  Pipeline* pipeline() { return pipeline_.get(); }      // pp > 1 or virtual stages only
   parallel::DistributedDataParallel* ddp() { return ddp_.get(); }
   parallel::ShardedDataParallel* sharded() { return sharded_.get(); }
   // The last pipeline stage's copy of the tied embedding (nullptr if none).

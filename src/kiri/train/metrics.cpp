@@ -28,6 +28,7 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"mem", mem}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.bubble) j["bubble"] = *m.bubble;
   if (m.skipped) j["skipped"] = true;
   if (m.loss_scale) {
     j["loss_scale"] = *m.loss_scale;
@@ -54,6 +55,10 @@ std::string progress_line(const StepMetrics& m) {
                 m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.mem.allocated).c_str(),
                 format_bytes(m.mem.peak_allocated).c_str());
   std::string s = buf;
+  if (m.bubble) {
+    std::snprintf(buf, sizeof buf, " | bubble %.1f%%", 100.0 * *m.bubble);
+    s += buf;
+  }
   if (m.loss_scale) {
     std::snprintf(buf, sizeof buf, " | scale %g | skipped %lld", *m.loss_scale,
                   static_cast<long long>(m.skipped_steps));

@@ -30,6 +30,9 @@ struct StepMetrics {
   MemoryStats mem;
   // Per operation kind, what this rank's communicators did in the step.
   std::vector<std::pair<std::string, comm::OpStats>> comm;
+  // Pipeline parallelism: the share of the step's pipeline schedule in which
+  // this rank (rank 0: stage 0) was not computing (the measured bubble).
+  std::optional<double> bubble;
 };
 
 std::string metrics_json_line(const StepMetrics& m);

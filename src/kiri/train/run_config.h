@@ -87,6 +87,8 @@ struct LogConfig {
   std::string metrics = "runs/kiri/metrics.jsonl";  // one JSON line per step; "" disables
   std::string plot;                                 // loss-curve PNG; "" = metrics with .png
   int64_t every = 1;                                // steps between progress lines
+  // Chrome trace (docs/trace.md); "" disables; several ranks: FILE.rank<R>.ext
+  std::string trace;
 };
 
 struct RunConfig {

@@ -62,17 +62,33 @@ CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer&
   return {p.train_path, p.val_path};
 }
 
+std::string trace_path_for_rank(const std::string& path, int rank, int world_size) {
+  if (world_size <= 1) return path;
+  fs::path p(path);
+  const std::string ext = p.extension().string();
+  return p.replace_extension().string() + ".rank" + std::to_string(rank) + ext;
+}
+
 Trainer::Trainer(RunConfig cfg, std::string config_json)
     : cfg_(std::move(cfg)),
       config_json_(std::move(config_json)),
       own_world_(comm::self_communicator()),
       world_(own_world_.get()) {
-  build();
+  build_detaching_tracer();
 }
 
 Trainer::Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json)
     : cfg_(std::move(cfg)), config_json_(std::move(config_json)), world_(&world) {
-  build();
+  build_detaching_tracer();
+}
+
+void Trainer::build_detaching_tracer() {
+  try {
+    build();
+  } catch (...) {  // no destructor runs: the caller's world must not keep the tracer
+    if (world_->tracer() == tracer_.get()) world_->set_tracer(nullptr);
+    throw;
+  }
 }
 
 void Trainer::build() {
@@ -107,12 +123,20 @@ void Trainer::build() {
   if (world_->rank() == 0) shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
   world_->barrier();
   if (world_->rank() != 0) shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
+  if (!cfg_.log.trace.empty()) {
+    // Right after a barrier: the ranks' epochs agree to within its skew.
+    tracer_ = std::make_unique<Tracer>(world_->rank());
+    world_->set_tracer(tracer_.get());  // split() passes it on to the mesh's groups
+  }
   train_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.train_path).tokens,
                                                        t.seq_len, t.seed);
   val_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.val_path).tokens,
                                                      t.seq_len, t.seed);
 
   mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
+  if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
+    for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})
+      c->set_tracer(tracer_.get());
   model::ParallelOptions po;
   po.pipeline.schedule = parallel::pp::parse_schedule(cfg_.parallel.schedule);
   po.pipeline.microbatches = cfg_.parallel.microbatches;
@@ -166,7 +190,26 @@ void Trainer::build() {
   peak_flops_ = measure_gemm_peak_flops();
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (tracer_ && !trace_written_) {  // run() did not finish: keep what was recorded
+    try {
+      write_trace();
+    } catch (const std::exception& e) {
+      log::warn("could not write the trace: ", e.what());
+    }
+  }
+  if (world_ && world_->tracer() == tracer_.get()) world_->set_tracer(nullptr);
+}
+
+void Trainer::write_trace() {
+  if (!tracer_) return;
+  const std::string path = trace_path_for_rank(cfg_.log.trace, world_->rank(), world_->size());
+  if (const fs::path dir = fs::path(path).parent_path(); !dir.empty()) fs::create_directories(dir);
+  tracer_->write(path);
+  trace_written_ = true;
+  if (is_rank0())
+    log::info("wrote the trace ", path, world_->size() > 1 ? " (one file per rank)" : "");
+}
 
 DType Trainer::compute_dtype() const {
   switch (cfg_.train.dtype) {
@@ -204,6 +247,11 @@ StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
   const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
   for (comm::Communicator* c : {&mesh_->dp(), &mesh_->pp(), world_}) c->reset_stats();
+  Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
+                         Tracer::Lane::kStep);
+  model::Pipeline* pipeline = mesh_->shape().pp > 1 ? parallel_->pipeline() : nullptr;
+  const model::PipelineStats pipeline_before =
+      pipeline ? pipeline->stats() : model::PipelineStats{};
   Timer timer;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
@@ -227,7 +275,11 @@ StepMetrics Trainer::train_step() {
         accum + 1 == t.grad_accum);
   }
   const double lr = optim::lr_at(step_, t.optimizer.lr, t.warmup, t.steps, t.min_lr);
-  const double norm = optimizer_->clip_and_step(lr, loss_scale);
+  double norm = 0;
+  {
+    Tracer::Span span(tracer_.get(), "optimizer", "compute");
+    norm = optimizer_->clip_and_step(lr, loss_scale);
+  }
   // A non-finite gradient (an fp16 overflow) skips the update on every rank
   // alike: the norm is summed over the shard group (stage 0: the gradients
   // are already identical everywhere).
@@ -244,6 +296,7 @@ StepMetrics Trainer::train_step() {
   mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
   StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
   m.skipped = skipped;
+  if (pipeline) m.bubble = (pipeline->stats() - pipeline_before).bubble();
   if (scaler_) {
     m.loss_scale = loss_scale;
     m.skipped_steps = scaler_->skipped_steps();
@@ -286,6 +339,7 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
 }
 
 double Trainer::evaluate(int64_t n_batches) {
+  Tracer::Span eval_span(tracer_.get(), "evaluate", "step", Tracer::Lane::kStep);
   nn::Context ctx{allocator_, /*training=*/false};
   const int64_t b = cfg_.train.micro_batch, dp = mesh_->shape().dp, rank = mesh_->dp_index();
   n_batches = std::min<int64_t>(n_batches, (val_stream_->num_samples() + b - 1) / b);
@@ -293,6 +347,8 @@ double Trainer::evaluate(int64_t n_batches) {
   Tensor sums = Tensor::zeros({2}, DType::kF64, Category::kBuffers, allocator_);
   for (int64_t i = rank; i < n_batches; i += dp) {
     fill_batch(eval_inputs_, eval_targets_, *val_stream_, static_cast<uint64_t>(i * b), true);
+    // One stage: a compute span here; a pipeline records its own forwards.
+    Tracer::Span span(mesh_->shape().pp > 1 ? nullptr : tracer_.get(), "eval forward", "compute");
     sums.data<double>()[0] += parallel_->forward_only(ctx, eval_inputs_, eval_targets_);
     sums.data<double>()[1] += static_cast<double>(eval_inputs_.numel());
   }
@@ -384,6 +440,7 @@ void Trainer::run() {
         "kiri: loss", "step", "loss (nats/token)");
     log::info("wrote the loss curve ", plot);
   }
+  write_trace();
 }
 
 }  // namespace kiri::train

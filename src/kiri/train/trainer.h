@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kiri/base/trace.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/data/sample_stream.h"
 #include "kiri/data/tokenizer.h"
@@ -25,6 +26,9 @@ struct CorpusShards {
   std::string train_path, val_path;
 };
 CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer);
+// The trace file of `rank` for log.trace = path: the path itself in a world
+// of one rank, else ".rank<R>" before the extension (runs/trace.rank3.json).
+std::string trace_path_for_rank(const std::string& path, int rank, int world_size);
 
 class Trainer {
  public:
@@ -65,6 +69,11 @@ class Trainer {
   optim::DynamicLossScaler* loss_scaler() { return scaler_.get(); }
   DType compute_dtype() const;
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // log.trace set: this rank's tracer (set on every communicator); else null.
+  Tracer* tracer() { return tracer_.get(); }
+  // Writes the trace to this rank's file (run() does at its end); no-op
+  // without log.trace.
+  void write_trace();
 
  private:
   void fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& stream, uint64_t first,
@@ -72,6 +81,7 @@ class Trainer {
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
 
   void build();
+  void build_detaching_tracer();  // build(); on failure unsets the world's tracer
   void add_comm_stats(StepMetrics& m);
   void load_model(const std::string& path);
   void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);
@@ -83,6 +93,9 @@ class Trainer {
   std::string config_json_;
   std::unique_ptr<comm::Communicator> own_world_;  // single process
   comm::Communicator* world_;
+  // Outlives the communicators and the model that record into it.
+  std::unique_ptr<Tracer> tracer_;
+  bool trace_written_ = false;
   Allocator allocator_;
   std::unique_ptr<parallel::Mesh> mesh_;
   std::unique_ptr<data::Tokenizer> tokenizer_;

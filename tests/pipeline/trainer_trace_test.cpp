@@ -1,0 +1,104 @@
+// log.trace with pipeline parallelism: one trace file per rank with the
+// pipeline's forward and backward spans, the optimizer and the pp
+// communication, and the measured bubble in the step metrics.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/harness.h"
+#include "kiri/train/trainer.h"
+
+namespace kiri::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// rank 0's pid on every rank: one folder for the run.
+std::string shared_dir(comm::Communicator& world) {
+  Allocator alloc;
+  Tensor pid = Tensor::empty({1}, DType::kI32, Category::kOther, alloc);
+  pid.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
+  world.broadcast(pid, 0);
+  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+         "/kiri_trainer_trace_" + std::to_string(pid.data<int32_t>()[0]);
+}
+
+TEST(TrainerTrace, PipelineWritesOneFilePerRankAndTheBubble) {
+  KIRI_RUN_RANKS(2, [](comm::Communicator& world) {
+    omp_set_num_threads(1);
+    const std::string dir = shared_dir(world);
+    RunConfig c = default_run_config();
+    c.model.n_layer = 2;
+    c.model.n_head = 2;
+    c.model.n_embd = 32;
+    c.model.block_size = 32;
+    c.data.tokenizer = "byte";
+    c.data.dir = KIRI_TEST_DATA_DIR;
+    c.train.micro_batch = 2;
+    c.train.seq_len = 32;
+    c.train.steps = 2;
+    c.train.eval_batches = 1;
+    c.parallel.pp = 2;
+    c.parallel.microbatches = 4;
+    c.parallel.schedule = "gpipe";
+    c.checkpoint.dir = "";
+    c.log.metrics = dir + "/metrics.jsonl";
+    c.log.trace = dir + "/trace.json";
+    {
+      Trainer t(c, world);
+      ASSERT_NE(t.tracer(), nullptr);
+      t.run();
+    }
+    world.barrier();
+    const std::string path = trace_path_for_rank(c.log.trace, world.rank(), 2);
+    EXPECT_EQ(path, dir + "/trace.rank" + std::to_string(world.rank()) + ".json");
+    ASSERT_TRUE(fs::exists(path)) << path;
+    const nlohmann::json j = nlohmann::json::parse(read_text(path));
+    std::set<std::string> names, groups;
+    for (const auto& e : j["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      EXPECT_EQ(e["pid"], world.rank());
+      names.insert(e["name"].get<std::string>());
+      if (e.contains("args") && e["args"].contains("group"))
+        groups.insert(e["args"]["group"].get<std::string>());
+    }
+    for (const char* n : {"forward m0 c0", "forward m3 c0", "backward m3 c0", "optimizer", "step 1",
+                          "step 2", "evaluate", "send", "recv"})
+      EXPECT_TRUE(names.count(n)) << n << " missing on rank " << world.rank();
+    EXPECT_TRUE(groups.count("pp"));
+    if (world.rank() == 0) {
+      std::istringstream lines(read_text(c.log.metrics));
+      std::string line;
+      int n = 0;
+      while (std::getline(lines, line)) {
+        const nlohmann::json m = nlohmann::json::parse(line);
+        ASSERT_TRUE(m.contains("bubble")) << line;
+        EXPECT_GT(m["bubble"].get<double>(), 0.0);
+        EXPECT_LT(m["bubble"].get<double>(), 1.0);
+        ++n;
+      }
+      EXPECT_EQ(n, 2);
+    }
+    world.barrier();
+    if (world.rank() == 0) fs::remove_all(dir);
+  });
+}
+
+}  // namespace
+}  // namespace kiri::train
