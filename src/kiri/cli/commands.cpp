@@ -34,6 +34,8 @@ usage:
   kiri eval CKPT_DIR [--batches N]
   kiri data INPUT.txt --out DIR [--tokenizer gpt2|byte] [--val-fraction 0.1]
   kiri bench [--config tiny|gpt2-124M] [--steps N] [--warmup N]
+  kiri plan [--model NAME | --layers L --hidden H --heads A --vocab V | --params N]
+            [--cluster NAME] [--nodes K | --gpus N] [--dp --tp --pp --zero-stage ...] [--json]
 
 CONFIG is a JSON file; keys are documented in docs/config.md (kiri config --markdown).
 )";
@@ -165,6 +167,7 @@ int run_cli(const std::vector<std::string>& argv) {
     if (cmd == "data") return cmd_data(rest);
     if (cmd == "bench") return cmd_bench(rest);
     if (cmd == "launch") return cmd_launch(rest);
+    if (cmd == "plan") return cmd_plan(rest);
     std::fprintf(stderr, "kiri: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const Error& e) {

@@ -1,0 +1,249 @@
+// kiri plan: the memory and time model of a layout, or the layouts of a cluster ranked
+// with a recommendation (docs/planner.md).
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/base/error.h"
+#include "kiri/base/units.h"
+#include "kiri/cli/args.h"
+#include "kiri/cli/commands.h"
+#include "kiri/plan/planner.h"
+
+namespace kiri::cli {
+
+namespace {
+
+using nlohmann::json;
+
+json nullable(bool valid, double x) {
+  return valid ? json(x) : json(nullptr);
+}
+
+json memory_json(const plan::MemoryBreakdown& m) {
+  return {{"parameters", m.parameters},
+          {"gradients", m.gradients},
+          {"optimizer_states", m.optimizer_states},
+          {"activations", m.activations},
+          {"buffers", m.buffers},
+          {"total", m.total()}};
+}
+
+json layout_json(const plan::Layout& l) {
+  return {{"dp", l.dp},
+          {"tp", l.tp},
+          {"pp", l.pp},
+          {"zero_stage", l.zero_stage},
+          {"shard_group", l.shard_size()},
+          {"dtype", plan::name(l.dtype)},
+          {"recompute", plan::name(l.recompute)},
+          {"sequence_parallel", l.sequence_parallel},
+          {"schedule", plan::name(l.schedule)},
+          {"virtual_stages", l.virtual_stages},
+          {"micro_batch", l.micro_batch},
+          {"global_batch", l.global_batch},
+          {"microbatches", l.microbatches()},
+          {"seq_len", l.seq_len},
+          {"wrap_blocks", l.wrap_blocks},
+          {"overlap_dp", l.overlap_dp},
+          {"activations", plan::name(l.form)}};
+}
+
+json evaluation_json(const plan::Evaluation& e) {
+  const plan::TimeBreakdown& t = e.time;
+  const bool ok = t.estimated;
+  json stages = json::array();
+  for (const auto& s : e.memory.stages) stages.push_back(memory_json(s));
+  return {{"layout", layout_json(e.layout)},
+          {"stage", e.memory.stage},
+          {"memory", memory_json(e.memory.memory)},
+          {"memory_capacity", e.capacity},
+          {"stages", stages},
+          {"fits", e.fits},
+          {"flops_per_step", nullable(ok, t.flops_per_step)},
+          {"model_flops_per_step", nullable(ok, t.model_flops_per_step)},
+          {"step_time_s", nullable(ok, t.step_s)},
+          {"tokens_per_s", nullable(ok, t.tokens_per_s)},
+          {"tflops_per_device", nullable(ok, t.tflops_per_device)},
+          {"mfu", nullable(ok, t.mfu)},
+          {"time",
+           {{"compute_s", nullable(ok, t.compute_s)},
+            {"bubble_s", nullable(ok, t.bubble_s)},
+            {"bubble_fraction", nullable(ok, t.bubble_fraction)},
+            {"tp_comm_s", nullable(ok, t.tp_comm_s)},
+            {"pp_comm_s", nullable(ok, t.pp_comm_s)},
+            {"dp_comm_s", nullable(ok, t.dp_comm_s)},
+            {"dp_comm_total_s", nullable(ok, t.dp_comm_total_s)}}}};
+}
+
+json model_json(const plan::ModelSpec& m) {
+  json j = {{"name", m.name}, {"params", m.total_params()}};
+  if (!m.params_only()) {
+    j["arch"] = m.arch == plan::Arch::kLlama ? "llama" : "gpt2";
+    j["layers"] = m.n_layer;
+    j["hidden"] = m.hidden;
+    j["heads"] = m.heads;
+    j["vocab"] = m.vocab;
+    j["ffn"] = m.ffn_width();
+    j["context"] = m.max_seq;
+  }
+  return j;
+}
+
+json cluster_json(const plan::ClusterSpec& c) {
+  return {{"name", c.name},
+          {"device", c.device},
+          {"devices_per_node", c.devices_per_node},
+          {"nodes", c.nodes},
+          {"memory_bytes", c.memory_bytes},
+          {"flops_fp32", c.flops_fp32},
+          {"flops_16bit", c.flops_16bit},
+          {"efficiency", c.efficiency},
+          {"intra", {{"bandwidth", c.intra.bandwidth}, {"latency", c.intra.latency}}},
+          {"inter", {{"bandwidth", c.inter.bandwidth}, {"latency", c.inter.latency}}}};
+}
+
+int positive_int(const Args& a, const std::string& opt, int64_t fallback) {
+  const int64_t v = a.get_int(opt, fallback);
+  KIRI_CHECK_KIND(kConfig, v >= 1 && v <= (int64_t{1} << 30), "--", opt,
+                  " must be a positive integer, got ", v);
+  return static_cast<int>(v);
+}
+
+plan::ModelSpec model_of(const Args& a) {
+  const bool dims = a.get("layers") || a.get("hidden") || a.get("heads") || a.get("vocab");
+  const int given = (a.get("model") ? 1 : 0) + (dims ? 1 : 0) + (a.get("params") ? 1 : 0);
+  KIRI_CHECK_KIND(kConfig, given <= 1,
+                  "give one model: --model NAME, --layers/--hidden/--heads/--vocab, or --params");
+  if (a.get("params")) return plan::model_from_params(a.get_double("params", 0));
+  if (dims) {
+    for (const char* o : {"layers", "hidden", "heads", "vocab"})
+      KIRI_CHECK_KIND(kConfig, a.get(o).has_value(), "explicit dimensions need --", o,
+                      " (--layers --hidden --heads --vocab)");
+    plan::ModelSpec m = plan::model_from_dims(a.get_int("layers", 0), a.get_int("hidden", 0),
+                                              a.get_int("heads", 0), a.get_int("vocab", 0),
+                                              std::max<int64_t>(1024, a.get_int("seq-len", 1024)));
+    m.ffn = a.get_int("ffn", 0);
+    KIRI_CHECK_KIND(kConfig, m.ffn >= 0, "--ffn must not be negative, got ", m.ffn);
+    return m;
+  }
+  KIRI_CHECK_KIND(kConfig, !a.get("ffn"), "--ffn goes with --layers/--hidden/--heads/--vocab");
+  return plan::model_preset(a.get("model").value_or("gpt2-124M"));
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& argv) {
+  Args a(argv,
+         {"model",        "layers",  "hidden",     "heads",       "vocab",          "ffn",
+          "params",       "cluster", "nodes",      "gpus",        "memory",         "dp",
+          "tp",           "pp",      "zero-stage", "shard-group", "dtype",          "micro-batch",
+          "global-batch", "seq-len", "recompute",  "schedule",    "virtual-stages", "wrap-blocks",
+          "activations",  "top"},
+         {"json", "sequence-parallel", "no-overlap"});
+  KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan takes no positional arguments, got '",
+                  a.positional().front(), "'");
+  const plan::ModelSpec model = model_of(a);
+  plan::ClusterSpec cluster = plan::cluster_preset(a.get("cluster").value_or("a100-80g-nvlink"));
+  if (auto m = a.get("memory")) {
+    int64_t bytes = 0;
+    try {
+      bytes = parse_bytes(*m);
+    } catch (const Error& e) {
+      KIRI_RAISE(kConfig, "--memory: ", e.message());
+    }
+    KIRI_CHECK_KIND(kConfig, bytes > 0, "--memory must be positive, got ", *m);
+    cluster.memory_bytes = static_cast<double>(bytes);
+  }
+
+  plan::Layout base;
+  base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
+  base.recompute = plan::parse_recompute(a.get("recompute").value_or("none"));
+  base.schedule = plan::parse_schedule(a.get("schedule").value_or("1f1b"));
+  base.form = plan::parse_form(a.get("activations").value_or("kiri"));
+  base.sequence_parallel = a.flag("sequence-parallel");
+  base.overlap_dp = !a.flag("no-overlap");
+  base.micro_batch = positive_int(a, "micro-batch", 1);
+  base.seq_len = positive_int(a, "seq-len", model.params_only() ? 1024 : model.max_seq);
+  base.wrap_blocks = positive_int(a, "wrap-blocks", 1);
+  base.virtual_stages =
+      positive_int(a, "virtual-stages", base.schedule == plan::Schedule::kInterleaved ? 2 : 1);
+  base.shard_group = static_cast<int>(a.get_int("shard-group", 0));
+
+  const bool layout_mode = a.get("dp") || a.get("tp") || a.get("pp") || a.get("zero-stage");
+  int world = 0;
+  if (layout_mode) {
+    base.dp = positive_int(a, "dp", 1);
+    base.tp = positive_int(a, "tp", 1);
+    base.pp = positive_int(a, "pp", 1);
+    base.zero_stage = static_cast<int>(a.get_int("zero-stage", 0));
+    world = base.world();
+    KIRI_CHECK_KIND(kConfig, !a.get("gpus") || a.get_int("gpus", 0) == world, "--gpus ",
+                    a.get_int("gpus", 0), " is not dp x tp x pp = ", world);
+  } else {
+    world =
+        positive_int(a, "gpus", int64_t{positive_int(a, "nodes", 1)} * cluster.devices_per_node);
+  }
+  cluster.nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
+  const int64_t unit = base.micro_batch * (layout_mode ? base.dp : world);
+  base.global_batch = a.get_int("global-batch", (512 + unit - 1) / unit * unit);
+  const size_t top = static_cast<size_t>(positive_int(a, "top", 10));
+
+  if (layout_mode) {
+    const plan::Evaluation e = plan::evaluate(model, base, cluster);
+    if (a.flag("json")) {
+      json j = evaluation_json(e);
+      j["model"] = model_json(model);
+      j["cluster"] = cluster_json(cluster);
+      j["world"] = world;
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << plan::format_evaluation(model, cluster, e);
+    }
+    return 0;
+  }
+
+  // The table mode enumerates dp/tp/pp/ZeRO/recomputation itself.
+  KIRI_CHECK_KIND(kConfig, !a.get("recompute") && !a.get("schedule") && !a.get("virtual-stages"),
+                  "--recompute, --schedule and --virtual-stages describe one layout: give "
+                  "--dp/--tp/--pp/--zero-stage too (without them kiri plan enumerates them)");
+  plan::PlanRequest request{model, cluster, world, base};
+  const std::vector<plan::Evaluation> candidates = plan::enumerate_layouts(request);
+  const plan::Recommendation rec = plan::recommend(request, candidates);
+  if (a.flag("json")) {
+    json cs = json::array();
+    for (size_t i = 0; i < candidates.size() && i < top; ++i)
+      cs.push_back(evaluation_json(candidates[i]));
+    json r = {{"bottleneck", rec.bottleneck},
+              {"cut", rec.cut},
+              {"message", rec.message},
+              {"reasons", rec.reasons},
+              {"min_devices", rec.min_devices},
+              {"layout", rec.best ? evaluation_json(*rec.best) : json(nullptr)}};
+    json j = {{"model", model_json(model)},
+              {"cluster", cluster_json(cluster)},
+              {"world", world},
+              {"count", candidates.size()},
+              {"candidates", cs},
+              {"recommendation", r}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf(
+      "%s (%.3gB parameters) on %d x %s (%s of memory each), %s, b %lld, B %lld, s %lld, "
+      "%s activations\n\n",
+      model.name.c_str(), model.total_params() / 1e9, world, cluster.name.c_str(),
+      plan::gib(cluster.memory_bytes).c_str(), plan::name(base.dtype),
+      static_cast<long long>(base.micro_batch), static_cast<long long>(base.global_batch),
+      static_cast<long long>(base.seq_len), plan::name(base.form));
+  std::cout << plan::format_table(candidates, top) << "\n";
+  std::cout << "bottleneck: " << rec.bottleneck << " -> cut: " << rec.cut << "\n"
+            << rec.message << "\n";
+  for (const std::string& r : rec.reasons) std::cout << "  - " << r << "\n";
+  return 0;
+}
+
+}  // namespace kiri::cli

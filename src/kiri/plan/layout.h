@@ -1,0 +1,66 @@
+#pragma once
+// One way to cut a training step: dp × tp × pp, ZeRO stage, precision,
+// recomputation, sequence parallelism, pipeline schedule and batch shape.
+#include <cstdint>
+#include <string>
+
+#include "kiri/plan/specs.h"
+
+namespace kiri::plan {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+enum class Recompute { kNone, kSelective, kFull };
+enum class Schedule { kGpipe, k1F1B, kInterleaved };
+// Which activation model: Korthikanti et al. 2022 (16-bit activations, attention scores
+// stored) or what kiri stores (fp32 activations, attention's log-sum-exp only).
+enum class ActivationForm { kPaper, kKiri };
+
+const char* name(Precision p);
+const char* name(Recompute r);
+const char* name(Schedule s);
+const char* name(ActivationForm f);
+// Parse the command-line spellings (fp32|bf16|fp16, none|selective|full,
+// gpipe|1f1b|interleaved, paper|kiri); kConfig naming the option otherwise.
+Precision parse_precision(const std::string& s);
+Recompute parse_recompute(const std::string& s);
+Schedule parse_schedule(const std::string& s);
+ActivationForm parse_form(const std::string& s);
+
+// Bytes of a parameter / gradient value: 4 (fp32) or 2.
+int value_bytes(Precision p);
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int zero_stage = 0;   // 0 = DDP, 1 = P_os, 2 = P_os+g, 3 = P_os+g+p (FSDP FULL_SHARD)
+  int shard_group = 0;  // ranks a ZeRO shard spans; 0 = all of dp (HYBRID_SHARD: fewer)
+  Precision dtype = Precision::kBf16;
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
+  Schedule schedule = Schedule::k1F1B;
+  int virtual_stages = 1;    // v (interleaved only)
+  int64_t micro_batch = 1;   // b: sequences per micro-batch per rank
+  int64_t global_batch = 1;  // B: sequences per optimizer step
+  int64_t seq_len = 1024;    // s
+  int wrap_blocks = 1;       // blocks per ZeRO unit
+  bool overlap_dp = true;    // dp communication overlaps backward
+  ActivationForm form = ActivationForm::kKiri;
+
+  int world() const { return dp * tp * pp; }
+  int shard_size() const { return shard_group > 0 ? shard_group : dp; }
+  // m = B / (b · dp): micro-batches per step (gradient accumulation = pipeline micro-batches).
+  int64_t microbatches() const { return global_batch / (micro_batch * dp); }
+  std::string str() const;  // "dp 8 x tp 1 x pp 1, zero 0, bf16, recompute none, b 1, m 64"
+};
+
+// global batch = micro-batch × gradient accumulation × dp.
+int64_t global_batch(int64_t micro_batch, int64_t grad_accum, int64_t dp);
+
+// Raises kConfig naming the rule and the numbers: positive sizes, dp·tp·pp = world (when
+// world > 0), tp divides heads and the MLP width, pp ≤ layers, ZeRO stage 0-3 and ≤ 1 with
+// pp > 1 (kiri's rule), the shard group divides dp, B a multiple of b·dp, the schedule's
+// rules (interleaved: v ≥ 2, m a multiple of pp, layers ≥ pp·v; otherwise v = 1), the
+// sequence within the model's context (GPT-2's learned positions). A parameter-count-only
+// model takes dp and the ZeRO stage only.
+void validate(const Layout& layout, const ModelSpec& model, int world = 0);
+
+}  // namespace kiri::plan

@@ -1,0 +1,179 @@
+#include "kiri/plan/memory.h"
+
+#include <algorithm>
+
+#include "kiri/base/error.h"
+
+namespace kiri::plan {
+
+StateBytesPerParam state_bytes_per_param(Precision dtype) {
+  if (dtype == Precision::kFp32) return {4, 4, 0, 8};
+  return {2, 2, 4, 8};
+}
+
+MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, int n) {
+  KIRI_CHECK_KIND(kConfig, zero_stage >= 0 && zero_stage <= 3, "ZeRO stage must be 0-3, got ",
+                  zero_stage);
+  KIRI_CHECK_KIND(kConfig, n >= 1, "the shard group must have at least 1 rank, got ", n);
+  const StateBytesPerParam k = state_bytes_per_param(dtype);
+  MemoryBreakdown m;
+  m.parameters = k.parameters * psi / (zero_stage >= 3 ? n : 1);
+  m.gradients = k.gradients * psi / (zero_stage >= 2 ? n : 1);
+  m.optimizer_states = k.optimizer_states() * psi / (zero_stage >= 1 ? n : 1);
+  return m;
+}
+
+double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bool sp,
+                               Recompute recompute) {
+  const double sbh = s * b * h;
+  const double scores = recompute == Recompute::kNone ? 5 * a * s / h : 0;
+  if (recompute == Recompute::kFull) return sp ? 2 * sbh / t : 2 * sbh;
+  if (sp) return sbh / t * (34 + scores);
+  return sbh * (10 + 24.0 / t + scores / t);
+}
+
+double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
+                        Recompute recompute) {
+  const double n = s * b;
+  if (recompute == Recompute::kFull) return 4 * (sp ? n * h / t : n * h);
+  const double lse = b * a * s / t;
+  if (sp) return 4 * ((16 * n * h + 4 * n) / t + lse);
+  return 4 * (4 * n * h + 12 * n * h / t + 4 * n + lse);
+}
+
+int64_t layers_on_stage(int64_t n_layer, int pp, int stage) {
+  return n_layer / pp + (stage < n_layer % pp ? 1 : 0);
+}
+
+namespace {
+
+int64_t padded_vocab(int64_t vocab, int tp) {
+  return (vocab + tp - 1) / tp * tp;
+}
+
+double block_params(const ModelSpec& m, int tp) {
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn_width());
+  if (m.arch == Arch::kLlama) return (4 * h * h + 3 * h * f) / tp + 2 * h;
+  // Matrices and c_attn's / c_fc's biases cut; two c_proj biases and two LayerNorms whole.
+  return (4 * h * h + 2 * h * f + 3 * h + f) / tp + 6 * h;
+}
+
+double embedding_params(const ModelSpec& m, int tp) {
+  const double wte = static_cast<double>(padded_vocab(m.vocab, tp) / tp * m.hidden);
+  return m.arch == Arch::kLlama ? wte : wte + static_cast<double>(m.max_seq * m.hidden);
+}
+
+double head_params(const ModelSpec& m, int tp, int pp) {
+  const double wte = static_cast<double>(padded_vocab(m.vocab, tp) / tp * m.hidden);
+  if (m.arch == Arch::kLlama) return wte;
+  return pp > 1 ? wte : 0;  // tied: the last stage keeps its own copy of wte
+}
+
+int64_t logits_in_flight(const Layout& l) {
+  if (l.pp > 1 && l.schedule == Schedule::kGpipe) return l.microbatches();
+  return 1;
+}
+
+}  // namespace
+
+double stage_params(const ModelSpec& model, int tp, int pp, int stage) {
+  KIRI_CHECK(stage >= 0 && stage < pp, "stage ", stage, " of ", pp);
+  if (model.params_only()) return model.params / (static_cast<double>(tp) * pp);
+  double p =
+      static_cast<double>(layers_on_stage(model.n_layer, pp, stage)) * block_params(model, tp);
+  if (stage == 0) p += embedding_params(model, tp);
+  if (stage == pp - 1)
+    p += static_cast<double>(model.final_norm_params()) + head_params(model, tp, pp);
+  return p;
+}
+
+double layers_in_flight(const Layout& l, int64_t stage_layers, int stage) {
+  const double layers = static_cast<double>(stage_layers);
+  if (l.pp == 1) return layers;
+  const int64_t m = l.microbatches();
+  switch (l.schedule) {
+    case Schedule::kGpipe:
+      return static_cast<double>(m) * layers;
+    case Schedule::k1F1B:
+      return static_cast<double>(std::min<int64_t>(l.pp - stage, m)) * layers;
+    case Schedule::kInterleaved: {
+      const int64_t v = l.virtual_stages;
+      const int64_t chunks = std::min<int64_t>(2 * (l.pp - stage - 1) + (v - 1) * l.pp + 1, m * v);
+      return static_cast<double>(chunks) * layers / static_cast<double>(v);
+    }
+  }
+  return layers;
+}
+
+double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
+  if (model.params_only()) return 0;
+  const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
+  const double h = static_cast<double>(model.hidden), a = static_cast<double>(model.heads);
+  const double v = static_cast<double>(model.vocab);
+  const bool paper = l.form == ActivationForm::kPaper;
+  const double scale = paper && l.dtype == Precision::kFp32 ? 2 : 1;
+  auto layer = [&](Recompute r) {
+    return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, l.sequence_parallel, r)
+                          : kiri_layer_bytes(s, b, h, a, l.tp, l.sequence_parallel, r));
+  };
+  const int64_t layers = layers_on_stage(model.n_layer, l.pp, stage);
+  double bytes = layers_in_flight(l, layers, stage) * layer(l.recompute);
+  // The block being recomputed holds all of its activations (its input is counted already).
+  if (l.recompute == Recompute::kFull && layers > 0)
+    bytes += layer(Recompute::kNone) - layer(Recompute::kFull);
+  if (stage == l.pp - 1) {
+    const double logits = paper ? 4 * s * b * v / l.tp : 4 * s * b * (v / l.tp + 1);
+    bytes += static_cast<double>(logits_in_flight(l)) * logits;
+  }
+  return bytes;
+}
+
+double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {
+  if (model.params_only()) return 0;
+  const double d = value_bytes(l.dtype);
+  const double n = l.shard_size();
+  const double block_unit = l.wrap_blocks * block_params(model, l.tp);
+  const double emb_unit = stage == 0 ? embedding_params(model, l.tp) : 0;
+  const double max_unit = std::max(block_unit, emb_unit);
+  double bytes = 0;
+  switch (l.zero_stage) {
+    case 1:
+      bytes = d * max_unit / n;
+      break;
+    case 2:
+      bytes = d * (max_unit + max_unit / n);
+      break;
+    case 3:
+      bytes = d * (emb_unit + 2 * block_unit + max_unit);
+      break;
+    default:
+      break;
+  }
+  if (l.pp > 1) {
+    const double act = l.form == ActivationForm::kPaper ? value_bytes(l.dtype) : 4;
+    const double tokens = static_cast<double>(l.seq_len * l.micro_batch);
+    const double cut = l.form == ActivationForm::kPaper && l.sequence_parallel ? l.tp : 1;
+    bytes += 2 * tokens * static_cast<double>(model.hidden) * act / cut;
+  }
+  return bytes;
+}
+
+MemoryBreakdown rank_memory(const ModelSpec& model, const Layout& l, int stage) {
+  MemoryBreakdown m = model_state_bytes(stage_params(model, l.tp, l.pp, stage), l.dtype,
+                                        l.zero_stage, l.shard_size());
+  m.activations = activation_bytes(model, l, stage);
+  m.buffers = buffer_bytes(model, l, stage);
+  return m;
+}
+
+RankMemory worst_rank_memory(const ModelSpec& model, const Layout& l) {
+  RankMemory r;
+  for (int stage = 0; stage < l.pp; ++stage) {
+    r.stages.push_back(rank_memory(model, l, stage));
+    if (r.stages.back().total() > r.stages[r.stage].total()) r.stage = stage;
+  }
+  r.memory = r.stages[r.stage];
+  return r;
+}
+
+}  // namespace kiri::plan

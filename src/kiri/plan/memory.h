@@ -1,0 +1,87 @@
+#pragma once
+// The memory model: what one rank holds, per category (the allocator's categories:
+// parameters, gradients, optimizer states, activations, buffers), in bytes.
+#include <cstdint>
+#include <vector>
+
+#include "kiri/plan/layout.h"
+#include "kiri/plan/specs.h"
+
+namespace kiri::plan {
+
+struct MemoryBreakdown {
+  double parameters = 0, gradients = 0, optimizer_states = 0, activations = 0, buffers = 0;
+  double model_states() const { return parameters + gradients + optimizer_states; }
+  double total() const { return model_states() + activations + buffers; }
+};
+
+// Adam(W) with mixed precision: 2-byte values and gradients, fp32 master weights, m and v
+// (2 + 2 + 4 + 8 = 16 bytes, K = 12); fp32: 4 + 4 + 0 + 8.
+struct StateBytesPerParam {
+  double parameters, gradients, master_weights, moments;
+  double optimizer_states() const { return master_weights + moments; }
+  double total() const { return parameters + gradients + optimizer_states(); }
+};
+StateBytesPerParam state_bytes_per_param(Precision dtype);
+
+// Parameters, gradients and optimizer states per rank for psi parameters sharded over n
+// ranks at ZeRO stage 0-3 (docs/zero.md, "What each stage keeps and moves"; padding omitted).
+MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, int n);
+
+// Korthikanti et al. 2022, bytes of one transformer layer's stored activations for one
+// micro-batch of b sequences of s tokens in 16-bit (Section 4): sbh(34 + 5as/h); tensor
+// parallel t: sbh(10 + 24/t + 5as/(ht)); + sequence parallel: sbh/t(34 + 5as/h); selective
+// recomputation drops the 5as/h term; full recomputation keeps the layer's input, 2sbh
+// (2sbh/t with sequence parallelism).
+double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bool sp,
+                               Recompute recompute);
+
+// What a kiri block keeps (fp32, docs/zero.md "Activation checkpointing"): its input N·C
+// (the previous block's output) + 15·N·C + 4·N + B·H·T floats, N = b·s. Under tensor
+// parallelism the input, LayerNorm outputs and x1 (4·N·C) and the LayerNorm statistics stay
+// whole, qkv, the attention output and the MLP hidden (12·N·C), and the log-sum-exp, are cut
+// by t. Sequence parallelism (not wired into kiri yet) would cut all of it by t. kiri's
+// attention already recomputes the probabilities, so `selective` equals `none`; `full`
+// keeps the input only.
+double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
+                        Recompute recompute);
+
+// Blocks on pipeline stage `stage` of pp (the remainder of L/pp to the first stages).
+int64_t layers_on_stage(int64_t n_layer, int pp, int stage);
+// Parameters held by a rank of pipeline stage `stage` with tensor parallelism tp: its
+// blocks (matrices and their column-parallel biases cut by tp, norms and row biases whole),
+// on stage 0 the embeddings (wte vocab-parallel over V padded to a multiple of tp; GPT-2's
+// wpe whole), on the last stage the final norm and the LM head (GPT-2: tied, a copy of wte
+// when pp > 1; LLaMA: its own, vocab-parallel).
+double stage_params(const ModelSpec& model, int tp, int pp, int stage);
+
+// Layer-micro-batches of activations a rank of `stage` holds at its peak: pp = 1: one
+// micro-batch (accumulation runs them one after the other); GPipe: m; 1F1B: min(pp − stage,
+// m); interleaved 1F1B (Megatron's warm-up): min(2(pp − stage − 1) + (v − 1)·pp + 1, m·v)
+// chunks of layers/v layers, i.e. L/pp·(1 + (pp − 1)/(pp·v)) on the first stage.
+double layers_in_flight(const Layout& layout, int64_t stage_layers, int stage);
+
+// The stage's activations: layers in flight × the per-layer bytes of layout.form (the paper
+// form scaled by 2 for fp32), + with full recomputation one layer's working set (less its input), +
+// on the last stage the logits of the micro-batches whose backward has not run (pp = 1 or 1F1B: 1,
+// GPipe: m): kiri fp32 [N, V/t] and the int32 targets, paper 4·s·b·V/t (fp32 for the loss).
+double activation_bytes(const ModelSpec& model, const Layout& layout, int stage);
+
+// Transient communication buffers (kiri's, docs/zero.md): DDP reduces its buckets in place
+// (0); stage 1 the reduce-scatter output of the largest unit; stage 2 a unit's full gradient
+// and that output; stage 3 the gathered embeddings unit (held through backward for the tied
+// head), the current and the prefetched unit, and one unit's full gradient; pp > 1 the send
+// and receive buffers of one micro-batch's [b·s, h] activations.
+double buffer_bytes(const ModelSpec& model, const Layout& layout, int stage);
+
+// All of one rank of `stage`.
+MemoryBreakdown rank_memory(const ModelSpec& model, const Layout& layout, int stage);
+
+struct RankMemory {
+  int stage = 0;  // the pipeline stage of the rank with the largest total
+  MemoryBreakdown memory;
+  std::vector<MemoryBreakdown> stages;  // one per pipeline stage
+};
+RankMemory worst_rank_memory(const ModelSpec& model, const Layout& layout);
+
+}  // namespace kiri::plan

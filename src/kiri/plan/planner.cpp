@@ -1,0 +1,312 @@
+#include "kiri/plan/planner.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "kiri/base/error.h"
+
+namespace kiri::plan {
+
+Evaluation evaluate(const ModelSpec& model, const Layout& layout, const ClusterSpec& cluster) {
+  validate(layout, model);
+  Evaluation e;
+  e.layout = layout;
+  e.memory = worst_rank_memory(model, layout);
+  e.time = estimate_time(model, layout, cluster);
+  e.capacity = cluster.memory_bytes;
+  e.fits = e.memory.memory.total() <= e.capacity;
+  return e;
+}
+
+namespace {
+
+bool valid(const Layout& l, const ModelSpec& m) {
+  try {
+    validate(l, m);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+bool faster(const Evaluation& a, const Evaluation& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (a.fits && a.time.estimated) {
+    if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
+    // The same time (communication hidden): the one that moves less.
+    const double ca = a.time.tp_comm_s + a.time.pp_comm_s + a.time.dp_comm_total_s;
+    const double cb = b.time.tp_comm_s + b.time.pp_comm_s + b.time.dp_comm_total_s;
+    if (ca != cb) return ca < cb;
+  }
+  return a.memory.memory.total() < b.memory.memory.total();
+}
+
+// The global batch of `base` if dp·b divides it, else the next multiple (for checks that
+// only need memory).
+Layout with_dp(const Layout& base, int dp) {
+  Layout l = base;
+  l.dp = dp;
+  l.tp = l.pp = 1;
+  l.shard_group = 0;
+  l.schedule = Schedule::k1F1B;
+  l.virtual_stages = 1;
+  const int64_t unit = l.micro_batch * dp;
+  l.global_batch = (l.global_batch + unit - 1) / unit * unit;
+  return l;
+}
+
+// One layer as ZeRO-3 works on it, whole: its parameters gathered and its full gradient in
+// the value type, and its activations for one micro-batch.
+double one_layer_bytes(const ModelSpec& m, const Layout& l) {
+  if (m.params_only()) return 0;
+  const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
+  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
+  const double act = l.form == ActivationForm::kPaper
+                         ? korthikanti_layer_bytes(s, b, h, a, 1, false, Recompute::kNone) *
+                               (l.dtype == Precision::kFp32 ? 2 : 1)
+                         : kiri_layer_bytes(s, b, h, a, 1, false, Recompute::kNone);
+  return 2.0 * static_cast<double>(m.layer_params()) * value_bytes(l.dtype) + act;
+}
+
+}  // namespace
+
+std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
+  KIRI_CHECK_KIND(kConfig, r.world >= 1, "the world must have at least 1 device, got ", r.world);
+  std::vector<Evaluation> out;
+  const ModelSpec& m = r.model;
+  std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kFull};
+  if (r.base.form == ActivationForm::kPaper)
+    recomputes.insert(recomputes.begin() + 1, Recompute::kSelective);
+  for (int tp : divisors(r.world)) {
+    if (m.params_only() && tp > 1) break;
+    if (tp > r.cluster.devices_per_node) break;
+    for (int pp : divisors(r.world / tp)) {
+      if (m.params_only() && pp > 1) break;
+      const int dp = r.world / tp / pp;
+      for (int zero = 0; zero <= 3; ++zero) {
+        if (dp == 1 && zero > 0) break;
+        for (Recompute rc : recomputes) {
+          if (m.params_only() && rc != Recompute::kNone) break;
+          std::vector<std::pair<Schedule, int>> schedules = {{Schedule::k1F1B, 1}};
+          if (pp > 1) schedules.push_back({Schedule::kInterleaved, 2});
+          for (auto [schedule, v] : schedules) {
+            Layout l = r.base;
+            l.dp = dp;
+            l.tp = tp;
+            l.pp = pp;
+            l.zero_stage = zero;
+            l.shard_group = 0;
+            l.recompute = rc;
+            l.schedule = schedule;
+            l.virtual_stages = v;
+            if (!valid(l, m)) continue;
+            out.push_back(evaluate(m, l, r.cluster));
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), faster);
+  return out;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+namespace {
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
+  return buf;
+}
+
+std::string secs(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", s);
+  return buf;
+}
+
+}  // namespace
+
+Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& candidates) {
+  Recommendation rec;
+  const ModelSpec& m = r.model;
+  const double cap = r.cluster.memory_bytes;
+  for (const Evaluation& e : candidates)
+    if (e.fits) {
+      rec.best = e;
+      break;
+    }
+
+  // The fewest devices on which pure ZeRO-3 (with full recomputation) fits.
+  for (int n = 1; n <= (1 << 20); n *= 2) {
+    Layout l = with_dp(r.base, n);
+    l.zero_stage = n > 1 ? 3 : 0;
+    l.recompute = m.params_only() ? Recompute::kNone : Recompute::kFull;
+    if (worst_rank_memory(m, l).memory.total() <= cap) {
+      rec.min_devices = n;
+      break;
+    }
+  }
+
+  Layout b0 = with_dp(r.base, r.world);
+  b0.zero_stage = 0;
+  b0.recompute = Recompute::kNone;
+  const MemoryBreakdown base = worst_rank_memory(m, b0).memory;
+  if (base.total() <= cap) {
+    rec.bottleneck = "compute";
+    rec.cut = "data_parallel";
+    rec.message = str("plain data parallelism fits (", gib(base.total()), " of ", gib(cap),
+                      " per device): the bottleneck is compute, so cut the data: ",
+                      r.world > 1 ? str("dp ", r.world, " splits each step's batch")
+                                  : std::string("add devices as data-parallel replicas"));
+  } else if (base.model_states() > cap) {
+    const double layer = one_layer_bytes(m, r.base);
+    if (!m.params_only() && layer > cap) {
+      rec.bottleneck = "layer";
+      rec.cut = "tensor_parallel";
+      rec.message =
+          str("one layer (", gib(layer), " gathered with its activations) is more than a device's ",
+              gib(cap), ": cut the matrices with tensor parallelism");
+    } else {
+      rec.bottleneck = "model_states";
+      rec.cut = "zero";
+      int stage = 0;
+      for (int z = 1; z <= 3 && r.world > 1; ++z) {
+        Layout l = b0;
+        l.zero_stage = z;
+        if (worst_rank_memory(m, l).memory.model_states() <= cap) {
+          stage = z;
+          break;
+        }
+      }
+      rec.message =
+          str("the model states (", gib(base.model_states()), " per device: ", gib(base.parameters),
+              " parameters, ", gib(base.gradients), " gradients, ", gib(base.optimizer_states),
+              " optimizer states) exceed a device's ", gib(cap), ": shard them with ZeRO/FSDP");
+      if (stage > 0)
+        rec.message += str(" (stage ", stage, " over dp ", r.world, " is enough for the states)");
+      else if (rec.min_devices > 0)
+        rec.message += str(", which needs at least ", rec.min_devices,
+                           " devices (ZeRO-3 with full recomputation), or tensor/pipeline "
+                           "parallelism over as many");
+    }
+  } else {
+    rec.bottleneck = "activations";
+    rec.cut = "checkpointing";
+    rec.message = str("the model states fit (", gib(base.model_states()), ") but not with the ",
+                      gib(base.activations), " of activations: recompute them (checkpointing)");
+  }
+
+  if (rec.best) {
+    const Layout& l = rec.best->layout;
+    const MemoryBreakdown& mem = rec.best->memory.memory;
+    if (l.dp > 1)
+      rec.reasons.push_back(str("data parallel: dp ", l.dp, " splits the batch of ", l.global_batch,
+                                " sequences (", l.microbatches(), " micro-batches of ",
+                                l.micro_batch, " per rank)"));
+    if (l.zero_stage > 0)
+      rec.reasons.push_back(str("ZeRO stage ", l.zero_stage, ": model states ",
+                                gib(base.model_states()), " -> ", gib(mem.model_states()),
+                                " per rank"));
+    if (l.tp > 1)
+      rec.reasons.push_back(str("tensor parallel: tp ", l.tp, " cuts each layer's matrices (",
+                                gib(static_cast<double>(m.layer_params()) * value_bytes(l.dtype)),
+                                " of weights per layer)"));
+    if (l.pp > 1)
+      rec.reasons.push_back(str("pipeline parallel: pp ", l.pp, " (", name(l.schedule),
+                                l.virtual_stages > 1 ? str(" v ", l.virtual_stages) : "",
+                                "), bubble ", pct(rec.best->time.bubble_fraction)));
+    if (l.recompute != Recompute::kNone)
+      rec.reasons.push_back(str("checkpointing (", name(l.recompute), "): activations ",
+                                gib(mem.activations), " per rank"));
+    rec.message += str(". Recommended: ", l.str());
+    if (rec.best->time.estimated)
+      rec.message +=
+          str(" (step ", secs(rec.best->time.step_s), ", MFU ", pct(rec.best->time.mfu), ")");
+  } else {
+    rec.message += str(". No layout of ", r.world, r.world == 1 ? " device" : " devices", " fits");
+  }
+  return rec;
+}
+
+std::string format_table(const std::vector<Evaluation>& cs, size_t top) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%-4s %-4s %-4s %-4s %-9s %-14s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n", "dp",
+                "tp", "pp", "zero", "recompute", "schedule", "params", "grads", "optim", "activ",
+                "buffers", "total", "fits", "step", "tokens/s", "MFU");
+  out += line;
+  for (size_t i = 0; i < cs.size() && i < top; ++i) {
+    const Evaluation& e = cs[i];
+    const Layout& l = e.layout;
+    const MemoryBreakdown& m = e.memory.memory;
+    const std::string sched =
+        l.pp == 1 ? "-"
+                  : (l.virtual_stages > 1 ? str(name(l.schedule), " v", l.virtual_stages)
+                                          : std::string(name(l.schedule)));
+    auto g = [](double b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2fG", b / (1024.0 * 1024.0 * 1024.0));
+      return std::string(buf);
+    };
+    std::string step = "-", tok = "-", mfu = "-";
+    if (e.time.estimated) {
+      step = secs(e.time.step_s);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.4g", e.time.tokens_per_s);
+      tok = buf;
+      mfu = pct(e.time.mfu);
+    }
+    std::snprintf(line, sizeof line,
+                  "%-4d %-4d %-4d %-4d %-9s %-14s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n",
+                  l.dp, l.tp, l.pp, l.zero_stage, name(l.recompute), sched.c_str(),
+                  g(m.parameters).c_str(), g(m.gradients).c_str(), g(m.optimizer_states).c_str(),
+                  g(m.activations).c_str(), g(m.buffers).c_str(), g(m.total()).c_str(),
+                  e.fits ? "yes" : "no", step.c_str(), tok.c_str(), mfu.c_str());
+    out += line;
+  }
+  if (cs.size() > top) out += str("(", cs.size() - top, " more; --top N shows more)\n");
+  return out;
+}
+
+std::string format_evaluation(const ModelSpec& model, const ClusterSpec& cluster,
+                              const Evaluation& e) {
+  const MemoryBreakdown& m = e.memory.memory;
+  std::string out = str(model.name, " (", model.total_params() / 1e9, "B parameters) on ",
+                        e.layout.world(), " x ", cluster.name, "\nlayout: ", e.layout.str(),
+                        "\nper rank (pipeline stage ", e.memory.stage, "):\n");
+  out += str("  parameters        ", gib(m.parameters), "\n");
+  out += str("  gradients         ", gib(m.gradients), "\n");
+  out += str("  optimizer states  ", gib(m.optimizer_states), "\n");
+  out += str("  activations       ", gib(m.activations), " (", name(e.layout.form), " form)\n");
+  out += str("  buffers           ", gib(m.buffers), "\n");
+  out += str("  total             ", gib(m.total()), " of ", gib(e.capacity), ": ",
+             e.fits ? "fits" : "does NOT fit", "\n");
+  if (e.time.estimated) {
+    const TimeBreakdown& t = e.time;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "step %.4g s (compute %.4g, bubble %.4g, tp %.4g, pp %.4g, dp %.4g exposed of "
+                  "%.4g)\n%.4g FLOPs/step, %.4g tokens/s, %.4g TFLOP/s per device, MFU %.1f%%\n",
+                  t.step_s, t.compute_s, t.bubble_s, t.tp_comm_s, t.pp_comm_s, t.dp_comm_s,
+                  t.dp_comm_total_s, t.flops_per_step, t.tokens_per_s, t.tflops_per_device,
+                  100 * t.mfu);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace kiri::plan

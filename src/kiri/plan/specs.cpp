@@ -1,0 +1,181 @@
+#include "kiri/plan/specs.h"
+
+#include "kiri/base/error.h"
+
+namespace kiri::plan {
+
+int64_t ModelSpec::layer_params() const {
+  const int64_t h = hidden;
+  if (arch == Arch::kLlama) return 4 * h * h + 3 * h * ffn_width() + 2 * h;
+  // c_attn 3h² + 3h, attn c_proj h² + h, c_fc h·f + f, mlp c_proj f·h + h, ln_1 and ln_2 4h.
+  const int64_t f = ffn_width();
+  return 4 * h * h + 2 * h * f + 3 * h + h + f + h + 4 * h;
+}
+
+int64_t ModelSpec::layer_matmul_params() const {
+  const int64_t h = hidden;
+  if (arch == Arch::kLlama) return 4 * h * h + 3 * h * ffn_width();
+  return 4 * h * h + 2 * h * ffn_width();
+}
+
+int64_t ModelSpec::embedding_params() const {
+  if (arch == Arch::kLlama) return vocab * hidden;
+  return vocab * hidden + max_seq * hidden;
+}
+
+int64_t ModelSpec::final_norm_params() const {
+  return arch == Arch::kLlama ? hidden : 2 * hidden;
+}
+
+int64_t ModelSpec::head_params() const {
+  return arch == Arch::kLlama ? vocab * hidden : 0;
+}
+
+double ModelSpec::total_params() const {
+  if (params_only()) return params;
+  return static_cast<double>(n_layer * layer_params() + embedding_params() + final_norm_params() +
+                             head_params());
+}
+
+namespace {
+
+ModelSpec gpt(const std::string& name, int64_t l, int64_t h, int64_t a, int64_t seq) {
+  ModelSpec m = model_from_dims(l, h, a, 50257, seq);
+  m.name = name;
+  return m;
+}
+
+ModelSpec llama(const std::string& name, int64_t l, int64_t h, int64_t a, int64_t ffn) {
+  ModelSpec m;
+  m.name = name;
+  m.arch = Arch::kLlama;
+  m.n_layer = l;
+  m.hidden = h;
+  m.heads = a;
+  m.vocab = 32000;
+  m.ffn = ffn;
+  m.max_seq = 2048;
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  return {"gpt2-124M", "gpt2-350M", "gpt2-774M", "gpt2-1.5B", "llama-7B", "llama-13B", "gpt3-175B"};
+}
+
+ModelSpec model_preset(const std::string& name) {
+  // GPT-2: Radford et al. 2019, Table 2 (and the Hugging Face configs: n_ctx 1024, vocab 50257).
+  if (name == "gpt2-124M") return gpt(name, 12, 768, 12, 1024);
+  if (name == "gpt2-350M") return gpt(name, 24, 1024, 16, 1024);
+  if (name == "gpt2-774M") return gpt(name, 36, 1280, 20, 1024);
+  if (name == "gpt2-1.5B") return gpt(name, 48, 1600, 25, 1024);
+  // GPT-3: Brown et al. 2020, Table 2.1 (96 layers, d_model 12288, 96 heads, context 2048).
+  if (name == "gpt3-175B") return gpt(name, 96, 12288, 96, 2048);
+  // LLaMA: Touvron et al. 2023, Table 2 and the released configs (intermediate_size).
+  if (name == "llama-7B") return llama(name, 32, 4096, 32, 11008);
+  if (name == "llama-13B") return llama(name, 40, 5120, 40, 13824);
+  std::string known;
+  for (const auto& n : model_preset_names()) known += " " + n;
+  KIRI_RAISE(kConfig, "unknown model '", name, "' (known:", known,
+             "; or --layers/--hidden/--heads/--vocab, or --params)");
+}
+
+ModelSpec model_from_dims(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab,
+                          int64_t max_seq) {
+  KIRI_CHECK_KIND(kConfig, layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_seq > 0,
+                  "model dimensions must be positive: --layers ", layers, " --hidden ", hidden,
+                  " --heads ", heads, " --vocab ", vocab, " (context ", max_seq, ")");
+  KIRI_CHECK_KIND(kConfig, hidden % heads == 0, "--heads ", heads, " does not divide --hidden ",
+                  hidden);
+  ModelSpec m;
+  m.name = str("gpt-L", layers, "-h", hidden);
+  m.n_layer = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.vocab = vocab;
+  m.max_seq = max_seq;
+  return m;
+}
+
+ModelSpec model_from_params(double params) {
+  KIRI_CHECK_KIND(kConfig, params >= 1, "--params must be at least 1, got ", params);
+  ModelSpec m;
+  m.name = str(params, " params");
+  m.params = params;
+  return m;
+}
+
+std::vector<std::string> cluster_preset_names() {
+  return {"a100-80g-nvlink", "h100-80g-nvlink-ib", "v100-32g-pcie", "this-machine"};
+}
+
+ClusterSpec cluster_preset(const std::string& name) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  ClusterSpec c;
+  c.name = name;
+  if (name == "a100-80g-nvlink") {
+    // NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): 312 TFLOP/s dense BF16/FP16,
+    // 19.5 TFLOP/s FP32 (non-tensor), 80 GB HBM2e, NVLink 3: 600 GB/s bidirectional per GPU.
+    // DGX A100 user guide: 8 GPUs per node, 8 ConnectX-6 HDR 200 Gb/s (25 GB/s) for compute.
+    c.device = "NVIDIA A100-SXM4-80GB";
+    c.devices_per_node = 8;
+    c.memory_bytes = 80 * GiB;
+    c.flops_16bit = 312e12;
+    c.flops_fp32 = 19.5e12;
+    c.efficiency = 0.7;  // assumption: large GEMMs reach ~70% of peak (to be calibrated)
+    c.intra = {300e9, 5e-6};
+    c.inter = {25e9, 10e-6};
+    return c;
+  }
+  if (name == "h100-80g-nvlink-ib") {
+    // NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOP/s dense BF16/FP16, 67 TFLOP/s
+    // FP32, 80 GB HBM3, NVLink 4: 900 GB/s bidirectional per GPU. DGX H100: 8 GPUs per node,
+    // 8 ConnectX-7 NDR 400 Gb/s (50 GB/s) InfiniBand ports for compute.
+    c.device = "NVIDIA H100-SXM5-80GB";
+    c.devices_per_node = 8;
+    c.memory_bytes = 80 * GiB;
+    c.flops_16bit = 989e12;
+    c.flops_fp32 = 67e12;
+    c.efficiency = 0.7;  // assumption, as above
+    c.intra = {450e9, 5e-6};
+    c.inter = {50e9, 10e-6};
+    return c;
+  }
+  if (name == "v100-32g-pcie") {
+    // NVIDIA V100 datasheet (PCIe 32GB): 112 TFLOP/s FP16 tensor, 14 TFLOP/s FP32, 32 GB
+    // HBM2, PCIe Gen3 x16: 32 GB/s bidirectional. Assumed: 8 GPUs per node sharing one
+    // 100 Gb/s EDR InfiniBand port (12.5 GB/s, 1.56 GB/s per GPU). V100 has no bf16: the
+    // planner takes the fp16 rate for both 16-bit types.
+    c.device = "NVIDIA V100-PCIE-32GB";
+    c.devices_per_node = 8;
+    c.memory_bytes = 32 * GiB;
+    c.flops_16bit = 112e12;
+    c.flops_fp32 = 14e12;
+    c.efficiency = 0.6;  // assumption
+    c.intra = {16e9, 10e-6};
+    c.inter = {12.5e9 / 8, 20e-6};
+    return c;
+  }
+  if (name == "this-machine") {
+    // Rough numbers for the 2-core development VM (one rank per core), to be replaced by a
+    // measuring calibration step: fp32 FMA peak ~176 GFLOP/s per core and bf16 ~86
+    // (docs/performance.md, "Mixed-precision GEMM"), oneDNN SGEMM reaching 150-230 GFLOP/s on
+    // 2 threads (efficiency ~0.6); ~23.5 GiB of RAM split over the 2 ranks; MPI over shared
+    // memory at a few GB/s and microseconds.
+    c.device = "x86-64 core (avx512)";
+    c.devices_per_node = 2;
+    c.memory_bytes = 11 * GiB;
+    c.flops_fp32 = 176e9;
+    c.flops_16bit = 86e9;
+    c.efficiency = 0.6;
+    c.intra = {4e9, 2e-6};
+    c.inter = {4e9, 2e-6};
+    return c;
+  }
+  std::string known;
+  for (const auto& n : cluster_preset_names()) known += " " + n;
+  KIRI_RAISE(kConfig, "unknown cluster '", name, "' (known:", known, ")");
+}
+
+}  // namespace kiri::plan

@@ -1,0 +1,72 @@
+#pragma once
+// What the planner plans for: a model (a preset, explicit dimensions, or just a
+// parameter count) and a cluster of devices. Numbers only; no kiri objects.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiri::plan {
+
+enum class Arch {
+  kGpt2,   // GPT-2/GPT-3: biases, learned positions, GELU MLP 4h, tied LM head
+  kLlama,  // LLaMA: no biases, rotary positions, SwiGLU MLP of width ffn, untied head
+};
+
+struct ModelSpec {
+  std::string name;
+  Arch arch = Arch::kGpt2;
+  int64_t n_layer = 0, hidden = 0, heads = 0, vocab = 0;
+  int64_t ffn = 0;         // MLP width; 0 = 4·hidden (GPT-2)
+  int64_t max_seq = 1024;  // context length (GPT-2's position rows)
+  double params = 0;       // > 0: a parameter count only (--params), no structure
+
+  bool params_only() const { return params > 0 && n_layer == 0; }
+  int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * hidden; }
+  // One block: GPT-2 12h² + 13h; LLaMA 4h² + 3·h·ffn + 2h.
+  int64_t layer_params() const;
+  // The weights of a block's matrix multiplies (12h² for GPT-2): 2 FLOPs each per token.
+  int64_t layer_matmul_params() const;
+  // wte (+ wpe for GPT-2: V·h + max_seq·h).
+  int64_t embedding_params() const;
+  // The final norm: 2h (LayerNorm) or h (RMSNorm).
+  int64_t final_norm_params() const;
+  // The LM head's own weights: 0 when tied to wte (GPT-2), V·h for LLaMA.
+  int64_t head_params() const;
+  // All of them (or `params` for a parameter-count-only model).
+  double total_params() const;
+};
+
+// gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1.5B, llama-7B, llama-13B, gpt3-175B;
+// raises kConfig naming the known ones.
+ModelSpec model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+// A GPT-2-style model of the given dimensions (kConfig on non-positive ones).
+ModelSpec model_from_dims(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab,
+                          int64_t max_seq = 1024);
+// A model known only by its parameter count (model-state questions).
+ModelSpec model_from_params(double params);
+
+struct Link {
+  double bandwidth = 0;  // bytes/s, one direction, per device
+  double latency = 0;    // seconds per message (α)
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string device;
+  int devices_per_node = 1;
+  int nodes = 1;
+  double memory_bytes = 0;  // per device
+  double flops_fp32 = 0;    // peak FLOP/s per device, fp32 (dense)
+  double flops_16bit = 0;   // peak FLOP/s per device, bf16/fp16 (dense)
+  double efficiency = 1;    // sustained fraction of the peak in large GEMMs
+  Link intra, inter;        // within a node, across nodes (per device)
+
+  int world() const { return devices_per_node * nodes; }
+};
+
+// a100-80g-nvlink, h100-80g-nvlink-ib, v100-32g-pcie, this-machine; kConfig otherwise.
+ClusterSpec cluster_preset(const std::string& name);
+std::vector<std::string> cluster_preset_names();
+
+}  // namespace kiri::plan

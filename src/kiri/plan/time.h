@@ -1,0 +1,60 @@
+#pragma once
+// The time model: FLOPs per step, compute at a sustained per-device rate, communication
+// with an α–β model, the pipeline bubble; step time, tokens/s, TFLOP/s per device, MFU.
+#include <cstdint>
+
+#include "kiri/plan/layout.h"
+#include "kiri/plan/specs.h"
+
+namespace kiri::plan {
+
+// Narayanan et al. 2021 (eq. 3): FLOPs of one step of B sequences of s tokens through L
+// layers of hidden h and vocabulary V: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)); with full
+// activation recomputation 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)).
+double narayanan_flops(double B, double s, double L, double h, double V, bool full_recompute);
+// The 6·N·D rule: 6 FLOPs per parameter per token.
+double six_n_flops(double params, double tokens);
+
+struct StepFlops {
+  double model = 0;     // forward + backward, no recomputation (MFU's numerator)
+  double executed = 0;  // what runs: + recomputed forwards
+};
+// 3 × (per token: L·(2·matmul weights + 4·s·h) + 2·h·V) per token, which is Narayanan's
+// formula for GPT (and its generalisation for LLaMA's SwiGLU); full recomputation adds a
+// forward of the blocks, selective one of attention's s-terms; the kiri form adds attention's
+// recomputed QKᵀ (kiri saves only the log-sum-exp) as the paper form's selective does.
+StepFlops step_flops(const ModelSpec& model, const Layout& layout);
+
+// Bubble share of the pipeline's step: (p − 1)/(v·m + p − 1) (v = 1 unless interleaved),
+// and the bubble time over the ideal time: (p − 1)/(v·m).
+double bubble_fraction(int p, int64_t m, int v = 1);
+double bubble_overhead(int p, int64_t m, int v = 1);
+
+// Collectives over n ranks of `bytes` each (α–β, ring): all-reduce 2(n−1)α + 2(n−1)/n·bytes/β;
+// reduce-scatter and all-gather (n−1)α + (n−1)/n·bytes/β; point-to-point α + bytes/β.
+double allreduce_seconds(double bytes, int n, const Link& link);
+double reduce_scatter_seconds(double bytes, int n, const Link& link);
+double all_gather_seconds(double bytes, int n, const Link& link);
+double p2p_seconds(double bytes, const Link& link);
+// The link of a group whose members span `span` consecutive ranks of the mesh (tp innermost,
+// then dp, then pp, as kiri's mesh): a tp group spans tp, a dp group dp·tp, a pp group
+// dp·tp·pp. Within a node iff span ≤ devices per node.
+Link group_link(const ClusterSpec& cluster, int64_t span);
+
+struct TimeBreakdown {
+  bool estimated = false;  // false for a parameter-count-only model
+  double flops_per_step = 0, model_flops_per_step = 0;
+  double compute_s = 0;  // executed FLOPs / world / (peak · efficiency)
+  double bubble_s = 0;   // compute_s · (p − 1)/(v·m)
+  double bubble_fraction = 0;
+  double tp_comm_s = 0;        // 4 all-reduces of [b·s, h] per layer per micro-batch (6 with
+                               // full recomputation), + 2 for the embedding and the LM head
+  double pp_comm_s = 0;        // a send forward and one backward per micro-batch and chunk
+  double dp_comm_total_s = 0;  // gradient reduction / ZeRO gathers per step
+  double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)
+  double step_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
+};
+TimeBreakdown estimate_time(const ModelSpec& model, const Layout& layout,
+                            const ClusterSpec& cluster);
+
+}  // namespace kiri::plan

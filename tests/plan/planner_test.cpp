@@ -1,0 +1,130 @@
+// The planner's recommendation and its validation.
+#include <gtest/gtest.h>
+
+#include "kiri/base/error.h"
+#include "kiri/plan/planner.h"
+
+namespace kiri::plan {
+namespace {
+
+PlanRequest request(const std::string& model, const std::string& cluster, int world,
+                    int64_t micro_batch = 1) {
+  PlanRequest r{model_preset(model), cluster_preset(cluster), world, Layout{}};
+  r.base.micro_batch = micro_batch;
+  r.base.seq_len = r.model.max_seq;
+  r.base.global_batch = 512;
+  return r;
+}
+
+TEST(PlanRecommend, Llama7BOnOneA100NeedsZeroForItsStates) {
+  const PlanRequest r = request("llama-7B", "a100-80g-nvlink", 1);
+  const std::vector<Evaluation> cs = enumerate_layouts(r);
+  ASSERT_FALSE(cs.empty());
+  const Recommendation rec = recommend(r, cs);
+  EXPECT_EQ(rec.bottleneck, "model_states");
+  EXPECT_EQ(rec.cut, "zero");
+  EXPECT_FALSE(rec.best.has_value());
+  EXPECT_EQ(rec.min_devices, 2);
+  EXPECT_NE(rec.message.find("ZeRO/FSDP"), std::string::npos) << rec.message;
+}
+
+TEST(PlanRecommend, Llama7BOnEightA100sShards) {
+  const PlanRequest r = request("llama-7B", "a100-80g-nvlink", 8);
+  const Recommendation rec = recommend(r, enumerate_layouts(r));
+  EXPECT_EQ(rec.bottleneck, "model_states");
+  EXPECT_EQ(rec.cut, "zero");
+  ASSERT_TRUE(rec.best.has_value());
+  EXPECT_TRUE(rec.best->fits);
+  const Layout& l = rec.best->layout;
+  EXPECT_TRUE(l.zero_stage > 0 || l.tp > 1 || l.pp > 1) << l.str();
+}
+
+TEST(PlanRecommend, Gpt2SmallOnEightA100sIsDataParallel) {
+  const PlanRequest r = request("gpt2-124M", "a100-80g-nvlink", 8);
+  const std::vector<Evaluation> cs = enumerate_layouts(r);
+  const Recommendation rec = recommend(r, cs);
+  EXPECT_EQ(rec.bottleneck, "compute");
+  EXPECT_EQ(rec.cut, "data_parallel");
+  ASSERT_TRUE(rec.best.has_value());
+  EXPECT_EQ(rec.best->layout.dp, 8);
+  EXPECT_EQ(rec.best->layout.tp, 1);
+  EXPECT_EQ(rec.best->layout.pp, 1);
+  EXPECT_EQ(rec.reasons.size(), 1u);
+  // Sorted: fitting layouts first, by step time.
+  for (size_t i = 1; i < cs.size(); ++i)
+    if (cs[i].fits) {
+      ASSERT_TRUE(cs[i - 1].fits);
+      EXPECT_LE(cs[i - 1].time.step_s, cs[i].time.step_s);
+    }
+}
+
+TEST(PlanRecommend, BigMicroBatchesNeedCheckpointing) {
+  const PlanRequest r = request("gpt2-1.5B", "a100-80g-nvlink", 8, 16);
+  const Recommendation rec = recommend(r, enumerate_layouts(r));
+  EXPECT_EQ(rec.bottleneck, "activations");
+  EXPECT_EQ(rec.cut, "checkpointing");
+  ASSERT_TRUE(rec.best.has_value());
+}
+
+TEST(PlanRecommend, ALayerTooBigForADeviceNeedsTensorParallel) {
+  PlanRequest r = request("gpt3-175B", "a100-80g-nvlink", 8);
+  r.cluster.memory_bytes = 4.0 * 1024 * 1024 * 1024;
+  const Recommendation rec = recommend(r, enumerate_layouts(r));
+  EXPECT_EQ(rec.bottleneck, "layer");
+  EXPECT_EQ(rec.cut, "tensor_parallel");
+}
+
+TEST(PlanRecommend, ParamsOnlyModelsPlanStatesOnly) {
+  PlanRequest r{model_from_params(7.5e9), cluster_preset("a100-80g-nvlink"), 64, Layout{}};
+  r.base.global_batch = 64;
+  const std::vector<Evaluation> cs = enumerate_layouts(r);
+  ASSERT_EQ(cs.size(), 4u);  // dp 64, ZeRO 0-3
+  for (const Evaluation& e : cs) {
+    EXPECT_FALSE(e.time.estimated);
+    EXPECT_EQ(e.memory.memory.activations, 0);
+  }
+  EXPECT_EQ(cs.front().layout.zero_stage, 3);  // the smallest first (time unknown)
+  EXPECT_NEAR(cs.front().memory.memory.total() / 1e9, 1.9, 0.05);
+}
+
+TEST(PlanValidate, NamedConfigErrors) {
+  const ModelSpec m = model_preset("gpt2-124M");
+  const ClusterSpec c = cluster_preset("a100-80g-nvlink");
+  auto kind_of = [&](Layout l) {
+    try {
+      evaluate(m, l, c);
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kInternal;
+  };
+  Layout l;
+  l.global_batch = 8;
+  l.tp = 5;
+  EXPECT_EQ(kind_of(l), ErrorKind::kConfig);  // 5 does not divide 12 heads
+  l.tp = 1;
+  l.pp = 13;
+  EXPECT_EQ(kind_of(l), ErrorKind::kConfig);  // more stages than layers
+  l.pp = 2;
+  l.zero_stage = 3;
+  EXPECT_EQ(kind_of(l), ErrorKind::kConfig);  // pp > 1 with stage 3
+  l.zero_stage = 0;
+  l.dp = 3;
+  EXPECT_EQ(kind_of(l), ErrorKind::kConfig);  // 8 not a multiple of 3
+  l.dp = 1;
+  l.seq_len = 2048;
+  EXPECT_EQ(kind_of(l), ErrorKind::kConfig);  // beyond GPT-2's 1024 positions
+  l.seq_len = 1024;
+  l.schedule = Schedule::kInterleaved;
+  l.virtual_stages = 2;
+  l.global_batch = 3;
+  EXPECT_EQ(kind_of(l), ErrorKind::kConfig);  // m = 3 not a multiple of pp 2
+  EXPECT_THROW(model_preset("gpt5"), Error);
+  EXPECT_THROW(cluster_preset("tpu"), Error);
+  EXPECT_THROW(parse_recompute("some"), Error);
+  l.global_batch = 4;
+  EXPECT_NO_THROW(evaluate(m, l, c));
+}
+
+}  // namespace
+}  // namespace kiri::plan
