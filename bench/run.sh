@@ -80,4 +80,17 @@ if [ "${BENCH_ZERO:-1}" = 1 ]; then
   fi
 fi
 
+# Tensor and pipeline parallelism (docs/performance.md): the tiny model, a global batch of
+# 8 x 128 tokens in every layout; 1x1x1 on 1 process x 1 thread, then dp2, tp2 and pp2
+# (1F1B and GPipe at m = 1, 2, 4, 8) on 2 ranks x 1 thread, interleaved round by round.
+if [ "${BENCH_LAYOUTS:-1}" = 1 ]; then
+  rounds=${BENCH_ROUNDS:-3}
+  echo "bench: layouts, kiri 1 process (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  OMP_NUM_THREADS=1 "$build/kiri" bench --layouts --config tiny --threads 1 --steps "$steps" \
+    --rounds "$rounds" >> "$out/results.jsonl"
+  echo "bench: layouts, kiri 2 ranks, $rounds rounds (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  "$build/kiri" launch -n 2 --threads 1 -- bench --layouts --config tiny --steps "$steps" \
+    --rounds "$rounds" 2>/dev/null | grep '^{' >> "$out/results.jsonl"
+fi
+
 python3 "$root/bench/table.py" "$out/results.jsonl"

@@ -100,3 +100,48 @@ if dt:
         print(f"| {r['layout']} | {r['tokens_per_s']:.0f} | {v:.3f} | {g} | {mib(m['activations'])} | "
               f"{mib(m['parameters'])} | {mib(m['gradients'])} | {mib(m['optimizer_states'])} | "
               f"{mib(m['total'])} |")
+
+# Tensor and pipeline parallelism: kiri bench --layouts on 1 process (1x1x1) and 2 ranks.
+lay = [r for r in rows if r["impl"] == "kiri-layout"]
+if lay:
+    one = next((r for r in lay if r["ranks"] == 1), None)
+    multi = [r for r in lay if r["ranks"] > 1]
+    ops = sorted({k for r in lay for k in r["comm_share"]})
+    r0 = multi[0] if multi else one
+    print()
+    print(f"Layouts ({r0['config']}, {r0['tokens_per_step']} tokens per step in every layout, "
+          f"{r0['threads']} thread per rank, {r0['timed_steps']} steps per layout over "
+          f"{r0['rounds']} interleaved rounds); shares of rank 0's step time from its trace:")
+    print()
+    print("| layout | ranks | dp x tp x pp | m x micro-batch | step | tokens/s | vs 1x1x1 | "
+          "bubble (rank 0) | (p-1)/(m+p-1) | with the stages' measured costs | compute | "
+          "comm, exposed | idle | " + " | ".join(ops) + " | peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ops) + "---|")
+
+    def pct(v):
+        return f"{100 * v:.1f}%"
+
+    for r in ([one] if one else []) + multi:
+        same = one and r.get("vocab_size") == one.get("vocab_size")
+        vs = f"{r['tokens_per_s'] / one['tokens_per_s']:.2f}x" if same else "n/a"
+        b = pct(r["bubble"]) if "bubble" in r else ""
+        f = pct(r["bubble_formula"]) if "bubble_formula" in r else ""
+        u = pct(r["bubble_unequal_stages"]) if "bubble_unequal_stages" in r else ""
+        shares = " | ".join(pct(r["comm_share"][k]) if k in r["comm_share"] else "" for k in ops)
+        print(f"| {r['layout']} | {r['ranks']} | {r['dp']}x{r['tp']}x{r['pp']} | "
+              f"{r['microbatches']} x {r['micro_batch']} | {1000 * r['step_s']:.0f} ms | "
+              f"{r['tokens_per_s']:.0f} | {vs} | {b} | {f} | {u} | {pct(r['compute_share'])} | "
+              f"{pct(r['exposed_comm_share'])} | {pct(r['idle_share'])} | {shares} | "
+              f"{r['peak_mib']:.0f} |")
+    print()
+    print("| layout | stages (FLOPs share) | compute per step, by stage | "
+          "communication time per operation and group, share of the step |")
+    print("|---|---|---|---|")
+    for r in ([one] if one else []) + multi:
+        g = sorted(r["comm_share_by_group"].items(), key=lambda kv: -kv[1])
+        st = (f"{r['stages'].replace(' | ', '; ')} "
+              f"({' / '.join(pct(x) for x in r['stage_flops_share'])})"
+              if "stages" in r else "")
+        sc = " / ".join(f"{1000 * x:.0f} ms" for x in r.get("stage_compute_s", []))
+        print(f"| {r['layout']} | {st} | {sc} | "
+              + (", ".join(f"{k} {pct(v)}" for k, v in g) or "none") + " |")

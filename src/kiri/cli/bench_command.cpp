@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -8,9 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiri/base/error.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/world.h"
+#include "kiri/parallel/pp/partition.h"
+#include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/bench.h"
 #include "kiri/train/ddp_bench.h"
 #include "kiri/train/layout_bench.h"
@@ -19,7 +23,8 @@ namespace kiri::cli {
 
 // kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
 // step time against its GEMMs' time (bench/run.sh puts PyTorch beside it).
-// --ddp, --zero and --dtypes select the data-parallel and layout benchmarks.
+// --ddp, --zero, --dtypes and --layouts select the data-parallel and layout
+// benchmarks.
 namespace {
 // kiri launch -n N -- bench --ddp: one JSON line from rank 0.
 int ddp_bench(const Args& a) {
@@ -148,14 +153,125 @@ int dtype_bench(const Args& a) {
     print_layouts("kiri-dtype", spec, world.comm->size(), rounds, results);
   return 0;
 }
+// kiri bench --layouts: on one process the 1x1x1 layout (at --threads, default
+// 1); on N ranks (kiri launch -n N --threads 1 -- bench --layouts) dp N, tp N
+// and pp N with GPipe and 1F1B at m = 1, 2, 4, 8. The global batch is 8
+// sequences of the config's length in every layout: dp N takes 8/N rows per
+// rank, pp N micro-batches of 8/m rows. Then 1F1B again with the vocabulary
+// cut to 512 tokens (stages of about equal cost; not comparable in tokens/s).
+// One JSON line per layout from rank 0.
+int mesh_layout_bench(const Args& a) {
+  World world = make_world();
+  comm::Options o = world.comm->options();
+  o.check_collectives = !a.flag("no-check");
+  world.comm->set_options(o);
+  const train::BenchSpec spec = layout_spec(a, 5);
+  const int rounds = static_cast<int>(a.get_int("rounds", 3));
+  const int n = world.comm->size();
+  constexpr int64_t kGlobalRows = 8;
+  std::vector<train::MeshLayout> layouts;
+  if (n == 1) {
+    omp_set_num_threads(static_cast<int>(a.get_int("threads", 1)));
+    layouts.push_back({"1x1x1", {1, 1, 1}, {}, kGlobalRows});
+  } else {
+    KIRI_CHECK_KIND(kConfig, kGlobalRows % n == 0, "bench --layouts: ", n,
+                    " ranks do not divide the global batch of ", kGlobalRows, " sequences");
+    layouts.push_back({"dp" + std::to_string(n), {n, 1, 1}, {}, kGlobalRows / n});
+    layouts.push_back({"tp" + std::to_string(n), {1, n, 1}, {}, kGlobalRows});
+    for (auto kind : {parallel::pp::ScheduleKind::k1F1B, parallel::pp::ScheduleKind::kGPipe})
+      for (int m : {1, 2, 4, 8}) {
+        model::ParallelOptions po;
+        po.pipeline.schedule = kind;
+        po.pipeline.microbatches = m;
+        layouts.push_back({"pp" + std::to_string(n) + "-" + parallel::pp::schedule_name(kind) +
+                               "-m" + std::to_string(m),
+                           {1, 1, n},
+                           po,
+                           kGlobalRows / m});
+      }
+    // The same pipeline with a 512-token vocabulary, whose LM head no longer
+    // outweighs the blocks: stages of about equal cost, the formula's case.
+    for (int m : {1, 2, 4, 8}) {
+      model::ParallelOptions po;
+      po.pipeline.microbatches = m;
+      layouts.push_back({"pp" + std::to_string(n) + "-1f1b-m" + std::to_string(m) + "-vocab512",
+                         {1, 1, n},
+                         po,
+                         kGlobalRows / m,
+                         512});
+    }
+  }
+  if (const auto only = a.get("only")) {  // --only NAME: that layout alone
+    std::erase_if(layouts, [&](const train::MeshLayout& l) { return l.name != *only; });
+    KIRI_CHECK_KIND(kConfig, !layouts.empty(), "bench --layouts: no layout named ", *only);
+  }
+  auto results = train::run_mesh_layout_bench(*world.comm, spec, layouts, rounds);
+  if (world.comm->rank() != 0) return 0;
+  for (const train::MeshLayoutResult& r : results) {
+    const train::MeshLayout& l = r.layout;
+    auto rounded = [](double v) { return std::round(v * 1e4) / 1e4; };
+    nlohmann::json by_op = nlohmann::json::object(), by_group = nlohmann::json::object();
+    for (const auto& [k, v] : r.comm_share_by_op) by_op[k] = rounded(v);
+    for (const auto& [k, v] : r.comm_share_by_group) by_group[k] = rounded(v);
+    nlohmann::json j = {
+        {"impl", "kiri-layout"},
+        {"config", spec.name},
+        {"layout", l.name},
+        {"ranks", n},
+        {"threads", omp_get_max_threads()},
+        {"dp", l.shape.dp},
+        {"tp", l.shape.tp},
+        {"pp", l.shape.pp},
+        {"schedule",
+         l.shape.pp > 1 ? parallel::pp::schedule_name(l.options.pipeline.schedule) : "none"},
+        {"microbatches", l.options.pipeline.microbatches},
+        {"micro_batch", l.micro_batch},
+        {"vocab_size", l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size},
+        {"seq_len", spec.seq},
+        {"tokens_per_step", r.tokens_per_step},
+        {"rounds", rounds},
+        {"timed_steps", r.timed_steps},
+        {"step_s", r.step_s},
+        {"tokens_per_s", r.tokens_per_s},
+        {"compute_share", rounded(r.compute_share)},
+        {"exposed_comm_share", rounded(r.exposed_comm_share)},
+        {"idle_share", rounded(r.idle_share)},
+        {"comm_share", by_op},
+        {"comm_share_by_group", by_group},
+        {"peak_mib", double(r.peak_total) / (1 << 20)},
+        {"check_collectives", o.check_collectives}};
+    if (r.bubble >= 0) {
+      j["bubble"] = rounded(r.bubble);
+      j["bubble_formula"] = rounded(r.bubble_formula);
+      j["bubble_unequal_stages"] = rounded(r.bubble_unequal);
+      j["stage_compute_s"] = r.stage_compute_s;
+      namespace pp = parallel::pp;
+      const auto costs = pp::gpt_layer_costs(
+          static_cast<int>(spec.model.n_embd), static_cast<int>(spec.model.n_head),
+          static_cast<int>(l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size),
+          static_cast<int>(spec.seq));
+      const auto parts =
+          pp::partition_layers(static_cast<int>(spec.model.n_layer), l.shape.pp, costs);
+      j["stages"] = pp::describe(parts);
+      std::vector<double> share = pp::stage_costs(parts, costs);
+      double total = 0;
+      for (double c : share) total += c;
+      for (double& c : share) c = rounded(c / total);
+      j["stage_flops_share"] = share;  // what the partition balanced: FLOPs per token
+    }
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args a(argv, {"config", "threads", "steps", "warmup", "rounds"},
-         {"ddp", "zero", "dtypes", "no-check"}, {"config", "threads"});
+  Args a(argv, {"config", "threads", "steps", "warmup", "rounds", "only"},
+         {"ddp", "zero", "dtypes", "layouts", "no-check"}, {"config", "threads"});
   if (a.flag("ddp")) return ddp_bench(a);
   if (a.flag("zero")) return zero_bench(a);
   if (a.flag("dtypes")) return dtype_bench(a);
+  if (a.flag("layouts")) return mesh_layout_bench(a);
   std::vector<std::string> configs = a.all("config");
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");

@@ -7,6 +7,7 @@
 // alike instead of on whichever ran during the busy minute.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,5 +42,63 @@ struct LayoutBenchResult {
 std::vector<LayoutBenchResult> run_layout_bench(
     comm::Communicator& world, const BenchSpec& spec,
     const std::vector<std::pair<std::string, model::ParallelOptions>>& layouts, int rounds);
+
+// The mesh-layout benchmark behind `kiri bench --layouts`: full training
+// steps of one model under dp x tp x pp layouts of the world (tensor and
+// pipeline parallelism, each schedule and number of micro-batches), the
+// layouts interleaved round by round as above. Each layout's step feeds
+// micro_batch x m rows per dp rank (m = options.pipeline.microbatches) to
+// ParallelGPT::forward_backward, so the global batch is
+// dp x micro_batch x m sequences of spec.seq tokens.
+struct MeshLayout {
+  std::string name;
+  parallel::MeshShape shape;
+  model::ParallelOptions options;  // options.pipeline: schedule and m
+  int64_t micro_batch = 8;         // rows of one micro-batch on one dp rank
+  int64_t vocab_size = 0;          // > 0: replaces spec.model's (a balanced pipeline)
+};
+
+struct MeshLayoutResult {
+  MeshLayout layout;
+  int64_t tokens_per_step = 0;  // global: dp x micro_batch x m x seq
+  int timed_steps = 0;          // pooled over the rounds
+  double step_s = 0;            // median of the pooled steps (rank 0's clock)
+  double tokens_per_s = 0;      // tokens_per_step / step_s
+  // pp > 1: rank 0's (stage 0's) measured bubble over all timed steps
+  // (model::PipelineStats: 1 - compute / window of Pipeline::run()), and
+  // the formula (pp - 1) / (m + pp - 1). -1 without a pipeline.
+  double bubble = -1, bubble_formula = -1;
+  // pp > 1: each stage's compute time per step (inside Pipeline::run()'s
+  // forwards and backwards; median over the rounds' means, from the stage's
+  // first rank), and the bubble stage 0 would see with these unequal stage
+  // costs C_s and the schedule's fill and drain:
+  //   1 - C_0 / ((sum_s C_s - max_s C_s) / m + max_s C_s)
+  // (with equal C_s it is the formula above; communication not counted).
+  std::vector<double> stage_compute_s;
+  double bubble_unequal = -1;
+  // From rank 0's trace (a base/trace.h Tracer on the world and the mesh's
+  // groups, enabled during the timed steps only), over the timed steps'
+  // windows (barrier to barrier: zero_grad, forward_backward, optimizer):
+  // Tracer::busy()'s split into compute, communication not under compute,
+  // and idle, as shares of the steps' time ...
+  double compute_share = 0, exposed_comm_share = 0, idle_share = 0;
+  // ... and per operation name ("all_reduce", "send", "recv", ...; and per
+  // "name group", e.g. "all_reduce tp") the time covered by that name's
+  // comm-lane spans (call to completion seen, overlaps within a name
+  // counted once), as a share of the steps' time. A blocking operation's
+  // span is time the rank spent in it; an asynchronous one's (DDP's
+  // bucketed all-reduce) may run under compute.
+  std::map<std::string, double> comm_share_by_op, comm_share_by_group;
+  int64_t peak_total = 0;  // rank 0's allocator peak, all categories (largest over rounds)
+};
+
+// Runs every layout for `rounds` rounds of spec.warmup_steps + spec.steps
+// steps (spec.batch is not used: micro_batch and m give the rows).
+// Collective: every rank calls it with the same arguments; every layout's
+// shape must multiply to world.size(). Results are rank 0's.
+std::vector<MeshLayoutResult> run_mesh_layout_bench(comm::Communicator& world,
+                                                    const BenchSpec& spec,
+                                                    const std::vector<MeshLayout>& layouts,
+                                                    int rounds);
 
 }  // namespace kiri::train
