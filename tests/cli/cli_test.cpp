@@ -76,8 +76,9 @@ TEST(Cli, BadModelParallelLayoutsAreNamedBeforeAnyWork) {
                "pipeline parallelism composes with ZeRO stage 0 or 1");
   expect_error("config --set parallel.schedule=zigzag", 2, "parallel.schedule must be gpipe");
   // The world size is checked when the ranks exist: before any training step.
-  expect_error("train configs/tiny-byte.json --set parallel.tp=2 --set checkpoint.dir=", 2,
-               "parallel.dp x tp x pp = 1 x 2 x 1 = 2 but the world has 1 process(es)");
+  expect_error("train " + std::string(KIRI_SOURCE_DIR) +
+                   "/configs/tiny-byte.json --set parallel.tp=2 --set checkpoint.dir=",
+               2, "parallel.dp x tp x pp = 1 x 2 x 1 = 2 but the world has 1 process(es)");
 }
 
 TEST(Cli, BadShardingLayoutsAreNamed) {
