@@ -73,6 +73,9 @@ TEST(Layout, Dp2Tp2) {
 TEST(Layout, Tp2Pp2) {
   run({.pp = 2, .tp = 2});
 }
+TEST(Layout, Tp2Pp2GPipe) {
+  run({.pp = 2, .tp = 2, .schedule = "gpipe"});
+}
 TEST(Layout, Tp2Pp2Interleaved) {
   run({.pp = 2, .tp = 2, .schedule = "interleaved", .virtual_stages = 2});
 }
