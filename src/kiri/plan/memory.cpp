@@ -177,3 +177,159 @@ RankMemory worst_rank_memory(const ModelSpec& model, const Layout& l) {
 }
 
 }  // namespace kiri::plan
+
+namespace kiri::plan {
+
+namespace {
+
+int64_t kiri_block_params(int64_t h, int tp) {
+  // c_attn [3h/t, h] + 3h/t, c_proj [h, h/t] + h, c_fc [4h/t, h] + 4h/t, c_proj [h, 4h/t] + h,
+  // two LayerNorms 4h.
+  return (12 * h * h + 7 * h) / tp + 6 * h;
+}
+
+int64_t kiri_wte_rows(const ModelSpec& m, int tp) {
+  return padded_vocab(m.vocab, tp) / tp;
+}
+
+StageBlocks stage_blocks(const ModelSpec& m, int pp, int stage, const KiriLayoutFacts& f) {
+  if (!f.stages.empty()) {
+    KIRI_CHECK(static_cast<int>(f.stages.size()) == pp, "kiri layout facts: ", f.stages.size(),
+               " stages for pp = ", pp);
+    return f.stages[static_cast<size_t>(stage)];
+  }
+  int64_t first = 0;
+  for (int s = 0; s < stage; ++s) first += layers_on_stage(m.n_layer, pp, s);
+  return {first, first + layers_on_stage(m.n_layer, pp, stage)};
+}
+
+}  // namespace
+
+std::vector<int64_t> kiri_parameter_groups(const ModelSpec& m, int tp, int pp, int stage,
+                                           StageBlocks blocks) {
+  KIRI_CHECK_KIND(kConfig, m.arch == Arch::kGpt2 && !m.params_only(),
+                  "kiri's exact layout needs a GPT-2 model of known dimensions");
+  const int64_t h = m.hidden, wte = kiri_wte_rows(m, tp) * h;
+  std::vector<int64_t> g;
+  g.push_back(stage == 0 ? wte + m.max_seq * h : 0);
+  for (int64_t b = blocks.first; b < blocks.end; ++b) g.push_back(kiri_block_params(h, tp));
+  int64_t last = 0;
+  if (stage == pp - 1) last = 2 * h + (stage > 0 ? wte : 0);
+  g.push_back(last);
+  return g;
+}
+
+std::vector<int64_t> kiri_units(const std::vector<int64_t>& groups, int pp, int wrap_blocks) {
+  if (pp > 1) return groups;
+  KIRI_CHECK(groups.size() >= 2 && wrap_blocks >= 1, "kiri units: ", groups.size(),
+             " groups, wrap_blocks ", wrap_blocks);
+  std::vector<int64_t> units{groups.front()};
+  const size_t blocks = groups.size() - 2;
+  for (size_t b = 0; b < blocks; b += static_cast<size_t>(wrap_blocks)) {
+    int64_t u = 0;
+    for (size_t i = b; i < std::min(blocks, b + static_cast<size_t>(wrap_blocks)); ++i)
+      u += groups[1 + i];
+    units.push_back(u);
+  }
+  units.push_back(groups.back());
+  return units;
+}
+
+MemoryBreakdown kiri_model_state_bytes(const std::vector<int64_t>& units, Precision dtype,
+                                       int zero_stage, int n) {
+  KIRI_CHECK_KIND(kConfig, zero_stage >= 0 && zero_stage <= 3, "ZeRO stage must be 0-3, got ",
+                  zero_stage);
+  KIRI_CHECK_KIND(kConfig, n >= 1, "the shard group must have at least 1 rank, got ", n);
+  int64_t psi = 0, padded = 0;
+  for (int64_t u : units) {
+    psi += u;
+    padded += (u + n - 1) / n * n;
+  }
+  const StateBytesPerParam k = state_bytes_per_param(dtype);
+  const auto d = static_cast<double>(k.parameters);
+  MemoryBreakdown m;
+  if (zero_stage == 0) {
+    const auto p = static_cast<double>(psi);
+    m.parameters = d * p;
+    m.gradients = d * p;
+    m.optimizer_states = k.optimizer_states() * p;
+    return m;
+  }
+  const auto p = static_cast<double>(padded), shard = static_cast<double>(padded / n);
+  m.parameters = d * (zero_stage >= 3 ? shard : p);
+  m.gradients = d * (zero_stage >= 2 ? shard : p);
+  m.optimizer_states = k.optimizer_states() * shard;
+  return m;
+}
+
+MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int stage,
+                                  const KiriLayoutFacts& facts) {
+  KIRI_CHECK(stage >= 0 && stage < l.pp, "stage ", stage, " of ", l.pp);
+  const StageBlocks blocks = stage_blocks(model, l.pp, stage, facts);
+  const std::vector<int64_t> groups = kiri_parameter_groups(model, l.tp, l.pp, stage, blocks);
+  const std::vector<int64_t> units = kiri_units(groups, l.pp, l.wrap_blocks);
+  MemoryBreakdown m = kiri_model_state_bytes(units, l.dtype, l.zero_stage, l.shard_size());
+
+  // Activations at the peak, fp32 (4 bytes) in elements first. n tokens of a micro-batch,
+  // c the width, ct a tensor-parallel rank's share of it.
+  const double t = l.tp, n = static_cast<double>(l.micro_batch * l.seq_len);
+  const double c = static_cast<double>(model.hidden), heads = static_cast<double>(model.heads);
+  const double v = static_cast<double>(kiri_wte_rows(model, l.tp));
+  const double layers = static_cast<double>(blocks.end - blocks.first);
+  const bool first = stage == 0, last = stage == l.pp - 1;
+  // What a block saves (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv,
+  // attention output, MLP hidden pre/post-GELU (12nc/t) + LayerNorm statistics 4n + lse.
+  const bool full = l.recompute == Recompute::kFull;
+  const double saved_block = 4 * n * c + 12 * n * c / t + 4 * n +
+                             static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  const double kept_block = full ? n * c : saved_block;
+  const double in_flight = layers_in_flight(l, blocks.end - blocks.first, stage) /
+                           std::max(1.0, layers);  // micro-batches
+  // The stage's saved activations of all micro-batches in flight (+ the last block's output,
+  // the next stage's / ln_f's input).
+  double saved = in_flight * (layers * kept_block + n * c);
+  // Backward of a block: the recomputed block (full), dy, dx1, dh, dprev and the MLP's
+  // [n, 4c/t] gradients (two) — the larger of the MLP's and attention's working sets.
+  double block_work = 4 * n * c + 8 * n * c / t;
+  if (full) block_work += saved_block - n * c;
+  // The head (last stage): ln_f's output and statistics, the [n, V/t] logits (their gradient
+  // in place), losses, lse, dloss, dxf; logits of all micro-batches in flight under GPipe.
+  double head = 0;
+  if (last) {
+    const double logits_mb =
+        l.pp > 1 && l.schedule == Schedule::kGpipe ? static_cast<double>(l.microbatches()) : 1.0;
+    head = logits_mb * (n * v + n * c + 5 * n) + n * c;
+    if (l.dtype != Precision::kFp32) head += n * v / 2 + n * c / 2;  // 16-bit copies
+  }
+  m.activations = 4 * (saved + std::max(head, block_work));
+
+  // Buffers: the step's token rows (the trainer's inputs and targets, int32, m micro-batches,
+  // and one micro-batch each for evaluation), pipeline send/receive of [n, c], and ZeRO's.
+  const double d = value_bytes(l.dtype);
+  double buffers = 4 * (2 * n * static_cast<double>(l.microbatches()) + 2 * n);
+  if (l.pp > 1) buffers += 4 * 2 * n * c;
+  double max_unit = 0;
+  for (int64_t u : units) max_unit = std::max(max_unit, static_cast<double>(u));
+  const double ns = l.shard_size();
+  const double emb_unit = first ? static_cast<double>(units.front()) : 0;
+  double block_unit = 0;
+  for (size_t i = 1; i + 1 < units.size(); ++i)
+    block_unit = std::max(block_unit, static_cast<double>(units[i]));
+  switch (l.zero_stage) {
+    case 1:
+      buffers += d * max_unit / ns;
+      break;
+    case 2:
+      buffers += d * (max_unit + max_unit / ns);
+      break;
+    case 3:
+      buffers += d * (emb_unit + 2 * block_unit + max_unit);
+      break;
+    default:
+      break;
+  }
+  m.buffers = buffers;
+  return m;
+}
+
+}  // namespace kiri::plan

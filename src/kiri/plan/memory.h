@@ -84,4 +84,44 @@ struct RankMemory {
 };
 RankMemory worst_rank_memory(const ModelSpec& model, const Layout& layout);
 
+// ---- kiri's exact layout: the allocator's bytes, not the paper forms ----
+//
+// What one rank of a kiri run allocates, to the byte for the model states (the allocator's
+// parameters, gradients and optimizer_states after a step) and within about 10% for its
+// peak (docs/planner.md, "kiri's own runs: exact mode"). GPT-2 structure only.
+
+// Blocks [first, end) of one pipeline stage (parallel::pp::partition_layers' cut).
+struct StageBlocks {
+  int64_t first = 0, end = 0;
+};
+
+struct KiriLayoutFacts {
+  // One entry per pipeline stage; empty: layers_on_stage's split (the remainder first).
+  // kiri cuts by FLOPs (parallel/pp/partition.h), which this library cannot see: pass its
+  // cut for exact bytes under pp > 1.
+  std::vector<StageBlocks> stages;
+  int64_t threads = 1;  // OpenMP threads per rank (attention's scratch is per thread)
+};
+
+// Elements of a stage's parameter groups on one tensor-parallel rank, in the order of
+// GPT::parameter_groups: [0] the embeddings (wte's padded(V)/t rows + wpe; 0 off stage 0),
+// one per block ((12h² + 7h)/t + 6h), and last ln_f (+ the last stage's own copy of wte
+// when pp > 1; 0 off the last stage).
+std::vector<int64_t> kiri_parameter_groups(const ModelSpec& model, int tp, int pp, int stage,
+                                           StageBlocks blocks);
+
+// kiri's ZeRO units (elements, before padding): pp = 1 parallel::wrap_policy (the
+// embeddings, every wrap_blocks blocks, the final group); pp > 1 one unit per group.
+std::vector<int64_t> kiri_units(const std::vector<int64_t>& groups, int pp, int wrap_blocks);
+
+// The allocator's model-state bytes: stage 0 the sum of the groups (a ParameterStore);
+// stages 1-3 P = the units each padded to a multiple of n (docs/zero.md's table with P).
+MemoryBreakdown kiri_model_state_bytes(const std::vector<int64_t>& units, Precision dtype,
+                                       int zero_stage, int n);
+
+// One rank of `stage`: exact model states; `activations` and `buffers` the bytes live at the
+// step's peak (allocator.stats().peak_allocated ≈ total()), kiri form only.
+MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& layout, int stage,
+                                  const KiriLayoutFacts& facts = {});
+
 }  // namespace kiri::plan

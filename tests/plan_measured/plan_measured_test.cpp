@@ -1,0 +1,246 @@
+// The planner's exact mode (plan::rank_memory_exact) against kiri's allocator: for each
+// layout of the layout-equivalence matrix (dp x tp x pp) and each ZeRO stage it allows,
+// one training step on threads (or MPI ranks), then per rank the parameters, gradients and
+// optimizer states to the byte and the peak within 10%. KIRI_PLAN_TINY=1 also runs the
+// bench's tiny config (docs/planner.md's table; minutes).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/harness.h"
+#include "kiri/base/timer.h"
+#include "kiri/parallel/pp/partition.h"
+#include "kiri/plan/memory.h"
+#include "kiri/plan/time.h"
+#include "kiri/train/trainer.h"
+
+namespace kiri::train {
+namespace {
+
+using comm::Communicator;
+
+struct Case {
+  int dp = 1, tp = 1, pp = 1, zero = 0;
+};
+
+struct Shape {
+  int64_t n_layer = 8, n_head = 4, n_embd = 32, vocab = 0, block_size = 32;
+  int64_t micro_batch = 2, seq = 32;
+  int m = 4;  // micro-batches per step per dp rank
+};
+
+RunConfig config_of(const Case& k, const Shape& s) {
+  RunConfig c = default_run_config();
+  c.model.n_layer = static_cast<int>(s.n_layer);
+  c.model.n_head = static_cast<int>(s.n_head);
+  c.model.n_embd = static_cast<int>(s.n_embd);
+  c.model.block_size = static_cast<int>(s.block_size);
+  if (s.vocab > 0) c.model.vocab_size = static_cast<int>(s.vocab);
+  c.data.tokenizer = "byte";
+  c.data.dir = KIRI_TEST_DATA_DIR;
+  c.train.micro_batch = s.micro_batch;
+  c.train.seq_len = s.seq;
+  c.train.steps = 10;
+  c.train.warmup = 2;
+  c.parallel.dp = k.dp;
+  c.parallel.tp = k.tp;
+  c.parallel.pp = k.pp;
+  c.parallel.microbatches = s.m;
+  c.parallel.zero_stage = k.zero;
+  c.parallel.timeout_s = 120;
+  c.checkpoint.dir.clear();
+  c.log.metrics.clear();
+  return c;
+}
+
+// The planner's view of the run: the model, the layout and kiri's pipeline cut (from the
+// real partitioner, which the plan library cannot depend on).
+struct Planned {
+  plan::ModelSpec model;
+  plan::Layout layout;
+  plan::KiriLayoutFacts facts;
+};
+
+Planned planned(const Case& k, const Shape& s, int64_t vocab) {
+  Planned p;
+  p.model = plan::model_from_dims(s.n_layer, s.n_embd, s.n_head, vocab, s.block_size);
+  plan::Layout& l = p.layout;
+  l.dp = k.dp;
+  l.tp = k.tp;
+  l.pp = k.pp;
+  l.zero_stage = k.zero;
+  l.dtype = plan::Precision::kFp32;
+  l.schedule = plan::Schedule::k1F1B;
+  l.micro_batch = s.micro_batch;
+  l.global_batch = s.micro_batch * s.m * k.dp;
+  l.seq_len = s.seq;
+  l.wrap_blocks = 1;
+  if (k.pp > 1) {
+    const auto costs =
+        parallel::pp::gpt_layer_costs(static_cast<int>(s.n_embd), static_cast<int>(s.n_head),
+                                      static_cast<int>(vocab), static_cast<int>(s.seq));
+    for (const auto& st : parallel::pp::partition_layers(static_cast<int>(s.n_layer), k.pp, costs))
+      p.facts.stages.push_back({st.first_block, st.end_block});
+  }
+  return p;
+}
+
+struct Measured {
+  plan::MemoryBreakdown predicted;
+  int64_t params = 0, grads = 0, optim = 0, peak = 0;
+  double step_s = 0;
+};
+
+Measured measure(Communicator& world, const Case& k, const Shape& s, int timed_steps) {
+  Trainer t(config_of(k, s), world);
+  const Planned p = planned(k, s, t.config().model.vocab_size);
+  Measured r;
+  t.train_step();
+  std::vector<double> times;
+  for (int i = 0; i < timed_steps; ++i) {
+    world.barrier();
+    Timer timer;
+    t.train_step();
+    world.barrier();
+    times.push_back(timer.seconds());
+  }
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    r.step_s = times[times.size() / 2];
+  }
+  const MemoryStats st = t.allocator().stats();
+  r.params = st.of(Category::kParameters);
+  r.grads = st.of(Category::kGradients);
+  r.optim = st.of(Category::kOptimizerStates);
+  r.peak = st.peak_allocated;
+  r.predicted = plan::rank_memory_exact(p.model, p.layout, t.mesh().pp_index(), p.facts);
+  return r;
+}
+
+std::string name_of(const Case& k) {
+  return std::to_string(k.dp) + "x" + std::to_string(k.tp) + "x" + std::to_string(k.pp) + " zero " +
+         std::to_string(k.zero);
+}
+
+void check_case(const Case& k) {
+  KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) {
+    omp_set_num_threads(1);  // ranks share the cores
+    const Shape s;
+    const Measured r = measure(w, k, s, 0);
+    const plan::MemoryBreakdown& p = r.predicted;
+    const std::string where = name_of(k) + " rank " + std::to_string(w.rank());
+    EXPECT_EQ(static_cast<int64_t>(p.parameters), r.params) << where;
+    EXPECT_EQ(static_cast<int64_t>(p.gradients), r.grads) << where;
+    EXPECT_EQ(static_cast<int64_t>(p.optimizer_states), r.optim) << where;
+    const double peak = static_cast<double>(r.peak);
+    if (k.zero == 2 && k.dp > 2) {
+      // Stage 2 frees a unit's full gradient (and its reduce-scatter output) only when the
+      // reduce-scatter completes, i.e. when the slowest peer has reached it: with 4 ranks on
+      // threads sharing the cores, a lagging peer keeps up to every unit's alive at the end of
+      // backward (measured: anywhere from the prediction to +27%). Bound: the prediction
+      // within 10% below, and above it by at most d·(P + P/N).
+      EXPECT_GE(peak, 0.9 * p.total()) << where;
+      EXPECT_LE(peak, 1.1 * (p.total() + p.gradients * (k.dp + 1))) << where;
+    } else {
+      EXPECT_NEAR(p.total(), peak, 0.1 * peak) << where;
+    }
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    std::printf("%-16s rank %d: peak predicted %10.0f measured %10lld (%+.1f%%)\n",
+                name_of(k).c_str(), w.rank(), p.total(), static_cast<long long>(r.peak),
+                100.0 * (p.total() - peak) / peak);
+  });
+}
+
+void check_layout(int dp, int tp, int pp) {
+  for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+    SCOPED_TRACE(name_of({dp, tp, pp, zero}));
+    check_case({dp, tp, pp, zero});
+  }
+}
+
+TEST(PlanMeasured, L1x1x1) {
+  check_layout(1, 1, 1);
+}
+TEST(PlanMeasured, L2x1x1) {
+  check_layout(2, 1, 1);
+}
+TEST(PlanMeasured, L1x2x1) {
+  check_layout(1, 2, 1);
+}
+TEST(PlanMeasured, L1x1x2) {
+  check_layout(1, 1, 2);
+}
+TEST(PlanMeasured, L4x1x1) {
+  check_layout(4, 1, 1);
+}
+TEST(PlanMeasured, L1x4x1) {
+  check_layout(1, 4, 1);
+}
+TEST(PlanMeasured, L1x1x4) {
+  check_layout(1, 1, 4);
+}
+TEST(PlanMeasured, L2x2x1) {
+  check_layout(2, 2, 1);
+}
+TEST(PlanMeasured, L2x1x2) {
+  check_layout(2, 1, 2);
+}
+TEST(PlanMeasured, L1x2x2) {
+  check_layout(1, 2, 2);
+}
+
+// docs/planner.md's table: the bench's tiny config (4 x 256, V 50257, seq 128, batch 8 per
+// step), predicted vs measured peak and step time (this-machine preset). Opt-in: minutes.
+TEST(PlanMeasured, TinyTable) {
+  if (!std::getenv("KIRI_PLAN_TINY")) GTEST_SKIP() << "set KIRI_PLAN_TINY=1";
+  KIRI_LOCAL_ONLY();
+  struct Row {
+    Case k;
+    int m;
+  };
+  // Global batch 8 x 128 tokens: dp 2 runs 4 sequences per rank, pp 2 m = 4 of 2.
+  const std::vector<Row> rows = {{{1, 1, 1, 0}, 1}, {{2, 1, 1, 0}, 1}, {{2, 1, 1, 1}, 1},
+                                 {{2, 1, 1, 2}, 1}, {{2, 1, 1, 3}, 1}, {{1, 2, 1, 0}, 1},
+                                 {{1, 1, 2, 0}, 4}};
+  const plan::ClusterSpec cluster = plan::cluster_preset("this-machine");
+  for (const Row& row : rows) {
+    const Case k = row.k;
+    Shape s;
+    s.n_layer = 4;
+    s.n_head = 4;
+    s.n_embd = 256;
+    s.vocab = 50257;
+    s.block_size = 1024;
+    s.seq = 128;
+    s.m = row.m;
+    s.micro_batch = 8 / (k.dp * row.m);
+    const int world = k.dp * k.tp * k.pp;
+    auto body = [&](Communicator& w) {
+      omp_set_num_threads(1);
+      const Measured r = measure(w, k, s, 3);
+      const Planned p = planned(k, s, 50257);
+      const plan::TimeBreakdown tb = plan::estimate_time(p.model, p.layout, cluster);
+      static std::mutex mu;
+      std::lock_guard<std::mutex> lock(mu);
+      std::printf(
+          "| %s | %d | %.1f | %.1f | %+.1f%% | %.3f | %.3f | %+.0f%% |\n", name_of(k).c_str(),
+          w.rank(), r.predicted.total() / 1048576.0, static_cast<double>(r.peak) / 1048576.0,
+          100.0 * (r.predicted.total() - static_cast<double>(r.peak)) / static_cast<double>(r.peak),
+          tb.step_s, r.step_s, 100.0 * (tb.step_s - r.step_s) / r.step_s);
+      EXPECT_EQ(static_cast<int64_t>(r.predicted.parameters), r.params);
+      EXPECT_EQ(static_cast<int64_t>(r.predicted.optimizer_states), r.optim);
+    };
+    comm::testing::run_ranks(world, body);
+  }
+}
+
+}  // namespace
+}  // namespace kiri::train
