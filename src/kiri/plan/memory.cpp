@@ -310,17 +310,18 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
   if (l.pp > 1) buffers += 4 * 2 * n * c;
   double max_unit = 0;
   for (int64_t u : units) max_unit = std::max(max_unit, static_cast<double>(u));
-  const double ns = l.shard_size();
   const double emb_unit = first ? static_cast<double>(units.front()) : 0;
   double block_unit = 0;
   for (size_t i = 1; i + 1 < units.size(); ++i)
     block_unit = std::max(block_unit, static_cast<double>(units[i]));
+  // At the peak (the LM head's backward, every activation saved): stage 1 has reduced
+  // nothing yet (its reduce-scatters follow the last backward, when the activations are
+  // gone); stage 2 holds the full gradient of the unit the head writes (the embeddings);
+  // stage 3 the gathered embeddings unit, the current and the prefetched unit and one
+  // unit's full gradient.
   switch (l.zero_stage) {
-    case 1:
-      buffers += d * max_unit / ns;
-      break;
     case 2:
-      buffers += d * (max_unit + max_unit / ns);
+      buffers += d * (first ? emb_unit : max_unit);
       break;
     case 3:
       buffers += d * (emb_unit + 2 * block_unit + max_unit);
