@@ -1,8 +1,13 @@
 // kiri plan: the memory and time model of a layout, or the layouts of a cluster ranked
 // with a recommendation (docs/planner.md).
+#include <omp.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <ctime>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +16,10 @@
 #include "kiri/base/units.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
+#include "kiri/cli/world.h"
+#include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
+#include "kiri/train/calibrate.h"
 
 namespace kiri::cli {
 
@@ -103,7 +111,10 @@ json cluster_json(const plan::ClusterSpec& c) {
           {"flops_16bit", c.flops_16bit},
           {"efficiency", c.efficiency},
           {"intra", {{"bandwidth", c.intra.bandwidth}, {"latency", c.intra.latency}}},
-          {"inter", {{"bandwidth", c.inter.bandwidth}, {"latency", c.inter.latency}}}};
+          {"inter", {{"bandwidth", c.inter.bandwidth}, {"latency", c.inter.latency}}},
+          {"source", c.source.empty() ? json(nullptr) : json(c.source)},
+          {"measured", c.measured},
+          {"assumed", c.assumed}};
 }
 
 int positive_int(const Args& a, const std::string& opt, int64_t fallback) {
@@ -134,6 +145,74 @@ plan::ModelSpec model_of(const Args& a) {
   return plan::model_preset(a.get("model").value_or("gpt2-124M"));
 }
 
+std::string si(double x, const char* unit) {
+  char buf[64];
+  const char* prefix[] = {"", "K", "M", "G", "T"};
+  int i = 0;
+  while (x >= 1000 && i < 4) x /= 1000, ++i;
+  std::snprintf(buf, sizeof buf, "%.3g %s%s", x, prefix[i], unit);
+  return buf;
+}
+
+// kiri plan --calibrate [--out FILE]: measure, fit, store (docs/planner.md, "Calibration").
+int calibrate(const Args& a) {
+  World world = make_world();
+  comm::Communicator& w = *world.comm;
+  const bool rank0 = w.rank() == 0;
+  plan::Calibration c;
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) == 0) c.host = host;
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  c.date = date;
+  c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.memory_bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  c.gemm_n = 1024;
+  // One thread on every rank at once (a rank per core, as kiri launch runs them), then all of
+  // the machine's threads in rank 0 alone (the others wait in a sleeping barrier).
+  w.barrier();
+  c.gemm_flops_1_thread = train::measure_gemm_flops(c.gemm_n, 1);
+  w.barrier();
+  c.threads = c.cores;
+  if (rank0) c.gemm_flops_all_threads = train::measure_gemm_flops(c.gemm_n, c.threads);
+  w.barrier();
+  std::vector<train::TimedSize> timed;
+  if (w.size() > 1) {
+    c.link_method = "all_reduce";
+    c.link_ranks = w.size();
+    timed = train::measure_all_reduce(w, {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20});
+  } else {
+    c.link_method = "memcpy";
+    timed = train::measure_memcpy({64 << 10, 1 << 20, 8 << 20, 64 << 20});
+  }
+  for (const auto& t : timed) c.samples.push_back({t.bytes, t.seconds});
+  const plan::Link link = plan::fit_link(c.samples, c.link_ranks);
+  c.bandwidth = link.bandwidth;
+  c.latency = c.link_method == "all_reduce" ? std::max(link.latency, 1e-9) : 0.0;
+  if (!rank0) return 0;
+  const std::string out = a.get("out").value_or(plan::default_calibration_path());
+  plan::save_calibration(c, out);
+  std::printf("calibration of %s (%d hardware threads, %s of memory)\n", c.host.c_str(), c.cores,
+              plan::gib(c.memory_bytes).c_str());
+  std::printf("  fp32 GEMM %lld^3: %s on 1 thread%s, %s on %d threads\n",
+              static_cast<long long>(c.gemm_n), si(c.gemm_flops_1_thread, "FLOP/s").c_str(),
+              w.size() > 1 ? str(" (per rank, ", w.size(), " ranks at once)").c_str() : "",
+              si(c.gemm_flops_all_threads, "FLOP/s").c_str(), c.threads);
+  std::printf("  %s:", c.link_method == "all_reduce"
+                           ? str("all_reduce over ", c.link_ranks, " ranks").c_str()
+                           : "memcpy (one process; kiri launch -n 2 -- plan --calibrate measures "
+                             "all_reduce)");
+  for (const auto& s : c.samples)
+    std::printf(" %s %.1f us;", si(s.bytes, "B").c_str(), s.seconds * 1e6);
+  std::printf("\n  fit: bandwidth %s, latency %s\n", si(c.bandwidth, "B/s").c_str(),
+              c.latency > 0 ? str(c.latency * 1e6, " us").c_str() : "not measured (2 us assumed)");
+  std::printf("wrote %s (the this-machine cluster preset reads %s)\n", out.c_str(),
+              plan::default_calibration_path().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& argv) {
@@ -142,8 +221,13 @@ int cmd_plan(const std::vector<std::string>& argv) {
           "params",       "cluster", "nodes",      "gpus",        "memory",         "dp",
           "tp",           "pp",      "zero-stage", "shard-group", "dtype",          "micro-batch",
           "global-batch", "seq-len", "recompute",  "schedule",    "virtual-stages", "wrap-blocks",
-          "activations",  "top"},
-         {"json", "sequence-parallel", "no-overlap"});
+          "activations",  "top",     "out"},
+         {"json", "sequence-parallel", "no-overlap", "calibrate"});
+  if (a.flag("calibrate")) {
+    KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan --calibrate takes only --out");
+    return calibrate(a);
+  }
+  KIRI_CHECK_KIND(kConfig, !a.get("out"), "--out goes with --calibrate");
   KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan takes no positional arguments, got '",
                   a.positional().front(), "'");
   const plan::ModelSpec model = model_of(a);
@@ -201,6 +285,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
       j["world"] = world;
       std::cout << j.dump(2) << "\n";
     } else {
+      if (const std::string src = plan::describe_sources(cluster); !src.empty())
+        std::cout << cluster.name << ": " << src << "\n";
       std::cout << plan::format_evaluation(model, cluster, e);
     }
     return 0;
@@ -239,6 +325,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
       plan::gib(cluster.memory_bytes).c_str(), plan::name(base.dtype),
       static_cast<long long>(base.micro_batch), static_cast<long long>(base.global_batch),
       static_cast<long long>(base.seq_len), plan::name(base.form));
+  if (const std::string src = plan::describe_sources(cluster); !src.empty())
+    std::cout << cluster.name << ": " << src << "\n\n";
   std::cout << plan::format_table(candidates, top) << "\n";
   std::cout << "bottleneck: " << rec.bottleneck << " -> cut: " << rec.cut << "\n"
             << rec.message << "\n";

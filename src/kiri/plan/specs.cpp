@@ -1,6 +1,7 @@
 #include "kiri/plan/specs.h"
 
 #include "kiri/base/error.h"
+#include "kiri/plan/calibration.h"
 
 namespace kiri::plan {
 
@@ -110,6 +111,27 @@ std::vector<std::string> cluster_preset_names() {
   return {"a100-80g-nvlink", "h100-80g-nvlink-ib", "v100-32g-pcie", "this-machine"};
 }
 
+ClusterSpec this_machine_assumed() {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  // Rough numbers for the 2-core development VM (one rank per core), until `kiri plan
+  // --calibrate` measures them: fp32 FMA peak ~176 GFLOP/s per core and bf16 ~86
+  // (docs/performance.md, "Mixed-precision GEMM"), oneDNN SGEMM reaching 150-230 GFLOP/s on
+  // 2 threads (efficiency ~0.6); ~23.5 GiB of RAM split over the 2 ranks; MPI over shared
+  // memory at a few GB/s and microseconds.
+  ClusterSpec c;
+  c.name = "this-machine";
+  c.device = "x86-64 core (avx512)";
+  c.devices_per_node = 2;
+  c.memory_bytes = 11 * GiB;
+  c.flops_fp32 = 176e9;
+  c.flops_16bit = 86e9;
+  c.efficiency = 0.6;
+  c.intra = {4e9, 2e-6};
+  c.inter = {4e9, 2e-6};
+  c.assumed = {"all (no calibration file: run kiri plan --calibrate)"};
+  return c;
+}
+
 ClusterSpec cluster_preset(const std::string& name) {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   ClusterSpec c;
@@ -158,20 +180,9 @@ ClusterSpec cluster_preset(const std::string& name) {
     return c;
   }
   if (name == "this-machine") {
-    // Rough numbers for the 2-core development VM (one rank per core), to be replaced by a
-    // measuring calibration step: fp32 FMA peak ~176 GFLOP/s per core and bf16 ~86
-    // (docs/performance.md, "Mixed-precision GEMM"), oneDNN SGEMM reaching 150-230 GFLOP/s on
-    // 2 threads (efficiency ~0.6); ~23.5 GiB of RAM split over the 2 ranks; MPI over shared
-    // memory at a few GB/s and microseconds.
-    c.device = "x86-64 core (avx512)";
-    c.devices_per_node = 2;
-    c.memory_bytes = 11 * GiB;
-    c.flops_fp32 = 176e9;
-    c.flops_16bit = 86e9;
-    c.efficiency = 0.6;
-    c.intra = {4e9, 2e-6};
-    c.inter = {4e9, 2e-6};
-    return c;
+    if (auto cal = load_calibration(default_calibration_path()))
+      return calibrated_cluster(*cal, default_calibration_path());
+    return this_machine_assumed();
   }
   std::string known;
   for (const auto& n : cluster_preset_names()) known += " " + n;

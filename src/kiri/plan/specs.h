@@ -61,12 +61,19 @@ struct ClusterSpec {
   double flops_16bit = 0;   // peak FLOP/s per device, bf16/fp16 (dense)
   double efficiency = 1;    // sustained fraction of the peak in large GEMMs
   Link intra, inter;        // within a node, across nodes (per device)
+  // Where the numbers come from: a calibration file (this-machine after `kiri plan
+  // --calibrate`), and which fields it measured / which stay assumptions.
+  std::string source;
+  std::vector<std::string> measured, assumed;
 
   int world() const { return devices_per_node * nodes; }
 };
 
 // a100-80g-nvlink, h100-80g-nvlink-ib, v100-32g-pcie, this-machine; kConfig otherwise.
+// this-machine loads the calibration file (plan/calibration.h, default_calibration_path())
+// when there is one, else takes the assumed numbers (this_machine_assumed()).
 ClusterSpec cluster_preset(const std::string& name);
+ClusterSpec this_machine_assumed();
 std::vector<std::string> cluster_preset_names();
 
 }  // namespace kiri::plan

@@ -77,8 +77,12 @@ Trainer::Trainer(RunConfig cfg, std::string config_json)
   build_detaching_tracer();
 }
 
-Trainer::Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json)
-    : cfg_(std::move(cfg)), config_json_(std::move(config_json)), world_(&world) {
+Trainer::Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json,
+                 OomAdvisor advisor)
+    : cfg_(std::move(cfg)),
+      config_json_(std::move(config_json)),
+      world_(&world),
+      advisor_(std::move(advisor)) {
   build_detaching_tracer();
 }
 
@@ -117,6 +121,14 @@ void Trainer::build() {
                   tokenizer_->name(), " tokenizer's vocabulary of ", tokenizer_->vocab_size());
   KIRI_CHECK_KIND(kConfig, t.seq_len <= cfg_.model.block_size, "train.seq_len = ", t.seq_len,
                   " exceeds model.block_size = ", cfg_.model.block_size);
+  if (advisor_)  // the vocabulary is resolved: the advice can model this run
+    allocator_.set_oom_advice([this](const MemoryStats& s, Category c, int64_t bytes) {
+      try {
+        return advisor_(cfg_, world_->size(), s, c, bytes);
+      } catch (const std::exception& e) {
+        return std::string("(no planner advice: ") + e.what() + ")";
+      }
+    });
 
   // Rank 0 tokenizes the corpus once; the others then reuse its shards.
   CorpusShards shards;

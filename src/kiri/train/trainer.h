@@ -1,6 +1,7 @@
 #pragma once
 // The training loop of one process: data, model, optimizer, metrics and
 // checkpoints, configured by a RunConfig. `kiri train` is Trainer::run().
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,11 +31,20 @@ CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer&
 // of one rank, else ".rank<R>" before the extension (runs/trace.rank3.json).
 std::string trace_path_for_rank(const std::string& path, int rank, int world_size);
 
+// Advice for the allocator's out-of-memory message (Allocator::set_oom_advice), given the
+// run's config (the vocabulary resolved) and world size: `kiri train` asks the planner for
+// the cheapest layout change that would fit (docs/planner.md, "Out of memory").
+using OomAdvisor =
+    std::function<std::string(const RunConfig& cfg, int world_size, const MemoryStats& stats,
+                              Category category, int64_t bytes)>;
+
 class Trainer {
  public:
   // Builds everything on this rank of `world` (validating the layout first);
-  // the JSON of the resolved config is kept for checkpoints.
-  Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json = "");
+  // the JSON of the resolved config is kept for checkpoints. `advisor`, if set, is
+  // installed on the allocator before anything is allocated.
+  Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json = "",
+          OomAdvisor advisor = {});
   // A single process (a world of one rank).
   explicit Trainer(RunConfig cfg, std::string config_json = "");
   ~Trainer();
@@ -97,6 +107,7 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;
   bool trace_written_ = false;
   Allocator allocator_;
+  OomAdvisor advisor_;
   std::unique_ptr<parallel::Mesh> mesh_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;

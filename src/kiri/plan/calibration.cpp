@@ -1,0 +1,176 @@
+#include "kiri/plan/calibration.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+// Header-only: the plan library stays on base alone.
+#include <nlohmann/json.hpp>
+
+#include "kiri/base/error.h"
+
+namespace kiri::plan {
+
+namespace {
+using nlohmann::json;
+namespace fs = std::filesystem;
+}  // namespace
+
+Link fit_link(const std::vector<LinkSample>& samples, int n) {
+  KIRI_CHECK_KIND(kConfig, n >= 1, "fit_link: n must be >= 1, got ", n);
+  KIRI_CHECK_KIND(kConfig, samples.size() >= 2, "fit_link needs two message sizes, got ",
+                  samples.size());
+  // Least squares of t = a + c·bytes weighted by 1/t² (relative errors: the small messages
+  // decide the intercept, the large ones the slope).
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const LinkSample& s : samples) {
+    KIRI_CHECK_KIND(kConfig, s.seconds > 0 && s.bytes > 0,
+                    "fit_link: times and sizes must be positive");
+    const double w = 1.0 / (s.seconds * s.seconds);
+    sw += w;
+    sx += w * s.bytes;
+    sy += w * s.seconds;
+    sxx += w * s.bytes * s.bytes;
+    sxy += w * s.bytes * s.seconds;
+  }
+  const double det = sw * sxx - sx * sx;
+  KIRI_CHECK_KIND(kConfig, det > 0, "fit_link needs two distinct message sizes");
+  double slope = (sw * sxy - sx * sy) / det;
+  double intercept = (sy - slope * sx) / sw;
+  if (slope <= 0) {  // noise swamped the size dependence: take the largest message's rate
+    const LinkSample& big = *std::max_element(
+        samples.begin(), samples.end(),
+        [](const LinkSample& a, const LinkSample& b) { return a.bytes < b.bytes; });
+    slope = big.seconds / big.bytes;
+    intercept = 0;
+  }
+  intercept = std::max(0.0, intercept);
+  if (n == 1) return {1.0 / slope, intercept};
+  const double steps = 2.0 * (n - 1);
+  return {steps / n / slope, intercept / steps};
+}
+
+std::string default_calibration_path() {
+  if (const char* env = std::getenv("KIRI_CALIBRATION"); env && *env) return env;
+  return "runs/calibration/this-machine.json";
+}
+
+std::string calibration_json(const Calibration& c) {
+  json samples = json::array();
+  for (const LinkSample& s : c.samples)
+    samples.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
+  json j = {{"kind", "kiri-calibration"},
+            {"version", 1},
+            {"host", c.host},
+            {"date", c.date},
+            {"cores", c.cores},
+            {"memory_bytes", c.memory_bytes},
+            {"gemm",
+             {{"dtype", "fp32"},
+              {"n", c.gemm_n},
+              {"threads", c.threads},
+              {"flops_1_thread", c.gemm_flops_1_thread},
+              {"flops_all_threads", c.gemm_flops_all_threads}}},
+            {"link",
+             {{"method", c.link_method},
+              {"ranks", c.link_ranks},
+              {"bandwidth", c.bandwidth},
+              {"latency", c.latency > 0 ? json(c.latency) : json(nullptr)},
+              {"samples", samples}}}};
+  return j.dump(2) + "\n";
+}
+
+void save_calibration(const Calibration& c, const std::string& path) {
+  if (const fs::path dir = fs::path(path).parent_path(); !dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    KIRI_CHECK_KIND(kIo, !ec, "cannot create ", dir.string(), ": ", ec.message());
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    KIRI_CHECK_KIND(kIo, out.good(), "cannot write ", tmp);
+    out << calibration_json(c);
+    KIRI_CHECK_KIND(kIo, out.good(), "cannot write ", tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  KIRI_CHECK_KIND(kIo, !ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+std::optional<Calibration> load_calibration(const std::string& path) {
+  if (path == "none" || !fs::exists(path)) return std::nullopt;
+  std::ifstream in(path);
+  KIRI_CHECK_KIND(kConfig, in.good(), "cannot read the calibration file ", path);
+  Calibration c;
+  try {
+    const json j = json::parse(in);
+    KIRI_CHECK_KIND(kConfig, j.value("kind", "") == "kiri-calibration", "the calibration file ",
+                    path, " is not a kiri calibration (kind != kiri-calibration)");
+    c.host = j.value("host", "");
+    c.date = j.value("date", "");
+    c.cores = j.at("cores").get<int>();
+    c.memory_bytes = j.at("memory_bytes").get<double>();
+    const json& g = j.at("gemm");
+    c.gemm_n = g.at("n").get<int64_t>();
+    c.threads = g.at("threads").get<int>();
+    c.gemm_flops_1_thread = g.at("flops_1_thread").get<double>();
+    c.gemm_flops_all_threads = g.at("flops_all_threads").get<double>();
+    const json& l = j.at("link");
+    c.link_method = l.at("method").get<std::string>();
+    c.link_ranks = l.at("ranks").get<int>();
+    c.bandwidth = l.at("bandwidth").get<double>();
+    c.latency = l.at("latency").is_null() ? 0.0 : l.at("latency").get<double>();
+    for (const json& s : l.at("samples"))
+      c.samples.push_back({s.at("bytes").get<double>(), s.at("seconds").get<double>()});
+  } catch (const json::exception& e) {
+    KIRI_RAISE(kConfig, "the calibration file ", path, " is not valid: ", e.what(),
+               " (rerun kiri plan --calibrate, or KIRI_CALIBRATION=none to ignore it)");
+  }
+  KIRI_CHECK_KIND(kConfig,
+                  c.cores >= 1 && c.memory_bytes > 0 && c.gemm_flops_1_thread > 0 &&
+                      c.bandwidth > 0 && c.latency >= 0,
+                  "the calibration file ", path,
+                  " has non-positive numbers (cores, memory_bytes, gemm.flops_1_thread, "
+                  "link.bandwidth must be > 0)");
+  return c;
+}
+
+ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) {
+  ClusterSpec s;
+  s.name = "this-machine";
+  s.device = str("x86-64 core (1 thread, ", c.host.empty() ? "this machine" : c.host, ")");
+  s.devices_per_node = std::max(1, c.cores);
+  s.memory_bytes = c.memory_bytes / s.devices_per_node;
+  s.flops_fp32 = c.gemm_flops_1_thread;
+  s.flops_16bit = c.gemm_flops_1_thread / 2;
+  s.efficiency = 1.0;
+  s.intra = {c.bandwidth, c.latency > 0 ? c.latency : 2e-6};
+  s.inter = s.intra;
+  s.source = source;
+  s.measured = {"cores", "memory", "fp32 GEMM (1 thread)",
+                c.link_method == "all_reduce"
+                    ? str("intra bandwidth and latency (all_reduce over ", c.link_ranks, " ranks)")
+                    : std::string("intra bandwidth (shared-memory copy)")};
+  s.assumed = {"efficiency 1 (the measured GEMM rate is the sustained one)",
+               "bf16 = fp32 / 2 (docs/performance.md)", "inter = intra (one node)"};
+  if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
+  return s;
+}
+
+std::string describe_sources(const ClusterSpec& cluster) {
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
+    return out;
+  };
+  std::string out;
+  if (!cluster.measured.empty())
+    out += str("measured (", cluster.source, "): ", join(cluster.measured));
+  if (!cluster.assumed.empty())
+    out += str(out.empty() ? "" : "; ", "assumed: ", join(cluster.assumed));
+  return out;
+}
+
+}  // namespace kiri::plan

@@ -1,0 +1,63 @@
+#pragma once
+// Calibration: what `kiri plan --calibrate` measured on this machine (fp32 GEMM rate per
+// process, the intra-node link), stored as JSON, and how the `this-machine` cluster preset
+// takes it. Numbers only: the measuring is src/kiri/train/calibrate.h.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiri/plan/specs.h"
+
+namespace kiri::plan {
+
+// One timed message size: `seconds` for `bytes` (median of the repetitions).
+struct LinkSample {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+struct Calibration {
+  std::string host, date;
+  int cores = 0;            // hardware threads of the machine
+  double memory_bytes = 0;  // physical memory of the machine
+  // fp32 GEMM (n x n x n, oneDNN sgemm), FLOP/s of one process: on 1 thread and on `threads`.
+  int64_t gemm_n = 0;
+  int threads = 0;
+  double gemm_flops_1_thread = 0, gemm_flops_all_threads = 0;
+  // The intra-node link: "all_reduce" (kiri's all_reduce over `ranks` MPI ranks) or "memcpy"
+  // (one process's shared-memory copy bandwidth; the latency is not measured then).
+  std::string link_method;
+  int link_ranks = 1;
+  std::vector<LinkSample> samples;
+  double bandwidth = 0;  // bytes/s (α–β β)
+  double latency = 0;    // seconds (α); 0 = not measured
+};
+
+// An α–β fit of ring all-reduce times over n ranks: t = 2(n−1)α + 2(n−1)/n·bytes/β (least
+// squares of t = a + c·bytes; α = a/(2(n−1)), β = 2(n−1)/(n·c)); a negative intercept is
+// clamped to 0. Copies (n = 1): t = α + bytes/β. Needs two distinct sizes (kConfig).
+Link fit_link(const std::vector<LinkSample>& samples, int n);
+
+// $KIRI_CALIBRATION, else runs/calibration/this-machine.json (relative to the working
+// directory). KIRI_CALIBRATION=none: no file (the preset's assumptions).
+std::string default_calibration_path();
+// The stored calibration, or nullopt when there is no file; kConfig naming the file when it
+// is not valid calibration JSON.
+std::optional<Calibration> load_calibration(const std::string& path);
+// Writes the JSON (creating the folder); kIo on failure.
+void save_calibration(const Calibration& c, const std::string& path);
+std::string calibration_json(const Calibration& c);
+
+// The `this-machine` cluster from a calibration: one device per core (a rank of one thread)
+// at the measured 1-thread fp32 GEMM rate with efficiency 1 (the measured rate is already
+// sustained, as kiri's own MFU takes it), bf16 assumed at half of it, the memory split over
+// the cores, the intra (and inter: one node) link as measured (a copy's latency assumed
+// 2 µs). `measured` names the fields that came from the file, `source` is its path.
+ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source);
+
+// "measured (FILE, DATE): ...; assumed: ..." for `kiri plan`'s output; "" for presets that
+// are all datasheet values.
+std::string describe_sources(const ClusterSpec& cluster);
+
+}  // namespace kiri::plan

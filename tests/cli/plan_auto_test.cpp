@@ -1,0 +1,149 @@
+// kiri plan --calibrate, kiri train --auto and the planner's out-of-memory advice, end to end
+// (docs/planner.md, "Calibration", "kiri train --auto", "Out of memory").
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr
+};
+
+Result kiri(const std::string& args, const std::string& env = "") {
+  const std::string cmd =
+      env + " OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 " + KIRI_BINARY + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() /
+               ("kiri_plan_auto_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// 3.2 M parameters (4 x 256, byte vocabulary), 2 x 32 tokens per rank: the fp32 model states
+// (49.5 MiB under DDP: 12.4 parameters + 12.4 gradients + 24.7 optimizer states) dominate.
+// Measured peaks per rank on 2 ranks: DDP 54.0 MiB, ZeRO-1 43.1, ZeRO-2 45.9, ZeRO-3 42.4
+// (45.9 with the evaluation), pp 2 30.0, tp 2 27.8.
+std::string small_run(const std::string& dir) {
+  return std::string(KIRI_SOURCE_DIR) +
+         "/configs/tiny-byte.json --set model.n_layer=4 --set model.n_embd=256"
+         " --set model.n_head=4 --set train.micro_batch=2 --set train.seq_len=32"
+         " --set train.steps=3 --set train.warmup=1 --set train.eval_batches=2"
+         " --set parallel.timeout_s=30 --set checkpoint.dir= --set log.metrics=" +
+         dir + "/m.jsonl";
+}
+
+TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
+  const std::string dir = temp_dir("calibrate");
+  const std::string file = dir + "/cal.json";
+  Result r = kiri("plan --calibrate --out " + file);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("fp32 GEMM 1024^3"), std::string::npos) << r.output;
+  std::ifstream in(file);
+  ASSERT_TRUE(in.good()) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["kind"], "kiri-calibration");
+  EXPECT_GT(j["gemm"]["flops_1_thread"].get<double>(), 1e9);
+  EXPECT_EQ(j["link"]["method"], "memcpy");
+  EXPECT_GT(j["link"]["bandwidth"].get<double>(), 1e8);
+  // The this-machine preset takes it and says what is measured.
+  r = kiri("plan --model gpt2-124M --cluster this-machine --gpus 2 --json",
+           "KIRI_CALIBRATION=" + file);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json p = nlohmann::json::parse(r.output);
+  EXPECT_EQ(p["cluster"]["source"], file);
+  EXPECT_DOUBLE_EQ(p["cluster"]["flops_fp32"].get<double>(),
+                   j["gemm"]["flops_1_thread"].get<double>());
+  EXPECT_DOUBLE_EQ(p["cluster"]["intra"]["bandwidth"].get<double>(),
+                   j["link"]["bandwidth"].get<double>());
+  r = kiri("plan --model gpt2-124M --cluster this-machine --gpus 2", "KIRI_CALIBRATION=" + file);
+  EXPECT_NE(r.output.find("this-machine: measured (" + file + "): cores, memory, fp32 GEMM"),
+            std::string::npos)
+      << r.output;
+  r = kiri("plan --model gpt2-124M --cluster this-machine --gpus 2", "KIRI_CALIBRATION=none");
+  EXPECT_NE(r.output.find("assumed: all (no calibration file"), std::string::npos) << r.output;
+  std::ofstream(dir + "/bad.json") << "{\"kind\": \"kiri-calibration\"}";
+  r = kiri("plan --cluster this-machine", "KIRI_CALIBRATION=" + dir + "/bad.json");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not valid"), std::string::npos) << r.output;
+}
+
+TEST(PlanCalibrate, MeasuresAllReduceOverTwoRanks) {
+  const std::string file = temp_dir("calibrate2") + "/cal.json";
+  Result r = kiri("launch -n 2 --threads 1 -- plan --calibrate --out " + file);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("all_reduce over 2 ranks"), std::string::npos) << r.output;
+  std::ifstream in(file);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["link"]["method"], "all_reduce");
+  EXPECT_EQ(j["link"]["ranks"], 2);
+  EXPECT_GT(j["link"]["latency"].get<double>(), 0);
+  EXPECT_EQ(j["link"]["samples"].size(), 5u);
+}
+
+// 50MB = 47.68 MiB per rank: plain DDP over 2 ranks runs out of memory in the optimizer
+// states; the planner's advice names them and a ZeRO stage that fits.
+TEST(PlanOutOfMemory, TheMessageNamesTheCategoryAndTheCut) {
+  const std::string dir = temp_dir("oom");
+  Result r = kiri("launch -n 2 --threads 1 -- train " + small_run(dir) +
+                      " --set parallel.dp=2 --mem-limit 50MB",
+                  "KIRI_CALIBRATION=none");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("out of memory: allocating"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("planner: optimizer_states overflowed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optimizer_states overflowed: ZeRO stage 2 over dp 2 would need"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--set parallel.zero_stage=2"), std::string::npos) << r.output;
+  // One process: no layout of one rank fits; the advice says how many ranks would.
+  r = kiri("train " + small_run(dir) + " --mem-limit 20MB", "KIRI_CALIBRATION=none");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("overflowed: no layout of 1 rank(s) fits"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("would fit on"), std::string::npos) << r.output;
+}
+
+// The same limit with --auto: the planner picks a layout that fits and the run trains.
+TEST(PlanAuto, PicksALayoutThatFitsAndTrains) {
+  const std::string dir = temp_dir("auto");
+  Result r = kiri("launch -n 2 --threads 1 -- train " + small_run(dir) + " --auto --mem-limit 50MB",
+                  "KIRI_CALIBRATION=none");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("auto layout: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("auto layout: why: bottleneck model_states -> cut zero"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("zero 0, fp32, recompute none, b 2, m 1 on 2 rank(s)"), std::string::npos)
+      << "plain DDP does not fit: " << r.output;
+  EXPECT_NE(r.output.find("step      3/3"), std::string::npos) << r.output;
+  std::ifstream metrics(dir + "/m.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 3);
+  // No layout of one rank fits 20MB: a named error before any work.
+  r = kiri("train " + small_run(dir) + " --auto --mem-limit 20MB", "KIRI_CALIBRATION=none");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("kiri train --auto: no layout of 1 rank(s) fits"), std::string::npos)
+      << r.output;
+}
+
+}  // namespace

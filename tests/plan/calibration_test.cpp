@@ -1,0 +1,70 @@
+// The calibration file and the this-machine preset built from it (plan/calibration.h).
+#include "kiri/plan/calibration.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "kiri/base/error.h"
+
+namespace kiri::plan {
+namespace {
+
+TEST(PlanCalibration, FitsAlphaBetaOfARingAllReduce) {
+  // t = 2(n−1)α + 2(n−1)/n·bytes/β with n = 4, α = 5 µs, β = 10 GB/s.
+  const int n = 4;
+  const double alpha = 5e-6, beta = 10e9;
+  std::vector<LinkSample> s;
+  for (double bytes : {4e3, 64e3, 1e6, 16e6})
+    s.push_back({bytes, 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes / beta});
+  const Link l = fit_link(s, n);
+  EXPECT_NEAR(l.latency, alpha, alpha * 1e-6);
+  EXPECT_NEAR(l.bandwidth, beta, beta * 1e-6);
+  // Copies: t = α + bytes/β.
+  const Link c = fit_link({{1e6, 1e-6 + 1e6 / 20e9}, {64e6, 1e-6 + 64e6 / 20e9}}, 1);
+  EXPECT_NEAR(c.bandwidth, 20e9, 20e9 * 1e-6);
+  EXPECT_NEAR(c.latency, 1e-6, 1e-12);
+  EXPECT_THROW(fit_link({{1e6, 1e-3}}, 2), Error);
+}
+
+TEST(PlanCalibration, RoundTripsAndBuildsThisMachine) {
+  Calibration c;
+  c.host = "box";
+  c.date = "2024-01-01T00:00:00Z";
+  c.cores = 4;
+  c.memory_bytes = 16e9;
+  c.gemm_n = 1024;
+  c.threads = 4;
+  c.gemm_flops_1_thread = 100e9;
+  c.gemm_flops_all_threads = 380e9;
+  c.link_method = "all_reduce";
+  c.link_ranks = 2;
+  c.samples = {{4096, 2e-5}, {1 << 20, 3e-4}};
+  c.bandwidth = 5e9;
+  c.latency = 1e-5;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiri_cal_" + std::to_string(::getpid())) / "c.json")
+                               .string();
+  save_calibration(c, path);
+  const std::optional<Calibration> back = load_calibration(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->host, "box");
+  EXPECT_DOUBLE_EQ(back->gemm_flops_1_thread, 100e9);
+  EXPECT_EQ(back->samples.size(), 2u);
+  const ClusterSpec m = calibrated_cluster(*back, path);
+  EXPECT_EQ(m.devices_per_node, 4);
+  EXPECT_DOUBLE_EQ(m.memory_bytes, 4e9);
+  EXPECT_DOUBLE_EQ(m.flops_fp32, 100e9);
+  EXPECT_DOUBLE_EQ(m.flops_16bit, 50e9);
+  EXPECT_DOUBLE_EQ(m.efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(m.intra.bandwidth, 5e9);
+  EXPECT_DOUBLE_EQ(m.intra.latency, 1e-5);
+  EXPECT_NE(describe_sources(m).find("measured (" + path + ")"), std::string::npos);
+  EXPECT_FALSE(load_calibration(path + ".missing").has_value());
+  EXPECT_FALSE(load_calibration("none").has_value());
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+}  // namespace
+}  // namespace kiri::plan
