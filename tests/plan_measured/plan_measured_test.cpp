@@ -140,12 +140,13 @@ void check_case(const Case& k) {
     EXPECT_EQ(static_cast<int64_t>(p.gradients), r.grads) << where;
     EXPECT_EQ(static_cast<int64_t>(p.optimizer_states), r.optim) << where;
     const double peak = static_cast<double>(r.peak);
-    if (k.zero == 2 && k.dp > 2) {
-      // Stage 2 frees a unit's full gradient (and its reduce-scatter output) only when the
-      // reduce-scatter completes, i.e. when the slowest peer has reached it: with 4 ranks on
-      // threads sharing the cores, a lagging peer keeps up to every unit's alive at the end of
-      // backward (measured: anywhere from the prediction to +27%). Bound: the prediction
-      // within 10% below, and above it by at most d·(P + P/N).
+    if (k.zero >= 2 && k.dp > 1) {
+      // Stages 2 and 3 free a unit's full gradient (and its reduce-scatter output) only when
+      // the reduce-scatter completes, i.e. when the slowest peer has reached it: with rank
+      // threads sharing 2 cores under load, a lagging peer keeps up to every unit's alive at
+      // the end of backward (measured: anywhere from the prediction to +27% with 4 ranks; a
+      // loaded CI run went past 10% with dp 2 x tp 2 too). Bound: the prediction within 10%
+      // below, and above it by at most d·(P + P/N).
       EXPECT_GE(peak, 0.9 * p.total()) << where;
       EXPECT_LE(peak, 1.1 * (p.total() + p.gradients * (k.dp + 1))) << where;
     } else {
