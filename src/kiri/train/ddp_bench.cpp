@@ -86,8 +86,10 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   Replica data(spec, world.rank(), /*with_model=*/false);
   nn::Context ctx{alloc};
   ctx.poll = pm.poller();
-  for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
+  const int total = spec.warmup_steps + spec.steps;
+  for (int s = 0; s < total; ++s) {
     world.barrier();
+    if (s == total - 1) mesh.dp().reset_stats();
     Timer t;
     pm.zero_grad();
     pm.begin_micro_batch(true);
@@ -105,6 +107,8 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
     }
   }
   out.peak = alloc.stats();
+  for (int k = 0; k < comm::kNumOpKinds; ++k)
+    out.last_step_sent[k] = mesh.dp().stats(static_cast<comm::OpKind>(k)).bytes_sent;
   return out;
 }
 

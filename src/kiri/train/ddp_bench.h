@@ -5,6 +5,7 @@
 // (every gradient reduced to rank 0, then broadcast) beside it.
 #include <string>
 
+#include <array>
 #include <vector>
 
 #include "kiri/comm/communicator.h"
@@ -33,6 +34,9 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec);
 struct ParallelStepTimes {
   std::vector<double> step_s, backward_s;  // after the warm-up steps
   MemoryStats peak;                        // this rank's allocator at the end
+  // Bytes the last step sent per operation kind, as the dp communicator books
+  // them when each operation starts (so nothing still in flight is missed).
+  std::array<int64_t, comm::kNumOpKinds> last_step_sent{};
 };
 ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec& spec,
                                       const model::ParallelOptions& options);

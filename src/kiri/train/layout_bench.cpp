@@ -23,50 +23,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// The bytes one step of a layout sends, as the dp communicator counts them.
-// time_parallel_steps builds its mesh inside, so its communicators' counters
-// are out of reach; this builds the same set-up and counts the second of two
-// untimed steps (the first may do one-off work). With the default shard
-// group (the whole dp group) every collective of the layout, the gradient
-// norm's included, goes through mesh.dp().
-void count_traffic(comm::Communicator& world, const BenchSpec& spec,
-                   const model::ParallelOptions& options, LayoutBenchResult& r) {
-  parallel::Mesh mesh(world, {world.size(), 1, 1});
-  const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
-  Allocator alloc;
-  model::GPT<float> model(spec.model);
-  model::ParallelGPT pm(model, mesh, options, alloc);
-  optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
-                   pm.norm_groups());
-  opt.initialize(1234);
-  pm.synchronize_parameters();
-  Tensor x = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, alloc);
-  Tensor y = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, alloc);
-  Rng rng(42 + static_cast<uint64_t>(world.rank()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
-    y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
-  }
-  nn::Context ctx{alloc};
-  ctx.poll = pm.poller();
-  comm::Communicator& dp = mesh.dp();
-  for (int s = 0; s < 2; ++s) {
-    if (s == 1) dp.reset_stats();
-    pm.zero_grad();
-    pm.begin_micro_batch(true);
-    model.forward(ctx, x, y, weight);
-    model.backward(ctx);
-    pm.end_micro_batch();
-    opt.clip_and_step(3e-4);
-    pm.after_optimizer_step();
-  }
-  // Traffic is booked when an operation starts, so nothing still in flight is missed.
-  for (int k = 0; k < comm::kNumOpKinds; ++k) {
-    r.sent_bytes[k] = dp.stats(static_cast<comm::OpKind>(k)).bytes_sent;
-    r.sent_bytes_total += r.sent_bytes[k];
-  }
-}
-
 // What one run of a mesh layout measured on this rank.
 struct MeshRun {
   std::vector<double> step_s;
@@ -254,6 +210,7 @@ std::vector<LayoutBenchResult> run_layout_bench(
       for (int c = 0; c < kNumCategories; ++c)
         out[i].peak_bytes[c] = std::max(out[i].peak_bytes[c], t.peak.peak[c]);
       out[i].peak_total = std::max(out[i].peak_total, t.peak.peak_allocated);
+      out[i].sent_bytes = t.last_step_sent;  // the same every step and round
     }
   }
   const double tokens = double(spec.batch * spec.seq * world.size());
@@ -265,7 +222,7 @@ std::vector<LayoutBenchResult> run_layout_bench(
     r.step_s = median(pooled[i]);
     r.tokens_per_s = tokens / r.step_s;
     r.ratio = r.step_s / median(pooled[0]);
-    if (world.size() > 1) count_traffic(world, spec, r.options, r);
+    for (int64_t b : r.sent_bytes) r.sent_bytes_total += b;
   }
   return out;
 }
