@@ -11,6 +11,7 @@
 #include <map>
 
 #include "kiri/train/trainer.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 
@@ -51,41 +52,6 @@ RunConfig reference_config(const LayoutCase& k) {
   r.zero_stage = 0;
   r.recompute = false;
   return layout_config(r, 1, 1, 1, 2 * k.microbatches * k.dp, 1);
-}
-
-std::map<std::string, std::vector<float>> params_of(Trainer& t) {
-  std::map<std::string, std::vector<float>> out;
-  for (auto& [name, v] : t.gather_model()) {
-    const float* d = v.data<float>();
-    out[name].assign(d, d + v.numel());
-  }
-  return out;
-}
-
-double max_abs_diff(const std::map<std::string, std::vector<float>>& a,
-                    const std::map<std::string, std::vector<float>>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (const auto& [name, va] : a) {
-    const auto it = b.find(name);
-    if (it == b.end()) {
-      ADD_FAILURE() << name << " missing";
-      continue;
-    }
-    EXPECT_EQ(va.size(), it->second.size()) << name;
-    for (size_t i = 0; i < va.size() && i < it->second.size(); ++i)
-      m = std::max(m, static_cast<double>(std::fabs(va[i] - it->second[i])));
-  }
-  return m;
-}
-
-std::string shared_temp_dir(comm::Communicator& world, const std::string& name) {
-  Allocator alloc;
-  Tensor pid = Tensor::empty({1}, DType::kI32, Category::kOther, alloc);
-  pid.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
-  world.broadcast(pid, 0);
-  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/kiri_" + name +
-         "_" + std::to_string(world.size()) + "_" + std::to_string(pid.data<int32_t>()[0]);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "kiri/comm/self.h"
 #include "kiri/train/trainer.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 
@@ -52,29 +53,6 @@ RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
   c.checkpoint.dir.clear();
   c.log.metrics.clear();
   return c;
-}
-
-// name -> fp32 values, on rank 0 (empty elsewhere).
-std::map<std::string, std::vector<float>> params_of(Trainer& t) {
-  std::map<std::string, std::vector<float>> out;
-  for (auto& [p, v] : t.gather_model()) {
-    const float* d = v.data<float>();
-    out[p].assign(d, d + v.numel());
-  }
-  return out;
-}
-
-double max_abs_diff(const std::map<std::string, std::vector<float>>& a,
-                    const std::map<std::string, std::vector<float>>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (const auto& [name, va] : a) {
-    const auto& vb = b.at(name);
-    EXPECT_EQ(va.size(), vb.size()) << name;
-    for (size_t i = 0; i < va.size(); ++i)
-      m = std::max(m, static_cast<double>(std::fabs(va[i] - vb[i])));
-  }
-  return m;
 }
 
 int64_t bytes_sent(const StepMetrics& m) {
@@ -228,16 +206,6 @@ void fp16_skips_the_overflowing_step(comm::Communicator& world, int stage) {
   EXPECT_EQ(ms[4].skipped_steps, 1);
   EXPECT_EQ(t.optimizer().step_count(), 4);
   EXPECT_TRUE(std::isfinite(ms[4].grad_norm));
-}
-
-// One folder for all ranks (MPI ranks are processes: rank 0's pid names it).
-std::string shared_temp_dir(comm::Communicator& world, const std::string& name) {
-  Allocator alloc;
-  Tensor pid = Tensor::empty({1}, DType::kI32, Category::kOther, alloc);
-  pid.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
-  world.broadcast(pid, 0);
-  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/kiri_" + name +
-         "_" + std::to_string(world.size()) + "_" + std::to_string(pid.data<int32_t>()[0]);
 }
 
 void zero_checkpoint_refuses_bad_shards(comm::Communicator& world) {
