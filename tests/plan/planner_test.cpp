@@ -39,6 +39,25 @@ TEST(PlanRecommend, Llama7BOnEightA100sShards) {
   EXPECT_TRUE(l.zero_stage > 0 || l.tp > 1 || l.pp > 1) << l.str();
 }
 
+// GPT-3 on 64 nodes of 8 H100s: the states need sharding, but ZeRO over 512 ranks gathers
+// every one of 96 layers across InfiniBand; pipeline stages win: too many layers.
+TEST(PlanRecommend, Gpt3On64H100NodesCutsTheLayers) {
+  const PlanRequest r = request("gpt3-175B", "h100-80g-nvlink-ib", 512);
+  const std::vector<Evaluation> cs = enumerate_layouts(r);
+  const Recommendation rec = recommend(r, cs);
+  EXPECT_EQ(rec.bottleneck, "layers") << rec.message;
+  EXPECT_EQ(rec.cut, "pipeline_parallel");
+  ASSERT_TRUE(rec.best.has_value());
+  EXPECT_GT(rec.best->layout.pp, 1);
+  // The fastest layout without stages is much slower (the message quotes it).
+  for (const Evaluation& e : cs)
+    if (e.fits && e.layout.pp == 1) {
+      EXPECT_GT(e.time.step_s, 1.5 * rec.best->time.step_s);
+      break;
+    }
+  EXPECT_NE(rec.message.find("too many for sharding alone"), std::string::npos) << rec.message;
+}
+
 TEST(PlanRecommend, Gpt2SmallOnEightA100sIsDataParallel) {
   const PlanRequest r = request("gpt2-124M", "a100-80g-nvlink", 8);
   const std::vector<Evaluation> cs = enumerate_layouts(r);

@@ -137,6 +137,35 @@ std::string secs(double s) {
   return buf;
 }
 
+// The states do not fit, and the best layout cuts the layers into pipeline stages because
+// sharding alone is slower or does not fit: the bottleneck is then too many layers (ZeRO-3
+// would gather every layer's weights each micro-batch; stages keep theirs and send only
+// activations).
+void too_many_layers(const PlanRequest& r, const std::vector<Evaluation>& candidates,
+                     Recommendation& rec) {
+  if (!rec.best || rec.best->layout.pp == 1 || !rec.best->time.estimated) return;
+  const Evaluation* flat = nullptr;  // the fastest fitting layout without stages
+  for (const Evaluation& e : candidates)
+    if (e.fits && e.layout.pp == 1) {
+      flat = &e;
+      break;
+    }
+  const Evaluation& best = *rec.best;
+  if (flat && flat->time.step_s <= best.time.step_s * 1.01) return;
+  rec.bottleneck = "layers";
+  rec.cut = "pipeline_parallel";
+  const int64_t per_stage = (r.model.n_layer + best.layout.pp - 1) / best.layout.pp;
+  rec.message +=
+      str("; but the layers are too many for sharding alone: ",
+          flat ? str("the fastest layout without pipeline stages (", flat->layout.str(), ") takes ",
+                     secs(flat->time.step_s), " (",
+                     secs(flat->time.dp_comm_total_s + flat->time.tp_comm_s),
+                     " of it communication, every layer's weights gathered or reduced over dp)")
+               : std::string("no layout without pipeline stages fits"),
+          ", while ", best.layout.pp, " stages keep at most ", per_stage, " of the ",
+          r.model.n_layer, " layers on each device and send only activations: cut the layers");
+}
+
 }  // namespace
 
 Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& candidates) {
@@ -148,6 +177,24 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
       rec.best = e;
       break;
     }
+  // Within kNearlyAsFast of the fastest, the layout with the fewest cuts, then the least
+  // communication: a cut that buys under 1% of the step is not worth its complexity (and
+  // is within the model's noise).
+  constexpr double kNearlyAsFast = 1.01;
+  auto cuts = [](const Layout& l) {
+    return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) + (l.recompute != Recompute::kNone);
+  };
+  auto comm = [](const Evaluation& e) {
+    return e.time.tp_comm_s + e.time.pp_comm_s + e.time.dp_comm_total_s;
+  };
+  if (rec.best && rec.best->time.estimated) {
+    const double limit = rec.best->time.step_s * kNearlyAsFast;
+    for (const Evaluation& e : candidates) {
+      if (!e.fits || e.time.step_s > limit) break;  // sorted: the fitting ones by time
+      const int a = cuts(e.layout), b = cuts(rec.best->layout);
+      if (a < b || (a == b && comm(e) < comm(*rec.best))) rec.best = e;
+    }
+  }
 
   // The fewest devices on which pure ZeRO-3 (with full recomputation) fits.
   for (int n = 1; n <= (1 << 20); n *= 2) {
@@ -201,6 +248,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
         rec.message += str(", which needs at least ", rec.min_devices,
                            " devices (ZeRO-3 with full recomputation), or tensor/pipeline "
                            "parallelism over as many");
+      too_many_layers(r, candidates, rec);
     }
   } else {
     rec.bottleneck = "activations";
