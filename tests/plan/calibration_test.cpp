@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "kiri/base/error.h"
+#include "kiri/plan/time.h"
 
 namespace kiri::plan {
 namespace {
@@ -61,9 +62,56 @@ TEST(PlanCalibration, RoundTripsAndBuildsThisMachine) {
   EXPECT_DOUBLE_EQ(m.intra.bandwidth, 5e9);
   EXPECT_DOUBLE_EQ(m.intra.latency, 1e-5);
   EXPECT_NE(describe_sources(m).find("measured (" + path + ")"), std::string::npos);
+  // Version 1 (no non-GEMM costs): the assumed ones, and said so.
+  EXPECT_DOUBLE_EQ(m.non_gemm.logit_s, this_machine_assumed().non_gemm.logit_s);
+  EXPECT_NE(describe_sources(m).find("non-GEMM work at 10 GB/s"), std::string::npos);
+  // Version 2: measured, round-tripped.
+  c.logit_s = 1e-9;
+  c.optimizer_s = 3e-9;
+  c.gradient_s = 0.5e-9;
+  c.activation_s = 2e-9;
+  c.step_model = calibration_step_model();
+  c.step_s = 0.25;
+  save_calibration(c, path);
+  const Calibration v2 = *load_calibration(path);
+  EXPECT_DOUBLE_EQ(v2.activation_s, 2e-9);
+  EXPECT_EQ(v2.step_model.vocab, c.step_model.vocab);
+  EXPECT_DOUBLE_EQ(v2.step_s, 0.25);
+  const ClusterSpec m2 = calibrated_cluster(v2, path);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.logit_s, 1e-9);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.activation_s, 2e-9);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.optimizer_s, 3e-9);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.gradient_s, 0.5e-9);
+  EXPECT_NE(describe_sources(m2).find("non-GEMM work (logits"), std::string::npos);
   EXPECT_FALSE(load_calibration(path + ".missing").has_value());
   EXPECT_FALSE(load_calibration("none").has_value());
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+// The activation cost is what the step leaves once the rest of the model is taken out: a step
+// made by the model with a known cost gives that cost back, and a step faster than the rest
+// gives 0.
+TEST(PlanCalibration, ActivationCostIsTheStepsRemainder) {
+  Calibration c;
+  c.cores = 2;
+  c.memory_bytes = 8e9;
+  c.gemm_flops_1_thread = 150e9;
+  c.bandwidth = 5e9;
+  c.latency = 5e-6;
+  c.logit_s = 1.2e-9;
+  c.optimizer_s = 2.5e-9;
+  c.gradient_s = 0.4e-9;
+  c.activation_s = 7e-9;
+  const Calibration::StepModel sm = calibration_step_model();
+  Layout l;
+  l.dtype = Precision::kFp32;
+  l.micro_batch = l.global_batch = sm.batch;
+  l.seq_len = sm.seq;
+  const ModelSpec model = model_from_dims(sm.n_layer, sm.n_embd, sm.n_head, sm.vocab, 1024);
+  const double step = estimate_time(model, l, calibrated_cluster(c, "")).step_s;
+  EXPECT_NEAR(activation_seconds_from_step(c, sm, step), 7e-9, 7e-9 * 1e-9);
+  EXPECT_EQ(activation_seconds_from_step(c, sm, step / 10), 0.0);
+  EXPECT_THROW(activation_seconds_from_step(c, sm, 0), Error);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The time model: FLOPs per step, the bubble, the α–β collectives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kiri/plan/layout.h"
 #include "kiri/plan/time.h"
 
@@ -91,13 +93,95 @@ TEST(PlanTime, StepTimeAddsUpAndMfuIsBelowEfficiency) {
   ASSERT_TRUE(t.estimated);
   EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s);
   EXPECT_DOUBLE_EQ(t.bubble_fraction, 1.0 / 9);
-  EXPECT_DOUBLE_EQ(t.bubble_s, t.compute_s / 8);
+  ASSERT_EQ(t.stage_s.size(), 2u);
+  const double slow = std::max(t.stage_s[0], t.stage_s[1]);
+  EXPECT_DOUBLE_EQ(t.compute_s, 8 * slow + t.optimizer_s);
+  // (m − 1)·max + Σ: the bubble is the other stage's micro-batch.
+  EXPECT_DOUBLE_EQ(t.bubble_s, std::min(t.stage_s[0], t.stage_s[1]));
+  EXPECT_GT(t.optimizer_s, 0);
   EXPECT_GT(t.tp_comm_s, 0);
   EXPECT_GT(t.pp_comm_s, 0);
   EXPECT_GT(t.mfu, 0);
   EXPECT_LT(t.mfu, c.efficiency);
   EXPECT_DOUBLE_EQ(t.tokens_per_s, 32.0 * 1024 / t.step_s);
   EXPECT_DOUBLE_EQ(t.tflops_per_device, t.flops_per_step / 8 / t.step_s / 1e12);
+}
+
+// Without non-GEMM costs, one stage's compute is the executed FLOPs at peak · efficiency.
+TEST(PlanTime, WithoutNonGemmWorkComputeIsFlopsOverRate) {
+  const ModelSpec m = model_from_dims(12, 768, 12, 50304);  // V a multiple of tp: no padding
+  ClusterSpec c = cluster_preset("a100-80g-nvlink");
+  c.non_gemm = {};
+  Layout l;
+  l.dp = 4;
+  l.tp = 2;
+  l.global_batch = 16;
+  const TimeBreakdown t = estimate_time(m, l, c);
+  EXPECT_NEAR(t.compute_s, t.flops_per_step / 8 / (c.flops_16bit * c.efficiency),
+              t.compute_s * 1e-12);
+  EXPECT_EQ(t.optimizer_s, 0);
+}
+
+// The non-GEMM terms by hand: one process, GPT-2 dims, fp32.
+TEST(PlanTime, NonGemmTermsByHand) {
+  const ModelSpec m = model_from_dims(2, 64, 4, 1000, 1024);
+  ClusterSpec c = this_machine_assumed();
+  c.non_gemm = {1e-9, 2e-9, 3e-9, 4e-9};
+  Layout l;
+  l.dtype = Precision::kFp32;
+  l.micro_batch = 2;
+  l.global_batch = 4;  // m = 2
+  l.seq_len = 32;
+  const TimeBreakdown with = estimate_time(m, l, c);
+  c.non_gemm = {};
+  const TimeBreakdown without = estimate_time(m, l, c);
+  const double tokens = 4 * 32, params = stage_params(m, 1, 1, 0);
+  EXPECT_NEAR(with.compute_s - without.compute_s,
+              tokens * (1000 * 1e-9 + 2 * 64 * 2e-9) + params * (3e-9 + 4e-9), 1e-15);
+}
+
+// kiri's pipeline cut (FLOPs, head on the last stage) and Megatron's even one.
+TEST(PlanTime, PipelineChunks) {
+  // The bench's tiny config: the head (2hV = 25.7 M per token) outweighs 4 blocks of 1.7 M.
+  const ModelSpec tiny = model_from_dims(4, 256, 4, 50257, 1024);
+  Layout l;
+  l.pp = 2;
+  l.seq_len = 128;
+  l.global_batch = 4;
+  std::vector<StageBlocks> k = pipeline_chunks(tiny, l);
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_EQ(k[0].first, 0);
+  EXPECT_EQ(k[0].end, 3);
+  EXPECT_EQ(k[1].end, 4);
+  l.form = ActivationForm::kPaper;
+  k = pipeline_chunks(tiny, l);
+  EXPECT_EQ(k[0].end, 2);
+  // Interleaved: pp·v chunks of a model without a heavy head, even.
+  const ModelSpec big = model_preset("gpt3-175B");
+  l.form = ActivationForm::kKiri;
+  l.pp = 4;
+  l.schedule = Schedule::kInterleaved;
+  l.virtual_stages = 2;
+  l.seq_len = 2048;
+  l.global_batch = 8;
+  k = pipeline_chunks(big, l);
+  ASSERT_EQ(k.size(), 8u);
+  EXPECT_EQ(k.back().end, 96);
+  for (const StageBlocks& b : k) EXPECT_NEAR(static_cast<double>(b.end - b.first), 12, 1);
+  // Given facts win.
+  KiriLayoutFacts f;
+  f.stages = {{0, 1}, {1, 4}};
+  l = Layout{};
+  l.pp = 2;
+  EXPECT_EQ(pipeline_chunks(tiny, l, f)[0].end, 1);
+  // Unequal stages: the step is (m − 1)·max + Σ.
+  l.seq_len = 128;
+  l.global_batch = 4;
+  const TimeBreakdown t = estimate_time(tiny, l, this_machine_assumed());
+  ASSERT_EQ(t.stage_s.size(), 2u);
+  EXPECT_GT(t.stage_s[1], 3 * t.stage_s[0]);
+  EXPECT_DOUBLE_EQ(t.bubble_s, t.stage_s[0]);
+  EXPECT_DOUBLE_EQ(t.compute_s, 4 * t.stage_s[1] + t.optimizer_s);
 }
 
 }  // namespace

@@ -178,6 +178,24 @@ int calibrate(const Args& a) {
   c.threads = c.cores;
   if (rank0) c.gemm_flops_all_threads = train::measure_gemm_flops(c.gemm_n, c.threads);
   w.barrier();
+  // kiri's non-GEMM kernels and a one-process step, on every rank at once (one per core).
+  c.logit_s = train::measure_logit_seconds(256, 50257);
+  c.optimizer_s = train::measure_optimizer_seconds(int64_t{8} << 20);
+  c.gradient_s = train::measure_gradient_seconds(int64_t{8} << 20);
+  c.step_model = plan::calibration_step_model();
+  train::BenchSpec step;
+  step.name = "calibration";
+  step.model.n_layer = static_cast<int>(c.step_model.n_layer);
+  step.model.n_embd = static_cast<int>(c.step_model.n_embd);
+  step.model.n_head = static_cast<int>(c.step_model.n_head);
+  step.model.vocab_size = static_cast<int>(c.step_model.vocab);
+  step.model.block_size = 1024;
+  step.batch = c.step_model.batch;
+  step.seq = c.step_model.seq;
+  w.barrier();
+  c.step_s = train::measure_step_seconds(step);
+  c.activation_s = plan::activation_seconds_from_step(c, c.step_model, c.step_s);
+  w.barrier();
   std::vector<train::TimedSize> timed;
   if (w.size() > 1) {
     c.link_method = "all_reduce";
@@ -200,6 +218,14 @@ int calibrate(const Args& a) {
               static_cast<long long>(c.gemm_n), si(c.gemm_flops_1_thread, "FLOP/s").c_str(),
               w.size() > 1 ? str(" (per rank, ", w.size(), " ranks at once)").c_str() : "",
               si(c.gemm_flops_all_threads, "FLOP/s").c_str(), c.threads);
+  std::printf(
+      "  non-GEMM per element: logits %.3g ns, AdamW %.3g ns, gradient zero+norm %.3g ns; "
+      "a %lld x %lld step (V %lld, %lld x %lld tokens) %.1f ms -> activations %.3g ns per "
+      "token x hidden x layer\n",
+      c.logit_s * 1e9, c.optimizer_s * 1e9, c.gradient_s * 1e9,
+      static_cast<long long>(c.step_model.n_layer), static_cast<long long>(c.step_model.n_embd),
+      static_cast<long long>(c.step_model.vocab), static_cast<long long>(c.step_model.batch),
+      static_cast<long long>(c.step_model.seq), c.step_s * 1e3, c.activation_s * 1e9);
   std::printf("  %s:", c.link_method == "all_reduce"
                            ? str("all_reduce over ", c.link_ranks, " ranks").c_str()
                            : "memcpy (one process; kiri launch -n 2 -- plan --calibrate measures "

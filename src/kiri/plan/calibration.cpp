@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/plan/time.h"
 
 namespace kiri::plan {
 
@@ -51,6 +52,39 @@ Link fit_link(const std::vector<LinkSample>& samples, int n) {
   return {steps / n / slope, intercept / steps};
 }
 
+Calibration::StepModel calibration_step_model() {
+  return {3, 256, 4, 8192, 8, 64};
+}
+
+namespace {
+// The calibrated this-machine cluster with the given non-GEMM costs, and the step model
+// as a planner model and one-rank layout.
+ModelSpec step_spec(const Calibration::StepModel& m) {
+  return model_from_dims(m.n_layer, m.n_embd, m.n_head, m.vocab, std::max<int64_t>(1024, m.seq));
+}
+Layout step_layout(const Calibration::StepModel& m) {
+  Layout l;
+  l.dtype = Precision::kFp32;
+  l.micro_batch = m.batch;
+  l.global_batch = m.batch;
+  l.seq_len = m.seq;
+  return l;
+}
+}  // namespace
+
+double activation_seconds_from_step(const Calibration& c, const Calibration::StepModel& m,
+                                    double step_s) {
+  KIRI_CHECK_KIND(kConfig, step_s > 0 && c.gemm_flops_1_thread > 0,
+                  "activation_seconds_from_step: the step (", step_s, " s) and the GEMM rate (",
+                  c.gemm_flops_1_thread, " FLOP/s) must be positive");
+  Calibration without = c;
+  without.activation_s = 0;
+  const ModelSpec model = step_spec(m);
+  const double rest = estimate_time(model, step_layout(m), calibrated_cluster(without, "")).step_s;
+  const double elements = static_cast<double>(m.batch * m.seq * m.n_layer * m.n_embd);
+  return std::max(0.0, step_s - rest) / elements;
+}
+
 std::string default_calibration_path() {
   if (const char* env = std::getenv("KIRI_CALIBRATION"); env && *env) return env;
   return "runs/calibration/this-machine.json";
@@ -61,7 +95,7 @@ std::string calibration_json(const Calibration& c) {
   for (const LinkSample& s : c.samples)
     samples.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
   json j = {{"kind", "kiri-calibration"},
-            {"version", 1},
+            {"version", 2},
             {"host", c.host},
             {"date", c.date},
             {"cores", c.cores},
@@ -77,7 +111,20 @@ std::string calibration_json(const Calibration& c) {
               {"ranks", c.link_ranks},
               {"bandwidth", c.bandwidth},
               {"latency", c.latency > 0 ? json(c.latency) : json(nullptr)},
-              {"samples", samples}}}};
+              {"samples", samples}}},
+            {"non_gemm",
+             {{"logit_s", c.logit_s},
+              {"optimizer_s", c.optimizer_s},
+              {"gradient_s", c.gradient_s},
+              {"activation_s", c.activation_s},
+              {"step",
+               {{"n_layer", c.step_model.n_layer},
+                {"n_embd", c.step_model.n_embd},
+                {"n_head", c.step_model.n_head},
+                {"vocab", c.step_model.vocab},
+                {"batch", c.step_model.batch},
+                {"seq", c.step_model.seq},
+                {"seconds", c.step_s}}}}}};
   return j.dump(2) + "\n";
 }
 
@@ -124,6 +171,18 @@ std::optional<Calibration> load_calibration(const std::string& path) {
     c.latency = l.at("latency").is_null() ? 0.0 : l.at("latency").get<double>();
     for (const json& s : l.at("samples"))
       c.samples.push_back({s.at("bytes").get<double>(), s.at("seconds").get<double>()});
+    if (j.contains("non_gemm")) {  // version 2
+      const json& n = j.at("non_gemm");
+      c.logit_s = n.at("logit_s").get<double>();
+      c.optimizer_s = n.at("optimizer_s").get<double>();
+      c.gradient_s = n.at("gradient_s").get<double>();
+      c.activation_s = n.at("activation_s").get<double>();
+      const json& st = n.at("step");
+      c.step_model = {st.at("n_layer").get<int64_t>(), st.at("n_embd").get<int64_t>(),
+                      st.at("n_head").get<int64_t>(),  st.at("vocab").get<int64_t>(),
+                      st.at("batch").get<int64_t>(),   st.at("seq").get<int64_t>()};
+      c.step_s = st.at("seconds").get<double>();
+    }
   } catch (const json::exception& e) {
     KIRI_RAISE(kConfig, "the calibration file ", path, " is not valid: ", e.what(),
                " (rerun kiri plan --calibrate, or KIRI_CALIBRATION=none to ignore it)");
@@ -134,6 +193,9 @@ std::optional<Calibration> load_calibration(const std::string& path) {
                   "the calibration file ", path,
                   " has non-positive numbers (cores, memory_bytes, gemm.flops_1_thread, "
                   "link.bandwidth must be > 0)");
+  KIRI_CHECK_KIND(kConfig,
+                  c.logit_s >= 0 && c.optimizer_s >= 0 && c.gradient_s >= 0 && c.activation_s >= 0,
+                  "the calibration file ", path, " has negative non_gemm costs");
   return c;
 }
 
@@ -148,13 +210,21 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
   s.efficiency = 1.0;
   s.intra = {c.bandwidth, c.latency > 0 ? c.latency : 2e-6};
   s.inter = s.intra;
+  const ClusterSpec assumed = this_machine_assumed();
+  s.memory_bandwidth = assumed.memory_bandwidth;
+  const bool non_gemm = c.logit_s > 0 && c.optimizer_s > 0 && c.gradient_s > 0;
+  s.non_gemm = non_gemm ? NonGemmCosts{c.logit_s, c.activation_s, c.optimizer_s, c.gradient_s}
+                        : assumed.non_gemm;
   s.source = source;
   s.measured = {"cores", "memory", "fp32 GEMM (1 thread)",
                 c.link_method == "all_reduce"
                     ? str("intra bandwidth and latency (all_reduce over ", c.link_ranks, " ranks)")
                     : std::string("intra bandwidth (shared-memory copy)")};
+  if (non_gemm)
+    s.measured.push_back("non-GEMM work (logits, optimizer, gradients; activations from a step)");
   s.assumed = {"efficiency 1 (the measured GEMM rate is the sustained one)",
                "bf16 = fp32 / 2 (docs/performance.md)", "inter = intra (one node)"};
+  if (!non_gemm) s.assumed.push_back("non-GEMM work at 10 GB/s (rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
   return s;
 }

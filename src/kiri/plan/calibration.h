@@ -32,7 +32,27 @@ struct Calibration {
   std::vector<LinkSample> samples;
   double bandwidth = 0;  // bytes/s (α–β β)
   double latency = 0;    // seconds (α); 0 = not measured
+  // Version 2: kiri's non-GEMM work on one thread per rank, every rank at once (seconds per
+  // element, ClusterSpec::non_gemm); 0 = not measured (a version 1 file).
+  double logit_s = 0, optimizer_s = 0, gradient_s = 0;
+  // What is left of a one-process kiri step of the calibration model (below) once its GEMMs
+  // at gemm_flops_1_thread and its logits, optimizer and gradients are taken out, per token
+  // × hidden × layer (activation_seconds_from_step).
+  double activation_s = 0;
+  struct StepModel {
+    int64_t n_layer = 0, n_embd = 0, n_head = 0, vocab = 0, batch = 0, seq = 0;
+  } step_model;
+  double step_s = 0;  // its measured step (median)
 };
+
+// The model one `kiri plan --calibrate` step trains: not the docs' tiny table's shape (3
+// layers of 256, 4 heads, V 8192, 8 × 64 tokens), so that table checks the fit.
+Calibration::StepModel calibration_step_model();
+// The activation_s that makes the time model's step of `m` on one rank (estimate_time with
+// this machine's measured GEMM rate and the other non-GEMM costs) equal `step_s`; 0 when the
+// rest already exceeds it.
+double activation_seconds_from_step(const Calibration& c, const Calibration::StepModel& m,
+                                    double step_s);
 
 // An α–β fit of ring all-reduce times over n ranks: t = 2(n−1)α + 2(n−1)/n·bytes/β (least
 // squares of t = a + c·bytes; α = a/(2(n−1)), β = 2(n−1)/(n·c)); a negative intercept is
@@ -53,7 +73,8 @@ std::string calibration_json(const Calibration& c);
 // at the measured 1-thread fp32 GEMM rate with efficiency 1 (the measured rate is already
 // sustained, as kiri's own MFU takes it), bf16 assumed at half of it, the memory split over
 // the cores, the intra (and inter: one node) link as measured (a copy's latency assumed
-// 2 µs). `measured` names the fields that came from the file, `source` is its path.
+// 2 µs), the non-GEMM costs as measured (version 1 files: this_machine_assumed()'s).
+// `measured` names the fields that came from the file, `source` is its path.
 ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source);
 
 // "measured (FILE, DATE): ...; assumed: ..." for `kiri plan`'s output; "" for presets that

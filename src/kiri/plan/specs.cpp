@@ -107,6 +107,12 @@ ModelSpec model_from_params(double params) {
   return m;
 }
 
+NonGemmCosts non_gemm_from_bandwidth(double bytes_per_s) {
+  KIRI_CHECK_KIND(kConfig, bytes_per_s > 0, "memory bandwidth must be positive, got ", bytes_per_s);
+  return {kLogitBytes / bytes_per_s, kActivationBytes / bytes_per_s, kOptimizerBytes / bytes_per_s,
+          kGradientBytes / bytes_per_s};
+}
+
 std::vector<std::string> cluster_preset_names() {
   return {"a100-80g-nvlink", "h100-80g-nvlink-ib", "v100-32g-pcie", "this-machine"};
 }
@@ -128,6 +134,8 @@ ClusterSpec this_machine_assumed() {
   c.efficiency = 0.6;
   c.intra = {4e9, 2e-6};
   c.inter = {4e9, 2e-6};
+  c.memory_bandwidth = 10e9;  // a core's share of the copy bandwidth
+  c.non_gemm = non_gemm_from_bandwidth(c.memory_bandwidth);
   c.assumed = {"all (no calibration file: run kiri plan --calibrate)"};
   return c;
 }
@@ -148,6 +156,8 @@ ClusterSpec cluster_preset(const std::string& name) {
     c.efficiency = 0.7;  // assumption: large GEMMs reach ~70% of peak (to be calibrated)
     c.intra = {300e9, 5e-6};
     c.inter = {25e9, 10e-6};
+    c.memory_bandwidth = 2039e9;  // HBM2e
+    c.non_gemm = non_gemm_from_bandwidth(c.memory_bandwidth);
     return c;
   }
   if (name == "h100-80g-nvlink-ib") {
@@ -162,6 +172,8 @@ ClusterSpec cluster_preset(const std::string& name) {
     c.efficiency = 0.7;  // assumption, as above
     c.intra = {450e9, 5e-6};
     c.inter = {50e9, 10e-6};
+    c.memory_bandwidth = 3.35e12;  // HBM3
+    c.non_gemm = non_gemm_from_bandwidth(c.memory_bandwidth);
     return c;
   }
   if (name == "v100-32g-pcie") {
@@ -177,6 +189,8 @@ ClusterSpec cluster_preset(const std::string& name) {
     c.efficiency = 0.6;  // assumption
     c.intra = {16e9, 10e-6};
     c.inter = {12.5e9 / 8, 20e-6};
+    c.memory_bandwidth = 900e9;  // HBM2
+    c.non_gemm = non_gemm_from_bandwidth(c.memory_bandwidth);
     return c;
   }
   if (name == "this-machine") {

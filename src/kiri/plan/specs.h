@@ -51,16 +51,35 @@ struct Link {
   double latency = 0;    // seconds per message (α)
 };
 
+// Work that is not a GEMM, seconds per element on one device (memory-bound kernels; the
+// GEMMs are FLOPs at the device's rate). Per micro-batch: logits (softmax cross-entropy
+// forward and backward, per element of the [tokens, V/t] logits) and the blocks' LayerNorm,
+// GELU, attention softmax, residual and bias work (per token × hidden × layer, forward and
+// backward); per step: the optimizer (AdamW per updated element, master copy included) and
+// the gradients' zeroing and norm (per local gradient element).
+struct NonGemmCosts {
+  double logit_s = 0, activation_s = 0, optimizer_s = 0, gradient_s = 0;
+};
+// Bytes each of those moves, for clusters known by their memory bandwidth: a logit 16
+// (fp32, read three times and written once), a token × hidden of a layer 136 (four passes
+// over Korthikanti's 34 bytes), an optimizer element 28 (gradient, master, m and v read;
+// master, m, v and the 16-bit copy written), a gradient element 8 (zeroed, then read).
+inline constexpr double kLogitBytes = 16, kActivationBytes = 136, kOptimizerBytes = 28,
+                        kGradientBytes = 8;
+NonGemmCosts non_gemm_from_bandwidth(double bytes_per_s);
+
 struct ClusterSpec {
   std::string name;
   std::string device;
   int devices_per_node = 1;
   int nodes = 1;
-  double memory_bytes = 0;  // per device
-  double flops_fp32 = 0;    // peak FLOP/s per device, fp32 (dense)
-  double flops_16bit = 0;   // peak FLOP/s per device, bf16/fp16 (dense)
-  double efficiency = 1;    // sustained fraction of the peak in large GEMMs
-  Link intra, inter;        // within a node, across nodes (per device)
+  double memory_bytes = 0;      // per device
+  double flops_fp32 = 0;        // peak FLOP/s per device, fp32 (dense)
+  double flops_16bit = 0;       // peak FLOP/s per device, bf16/fp16 (dense)
+  double efficiency = 1;        // sustained fraction of the peak in large GEMMs
+  Link intra, inter;            // within a node, across nodes (per device)
+  double memory_bandwidth = 0;  // bytes/s per device (datasheet)
+  NonGemmCosts non_gemm;        // presets: from memory_bandwidth; calibration: measured
   // Where the numbers come from: a calibration file (this-machine after `kiri plan
   // --calibrate`), and which fields it measured / which stay assumptions.
   std::string source;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kiri/plan/memory.h"
 
@@ -64,7 +65,80 @@ Link group_link(const ClusterSpec& cluster, int64_t span) {
   return span <= cluster.devices_per_node ? cluster.intra : cluster.inter;
 }
 
-TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const ClusterSpec& c) {
+std::vector<StageBlocks> pipeline_chunks(const ModelSpec& model, const Layout& l,
+                                         const KiriLayoutFacts& facts) {
+  const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
+  const int64_t chunks = int64_t{l.pp} * v, L = model.n_layer;
+  if (static_cast<int64_t>(facts.stages.size()) == chunks) return facts.stages;
+  std::vector<int64_t> counts(chunks);
+  if (l.form == ActivationForm::kPaper || chunks == 1 || chunks > L) {
+    for (int64_t c = 0; c < chunks; ++c)
+      counts[c] = layers_on_stage(L, static_cast<int>(chunks), static_cast<int>(c));
+  } else {
+    // kiri's costs (parallel::pp::gpt_layer_costs, up to a common factor): a block
+    // 2·matmul + 4sh, the embedding h, the head 2hV. cost[c][i]: the least costliest chunk
+    // of blocks [0, i) in c + 1 chunks, each with at least one block.
+    const double h = static_cast<double>(model.hidden), s = static_cast<double>(l.seq_len);
+    const double block = 2.0 * static_cast<double>(model.layer_matmul_params()) + 4 * s * h;
+    const double emb = h, head = 2 * h * static_cast<double>(model.vocab);
+    auto chunk_cost = [&](int64_t c, int64_t a, int64_t b) {
+      return static_cast<double>(b - a) * block + (c == 0 ? emb : 0) + (c == chunks - 1 ? head : 0);
+    };
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> cost(chunks, std::vector<double>(L + 1, inf));
+    std::vector<std::vector<int64_t>> from(chunks, std::vector<int64_t>(L + 1, 0));
+    for (int64_t i = 1; i <= L; ++i) cost[0][i] = chunk_cost(0, 0, i);
+    for (int64_t c = 1; c < chunks; ++c)
+      for (int64_t i = c + 1; i <= L; ++i)
+        for (int64_t j = c; j < i; ++j) {
+          const double x = std::max(cost[c - 1][j], chunk_cost(c, j, i));
+          if (x < cost[c][i]) cost[c][i] = x, from[c][i] = j;
+        }
+    for (int64_t c = chunks - 1, i = L; c >= 0; --c) {
+      const int64_t j = c > 0 ? from[c][i] : 0;
+      counts[c] = i - j;
+      i = j;
+    }
+  }
+  std::vector<StageBlocks> out;
+  for (int64_t c = 0, first = 0; c < chunks; first += counts[c], ++c)
+    out.push_back({first, first + counts[c]});
+  return out;
+}
+
+namespace {
+
+// One micro-batch's forward + backward of each chunk on one tp rank (module comment).
+std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
+                                  const std::vector<StageBlocks>& chunks) {
+  const double t = l.tp, tokens = static_cast<double>(l.micro_batch * l.seq_len);
+  const double s = static_cast<double>(l.seq_len), h = static_cast<double>(model.hidden);
+  const double V = static_cast<double>((model.vocab + l.tp - 1) / l.tp * l.tp);
+  const double rate = (l.dtype == Precision::kFp32 ? c.flops_fp32 : c.flops_16bit) * c.efficiency;
+  const double matmul = 2 * static_cast<double>(model.layer_matmul_params()), att = 4 * s * h;
+  double block_flops = 3 * (matmul + att);
+  if (l.recompute == Recompute::kFull)
+    block_flops += matmul + att;
+  else if (l.recompute == Recompute::kSelective || l.form == ActivationForm::kKiri)
+    block_flops += att / 2;
+  // About half of a block's elementwise work (LayerNorms, residuals) is whole on every tp
+  // rank, the rest (GELU, attention, the cut biases) is cut; full recomputation redoes the
+  // forward's third.
+  const double block_other = h * c.non_gemm.activation_s * (1 + 1 / t) / 2 *
+                             (l.recompute == Recompute::kFull ? 4.0 / 3 : 1.0);
+  const double block_s = tokens * (block_flops / t / rate + block_other);
+  const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * c.non_gemm.logit_s);
+  std::vector<double> out;
+  for (size_t k = 0; k < chunks.size(); ++k)
+    out.push_back(static_cast<double>(chunks[k].end - chunks[k].first) * block_s +
+                  (k + 1 == chunks.size() ? head_s : 0.0));
+  return out;
+}
+
+}  // namespace
+
+TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
+                            const KiriLayoutFacts& facts) {
   TimeBreakdown t;
   if (model.params_only()) return t;
   t.estimated = true;
@@ -73,20 +147,40 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
   t.model_flops_per_step = f.model;
   const double world = l.world();
   const double peak = l.dtype == Precision::kFp32 ? c.flops_fp32 : c.flops_16bit;
-  t.compute_s = f.executed / world / (peak * c.efficiency);
   const int64_t m = l.microbatches();
+  const double md = static_cast<double>(m);
   const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
+  const std::vector<StageBlocks> chunks = pipeline_chunks(model, l, facts);
+  const std::vector<double> chunk_s = chunk_seconds(model, l, c, chunks);
+  t.stage_s.assign(l.pp, 0.0);
+  int64_t stage_layers = 0;
+  std::vector<int64_t> blocks(l.pp, 0);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    t.stage_s[k % l.pp] += chunk_s[k];
+    blocks[k % l.pp] += chunks[k].end - chunks[k].first;
+  }
+  for (int s = 0; s < l.pp; ++s) {
+    stage_layers = std::max(stage_layers, blocks[s]);
+    const double params = stage_params(model, l.tp, l.pp, s), n = l.shard_size();
+    const double opt = l.zero_stage >= 1 ? params / n : params;
+    const double grads = l.zero_stage >= 2 ? params / n : params;
+    t.optimizer_s =
+        std::max(t.optimizer_s, opt * c.non_gemm.optimizer_s + grads * c.non_gemm.gradient_s);
+  }
+  const double t_max = *std::max_element(t.stage_s.begin(), t.stage_s.end());
+  double sum = 0;
+  for (double x : t.stage_s) sum += x;
+  t.compute_s = md * t_max + t.optimizer_s;
   if (l.pp > 1) {
     t.bubble_fraction = bubble_fraction(l.pp, m, v);
-    t.bubble_s = t.compute_s * bubble_overhead(l.pp, m, v);
+    t.bubble_s = v == 1 ? sum - t_max : md * t_max * bubble_overhead(l.pp, m, v);
   }
   const double tokens_mb = static_cast<double>(l.micro_batch * l.seq_len);
   const double act_bytes = l.form == ActivationForm::kKiri ? 4 : value_bytes(l.dtype);
   const double act = tokens_mb * static_cast<double>(model.hidden) * act_bytes;
-  const double stage_layers = static_cast<double>(layers_on_stage(model.n_layer, l.pp, 0));
   if (l.tp > 1) {
     const double per_layer = l.recompute == Recompute::kFull ? 6 : 4;
-    const double count = static_cast<double>(m) * (stage_layers * per_layer + 2);
+    const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
     t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp));
   }
   if (l.pp > 1) {
@@ -100,7 +194,7 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     const double grads = psi * value_bytes(l.dtype);
     const int n = l.shard_size();
     const Link link = group_link(c, int64_t{l.dp} * l.tp);
-    const double units = std::ceil(stage_layers / l.wrap_blocks) + 2;
+    const double units = std::ceil(static_cast<double>(stage_layers) / l.wrap_blocks) + 2;
     const double buckets = std::max(1.0, std::ceil(grads / (25.0 * 1024 * 1024)));
     // Latency counts: one collective per bucket (DDP) or per unit (ZeRO).
     auto rs = [&](double bytes) {
@@ -108,9 +202,8 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     };
     auto ag = rs;
     const double replicas = n < l.dp ? allreduce_seconds(grads / n, l.dp / n, link) : 0;
-    const double md = static_cast<double>(m);
     double overlappable = 0, exposed = 0, window = 0;
-    const double per_mb = t.compute_s / md;
+    const double per_mb = t_max;
     const double backward_share = (f.executed - f.model / 3) / f.executed;
     switch (l.zero_stage) {
       case 0:
@@ -126,11 +219,11 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
       case 2:
         overlappable = md * (rs(grads) + replicas);
         exposed = ag(grads);
-        window = t.compute_s * backward_share;
+        window = md * t_max * backward_share;
         break;
       default:
         overlappable = md * (2 * ag(grads) + rs(grads) + replicas);
-        window = t.compute_s;
+        window = md * t_max;
         break;
     }
     t.dp_comm_total_s = overlappable + exposed;

@@ -3,7 +3,10 @@
 // with an α–β model, the pipeline bubble; step time, tokens/s, TFLOP/s per device, MFU.
 #include <cstdint>
 
+#include <vector>
+
 #include "kiri/plan/layout.h"
+#include "kiri/plan/memory.h"
 #include "kiri/plan/specs.h"
 
 namespace kiri::plan {
@@ -41,11 +44,25 @@ double p2p_seconds(double bytes, const Link& link);
 // dp·tp·pp. Within a node iff span ≤ devices per node.
 Link group_link(const ClusterSpec& cluster, int64_t span);
 
+// The blocks of each pipeline stage (pp·v chunks when interleaved, chunk c on stage c mod
+// pp). The paper form: Megatron's even split (layers_on_stage). The kiri form: kiri's own
+// cut, which minimises the costliest chunk by FLOPs with the embedding on the first and the
+// LM head on the last (parallel/pp/partition.h; this is the same optimum, recomputed here
+// because this library cannot see it); `facts.stages`, when given, is taken as is.
+std::vector<StageBlocks> pipeline_chunks(const ModelSpec& model, const Layout& layout,
+                                         const KiriLayoutFacts& facts = {});
+
 struct TimeBreakdown {
   bool estimated = false;  // false for a parameter-count-only model
   double flops_per_step = 0, model_flops_per_step = 0;
-  double compute_s = 0;  // executed FLOPs / world / (peak · efficiency)
-  double bubble_s = 0;   // compute_s · (p − 1)/(v·m)
+  // One micro-batch's forward + backward on each pipeline stage (a tp rank of it): its GEMM
+  // FLOPs at peak · efficiency plus its non-GEMM work (ClusterSpec::non_gemm).
+  std::vector<double> stage_s;
+  double optimizer_s = 0;  // the slowest stage's optimizer step, gradient zeroing and norm
+  double compute_s = 0;    // m · max(stage_s) + optimizer_s: the busiest stage's work
+  // Pipeline: (m − 1)·max + Σ stage_s for GPipe and 1F1B (unequal stages included), m·max·
+  // (p − 1)/(v·m) interleaved, less the busiest stage's own m·max.
+  double bubble_s = 0;
   double bubble_fraction = 0;
   double tp_comm_s = 0;        // 4 all-reduces of [b·s, h] per layer per micro-batch (6 with
                                // full recomputation), + 2 for the embedding and the LM head
@@ -55,6 +72,6 @@ struct TimeBreakdown {
   double step_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
 };
 TimeBreakdown estimate_time(const ModelSpec& model, const Layout& layout,
-                            const ClusterSpec& cluster);
+                            const ClusterSpec& cluster, const KiriLayoutFacts& facts = {});
 
 }  // namespace kiri::plan

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "kiri/base/timer.h"
+#include "kiri/comm/self.h"
 #include "kiri/kernels/cpu/ops.h"
+#include "kiri/train/ddp_bench.h"
 
 namespace kiri::train {
 
@@ -64,6 +67,83 @@ std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int rep
     out.push_back({static_cast<double>(bytes), median(times)});
   }
   return out;
+}
+
+namespace {
+// One OpenMP thread while alive: a planner device is one core (a rank of one thread).
+struct OneThread {
+  int saved = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved); }
+};
+
+// The best of reps timed calls after a warm-up one.
+template <typename F>
+double best_seconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int rep = 0; rep <= reps; ++rep) {
+    Timer t;
+    f();
+    if (rep > 0) best = std::min(best, t.seconds());
+  }
+  return best;
+}
+}  // namespace
+
+double measure_logit_seconds(int64_t rows, int64_t vocab, int reps) {
+  OneThread one;
+  Allocator a;
+  Tensor logits = Tensor::empty({rows, vocab}, DType::kF32, Category::kBuffers, a);
+  Tensor targets = Tensor::empty({rows}, DType::kI32, Category::kBuffers, a);
+  Tensor losses = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
+  Tensor lse = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
+  Tensor dloss = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
+  for (int64_t i = 0; i < rows; ++i) {
+    targets.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % vocab);
+    dloss.data<float>()[i] = 1.0f / static_cast<float>(rows);
+  }
+  float* x = logits.data<float>();
+  const double s = best_seconds(reps, [&] {
+    // The backward overwrites the logits in place: refill them (timed alone below).
+    for (int64_t i = 0; i < rows * vocab; ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
+    kernels::softmax_xent_forward<float>(losses, lse, logits, targets);
+    kernels::softmax_xent_backward<float>(logits, lse, targets, dloss);
+  });
+  const double fill = best_seconds(reps, [&] {
+    for (int64_t i = 0; i < rows * vocab; ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
+  });
+  return std::max(0.0, s - fill) / static_cast<double>(rows * vocab);
+}
+
+double measure_optimizer_seconds(int64_t n, int reps) {
+  OneThread one;
+  Allocator a;
+  Tensor p = Tensor::zeros({n}, DType::kF32, Category::kParameters, a);
+  Tensor g = Tensor::zeros({n}, DType::kF32, Category::kGradients, a);
+  Tensor m = Tensor::zeros({n}, DType::kF32, Category::kOptimizerStates, a);
+  Tensor v = Tensor::zeros({n}, DType::kF32, Category::kOptimizerStates, a);
+  kernels::AdamWParams hp;
+  return best_seconds(reps, [&] { kernels::adamw_update(p, g, m, v, hp); }) /
+         static_cast<double>(n);
+}
+
+double measure_gradient_seconds(int64_t n, int reps) {
+  OneThread one;
+  Allocator a;
+  Tensor g = Tensor::zeros({n}, DType::kF32, Category::kGradients, a);
+  volatile double sink = 0;
+  const double s = best_seconds(reps, [&] {
+    std::memset(g.data<float>(), 0, static_cast<size_t>(n) * 4);
+    sink = sink + kernels::sum_of_squares(g);
+  });
+  return s / static_cast<double>(n);
+}
+
+double measure_step_seconds(const BenchSpec& spec) {
+  OneThread one;
+  std::unique_ptr<comm::Communicator> self = comm::self_communicator();
+  const ParallelStepTimes t = time_parallel_steps(*self, spec, {});
+  return median(t.step_s);
 }
 
 }  // namespace kiri::train

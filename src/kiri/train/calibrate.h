@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/train/bench.h"
 
 namespace kiri::train {
 
@@ -24,5 +25,18 @@ std::vector<TimedSize> measure_all_reduce(comm::Communicator& world,
 // memcpy of each size between two buffers of this process, median of `reps` after a warm-up:
 // the shared-memory copy an intra-node message costs.
 std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int reps = 20);
+
+// Seconds per element of kiri's non-GEMM kernels on one OpenMP thread (each the best of
+// `reps` after a warm-up; call them on every rank at once, as kiri launch runs them):
+// softmax cross-entropy forward + backward over [rows, vocab] fp32 logits, per logit;
+// AdamW over n fp32 elements, per element; zeroing a gradient of n elements and its sum of
+// squares, per element.
+double measure_logit_seconds(int64_t rows, int64_t vocab, int reps = 5);
+double measure_optimizer_seconds(int64_t n, int reps = 5);
+double measure_gradient_seconds(int64_t n, int reps = 5);
+
+// The median step time of kiri training spec's model on one process (forward, backward,
+// AdamW; random tokens), on one OpenMP thread.
+double measure_step_seconds(const BenchSpec& spec);
 
 }  // namespace kiri::train
