@@ -93,4 +93,21 @@ if [ "${BENCH_LAYOUTS:-1}" = 1 ]; then
     --rounds "$rounds" 2>/dev/null | grep '^{' >> "$out/results.jsonl"
 fi
 
+# The planner against kiri's own runs (docs/planner.md, "The tiny config"): calibrate this
+# machine, then each layout's predicted and measured peak memory and step time.
+if [ "${BENCH_PLANNER:-1}" = 1 ]; then
+  echo "bench: planner, calibration and the tiny table (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  "$build/kiri" launch -n 2 --threads 1 -- plan --calibrate --out "$out/calibration.json" >&2
+  echo "| layout | rank | predicted peak MiB | measured peak MiB | error | predicted step s | measured step s | error |" \
+    > "$out/planner.md"
+  echo "|---|---|---|---|---|---|---|---|" >> "$out/planner.md"
+  KIRI_CALIBRATION="$out/calibration.json" KIRI_PLAN_TINY=1 OMP_NUM_THREADS=1 \
+    "$build/tests/kiri_plan_measured_tests" --gtest_filter='*TinyTable' | grep '^|' >> "$out/planner.md"
+fi
+
 python3 "$root/bench/table.py" "$out/results.jsonl"
+if [ -s "$out/planner.md" ]; then
+  echo
+  echo "Planner, predicted vs measured (tiny, this machine calibrated):"
+  cat "$out/planner.md"
+fi
