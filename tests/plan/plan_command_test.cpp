@@ -96,6 +96,45 @@ TEST(PlanCommand, TableAndRecommendation) {
   EXPECT_NE(r.out.find("bottleneck: model_states -> cut: zero"), std::string::npos) << r.out;
 }
 
+// A cluster described by its numbers: the options replace the preset's, the JSON shows
+// them (and says they were given), and they move the estimate the way they should.
+TEST(PlanCommand, ClusterOptionsReplaceThePresetsNumbers) {
+  const std::string layout =
+      "--model gpt2-350M --dp 4 --tp 2 --micro-batch 2 --global-batch 64 --json "
+      "--cluster a100-80g-nvlink ";
+  const Result base = run(layout);
+  const Result r = run(layout +
+                       "--gpus-per-node 4 --flops 100e12 --flops-fp32 10e12 --efficiency 0.5 "
+                       "--intra-bandwidth 50e9 --intra-latency 2e-5 --inter-bandwidth 5e9 "
+                       "--inter-latency 3e-5 --memory-bandwidth 1e12 --memory 40GiB");
+  ASSERT_EQ(base.code, 0) << base.out;
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json b = nlohmann::json::parse(base.out), j = nlohmann::json::parse(r.out);
+  const auto& c = j["cluster"];
+  EXPECT_EQ(c["devices_per_node"], 4);
+  EXPECT_EQ(c["nodes"], 2);
+  EXPECT_DOUBLE_EQ(c["flops_16bit"].get<double>(), 100e12);
+  EXPECT_DOUBLE_EQ(c["flops_fp32"].get<double>(), 10e12);
+  EXPECT_DOUBLE_EQ(c["efficiency"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(c["intra"]["bandwidth"].get<double>(), 50e9);
+  EXPECT_DOUBLE_EQ(c["intra"]["latency"].get<double>(), 2e-5);
+  EXPECT_DOUBLE_EQ(c["inter"]["bandwidth"].get<double>(), 5e9);
+  EXPECT_DOUBLE_EQ(c["inter"]["latency"].get<double>(), 3e-5);
+  EXPECT_DOUBLE_EQ(c["memory_bandwidth"].get<double>(), 1e12);
+  EXPECT_DOUBLE_EQ(c["non_gemm"]["logit_s"].get<double>(), 16 / 1e12);
+  EXPECT_DOUBLE_EQ(c["memory_bytes"].get<double>(), 40.0 * (1 << 30));
+  EXPECT_EQ(c["assumed"].size(), b["cluster"]["assumed"].size() + 10);
+  // Slower devices and links: slower steps; the dp group (dp·tp = 8) now spans two nodes.
+  EXPECT_GT(j["time"]["compute_s"].get<double>(), 3 * b["time"]["compute_s"].get<double>());
+  EXPECT_GT(j["time"]["dp_comm_total_s"].get<double>(),
+            5 * b["time"]["dp_comm_total_s"].get<double>());
+  for (const char* bad : {"--efficiency 1.5", "--flops 0", "--intra-bandwidth -1",
+                          "--gpus-per-node 0", "--memory-bandwidth x"}) {
+    const Result e = run(layout + bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.out;
+  }
+}
+
 TEST(PlanCommand, BadInputIsAConfigError) {
   for (const char* args :
        {"--model gpt2-124M --tp 5", "--model nope", "--cluster tpu", "--dp 2 --global-batch 3",

@@ -132,6 +132,46 @@ int positive_int(const Args& a, const std::string& opt, int64_t fallback) {
   return static_cast<int>(v);
 }
 
+// The cluster options that replace a preset's numbers (docs/planner.md, "Options"); each
+// one given is listed in the cluster's `assumed` as given.
+void override_cluster(const Args& a, plan::ClusterSpec& c) {
+  if (auto m = a.get("memory")) {
+    int64_t bytes = 0;
+    try {
+      bytes = parse_bytes(*m);
+    } catch (const Error& e) {
+      KIRI_RAISE(kConfig, "--memory: ", e.message());
+    }
+    KIRI_CHECK_KIND(kConfig, bytes > 0, "--memory must be positive, got ", *m);
+    c.memory_bytes = static_cast<double>(bytes);
+    c.assumed.push_back(str("--memory ", *m, " (given)"));
+  }
+  if (a.get("gpus-per-node")) {
+    c.devices_per_node = positive_int(a, "gpus-per-node", 1);
+    c.assumed.push_back(str("--gpus-per-node ", c.devices_per_node, " (given)"));
+  }
+  auto number = [&](const char* opt, double& field, double max) {
+    if (!a.get(opt)) return;
+    const double v = a.get_double(opt, 0);
+    KIRI_CHECK_KIND(kConfig, v > 0 && v <= max, "--", opt, " must be in (0, ", max, "], got ",
+                    *a.get(opt));
+    field = v;
+    c.assumed.push_back(str("--", opt, " ", *a.get(opt), " (given)"));
+  };
+  constexpr double kHuge = 1e30;
+  number("flops", c.flops_16bit, kHuge);
+  number("flops-fp32", c.flops_fp32, kHuge);
+  number("efficiency", c.efficiency, 1.0);
+  number("intra-bandwidth", c.intra.bandwidth, kHuge);
+  number("intra-latency", c.intra.latency, 1.0);
+  number("inter-bandwidth", c.inter.bandwidth, kHuge);
+  number("inter-latency", c.inter.latency, 1.0);
+  if (a.get("memory-bandwidth")) {
+    number("memory-bandwidth", c.memory_bandwidth, kHuge);
+    c.non_gemm = plan::non_gemm_from_bandwidth(c.memory_bandwidth);
+  }
+}
+
 plan::ModelSpec model_of(const Args& a) {
   const bool dims = a.get("layers") || a.get("hidden") || a.get("heads") || a.get("vocab");
   const int given = (a.get("model") ? 1 : 0) + (dims ? 1 : 0) + (a.get("params") ? 1 : 0);
@@ -251,11 +291,42 @@ int calibrate(const Args& a) {
 
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a(argv,
-         {"model",        "layers",  "hidden",     "heads",       "vocab",          "ffn",
-          "params",       "cluster", "nodes",      "gpus",        "memory",         "dp",
-          "tp",           "pp",      "zero-stage", "shard-group", "dtype",          "micro-batch",
-          "global-batch", "seq-len", "recompute",  "schedule",    "virtual-stages", "wrap-blocks",
-          "activations",  "top",     "out"},
+         {"model",
+          "layers",
+          "hidden",
+          "heads",
+          "vocab",
+          "ffn",
+          "params",
+          "cluster",
+          "nodes",
+          "gpus",
+          "memory",
+          "dp",
+          "tp",
+          "pp",
+          "zero-stage",
+          "shard-group",
+          "dtype",
+          "micro-batch",
+          "global-batch",
+          "seq-len",
+          "recompute",
+          "schedule",
+          "virtual-stages",
+          "wrap-blocks",
+          "activations",
+          "top",
+          "out",
+          "gpus-per-node",
+          "flops",
+          "flops-fp32",
+          "efficiency",
+          "intra-bandwidth",
+          "intra-latency",
+          "inter-bandwidth",
+          "inter-latency",
+          "memory-bandwidth"},
          {"json", "sequence-parallel", "no-overlap", "calibrate"});
   if (a.flag("calibrate")) {
     KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan --calibrate takes only --out");
@@ -266,16 +337,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                   a.positional().front(), "'");
   const plan::ModelSpec model = model_of(a);
   plan::ClusterSpec cluster = plan::cluster_preset(a.get("cluster").value_or("a100-80g-nvlink"));
-  if (auto m = a.get("memory")) {
-    int64_t bytes = 0;
-    try {
-      bytes = parse_bytes(*m);
-    } catch (const Error& e) {
-      KIRI_RAISE(kConfig, "--memory: ", e.message());
-    }
-    KIRI_CHECK_KIND(kConfig, bytes > 0, "--memory must be positive, got ", *m);
-    cluster.memory_bytes = static_cast<double>(bytes);
-  }
+  override_cluster(a, cluster);
 
   plan::Layout base;
   base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
