@@ -262,6 +262,93 @@ MemoryBreakdown kiri_model_state_bytes(const std::vector<int64_t>& units, Precis
   return m;
 }
 
+namespace {
+
+// Matches parallel::kMaxInflightReductions (parallel/shard/sharded.h), which this library
+// cannot include: the reductions a ZeRO rank keeps outstanding during backward.
+constexpr int kInflightReductions = 2;
+
+// kiri's activations at the moments of backward, fp32 elements.
+struct KiriActivations {
+  double saved = 0;       // of the micro-batches in flight, at the start of backward
+  double kept_block = 0;  // what one block of one micro-batch keeps of it
+  double block_work = 0;  // a block's backward working set
+  double head = 0;        // the LM head's backward working set (last stage)
+};
+
+KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int stage,
+                                 StageBlocks blocks) {
+  // n tokens of a micro-batch, c the width, c/t a tensor-parallel rank's share of it.
+  const double t = l.tp, n = static_cast<double>(l.micro_batch * l.seq_len);
+  const double c = static_cast<double>(model.hidden), heads = static_cast<double>(model.heads);
+  const double v = static_cast<double>(kiri_wte_rows(model, l.tp));
+  const double layers = static_cast<double>(blocks.end - blocks.first);
+  // What a block saves (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv,
+  // attention output, MLP hidden pre/post-GELU (12nc/t) + LayerNorm statistics 4n + lse.
+  const bool full = l.recompute == Recompute::kFull;
+  const double saved_block = 4 * n * c + 12 * n * c / t + 4 * n +
+                             static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  KiriActivations a;
+  a.kept_block = full ? n * c : saved_block;
+  const double in_flight = layers_in_flight(l, blocks.end - blocks.first, stage) /
+                           std::max(1.0, layers);  // micro-batches
+  // The stage's saved activations of all micro-batches in flight (+ the last block's output,
+  // the next stage's / ln_f's input).
+  a.saved = in_flight * (layers * a.kept_block + n * c);
+  // Backward of a block: the recomputed block (full), dy, dx1, dh, dprev and the MLP's
+  // [n, 4c/t] gradients (two) — the larger of the MLP's and attention's working sets.
+  a.block_work = 4 * n * c + 8 * n * c / t;
+  if (full) a.block_work += saved_block - n * c;
+  // The head (last stage): ln_f's output and statistics, the [n, V/t] logits (their gradient
+  // in place), losses, lse, dloss, dxf; logits of all micro-batches in flight under GPipe.
+  if (stage == l.pp - 1) {
+    const double logits_mb =
+        l.pp > 1 && l.schedule == Schedule::kGpipe ? static_cast<double>(l.microbatches()) : 1.0;
+    a.head = logits_mb * (n * v + n * c + 5 * n) + n * c;
+    if (l.dtype != Precision::kFp32) a.head += n * v / 2 + n * c / 2;  // 16-bit copies
+  }
+  return a;
+}
+
+// One moment of backward: bytes of activations and of ZeRO's buffers live then.
+struct Moment {
+  double activations = 0, zero_buffers = 0;
+  double total() const { return activations + zero_buffers; }
+};
+
+// The peak of a pp = 1 backward under ZeRO (parallel/shard/sharded.h's schedule), the
+// largest of: the LM head's backward (stages 2-3: the embeddings' full gradient; stage 3
+// also the gathered embeddings and the prefetched final unit), and the first block of each
+// block unit's backward (less the later blocks' activations; the embeddings' and this
+// unit's full gradients, the reductions in flight, each a full gradient and its shard
+// (stage 1: the shard, last micro-batch); stage 3 also the gathered embeddings, this unit
+// and the prefetched next).
+Moment kiri_zero_peak(const KiriActivations& a, const std::vector<int64_t>& units, int stage, int n,
+                      double d, int wrap_blocks, int64_t layers) {
+  auto pad = [n](int64_t u) { return static_cast<double>((u + n - 1) / n * n); };
+  const double emb = pad(units.front());
+  const double grads = stage >= 2 ? 1 : 0, gathered = stage == 3 ? 1 : 0;
+  Moment best{4 * (a.saved + a.head), d * emb * (grads + gathered)};
+  best.zero_buffers += d * gathered * pad(units.back());
+  std::vector<double> reducing{pad(units.back())};  // finished units, newest last
+  const int last_block_unit = static_cast<int>(units.size()) - 2;
+  for (int u = last_block_unit; u >= 1; --u) {
+    const double here = pad(units[static_cast<size_t>(u)]);
+    double buf = d * (grads * (emb + here) + gathered * (emb + here));
+    if (u > 1) buf += d * gathered * pad(units[static_cast<size_t>(u - 1)]);
+    const size_t flying = std::min(reducing.size(), static_cast<size_t>(kInflightReductions));
+    for (size_t k = reducing.size() - flying; k < reducing.size(); ++k)
+      buf += d * (grads * reducing[k] + reducing[k] / n);
+    const int64_t done = layers - std::min<int64_t>(layers, int64_t{u} * wrap_blocks);
+    const Moment m{4 * (a.saved - static_cast<double>(done) * a.kept_block + a.block_work), buf};
+    if (m.total() > best.total()) best = m;
+    reducing.push_back(here);
+  }
+  return best;
+}
+
+}  // namespace
+
 MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int stage,
                                   const KiriLayoutFacts& facts) {
   KIRI_CHECK(stage >= 0 && stage < l.pp, "stage ", stage, " of ", l.pp);
@@ -269,67 +356,23 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
   const std::vector<int64_t> groups = kiri_parameter_groups(model, l.tp, l.pp, stage, blocks);
   const std::vector<int64_t> units = kiri_units(groups, l.pp, l.wrap_blocks);
   MemoryBreakdown m = kiri_model_state_bytes(units, l.dtype, l.zero_stage, l.shard_size());
-
-  // Activations at the peak, fp32 (4 bytes) in elements first. n tokens of a micro-batch,
-  // c the width, ct a tensor-parallel rank's share of it.
-  const double t = l.tp, n = static_cast<double>(l.micro_batch * l.seq_len);
-  const double c = static_cast<double>(model.hidden), heads = static_cast<double>(model.heads);
-  const double v = static_cast<double>(kiri_wte_rows(model, l.tp));
-  const double layers = static_cast<double>(blocks.end - blocks.first);
-  const bool first = stage == 0, last = stage == l.pp - 1;
-  // What a block saves (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv,
-  // attention output, MLP hidden pre/post-GELU (12nc/t) + LayerNorm statistics 4n + lse.
-  const bool full = l.recompute == Recompute::kFull;
-  const double saved_block = 4 * n * c + 12 * n * c / t + 4 * n +
-                             static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
-  const double kept_block = full ? n * c : saved_block;
-  const double in_flight = layers_in_flight(l, blocks.end - blocks.first, stage) /
-                           std::max(1.0, layers);  // micro-batches
-  // The stage's saved activations of all micro-batches in flight (+ the last block's output,
-  // the next stage's / ln_f's input).
-  double saved = in_flight * (layers * kept_block + n * c);
-  // Backward of a block: the recomputed block (full), dy, dx1, dh, dprev and the MLP's
-  // [n, 4c/t] gradients (two) — the larger of the MLP's and attention's working sets.
-  double block_work = 4 * n * c + 8 * n * c / t;
-  if (full) block_work += saved_block - n * c;
-  // The head (last stage): ln_f's output and statistics, the [n, V/t] logits (their gradient
-  // in place), losses, lse, dloss, dxf; logits of all micro-batches in flight under GPipe.
-  double head = 0;
-  if (last) {
-    const double logits_mb =
-        l.pp > 1 && l.schedule == Schedule::kGpipe ? static_cast<double>(l.microbatches()) : 1.0;
-    head = logits_mb * (n * v + n * c + 5 * n) + n * c;
-    if (l.dtype != Precision::kFp32) head += n * v / 2 + n * c / 2;  // 16-bit copies
-  }
-  m.activations = 4 * (saved + std::max(head, block_work));
+  const KiriActivations a = kiri_activations(model, l, stage, blocks);
 
   // Buffers: the step's token rows (the trainer's inputs and targets, int32, m micro-batches,
   // and one micro-batch each for evaluation), pipeline send/receive of [n, c], and ZeRO's.
-  const double d = value_bytes(l.dtype);
+  const double n = static_cast<double>(l.micro_batch * l.seq_len);
   double buffers = 4 * (2 * n * static_cast<double>(l.microbatches()) + 2 * n);
-  if (l.pp > 1) buffers += 4 * 2 * n * c;
-  double max_unit = 0;
-  for (int64_t u : units) max_unit = std::max(max_unit, static_cast<double>(u));
-  const double emb_unit = first ? static_cast<double>(units.front()) : 0;
-  double block_unit = 0;
-  for (size_t i = 1; i + 1 < units.size(); ++i)
-    block_unit = std::max(block_unit, static_cast<double>(units[i]));
-  // At the peak (the LM head's backward, every activation saved): stage 1 has reduced
-  // nothing yet (its reduce-scatters follow the last backward, when the activations are
-  // gone); stage 2 holds the full gradient of the unit the head writes (the embeddings);
-  // stage 3 the gathered embeddings unit, the current and the prefetched unit and one
-  // unit's full gradient.
-  switch (l.zero_stage) {
-    case 2:
-      buffers += d * (first ? emb_unit : max_unit);
-      break;
-    case 3:
-      buffers += d * (emb_unit + 2 * block_unit + max_unit);
-      break;
-    default:
-      break;
+  if (l.pp > 1) buffers += 4 * 2 * n * static_cast<double>(model.hidden);
+  // pp > 1 (stage 0 or 1): stage 1 reduces after the pipeline, when the activations are gone.
+  if (l.zero_stage == 0 || l.pp > 1) {
+    m.activations = 4 * (a.saved + std::max(a.head, a.block_work));
+    m.buffers = buffers;
+    return m;
   }
-  m.buffers = buffers;
+  const Moment peak = kiri_zero_peak(a, units, l.zero_stage, l.shard_size(), value_bytes(l.dtype),
+                                     l.wrap_blocks, blocks.end - blocks.first);
+  m.activations = peak.activations;
+  m.buffers = buffers + peak.zero_buffers;
   return m;
 }
 

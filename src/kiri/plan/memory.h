@@ -120,7 +120,8 @@ MemoryBreakdown kiri_model_state_bytes(const std::vector<int64_t>& units, Precis
                                        int zero_stage, int n);
 
 // One rank of `stage`: exact model states; `activations` and `buffers` the bytes live at the
-// step's peak (allocator.stats().peak_allocated ≈ total()), kiri form only.
+// step's peak (allocator.stats().peak_allocated ≈ total()), kiri form only. Under ZeRO the
+// largest moment of backward, with the engine's cap of reductions in flight reached.
 MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& layout, int stage,
                                   const KiriLayoutFacts& facts = {});
 

@@ -91,6 +91,10 @@ class LocalCollectiveWork final : public LocalWork {
       } catch (const std::exception& e) {
         error = e.what();
       }
+      // The results are in place: drop the slot's references, so that each rank's
+      // buffers go when it lets go of them, not when its slowest peer polls.
+      std::fill(s.in.begin(), s.in.end(), Tensor());
+      std::fill(s.out.begin(), s.out.end(), Tensor());
       lock.lock();
       s.error = error;
       s.done = true;

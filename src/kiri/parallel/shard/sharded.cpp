@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 
 #include "kiri/kernels/cpu/ops.h"
 
@@ -201,12 +202,20 @@ void ShardedDataParallel::after_backward(int group) {
   if (options_.stage == 3) release(unit);
   if (options_.stage >= 2 || sync_) start_reduce(unit);
   progress();
+  // Unit 0 (the embeddings, tied to the LM head) ends backward: wait for every
+  // reduction so that none outlives it (as DeepSpeed syncs its reduction stream).
+  if (unit == 0) complete_reduces(true);
 }
 
 void ShardedDataParallel::start_reduce(int unit) {
   Runtime& rt = runtime_[unit];
   const ShardUnit& u = units_[unit];
   KIRI_CHECK(!rt.reduce, "unit ", unit, " is reduced twice in one backward");
+  // The cap: a rank ahead of its peers waits for its oldest reduction rather than
+  // keep more units' buffers alive. Every rank starts the same reductions in the
+  // same order; only when it waits depends on timing, and it waits oldest first.
+  complete_reduces(false);
+  while (order_.size() >= static_cast<size_t>(kMaxInflightReductions)) wait_oldest();
   Tensor input =
       options_.stage == 1 ? grads_full_.flat_range(u.full_offset, u.padded) : rt.full_grad;
   rt.reduce_out = Tensor::empty({u.shard}, options_.dtype, Category::kBuffers, allocator_);
@@ -217,32 +226,37 @@ void ShardedDataParallel::start_reduce(int unit) {
 }
 
 void ShardedDataParallel::complete_reduces(bool block) {
-  const bool hybrid = replica_group_ && replica_group_->size() > 1;
-  // Reduce-scatters complete in any order, but the replicas' all-reduces are
-  // collectives on another group and must start in the same order on every
-  // rank: the order the reduce-scatters were started in.
-  while (!order_.empty()) {
-    const int unit = order_.front();
-    Runtime& rt = runtime_[unit];
-    if (rt.replica_pending || !hybrid) break;
-    if (block)
-      rt.reduce->wait();
-    else if (!rt.reduce->test())
-      break;
+  bool in_order = true;
+  for (auto it = order_.begin(); it != order_.end();)
+    it = advance_reduce(*it, block, in_order) ? order_.erase(it) : std::next(it);
+}
+
+void ShardedDataParallel::wait_oldest() {
+  bool in_order = true;
+  advance_reduce(order_.front(), true, in_order);
+  order_.pop_front();
+}
+
+bool ShardedDataParallel::advance_reduce(int unit, bool block, bool& in_order) {
+  Runtime& rt = runtime_[unit];
+  auto done = [block](comm::Work& w) {
+    if (!block) return w.test();
+    w.wait();
+    return true;
+  };
+  // Hybrid: the replicas' all-reduces are collectives on another group and must
+  // start in the same order on every rank: the order the reduce-scatters started in.
+  if (replica_group_ && replica_group_->size() > 1 && !rt.replica_pending) {
+    if (!in_order || !done(*rt.reduce)) {
+      in_order = false;
+      return false;
+    }
     rt.replica_pending = true;
     rt.reduce = replica_group_->all_reduce_async(rt.reduce_out, comm::ReduceOp::kSum);
-    order_.pop_front();
   }
-  for (size_t unit = 0; unit < units_.size(); ++unit) {
-    Runtime& rt = runtime_[unit];
-    if (!rt.reduce || (hybrid && !rt.replica_pending)) continue;
-    if (block)
-      rt.reduce->wait();
-    else if (!rt.reduce->test())
-      continue;
-    finish_reduce(static_cast<int>(unit));
-  }
-  if (!hybrid) order_.clear();
+  if (!done(*rt.reduce)) return false;
+  finish_reduce(unit);
+  return true;
 }
 
 void ShardedDataParallel::finish_reduce(int unit) {

@@ -13,10 +13,12 @@
 //   2     | all: P              | its shards: P / N   | its shards: P / N
 //   3     | its shards: P / N   | its shards: P / N   | its shards: P / N
 //
-// Stage 1 reduce-scatters the gradients after the last micro-batch's
+// Stage 1 reduce-scatters the gradients during the last micro-batch's
 // backward (unit by unit, as backward finishes each); stage 2 does the same
 // every micro-batch and keeps a unit's full gradient (category buffers)
-// only until its reduce-scatter completes; stage 3 also all-gathers a
+// only until its reduce-scatter completes. At most kMaxInflightReductions
+// are outstanding, and none outlives the backward: the peak does not depend
+// on how far a peer lags. Stage 3 also all-gathers a
 // unit's parameters (category buffers) just before its forward and again
 // before its backward and frees them after each, prefetching the next
 // unit's all-gather so it overlaps the current unit's compute. After the
@@ -34,6 +36,14 @@
 #include "kiri/nn/parameter.h"
 
 namespace kiri::parallel {
+
+// Reductions (a unit's reduce-scatter, then with hybrid sharding its replicas'
+// all-reduce) outstanding at once, as FSDP's limit_all_gathers caps all-gathers.
+// 2: the reduction of the unit just finished overlaps the next unit's backward.
+// One still outstanding after that is waiting for a lagging peer (the backends
+// progress only when ranks poll), not for bandwidth: a third would only keep one
+// more unit's full gradient alive. plan/memory.cpp counts the same number.
+inline constexpr int kMaxInflightReductions = 2;
 
 struct ShardOptions {
   int stage = 3;              // 1, 2 or 3
@@ -100,11 +110,15 @@ class ShardedDataParallel {
 
  private:
   struct Runtime;
-  void gather(int unit);         // starts the all-gather of a unit's parameters (stage 3)
-  void wait_gathered(int unit);  // ...and binds them
-  void release(int unit);        // frees a unit's gathered parameters (stage 3)
-  void start_reduce(int unit);   // reduce-scatter of a unit's gradient
-  void complete_reduces(bool block);
+  void gather(int unit);              // starts the all-gather of a unit's parameters (stage 3)
+  void wait_gathered(int unit);       // ...and binds them
+  void release(int unit);             // frees a unit's gathered parameters (stage 3)
+  void start_reduce(int unit);        // reduce-scatter of a unit's gradient
+  void complete_reduces(bool block);  // finishes the reductions done (block: all)
+  void wait_oldest();                 // finishes the oldest reduction, waiting for it
+  // Advances one unit's reduction; true once its shard is added. in_order: every
+  // older unit has started its replicas' all-reduce (hybrid); cleared when this has not.
+  bool advance_reduce(int unit, bool block, bool& in_order);
   void finish_reduce(int unit);  // adds (stage 1: copies) the reduced shard
   void bind_grads(int unit);     // stage 2/3: a fresh full gradient buffer for backward
   int next_unit(int unit, bool backward) const;
@@ -120,7 +134,7 @@ class ShardedDataParallel {
   Tensor params_full_, params_shard_, grads_full_, grads_shard_;
   std::vector<nn::ParameterSegment> segments_;
   std::vector<Runtime> runtime_;
-  std::deque<int> order_;  // units whose reduce-scatter started, oldest first
+  std::deque<int> order_;  // units whose reduction is outstanding, oldest first
 };
 
 }  // namespace kiri::parallel
