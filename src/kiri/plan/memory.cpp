@@ -134,17 +134,22 @@ double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {
   const double n = l.shard_size();
   const double block_unit = l.wrap_blocks * block_params(model, l.tp);
   const double emb_unit = stage == 0 ? embedding_params(model, l.tp) : 0;
-  const double max_unit = std::max(block_unit, emb_unit);
+  // The engine's schedule (parallel/shard/sharded.h): the embeddings' full gradient (stages
+  // 2-3) lives through backward (the tied head writes it first, the embedding last); mid-
+  // backward a block unit's gradient is written while up to kInflight earlier units reduce
+  // (each a full gradient and its shard); at the end the embeddings reduce alone.
+  constexpr double kInflight = 2;  // parallel::kMaxInflightReductions
+  const double mid = block_unit + kInflight * (block_unit + block_unit / n);
   double bytes = 0;
   switch (l.zero_stage) {
-    case 1:
-      bytes = d * max_unit / n;
+    case 1:  // the shards of the reductions in flight, last micro-batch
+      bytes = d * std::max(emb_unit / n + block_unit / n, kInflight * block_unit / n);
       break;
     case 2:
-      bytes = d * (max_unit + max_unit / n);
+      bytes = d * (emb_unit + std::max(emb_unit / n, mid));
       break;
-    case 3:
-      bytes = d * (emb_unit + 2 * block_unit + max_unit);
+    case 3:  // + the gathered embeddings (kept for the tied head), this unit and the next
+      bytes = d * (2 * emb_unit + std::max(emb_unit / n, 2 * block_unit + mid));
       break;
     default:
       break;

@@ -119,7 +119,10 @@ std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
 
 std::string gib(double bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  if (bytes < 1024.0 * 1024.0 * 1024.0)  // small models: MiB, not "0.0 GiB"
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
 
@@ -164,6 +167,25 @@ void too_many_layers(const PlanRequest& r, const std::vector<Evaluation>& candid
                : std::string("no layout without pipeline stages fits"),
           ", while ", best.layout.pp, " stages keep at most ", per_stage, " of the ",
           r.model.n_layer, " layers on each device and send only activations: cut the layers");
+}
+
+// The states do not fit, and the best layout answers with tensor parallelism alone (no
+// ZeRO, no stages): tp also cuts every rank's states by tp, and here it is the faster cut.
+void states_cut_by_tp(const std::vector<Evaluation>& candidates, Recommendation& rec) {
+  if (!rec.best || rec.bottleneck != "model_states" || !rec.best->time.estimated) return;
+  const Layout& l = rec.best->layout;
+  if (l.tp == 1 || l.pp > 1 || l.zero_stage > 0) return;
+  rec.cut = "tensor_parallel";
+  const Evaluation* zero = nullptr;  // the fastest fitting layout with ZeRO
+  for (const Evaluation& e : candidates)
+    if (e.fits && e.layout.zero_stage > 0) {
+      zero = &e;
+      break;
+    }
+  rec.message += str("; tensor parallelism cuts each rank's states by ", l.tp, " too, and is the ",
+                     zero ? str("faster cut here (the fastest ZeRO layout, ", zero->layout.str(),
+                                ", takes ", secs(zero->time.step_s), ")")
+                          : std::string("only one that fits"));
 }
 
 }  // namespace
@@ -249,6 +271,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
                            " devices (ZeRO-3 with full recomputation), or tensor/pipeline "
                            "parallelism over as many");
       too_many_layers(r, candidates, rec);
+      states_cut_by_tp(candidates, rec);
     }
   } else {
     rec.bottleneck = "activations";

@@ -56,7 +56,7 @@ struct Recommendation {
 // each cut of the best layout (data, ZeRO, tensor, pipeline, checkpointing).
 Recommendation recommend(const PlanRequest& request, const std::vector<Evaluation>& candidates);
 
-// "12.3 GiB"
+// "12.3 GiB" (below 1 GiB "512.0 MiB")
 std::string gib(double bytes);
 // The candidates as a text table (the first `top`), and one evaluation as text.
 std::string format_table(const std::vector<Evaluation>& candidates, size_t top);
