@@ -76,8 +76,8 @@ std::vector<StageBlocks> pipeline_chunks(const ModelSpec& model, const Layout& l
       counts[c] = layers_on_stage(L, static_cast<int>(chunks), static_cast<int>(c));
   } else {
     // kiri's costs (parallel::pp::gpt_layer_costs, up to a common factor): a block
-    // 2·matmul + 4sh, the embedding h, the head 2hV. cost[c][i]: the least costliest chunk
-    // of blocks [0, i) in c + 1 chunks, each with at least one block.
+    // 2·matmul + 4sh, the embedding h, the head 2hV. cost[c][i]: the lowest possible cost of
+    // the costliest chunk when blocks [0, i) form c + 1 chunks of at least one block each.
     const double h = static_cast<double>(model.hidden), s = static_cast<double>(l.seq_len);
     const double block = 2.0 * static_cast<double>(model.layer_matmul_params()) + 4 * s * h;
     const double emb = h, head = 2 * h * static_cast<double>(model.vocab);
