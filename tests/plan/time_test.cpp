@@ -107,6 +107,21 @@ TEST(PlanTime, StepTimeAddsUpAndMfuIsBelowEfficiency) {
   EXPECT_DOUBLE_EQ(t.tflops_per_device, t.flops_per_step / 8 / t.step_s / 1e12);
 }
 
+// Collectives on the computing cores (CPU ranks) hide behind nothing.
+TEST(PlanTime, ClustersWhoseCollectivesShareTheCoresExposeThem) {
+  const ModelSpec m = model_preset("gpt2-124M");
+  ClusterSpec c = cluster_preset("a100-80g-nvlink");
+  Layout l;
+  l.dp = 8;
+  l.global_batch = 64;
+  const TimeBreakdown hidden = estimate_time(m, l, c);
+  EXPECT_LT(hidden.dp_comm_s, hidden.dp_comm_total_s);
+  c.comm_overlaps_compute = false;
+  const TimeBreakdown exposed = estimate_time(m, l, c);
+  EXPECT_DOUBLE_EQ(exposed.dp_comm_s, exposed.dp_comm_total_s);
+  EXPECT_FALSE(this_machine_assumed().comm_overlaps_compute);
+}
+
 // Without non-GEMM costs, one stage's compute is the executed FLOPs at peak · efficiency.
 TEST(PlanTime, WithoutNonGemmWorkComputeIsFlopsOverRate) {
   const ModelSpec m = model_from_dims(12, 768, 12, 50304);  // V a multiple of tp: no padding

@@ -113,6 +113,7 @@ json cluster_json(const plan::ClusterSpec& c) {
           {"flops_16bit", c.flops_16bit},
           {"efficiency", c.efficiency},
           {"memory_bandwidth", c.memory_bandwidth},
+          {"comm_overlaps_compute", c.comm_overlaps_compute},
           {"non_gemm",
            {{"logit_s", c.non_gemm.logit_s},
             {"activation_s", c.non_gemm.activation_s},

@@ -212,6 +212,7 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
   s.inter = s.intra;
   const ClusterSpec assumed = this_machine_assumed();
   s.memory_bandwidth = assumed.memory_bandwidth;
+  s.comm_overlaps_compute = assumed.comm_overlaps_compute;
   const bool non_gemm = c.logit_s > 0 && c.optimizer_s > 0 && c.gradient_s > 0;
   s.non_gemm = non_gemm ? NonGemmCosts{c.logit_s, c.activation_s, c.optimizer_s, c.gradient_s}
                         : assumed.non_gemm;
@@ -223,7 +224,8 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
   if (non_gemm)
     s.measured.push_back("non-GEMM work (logits, optimizer, gradients; activations from a step)");
   s.assumed = {"efficiency 1 (the measured GEMM rate is the sustained one)",
-               "bf16 = fp32 / 2 (docs/performance.md)", "inter = intra (one node)"};
+               "bf16 = fp32 / 2 (docs/performance.md)", "inter = intra (one node)",
+               "collectives run on the computing cores (not overlapped)"};
   if (!non_gemm) s.assumed.push_back("non-GEMM work at 10 GB/s (rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
   return s;

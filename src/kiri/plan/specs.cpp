@@ -135,6 +135,7 @@ ClusterSpec this_machine_assumed() {
   c.intra = {4e9, 2e-6};
   c.inter = {4e9, 2e-6};
   c.memory_bandwidth = 10e9;  // a core's share of the copy bandwidth
+  c.comm_overlaps_compute = false;
   c.non_gemm = non_gemm_from_bandwidth(c.memory_bandwidth);
   c.assumed = {"all (no calibration file: run kiri plan --calibrate)"};
   return c;

@@ -79,7 +79,11 @@ struct ClusterSpec {
   double efficiency = 1;        // sustained fraction of the peak in large GEMMs
   Link intra, inter;            // within a node, across nodes (per device)
   double memory_bandwidth = 0;  // bytes/s per device (datasheet)
-  NonGemmCosts non_gemm;        // presets: from memory_bandwidth; calibration: measured
+  // Whether collectives run beside compute (GPUs: NCCL kernels and copy engines) or on the
+  // computing cores themselves (CPU ranks: shared-memory copies and reductions), where
+  // nothing hides behind backward (docs/ddp.md).
+  bool comm_overlaps_compute = true;
+  NonGemmCosts non_gemm;  // presets: from memory_bandwidth; calibration: measured
   // Where the numbers come from: a calibration file (this-machine after `kiri plan
   // --calibrate`), and which fields it measured / which stay assumptions.
   std::string source;

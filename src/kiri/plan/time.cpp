@@ -227,7 +227,8 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
         break;
     }
     t.dp_comm_total_s = overlappable + exposed;
-    t.dp_comm_s = l.overlap_dp ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
+    const bool overlap = l.overlap_dp && c.comm_overlaps_compute;
+    t.dp_comm_s = overlap ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
   }
   t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s;
   t.tokens_per_s = static_cast<double>(l.global_batch * l.seq_len) / t.step_s;
