@@ -140,6 +140,10 @@ std::string secs(double s) {
   return buf;
 }
 
+// Layouts within 1% of each other's step time count as equally fast: a cut that buys
+// under 1% is not worth its complexity (and is within the model's noise).
+constexpr double kNearlyAsFast = 1.01;
+
 // The states do not fit, and the best layout cuts the layers into pipeline stages because
 // sharding alone is slower or does not fit: the bottleneck is then too many layers (ZeRO-3
 // would gather every layer's weights each micro-batch; stages keep theirs and send only
@@ -154,7 +158,7 @@ void too_many_layers(const PlanRequest& r, const std::vector<Evaluation>& candid
       break;
     }
   const Evaluation& best = *rec.best;
-  if (flat && flat->time.step_s <= best.time.step_s * 1.01) return;
+  if (flat && flat->time.step_s <= best.time.step_s * kNearlyAsFast) return;
   rec.bottleneck = "layers";
   rec.cut = "pipeline_parallel";
   const int64_t per_stage = (r.model.n_layer + best.layout.pp - 1) / best.layout.pp;
@@ -200,9 +204,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
       break;
     }
   // Within kNearlyAsFast of the fastest, the layout with the fewest cuts, then the least
-  // communication: a cut that buys under 1% of the step is not worth its complexity (and
-  // is within the model's noise).
-  constexpr double kNearlyAsFast = 1.01;
+  // communication.
   auto cuts = [](const Layout& l) {
     return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) + (l.recompute != Recompute::kNone);
   };
