@@ -158,10 +158,20 @@ void too_many_layers(const PlanRequest& r, const std::vector<Evaluation>& candid
       break;
     }
   const Evaluation& best = *rec.best;
-  if (flat && flat->time.step_s <= best.time.step_s * kNearlyAsFast) return;
+  const bool slower = !flat || flat->time.step_s > best.time.step_s * kNearlyAsFast;
+  // As fast without stages, and the best layout shards: ZeRO carries the states.
+  if (!slower && best.layout.zero_stage > 0) return;
   rec.bottleneck = "layers";
   rec.cut = "pipeline_parallel";
   const int64_t per_stage = (r.model.n_layer + best.layout.pp - 1) / best.layout.pp;
+  const std::string stages = str(best.layout.pp, " stages keep at most ", per_stage, " of the ",
+                                 r.model.n_layer, " layers on each device");
+  if (!slower) {  // as fast, and no sharding needed once the layers are cut
+    rec.message += str("; cutting the layers does it without sharding: ", stages,
+                       ", as fast as the fastest layout without stages (", flat->layout.str(), ", ",
+                       secs(flat->time.step_s), ") and moving less");
+    return;
+  }
   rec.message +=
       str("; but the layers are too many for sharding alone: ",
           flat ? str("the fastest layout without pipeline stages (", flat->layout.str(), ") takes ",
@@ -169,8 +179,7 @@ void too_many_layers(const PlanRequest& r, const std::vector<Evaluation>& candid
                      secs(flat->time.dp_comm_total_s + flat->time.tp_comm_s),
                      " of it communication, every layer's weights gathered or reduced over dp)")
                : std::string("no layout without pipeline stages fits"),
-          ", while ", best.layout.pp, " stages keep at most ", per_stage, " of the ",
-          r.model.n_layer, " layers on each device and send only activations: cut the layers");
+          ", while ", stages, " and send only activations: cut the layers");
 }
 
 // The states do not fit, and the best layout answers with tensor parallelism alone (no
@@ -190,6 +199,41 @@ void states_cut_by_tp(const std::vector<Evaluation>& candidates, Recommendation&
                      zero ? str("faster cut here (the fastest ZeRO layout, ", zero->layout.str(),
                                 ", takes ", secs(zero->time.step_s), ")")
                           : std::string("only one that fits"));
+}
+
+// Whether layout l makes `cut` (data_parallel | zero | tensor_parallel | pipeline_parallel |
+// checkpointing).
+bool makes(const Layout& l, const std::string& cut) {
+  return (cut == "data_parallel" && l.dp > 1) || (cut == "zero" && l.zero_stage > 0) ||
+         (cut == "tensor_parallel" && l.tp > 1) || (cut == "pipeline_parallel" && l.pp > 1) ||
+         (cut == "checkpointing" && l.recompute != Recompute::kNone);
+}
+
+// The headline's cut is one the recommended layout makes: when the fastest layout that fits
+// answers the bottleneck with another cut (pipeline stages hold fewer layers' activations
+// than recomputation would save, say), name that cut, and the fastest layout that makes the
+// first one.
+void match_headline(const std::vector<Evaluation>& candidates, Recommendation& rec) {
+  if (!rec.best || !rec.best->time.estimated || rec.cut.empty()) return;
+  const Layout& l = rec.best->layout;
+  if (makes(l, rec.cut)) return;
+  const std::string cut = l.pp > 1                          ? "pipeline_parallel"
+                          : l.tp > 1                        ? "tensor_parallel"
+                          : l.zero_stage > 0                ? "zero"
+                          : l.recompute != Recompute::kNone ? "checkpointing"
+                                                            : "data_parallel";
+  const Evaluation* with = nullptr;  // the fastest that fits and makes the first cut
+  for (const Evaluation& e : candidates)
+    if (e.fits && makes(e.layout, rec.cut)) {
+      with = &e;
+      break;
+    }
+  rec.message += str("; the fastest layout that fits answers it with ", cut, " instead (",
+                     with ? str("the fastest with ", rec.cut, ", ", with->layout.str(), ", takes ",
+                                secs(with->time.step_s))
+                          : str("no layout with ", rec.cut, " fits"),
+                     ")");
+  rec.cut = cut;
 }
 
 }  // namespace
@@ -282,6 +326,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
                       gib(base.activations), " of activations: recompute them (checkpointing)");
   }
 
+  match_headline(candidates, rec);
   if (rec.best) {
     const Layout& l = rec.best->layout;
     const MemoryBreakdown& mem = rec.best->memory.memory;
