@@ -128,6 +128,12 @@ double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
   return bytes;
 }
 
+namespace {
+// Matches parallel::kMaxInflightReductions (parallel/shard/sharded.h), which this library
+// cannot include: the reductions a ZeRO rank keeps outstanding during backward.
+constexpr int kInflightReductions = 2;
+}  // namespace
+
 double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {
   if (model.params_only()) return 0;
   const double d = value_bytes(l.dtype);
@@ -136,14 +142,13 @@ double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {
   const double emb_unit = stage == 0 ? embedding_params(model, l.tp) : 0;
   // The engine's schedule (parallel/shard/sharded.h): the embeddings' full gradient (stages
   // 2-3) lives through backward (the tied head writes it first, the embedding last); mid-
-  // backward a block unit's gradient is written while up to kInflight earlier units reduce
-  // (each a full gradient and its shard); at the end the embeddings reduce alone.
-  constexpr double kInflight = 2;  // parallel::kMaxInflightReductions
-  const double mid = block_unit + kInflight * (block_unit + block_unit / n);
+  // backward a block unit's gradient is written while up to kInflightReductions earlier units
+  // reduce (each a full gradient and its shard); at the end the embeddings reduce alone.
+  const double mid = block_unit + kInflightReductions * (block_unit + block_unit / n);
   double bytes = 0;
   switch (l.zero_stage) {
     case 1:  // the shards of the reductions in flight, last micro-batch
-      bytes = d * std::max(emb_unit / n + block_unit / n, kInflight * block_unit / n);
+      bytes = d * std::max(emb_unit / n + block_unit / n, kInflightReductions * block_unit / n);
       break;
     case 2:
       bytes = d * (emb_unit + std::max(emb_unit / n, mid));
@@ -268,10 +273,6 @@ MemoryBreakdown kiri_model_state_bytes(const std::vector<int64_t>& units, Precis
 }
 
 namespace {
-
-// Matches parallel::kMaxInflightReductions (parallel/shard/sharded.h), which this library
-// cannot include: the reductions a ZeRO rank keeps outstanding during backward.
-constexpr int kInflightReductions = 2;
 
 // kiri's activations at the moments of backward, fp32 elements.
 struct KiriActivations {

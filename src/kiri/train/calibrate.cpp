@@ -18,21 +18,27 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-}  // namespace
 
-double measure_gemm_flops(int64_t n, int threads, int reps) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(std::max(1, threads));
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+// `n` OpenMP threads while alive (the non-GEMM measurements take one: a planner device is
+// one core, a rank of one thread).
+struct Threads {
+  int saved = omp_get_max_threads();
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
+};
+
+// The best of reps timed calls after a warm-up one.
+template <typename F>
+double best_seconds(int reps, F&& f) {
   double best = 1e30;
   for (int rep = 0; rep <= reps; ++rep) {
     Timer t;
-    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    if (rep > 0) best = std::min(best, t.seconds());  // the first one warms up
+    f();
+    if (rep > 0) best = std::min(best, t.seconds());
   }
-  omp_set_num_threads(saved);
-  return 2.0 * static_cast<double>(n) * n * n / best;
+  return best;
 }
+}  // namespace
 
 std::vector<TimedSize> measure_all_reduce(comm::Communicator& world,
                                           const std::vector<int64_t>& sizes, int reps) {
@@ -69,29 +75,17 @@ std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int rep
   return out;
 }
 
-namespace {
-// One OpenMP thread while alive: a planner device is one core (a rank of one thread).
-struct OneThread {
-  int saved = omp_get_max_threads();
-  OneThread() { omp_set_num_threads(1); }
-  ~OneThread() { omp_set_num_threads(saved); }
-};
-
-// The best of reps timed calls after a warm-up one.
-template <typename F>
-double best_seconds(int reps, F&& f) {
-  double best = 1e30;
-  for (int rep = 0; rep <= reps; ++rep) {
-    Timer t;
-    f();
-    if (rep > 0) best = std::min(best, t.seconds());
-  }
-  return best;
+double measure_gemm_flops(int64_t n, int threads, int reps) {
+  Threads use(std::max(1, threads));
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  const double best = best_seconds(reps, [&] {
+    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+  return 2.0 * static_cast<double>(n) * n * n / best;
 }
-}  // namespace
 
 double measure_logit_seconds(int64_t rows, int64_t vocab, int reps) {
-  OneThread one;
+  Threads one(1);
   Allocator a;
   Tensor logits = Tensor::empty({rows, vocab}, DType::kF32, Category::kBuffers, a);
   Tensor targets = Tensor::empty({rows}, DType::kI32, Category::kBuffers, a);
@@ -116,7 +110,7 @@ double measure_logit_seconds(int64_t rows, int64_t vocab, int reps) {
 }
 
 double measure_optimizer_seconds(int64_t n, int reps) {
-  OneThread one;
+  Threads one(1);
   Allocator a;
   Tensor p = Tensor::zeros({n}, DType::kF32, Category::kParameters, a);
   Tensor g = Tensor::zeros({n}, DType::kF32, Category::kGradients, a);
@@ -128,7 +122,7 @@ double measure_optimizer_seconds(int64_t n, int reps) {
 }
 
 double measure_gradient_seconds(int64_t n, int reps) {
-  OneThread one;
+  Threads one(1);
   Allocator a;
   Tensor g = Tensor::zeros({n}, DType::kF32, Category::kGradients, a);
   volatile double sink = 0;
@@ -140,7 +134,7 @@ double measure_gradient_seconds(int64_t n, int reps) {
 }
 
 double measure_step_seconds(const BenchSpec& spec) {
-  OneThread one;
+  Threads one(1);
   std::unique_ptr<comm::Communicator> self = comm::self_communicator();
   const ParallelStepTimes t = time_parallel_steps(*self, spec, {});
   return median(t.step_s);
