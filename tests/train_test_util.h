@@ -1,5 +1,5 @@
 #pragma once
-// Helpers shared by the multi-rank trainer tests (zero/, pipeline/).
+// Helpers shared by the trainer tests (ddp/, zero/, pipeline/, train/).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +13,36 @@
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
+
+// A byte-level GPT of n_layer blocks of n_embd (n_head heads) on the test corpus, sequences
+// of 32 tokens (block_size 32), micro_batch of them per micro-batch; no checkpoints, no
+// metrics file. The trainer tests start from it and set what they vary.
+inline RunConfig byte_test_config(int n_layer, int n_head, int n_embd, int64_t micro_batch) {
+  RunConfig c = default_run_config();
+  c.model.n_layer = n_layer;
+  c.model.n_head = n_head;
+  c.model.n_embd = n_embd;
+  c.model.block_size = 32;
+  c.data.tokenizer = "byte";
+  c.data.dir = KIRI_TEST_DATA_DIR;
+  c.train.micro_batch = micro_batch;
+  c.train.seq_len = 32;
+  c.checkpoint.dir.clear();
+  c.log.metrics.clear();
+  return c;
+}
+
+// The equivalence tests' run: 10 steps, lr 3e-3 decaying to 3e-4 after 2 warm-up steps, a
+// 60 s collective timeout.
+inline RunConfig equivalence_config(int n_layer, int n_head, int n_embd, int64_t micro_batch) {
+  RunConfig c = byte_test_config(n_layer, n_head, n_embd, micro_batch);
+  c.train.steps = 10;
+  c.train.warmup = 2;
+  c.train.optimizer.lr = 3e-3;
+  c.train.min_lr = 3e-4;
+  c.parallel.timeout_s = 60;
+  return c;
+}
 
 // name -> fp32 values of the whole model, on rank 0 (empty elsewhere).
 inline std::map<std::string, std::vector<float>> params_of(Trainer& t) {

@@ -1,7 +1,6 @@
 // The kiri binary end to end: bad input gives a named error and a non-zero
 // exit; a short run trains, checkpoints, evaluates and samples.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/run_kiri.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/config_schema.h"
 
@@ -16,27 +16,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr
-};
+using kiri::testing::Result;
+using kiri::testing::run_kiri;
 
 Result kiri(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + " OMP_NUM_THREADS=1 " + KIRI_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+  return run_kiri(args, env);
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("kiri_cli_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir("kiri_cli_test", name);
 }
 
 void expect_error(const std::string& args, int code, const std::string& needle) {

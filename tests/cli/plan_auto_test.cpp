@@ -1,42 +1,27 @@
 // kiri plan --calibrate, kiri train --auto and the planner's out-of-memory advice, end to end
 // (docs/planner.md, "Calibration", "kiri train --auto", "Out of memory").
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/run_kiri.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr
-};
+using kiri::testing::Result;
 
+// Leaks are not this test's subject (a killed or failed run leaves some).
 Result kiri(const std::string& args, const std::string& env = "") {
-  const std::string cmd =
-      env + " OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 " + KIRI_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+  return kiri::testing::run_kiri(args, env + " ASAN_OPTIONS=detect_leaks=0");
 }
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("kiri_plan_auto_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir("kiri_plan_auto_test", name);
 }
 
 // 3.2 M parameters (4 x 256, byte vocabulary), 2 x 32 tokens per rank: the fp32 model states

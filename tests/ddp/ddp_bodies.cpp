@@ -8,31 +8,17 @@
 
 #include "kiri/comm/self.h"
 #include "kiri/train/trainer.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 
 namespace {
 
 RunConfig ddp_config(int dp, int64_t micro_batch, int grad_accum, double bucket_mb) {
-  RunConfig c = default_run_config();
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 32;
-  c.model.block_size = 32;
-  c.data.tokenizer = "byte";
-  c.data.dir = KIRI_TEST_DATA_DIR;
-  c.train.micro_batch = micro_batch;
+  RunConfig c = equivalence_config(2, 2, 32, micro_batch);
   c.train.grad_accum = grad_accum;
-  c.train.seq_len = 32;
-  c.train.steps = 10;
-  c.train.warmup = 2;
-  c.train.optimizer.lr = 3e-3;
-  c.train.min_lr = 3e-4;
   c.parallel.dp = dp;
   c.parallel.bucket_mb = bucket_mb;
-  c.parallel.timeout_s = 60;
-  c.checkpoint.dir.clear();
-  c.log.metrics.clear();
   return c;
 }
 

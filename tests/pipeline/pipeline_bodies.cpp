@@ -18,19 +18,7 @@ namespace kiri::train {
 namespace {
 
 RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t micro_batch, int m) {
-  RunConfig c = default_run_config();
-  c.model.n_layer = 8;
-  c.model.n_head = 4;
-  c.model.n_embd = 32;
-  c.model.block_size = 32;
-  c.data.tokenizer = "byte";
-  c.data.dir = KIRI_TEST_DATA_DIR;
-  c.train.micro_batch = micro_batch;
-  c.train.seq_len = 32;
-  c.train.steps = 10;
-  c.train.warmup = 2;
-  c.train.optimizer.lr = 3e-3;
-  c.train.min_lr = 3e-4;
+  RunConfig c = equivalence_config(8, 4, 32, micro_batch);
   c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
   c.parallel.dp = dp;
   c.parallel.pp = pp;
@@ -40,9 +28,6 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
   c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
   c.parallel.zero_stage = k.zero_stage;
   if (k.recompute) c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;
-  c.parallel.timeout_s = 60;
-  c.checkpoint.dir.clear();
-  c.log.metrics.clear();
   return c;
 }
 

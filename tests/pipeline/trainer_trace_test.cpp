@@ -2,11 +2,9 @@
 // pipeline's forward and backward spans, the optimizer and the pp
 // communication, and the measured bubble in the step metrics.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <omp.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -16,6 +14,7 @@
 
 #include "comm/harness.h"
 #include "kiri/train/trainer.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
@@ -29,35 +28,16 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// rank 0's pid on every rank: one folder for the run.
-std::string shared_dir(comm::Communicator& world) {
-  Allocator alloc;
-  Tensor pid = Tensor::empty({1}, DType::kI32, Category::kOther, alloc);
-  pid.data<int32_t>()[0] = static_cast<int32_t>(::getpid());
-  world.broadcast(pid, 0);
-  return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
-         "/kiri_trainer_trace_" + std::to_string(pid.data<int32_t>()[0]);
-}
-
 TEST(TrainerTrace, PipelineWritesOneFilePerRankAndTheBubble) {
   KIRI_RUN_RANKS(2, [](comm::Communicator& world) {
     omp_set_num_threads(1);
-    const std::string dir = shared_dir(world);
-    RunConfig c = default_run_config();
-    c.model.n_layer = 2;
-    c.model.n_head = 2;
-    c.model.n_embd = 32;
-    c.model.block_size = 32;
-    c.data.tokenizer = "byte";
-    c.data.dir = KIRI_TEST_DATA_DIR;
-    c.train.micro_batch = 2;
-    c.train.seq_len = 32;
+    const std::string dir = shared_temp_dir(world, "trainer_trace");
+    RunConfig c = byte_test_config(2, 2, 32, 2);
     c.train.steps = 2;
     c.train.eval_batches = 1;
     c.parallel.pp = 2;
     c.parallel.microbatches = 4;
     c.parallel.schedule = "gpipe";
-    c.checkpoint.dir = "";
     c.log.metrics = dir + "/metrics.jsonl";
     c.log.trace = dir + "/trace.json";
     {

@@ -1,31 +1,19 @@
 // `kiri plan`: the JSON parses and has the documented keys (docs/planner.md); bad input
 // exits 2 with the rule named.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/run_kiri.h"
+
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using kiri::testing::Result;
 
 Result run(const std::string& args) {
-  const std::string cmd = std::string(KIRI_BINARY) + " plan " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r;
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return kiri::testing::run_kiri("plan " + args);
 }
 
 void expect_evaluation(const nlohmann::json& e) {
@@ -51,8 +39,8 @@ TEST(PlanCommand, LayoutJson) {
   const Result r =
       run("--model gpt2-350M --dp 2 --tp 2 --pp 2 --zero-stage 1 --micro-batch 2 "
           "--global-batch 32 --recompute full --schedule interleaved --json");
-  ASSERT_EQ(r.code, 0) << r.out;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
   expect_evaluation(j);
   EXPECT_EQ(j["world"], 8);
   EXPECT_EQ(j["layout"]["schedule"], "interleaved");
@@ -68,8 +56,8 @@ TEST(PlanCommand, LayoutJson) {
 
 TEST(PlanCommand, PlanJson) {
   const Result r = run("--model gpt2-124M --cluster a100-80g-nvlink --gpus 8 --json --top 5");
-  ASSERT_EQ(r.code, 0) << r.out;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
   for (const char* k : {"model", "cluster", "world", "count", "candidates", "recommendation"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["candidates"].size(), 5u);
@@ -84,16 +72,16 @@ TEST(PlanCommand, PlanJson) {
 
 TEST(PlanCommand, ParamsOnlyHasNullTimes) {
   const Result r = run("--params 7.5e9 --gpus 64 --dp 64 --zero-stage 3 --json");
-  ASSERT_EQ(r.code, 0) << r.out;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_TRUE(j["step_time_s"].is_null());
   EXPECT_NEAR(j["memory"]["total"].get<double>() / 1e9, 1.9, 0.05);
 }
 
 TEST(PlanCommand, TableAndRecommendation) {
   const Result r = run("--model llama-7B --gpus 1");
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("bottleneck: model_states -> cut: zero"), std::string::npos) << r.out;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("bottleneck: model_states -> cut: zero"), std::string::npos) << r.output;
 }
 
 // A cluster described by its numbers: the options replace the preset's, the JSON shows
@@ -107,9 +95,9 @@ TEST(PlanCommand, ClusterOptionsReplaceThePresetsNumbers) {
                        "--gpus-per-node 4 --flops 100e12 --flops-fp32 10e12 --efficiency 0.5 "
                        "--intra-bandwidth 50e9 --intra-latency 2e-5 --inter-bandwidth 5e9 "
                        "--inter-latency 3e-5 --memory-bandwidth 1e12 --memory 40GiB");
-  ASSERT_EQ(base.code, 0) << base.out;
-  ASSERT_EQ(r.code, 0) << r.out;
-  const nlohmann::json b = nlohmann::json::parse(base.out), j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(base.code, 0) << base.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json b = nlohmann::json::parse(base.output), j = nlohmann::json::parse(r.output);
   const auto& c = j["cluster"];
   EXPECT_EQ(c["devices_per_node"], 4);
   EXPECT_EQ(c["nodes"], 2);
@@ -131,7 +119,7 @@ TEST(PlanCommand, ClusterOptionsReplaceThePresetsNumbers) {
   for (const char* bad : {"--efficiency 1.5", "--flops 0", "--intra-bandwidth -1",
                           "--gpus-per-node 0", "--memory-bandwidth x"}) {
     const Result e = run(layout + bad);
-    EXPECT_EQ(e.code, 2) << bad << ": " << e.out;
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
   }
 }
 
@@ -141,10 +129,10 @@ TEST(PlanCommand, BadInputIsAConfigError) {
         "--dtype fp8 --dp 1", "--gpus 0", "--model gpt2-124M --params 1e9",
         "--layers 4 --hidden 64", "--dp 2 --gpus 4", "--recompute full", "--frobnicate 1"}) {
     const Result r = run(args);
-    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
   }
   const Result r = run("--model gpt2-124M --tp 5");
-  EXPECT_NE(r.out.find("does not divide the 12 heads"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("does not divide the 12 heads"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/train/trainer.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
@@ -27,19 +28,9 @@ TEST(TrainerTrace, OneProcessTraceHasForwardBackwardOptimizerAndEvaluation) {
   const fs::path dir =
       fs::temp_directory_path() / ("kiri_trace_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  RunConfig c = default_run_config();
-  c.model.n_layer = 1;
-  c.model.n_head = 2;
-  c.model.n_embd = 32;
-  c.model.block_size = 32;
-  c.data.tokenizer = "byte";
-  c.data.dir = KIRI_TEST_DATA_DIR;
-  c.train.micro_batch = 2;
-  c.train.seq_len = 32;
+  RunConfig c = byte_test_config(1, 2, 32, 2);
   c.train.steps = 2;
   c.train.eval_batches = 1;
-  c.checkpoint.dir = "";
-  c.log.metrics = "";
   c.log.trace = (dir / "sub" / "trace.json").string();
   {
     Trainer t(c);

@@ -21,20 +21,8 @@ namespace {
 
 // n_embd 30: block units of 11190 elements, so 4 ranks need padding.
 RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
-  RunConfig c = default_run_config();
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 30;
-  c.model.block_size = 32;
-  c.data.tokenizer = "byte";
-  c.data.dir = KIRI_TEST_DATA_DIR;
-  c.train.micro_batch = micro_batch;
+  RunConfig c = equivalence_config(2, 2, 30, micro_batch);
   c.train.grad_accum = k.grad_accum;
-  c.train.seq_len = 32;
-  c.train.steps = 10;
-  c.train.warmup = 2;
-  c.train.optimizer.lr = 3e-3;
-  c.train.min_lr = 3e-4;
   c.train.dtype = k.dtype;
   c.parallel.dp = dp;
   c.parallel.zero_stage = k.stage;
@@ -49,9 +37,6 @@ RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
     c.parallel.activation_checkpointing = ActivationCheckpointing::kEveryK;
     c.parallel.activation_checkpointing_k = k.checkpoint_every;
   }
-  c.parallel.timeout_s = 60;
-  c.checkpoint.dir.clear();
-  c.log.metrics.clear();
   return c;
 }
 

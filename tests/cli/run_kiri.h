@@ -1,0 +1,40 @@
+#pragma once
+// Running the kiri binary from a test: the command tests (cli/, plan/) share it.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace kiri::testing {
+
+struct Result {
+  int code = -1;       // the exit status; 128 when it did not exit
+  std::string output;  // stdout and stderr
+};
+
+// `env OMP_NUM_THREADS=1 KIRI_BINARY args`, stdout and stderr together.
+inline Result run_kiri(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " OMP_NUM_THREADS=1 " + KIRI_BINARY + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+// An empty folder <tmp>/<prefix>_<name>_<pid>.
+inline std::string fresh_temp_dir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p =
+      fs::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+}  // namespace kiri::testing
