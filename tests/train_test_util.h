@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -80,6 +81,54 @@ inline std::string shared_temp_dir(comm::Communicator& world, const std::string&
   world.broadcast(pid, 0);
   return std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/kiri_" + name +
          "_" + std::to_string(world.size()) + "_" + std::to_string(pid.data<int32_t>()[0]);
+}
+
+// Checkpoints across layouts: `parallel` on world trains `before` steps, saves under
+// root/parallel and trains `after` more; one process (`single`, the same global batch)
+// resumes that checkpoint with the same losses (1e-5 relative) and saves under root/single;
+// world resumes that one, and its next `back` losses equal the single process's. Removes
+// root.
+inline void checkpoint_round_trip(comm::Communicator& world, RunConfig parallel, RunConfig single,
+                                  const std::string& root, int before, int after, int back) {
+  parallel.checkpoint.dir = root + "/parallel";
+  std::vector<double> losses;
+  {
+    Trainer t(parallel, world);
+    for (int s = 0; s < before; ++s) t.train_step();
+    t.save_checkpoint();
+    for (int s = 0; s < after; ++s) losses.push_back(t.train_step().loss);
+  }
+  if (world.rank() == 0) {
+    RunConfig one = single;
+    one.checkpoint.dir = root + "/single";
+    Trainer t(one);
+    t.load_checkpoint(parallel.checkpoint.dir);
+    EXPECT_EQ(t.step(), before);
+    for (int s = 0; s < after; ++s)
+      EXPECT_NEAR(t.train_step().loss, losses[s], 1e-5 * losses[s]) << s;
+    t.save_checkpoint();
+  }
+  world.barrier();
+  {
+    RunConfig again = parallel;
+    again.checkpoint.dir = root + "/single";
+    Trainer t(again, world);
+    t.load_checkpoint(again.checkpoint.dir);
+    EXPECT_EQ(t.step(), before + after);
+    losses.clear();
+    for (int s = 0; s < back; ++s) losses.push_back(t.train_step().loss);
+    world.barrier();
+    if (world.rank() == 0) {
+      RunConfig one = single;
+      one.checkpoint.dir.clear();
+      Trainer r(one);
+      r.load_checkpoint(root + "/single");
+      for (int s = 0; s < back; ++s)
+        EXPECT_NEAR(r.train_step().loss, losses[s], 1e-5 * losses[s]) << s;
+    }
+  }
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(root);
 }
 
 }  // namespace kiri::train

@@ -63,44 +63,8 @@ void layout_equivalence(comm::Communicator& world, LayoutCase k) {
 
 void layout_checkpoint_round_trip(comm::Communicator& world, LayoutCase k) {
   omp_set_num_threads(1);
-  const std::string root = shared_temp_dir(world, "layout_ckpt");
-  RunConfig cfg = layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches);
-  cfg.checkpoint.dir = root + "/layout";
-  std::vector<double> losses;
-  {
-    Trainer t(cfg, world);
-    for (int s = 0; s < 2; ++s) t.train_step();
-    t.save_checkpoint();
-    for (int s = 0; s < 2; ++s) losses.push_back(t.train_step().loss);
-  }
-  if (world.rank() == 0) {
-    RunConfig one = reference_config(k);
-    one.checkpoint.dir = root + "/single";
-    Trainer t(one);
-    t.load_checkpoint(cfg.checkpoint.dir);
-    EXPECT_EQ(t.step(), 2);
-    for (int s = 0; s < 2; ++s) EXPECT_NEAR(t.train_step().loss, losses[s], 1e-5 * losses[s]) << s;
-    t.save_checkpoint();
-  }
-  world.barrier();
-  {
-    RunConfig back = cfg;
-    back.checkpoint.dir = root + "/single";
-    Trainer t(back, world);
-    t.load_checkpoint(back.checkpoint.dir);
-    EXPECT_EQ(t.step(), 4);
-    const double a = t.train_step().loss;
-    world.barrier();
-    if (world.rank() == 0) {
-      RunConfig one = reference_config(k);
-      one.checkpoint.dir.clear();
-      Trainer r(one);
-      r.load_checkpoint(root + "/single");
-      EXPECT_NEAR(r.train_step().loss, a, 1e-5 * a);
-    }
-  }
-  world.barrier();
-  if (world.rank() == 0) std::filesystem::remove_all(root);
+  checkpoint_round_trip(world, layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches),
+                        reference_config(k), shared_temp_dir(world, "layout_ckpt"), 2, 2, 1);
 }
 
 }  // namespace kiri::train

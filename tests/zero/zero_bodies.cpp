@@ -232,55 +232,12 @@ void zero_checkpoint_refuses_bad_shards(comm::Communicator& world) {
   if (world.rank() == 0) std::filesystem::remove_all(root);
 }
 
+// N ranks at stage 3 against 1 process at stage 0 on the same global batch, both ways.
 void zero_checkpoint_across_layouts(comm::Communicator& world) {
   omp_set_num_threads(1);
   const int n = world.size();
-  const std::string root = shared_temp_dir(world, "zero_ckpt");
-  // N ranks, stage 3: 3 steps, save, 2 more.
-  RunConfig cfg = zero_config(n, 2, {.stage = 3});
-  cfg.checkpoint.dir = root + "/sharded";
-  std::vector<double> sharded_losses;
-  {
-    Trainer t(cfg, world);
-    for (int s = 0; s < 3; ++s) t.train_step();
-    t.save_checkpoint();
-    for (int s = 0; s < 2; ++s) sharded_losses.push_back(t.train_step().loss);
-  }
-  // 1 process, stage 0, the same global batch: resumes with the same losses,
-  // then saves for the reverse direction.
-  if (world.rank() == 0) {
-    RunConfig one = zero_config(1, 2 * n, {.stage = 0});
-    one.checkpoint.dir = root + "/single";
-    Trainer t(one);
-    t.load_checkpoint(cfg.checkpoint.dir);
-    EXPECT_EQ(t.step(), 3);
-    for (int s = 0; s < 2; ++s)
-      EXPECT_NEAR(t.train_step().loss, sharded_losses[s], 1e-5 * sharded_losses[s]) << s;
-    t.save_checkpoint();
-  }
-  world.barrier();
-  // ... and N ranks at stage 3 load the single process's checkpoint.
-  {
-    RunConfig back = cfg;
-    back.checkpoint.dir = root + "/single";
-    Trainer t(back, world);
-    t.load_checkpoint(back.checkpoint.dir);
-    EXPECT_EQ(t.step(), 5);
-    // Continue both from step 5: the single-process run again for reference.
-    std::vector<double> losses;
-    for (int s = 0; s < 2; ++s) losses.push_back(t.train_step().loss);
-    world.barrier();
-    if (world.rank() == 0) {
-      RunConfig one = zero_config(1, 2 * n, {.stage = 0});
-      one.checkpoint.dir.clear();
-      Trainer r(one);
-      r.load_checkpoint(root + "/single");
-      for (int s = 0; s < 2; ++s)
-        EXPECT_NEAR(r.train_step().loss, losses[s], 1e-5 * losses[s]) << s;
-    }
-  }
-  world.barrier();
-  if (world.rank() == 0) std::filesystem::remove_all(root);
+  checkpoint_round_trip(world, zero_config(n, 2, {.stage = 3}), zero_config(1, 2 * n, {.stage = 0}),
+                        shared_temp_dir(world, "zero_ckpt"), 3, 2, 2);
 }
 
 }  // namespace kiri::train
