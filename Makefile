@@ -11,10 +11,12 @@ all: build
 setup:
 	@bash scripts/bootstrap.sh
 
-$(BUILD)/CMakeCache.txt: | setup
+# CMake writes $(BUILD)/Makefile only when configure succeeds, so a configure that
+# failed (a missing package) is simply run again next time.
+$(BUILD)/Makefile: | setup
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
-build: setup $(BUILD)/CMakeCache.txt
+build: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Train the default small model on Moby-Dick for a couple of minutes, save a

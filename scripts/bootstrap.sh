@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev nlohmann-json3-dev libopenmpi-dev
+packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
   openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format)
 missing=()
 for p in "${packages[@]}"; do
