@@ -464,6 +464,18 @@ void validate(const RunConfig& cfg) {
                   ": pipeline parallelism composes with ZeRO stage 0 or 1");
 }
 
+namespace {
+// A Markdown table cell: a bare '|' would end the cell ("one of: a | b").
+std::string md_cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
 std::string config_markdown() {
   std::ostringstream os;
   os << "# Configuration keys\n\n"
@@ -479,8 +491,8 @@ std::string config_markdown() {
       section = s;
       os << "\n## " << section << "\n\n| key | type | default | meaning |\n|---|---|---|---|\n";
     }
-    os << "| `" << f.doc.key << "` | " << f.doc.type << " | `" << f.doc.default_value << "` | "
-       << f.doc.doc << " |\n";
+    os << "| `" << f.doc.key << "` | " << md_cell(f.doc.type) << " | `"
+       << md_cell(f.doc.default_value) << "` | " << md_cell(f.doc.doc) << " |\n";
   }
   return os.str();
 }
