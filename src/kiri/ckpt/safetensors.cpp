@@ -16,6 +16,7 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
 
 namespace kiri::ckpt {
 
@@ -24,9 +25,18 @@ static_assert(std::endian::native == std::endian::little, "safetensors IO assume
 
 namespace {
 
-using Json = nlohmann::ordered_json;  // keeps the file order of tensor names
+// Writing keeps the order of the tensors given; reading uses the sorted map, whose
+// insertion is O(log n) (ordered_json's linear key search made a header of 80k tensors take
+// 30 s) and recovers the file order from the parser's key events.
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // Python's safetensors refuses more, too
+// A valid header nests 3 deep (header, tensor, shape); past this the input is hostile, and
+// nlohmann's recursive dump() would overflow the stack on it.
+constexpr int kMaxHeaderDepth = 16;
+// Far above any model (GPT-3 175B has ~2,000 tensors), far below what parses in seconds.
+constexpr size_t kMaxTensors = 1'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr DType kAllDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64,
                                 DType::kI32, DType::kU16,  DType::kU8};
@@ -45,9 +55,9 @@ std::shared_ptr<char[]> aligned_buffer(size_t bytes) {
 
 std::string safetensors_header(const std::vector<NamedTensor>& tensors,
                                const std::map<std::string, std::string>& metadata) {
-  Json header = Json::object();
+  OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) {
-    Json meta = Json::object();
+    OrderedJson meta = OrderedJson::object();
     for (const auto& [key, value] : metadata) meta[key] = value;
     header[kMetadataKey] = meta;  // first, as Python's safetensors writes it
   }
@@ -60,7 +70,7 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
       KIRI_RAISE(kCheckpoint, "cannot save a tensor named '", kMetadataKey, "': reserved");
     if (!seen.insert(nt.name).second)
       KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "' twice in one file");
-    Json entry = Json::object();
+    OrderedJson entry = OrderedJson::object();
     entry["dtype"] = dtype_name(nt.tensor.dtype());
     entry["shape"] = nt.tensor.shape().dims();
     entry["data_offsets"] = {offset, offset + nt.tensor.nbytes()};
@@ -70,7 +80,7 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
   std::string json;
   try {
     json = header.dump();  // compact, like serde_json
-  } catch (const Json::exception& e) {
+  } catch (const OrderedJson::exception& e) {
     KIRI_RAISE(kCheckpoint, "cannot encode the safetensors header: ", e.what());
   }
   json.append((8 - json.size() % 8) % 8, ' ');
@@ -119,12 +129,13 @@ std::pair<Shape, uint64_t> parse_shape(const Ctx& c, const std::string& name, co
   uint64_t bytes = dtype_size(dtype);
   for (const Json& d : *it) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
-      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ", it->dump(),
-                 ": dimension ", d.dump(), " is not an integer in [0, 2^62]");
+      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ",
+                 quote_bounded(it->dump()), ": dimension ", quote_bounded(d.dump()),
+                 " is not an integer in [0, 2^62]");
     const uint64_t v = d.get<uint64_t>();
     if (__builtin_mul_overflow(bytes, v, &bytes))
-      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ", it->dump(),
-                 ", too large to address");
+      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ",
+                 quote_bounded(it->dump()), ", too large to address");
     dims.push_back(static_cast<int64_t>(v));
   }
   return {Shape(std::move(dims)), bytes};
@@ -137,7 +148,7 @@ void parse_offsets(const Ctx& c, const std::string& name, const Json& entry, uin
       !(*it)[1].is_number_unsigned())
     KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name,
                "' needs \"data_offsets\": [begin, end] of non-negative integers, found ",
-               it == entry.end() ? std::string("none") : it->dump());
+               it == entry.end() ? std::string("none") : quote_bounded(it->dump()));
   info->begin = (*it)[0].get<uint64_t>();
   info->end = (*it)[1].get<uint64_t>();
   if (info->begin > info->end)
@@ -154,52 +165,97 @@ void parse_offsets(const Ctx& c, const std::string& name, const Json& entry, uin
 
 std::map<std::string, std::string> parse_metadata(const Ctx& c, const Json& meta) {
   if (!meta.is_object())
-    KIRI_RAISE(kCheckpoint, c.prefix(), "\"__metadata__\" is not an object: ", meta.dump());
+    KIRI_RAISE(kCheckpoint, c.prefix(),
+               "\"__metadata__\" is not an object: ", quote_bounded(meta.dump()));
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : meta.items()) {
     if (!value.is_string())
-      KIRI_RAISE(kCheckpoint, c.prefix(), "metadata '", key, "' is not a string: ", value.dump());
+      KIRI_RAISE(kCheckpoint, c.prefix(), "metadata '", quote_bounded(key),
+                 "' is not a string: ", quote_bounded(value.dump()));
     out[key] = value.get<std::string>();
   }
   return out;
 }
 
-// Parses the JSON header, refusing duplicate top-level names (the parser
-// itself would silently keep the last one).
-Json parse_json(const Ctx& c, const char* text, size_t size) {
-  std::string duplicate;
+// The top-level names of a JSON object in file order, from a SAX pass (linear; nlohmann's
+// parse callback is not: each nested object's end scans its parent for discarded values).
+class TopLevelKeys : public nlohmann::json_sax<Json> {
+ public:
+  std::vector<std::string> keys;
   std::set<std::string> seen;
-  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-        !seen.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  Json header;
-  try {
-    header = Json::parse(text, text + size, on_event);
-  } catch (const Json::exception& e) {
-    KIRI_RAISE(kCheckpoint, c.prefix(), "the ", size, "-byte header is not valid JSON: ", e.what());
+  std::string duplicate;
+  bool too_many = false;
+
+  bool key(string_t& k) override {
+    if (depth_ != 1) return true;
+    if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
+    keys.push_back(k);
+    too_many = keys.size() > kMaxTensors + 1;  // + "__metadata__"
+    return !too_many;
   }
-  if (!duplicate.empty())
-    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", duplicate, "' appears twice in the header");
-  if (!header.is_object())
-    KIRI_RAISE(kCheckpoint, c.prefix(), "the header is not a JSON object but ", header.type_name());
-  return header;
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // the DOM parse below reports it
+  }
+
+ private:
+  int depth_ = 0;
+};
+
+// Parses the JSON header into `header` and its top-level names in file order, refusing
+// duplicate names (the parser itself would silently keep the last one), hostile nesting and
+// more than kMaxTensors entries.
+void parse_json(const Ctx& c, const char* text, size_t size, Json* header,
+                std::vector<std::string>* keys) {
+  if (const int depth = json_nesting_depth({text, size}, kMaxHeaderDepth + 1);
+      depth > kMaxHeaderDepth)
+    KIRI_RAISE(kCheckpoint, c.prefix(), "the header nests more than ", kMaxHeaderDepth,
+               " levels deep (a valid one nests 3)");
+  TopLevelKeys sax;
+  Json::sax_parse(text, text + size, &sax);
+  if (sax.too_many)
+    KIRI_RAISE(kCheckpoint, c.prefix(), "the header holds more than ", kMaxTensors, " tensors");
+  try {
+    *header = Json::parse(text, text + size);
+  } catch (const Json::exception& e) {
+    KIRI_RAISE(kCheckpoint, c.prefix(), "the ", size,
+               "-byte header is not valid JSON: ", quote_bounded(e.what(), 300));
+  }
+  if (!sax.duplicate.empty())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", quote_bounded(sax.duplicate),
+               "' appears twice in the header");
+  if (!header->is_object())
+    KIRI_RAISE(kCheckpoint, c.prefix(), "the header is not a JSON object but ",
+               header->type_name());
+  *keys = std::move(sax.keys);
 }
 
 }  // namespace
 
 void SafetensorsFile::load_header(const char* json, size_t json_size, uint64_t data_size) {
   const Ctx c{path_};
-  const Json header = parse_json(c, json, json_size);
-  for (const auto& [name, entry] : header.items()) {
+  Json header;
+  std::vector<std::string> keys;
+  parse_json(c, json, json_size, &header, &keys);
+  for (const std::string& name : keys) {
+    const Json& entry = header.at(name);
     if (name == kMetadataKey) {
       metadata_ = parse_metadata(c, entry);
       continue;
     }
     if (!entry.is_object())
-      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' is not an object: ", entry.dump());
+      KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", quote_bounded(name),
+                 "' is not an object: ", quote_bounded(entry.dump()));
     TensorInfo info;
     info.dtype = parse_dtype(c, name, entry);
     uint64_t bytes = 0;
@@ -270,8 +326,8 @@ SafetensorsFile SafetensorsFile::parse(const std::string& bytes, const std::stri
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) KIRI_RAISE(kIo, "cannot open safetensors file ", path, ": ", std::strerror(errno));
+  // A FIFO or device as the file would block open() or read forever.
+  const int fd = open_regular_file(path, ErrorKind::kCheckpoint, "safetensors file");
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }

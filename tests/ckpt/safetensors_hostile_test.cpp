@@ -1,0 +1,105 @@
+// Hostile safetensors input (a probe's findings): each is refused with a named error, or
+// read, within a time bound; none crashes or hangs.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "ckpt/test_util.h"
+#include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
+#include "kiri/ckpt/safetensors.h"
+
+namespace kiri::ckpt {
+namespace {
+
+using testing::expect_refused;
+using testing::make_file;
+using testing::TempDir;
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ~100,000 levels of [[[[...]]]] overflowed the stack in nlohmann's recursive dump(), called
+// to build the error message; now the nesting is refused before parsing.
+TEST(SafetensorsHostile, DeeplyNestedHeaderIsRefused) {
+  for (const int levels : {17, 100'000, 300'000}) {
+    const std::string json = R"({"x":)" + std::string(levels, '[') + std::string(levels, ']') + "}";
+    const double s = seconds_of([&] {
+      expect_refused([&] { SafetensorsFile::parse(make_file(json, ""), "deep.safetensors"); },
+                     {"deep.safetensors", "nests more than 16 levels"});
+    });
+    EXPECT_LT(s, 2.0) << levels << " levels";
+  }
+}
+
+// 80k zero-size tensors took 25-31 s (ordered_json's linear key search); 200k now parse in
+// well under the bound, and the file order of the names is kept.
+TEST(SafetensorsHostile, ManyTensorsParseInLinearishTime) {
+  const int n = 200'000;
+  std::string json = "{";
+  for (int i = n - 1; i >= 0; --i)  // reverse order: names() must follow the file
+    json += R"("t)" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})" +
+            (i > 0 ? "," : "}");
+  const std::string bytes = make_file(json, "");
+  std::optional<SafetensorsFile> f;
+  const double s =
+      seconds_of([&] { f.emplace(SafetensorsFile::parse(bytes, "many.safetensors")); });
+  EXPECT_LT(s, 10.0);
+  ASSERT_EQ(f->names().size(), static_cast<size_t>(n));
+  EXPECT_EQ(f->names().front(), "t199999");
+  EXPECT_EQ(f->names().back(), "t0");
+}
+
+// A FIFO as model.safetensors blocked forever in open().
+TEST(SafetensorsHostile, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string path = dir / "model.safetensors";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const double s = seconds_of([&] {
+    expect_refused([&] { SafetensorsFile::open(path); }, {path, "a FIFO, not a regular file"});
+  });
+  EXPECT_LT(s, 2.0);
+}
+
+TEST(SafetensorsHostile, DirectoryIsRefused) {
+  TempDir dir;
+  expect_refused([&] { SafetensorsFile::open(dir.path()); }, {"a directory"});
+}
+
+// An error quotes at most a bounded part of the input: a 10 MB name stays out of the message.
+TEST(SafetensorsHostile, MessagesQuoteABoundedPart) {
+  const std::string name(10'000'000, 'n');
+  const std::string json = R"({")" + name + R"(":7})";
+  try {
+    SafetensorsFile::parse(make_file(json, ""), "long.safetensors");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint);
+    EXPECT_LT(e.message().size(), 1000u) << e.message().substr(0, 300);
+  }
+}
+
+TEST(FileRead, JsonNestingDepthIgnoresStrings) {
+  EXPECT_EQ(json_nesting_depth(R"({"a":[1,{"b":"[[[["}]})", 100), 3);
+  EXPECT_EQ(json_nesting_depth(R"("\"[[")", 100), 0);
+  EXPECT_EQ(json_nesting_depth(std::string(1000, '['), 10), 10);  // stops counting at 10
+}
+
+TEST(FileRead, SmallFileLimitIsNamed) {
+  TempDir dir;
+  const std::string path = dir / "latest";
+  std::ofstream(path) << std::string(1000, 'x');
+  EXPECT_EQ(read_small_file(path, 1000, ErrorKind::kCheckpoint, "latest file").size(), 1000u);
+  expect_refused([&] { read_small_file(path, 999, ErrorKind::kCheckpoint, "latest file"); },
+                 {"latest file", "1000 bytes, more than the 999 allowed"});
+}
+
+}  // namespace
+}  // namespace kiri::ckpt
