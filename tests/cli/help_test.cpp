@@ -155,6 +155,13 @@ TEST(CliErrors, AConfigErrorUnderLaunchIsPrintedOnce) {
   EXPECT_EQ(count(r.output, "unknown key 'model.n_layr'; did you mean model.n_layer?"), 1u)
       << r.output;
   EXPECT_EQ(count(r.output, "kiri: config error: "), 1u) << r.output;
+  // kiri --verbose launch passes --verbose to the ranks.
+  const Result v = run_kiri("--verbose launch -n 2 -- train --set model.n_layr=2");
+  EXPECT_EQ(count(v.output, "did you mean model.n_layer? [config_schema.cpp:"), 1u) << v.output;
+  // Help under launch: once.
+  const Result h = run_kiri("launch -n 2 -- train --help");
+  EXPECT_EQ(h.code, 0) << h.output;
+  EXPECT_EQ(count(h.output, "usage: kiri train"), 1u) << h.output;
 }
 
 TEST(CliDryRun, TrainChecksTheConfigAndTheWorldWithoutTraining) {

@@ -12,6 +12,7 @@
 #include "kiri/cli/report.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/version.h"
+#include "kiri/cli/world.h"
 
 namespace kiri::cli {
 
@@ -126,7 +127,7 @@ int run_cli(const std::vector<std::string>& argv) {
   try {
     return run(argv);
   } catch (const HelpRequested& h) {
-    std::cout << h.what();
+    if (job_rank() <= 0) std::cout << h.what();  // once per job (kiri launch -- train --help)
     return 0;
   } catch (const Error& e) {
     return report_error(e);
