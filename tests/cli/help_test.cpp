@@ -155,6 +155,11 @@ TEST(CliErrors, AConfigErrorUnderLaunchIsPrintedOnce) {
   EXPECT_EQ(count(r.output, "unknown key 'model.n_layr'; did you mean model.n_layer?"), 1u)
       << r.output;
   EXPECT_EQ(count(r.output, "kiri: config error: "), 1u) << r.output;
+  // After the world exists (the layout is checked against it): once as well.
+  const Result w = run_kiri("launch -n 2 -- train " + std::string(KIRI_SOURCE_DIR) +
+                            "/configs/tiny-byte.json --set checkpoint.dir=");
+  EXPECT_EQ(w.code, 2) << w.output;
+  EXPECT_EQ(count(w.output, "= 1 but the world has 2 process(es)"), 1u) << w.output;
   // kiri --verbose launch passes --verbose to the ranks.
   const Result v = run_kiri("--verbose launch -n 2 -- train --set model.n_layr=2");
   EXPECT_EQ(count(v.output, "did you mean model.n_layer? [config_schema.cpp:"), 1u) << v.output;
