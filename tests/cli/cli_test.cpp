@@ -185,6 +185,8 @@ TEST(Cli, AHungRankIsNamedAfterTheTimeout) {
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("did not complete within 4."), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1 is missing"), std::string::npos) << r.output;
+  // One rank's error, printed by that rank and named so.
+  EXPECT_NE(r.output.find("kiri: rank 0: communication timeout: "), std::string::npos) << r.output;
   EXPECT_LT(s, 60) << r.output;
 }
 

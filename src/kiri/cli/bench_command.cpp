@@ -12,6 +12,7 @@
 #include "kiri/base/error.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
+#include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"
@@ -266,8 +267,7 @@ int mesh_layout_bench(const Args& a) {
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args a(argv, {"config", "threads", "steps", "warmup", "rounds", "only"},
-         {"ddp", "zero", "dtypes", "layouts", "no-check"}, {"config", "threads"});
+  Args a(argv, verb_spec("bench"));
   if (a.flag("ddp")) return ddp_bench(a);
   if (a.flag("zero")) return zero_bench(a);
   if (a.flag("dtypes")) return dtype_bench(a);

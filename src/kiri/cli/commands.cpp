@@ -16,8 +16,10 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/config_schema.h"
+#include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
+#include "kiri/parallel/mesh.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 #include "kiri/train/generate.h"
@@ -28,23 +30,6 @@ namespace kiri::cli {
 using nlohmann::json;
 
 namespace {
-
-const char* kUsage = R"(kiri: train GPT-style transformers, cut five ways.
-
-usage:
-  kiri train [CONFIG] [--set key=value ...] [--resume CKPT_DIR] [--mem-limit 2GiB] [--auto]
-  kiri launch -n N [--hostfile F] [--threads T] -- train [CONFIG] [--set ...]
-  kiri config [CONFIG] [--set key=value ...] [--markdown]
-  kiri sample CKPT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
-  kiri eval CKPT_DIR [--batches N]
-  kiri data INPUT.txt --out DIR [--tokenizer gpt2|byte] [--val-fraction 0.1]
-  kiri bench [--config tiny|gpt2-124M] [--steps N] [--warmup N]
-  kiri plan [--model NAME | --layers L --hidden H --heads A --vocab V | --params N]
-            [--cluster NAME] [--nodes K | --gpus N] [--dp --tp --pp --zero-stage ...] [--json]
-  kiri plan --calibrate [--out FILE]     (kiri launch -n 2 -- plan --calibrate: all_reduce too)
-
-CONFIG is a JSON file; keys are documented in docs/config.md (kiri config --markdown).
-)";
 
 // The config of a train-like command: file, --set overrides, --mem-limit.
 train::RunConfig config_of(const Args& a, size_t max_positional) {
@@ -347,11 +332,34 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
   log::info("auto layout: the same as ", set_flags(e.layout));
 }
 
+// kiri train --dry-run: the checks a run makes before its first step (the config, the
+// layout against this job's world, --auto's choice), then the resolved config and a layout
+// line from rank 0, without building the model or starting MPI.
+int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit) {
+  const int world = job_size(), rank = std::max(0, job_rank());
+  if (auto_layout) {
+    choose_layout(cfg, world, rank, mem_limit);
+    validate(cfg);
+  }
+  parallel::validate_layout({cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp},
+                            {world, cfg.model.n_head, cfg.model.n_layer, cfg.train.micro_batch});
+  if (rank != 0) return 0;
+  const plan::Layout l = plan_layout(cfg);
+  std::cout << config_to_json(cfg).dump(2) << "\n";
+  std::printf(
+      "dry run: %s on %d rank(s); %lld sequences of %lld tokens per step, %lld steps; the "
+      "config and layout are valid (no training without --dry-run)\n",
+      l.str().c_str(), world, static_cast<long long>(l.global_batch),
+      static_cast<long long>(l.seq_len), static_cast<long long>(cfg.train.steps));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
-  Args a(argv, {"set", "resume", "mem-limit"}, {"auto"}, {"set"});
+  Args a(argv, verb_spec("train"));
   train::RunConfig cfg = config_of(a, 1);
+  if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"));
   World world = make_world();
   if (a.flag("auto")) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
@@ -368,7 +376,7 @@ int cmd_train(const std::vector<std::string>& argv) {
 }
 
 int cmd_config(const std::vector<std::string>& argv) {
-  Args a(argv, {"set", "mem-limit"}, {"markdown"}, {"set"});
+  Args a(argv, verb_spec("config"));
   if (a.flag("markdown")) {
     std::cout << config_markdown();
     return 0;
@@ -378,7 +386,7 @@ int cmd_config(const std::vector<std::string>& argv) {
 }
 
 int cmd_sample(const std::vector<std::string>& argv) {
-  Args a(argv, {"prompt", "tokens", "temperature", "top-k", "seed"}, {});
+  Args a(argv, verb_spec("sample"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri sample takes one CKPT_DIR");
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
   train::RunConfig cfg = checkpoint_config(dir);
@@ -406,7 +414,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
 }
 
 int cmd_eval(const std::vector<std::string>& argv) {
-  Args a(argv, {"batches"}, {});
+  Args a(argv, verb_spec("eval"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri eval takes one CKPT_DIR");
   train::RunConfig cfg = checkpoint_config(a.positional()[0]);
   cfg.log.metrics.clear();
@@ -422,7 +430,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
 }
 
 int cmd_data(const std::vector<std::string>& argv) {
-  Args a(argv, {"out", "tokenizer", "val-fraction", "data-dir"}, {});
+  Args a(argv, verb_spec("data"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri data takes one INPUT text file");
   KIRI_CHECK_KIND(kConfig, a.get("out").has_value(), "kiri data needs --out DIR");
   train::DataConfig dc;
@@ -435,33 +443,6 @@ int cmd_data(const std::vector<std::string>& argv) {
               static_cast<long long>(p.train_tokens), p.val_path.c_str(),
               static_cast<long long>(p.val_tokens));
   return 0;
-}
-
-int run_cli(const std::vector<std::string>& argv) {
-  if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
-    std::cout << kUsage;
-    return argv.empty() ? 2 : 0;
-  }
-  const std::string cmd = argv[0];
-  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  try {
-    if (cmd == "train") return cmd_train(rest);
-    if (cmd == "config") return cmd_config(rest);
-    if (cmd == "sample") return cmd_sample(rest);
-    if (cmd == "eval") return cmd_eval(rest);
-    if (cmd == "data") return cmd_data(rest);
-    if (cmd == "bench") return cmd_bench(rest);
-    if (cmd == "launch") return cmd_launch(rest);
-    if (cmd == "plan") return cmd_plan(rest);
-    std::fprintf(stderr, "kiri: unknown command '%s'\n%s", cmd.c_str(), kUsage);
-    return 2;
-  } catch (const Error& e) {
-    log::error(e.what());
-    return e.kind() == ErrorKind::kConfig ? 2 : 1;
-  } catch (const std::exception& e) {
-    log::error("unexpected: ", e.what());
-    return 1;
-  }
 }
 
 }  // namespace kiri::cli

@@ -4,6 +4,7 @@
 #include <functional>
 #include <sstream>
 
+#include "kiri/base/suggest.h"
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
 
@@ -349,6 +350,10 @@ const std::vector<Field>& fields() {
 const Field& find_field(const std::string& key) {
   for (const Field& f : fields())
     if (f.doc.key == key) return f;
+  std::vector<std::string> keys;
+  for (const Field& f : fields()) keys.push_back(f.doc.key);
+  if (auto best = closest(key, keys))
+    KIRI_RAISE(kConfig, "unknown key '", key, "'; did you mean ", *best, "?");
   std::string section = key.substr(0, key.find('.'));
   std::string known;
   for (const Field& f : fields())

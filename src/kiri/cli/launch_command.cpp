@@ -13,6 +13,8 @@
 #include "kiri/base/error.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
+#include "kiri/cli/report.h"
+#include "kiri/cli/verbs.h"
 
 namespace kiri::cli {
 
@@ -32,19 +34,17 @@ std::vector<std::string> launch_argv(const std::vector<std::string>& argv) {
   for (const std::string& a : argv) {
     if (!after && a == "--")
       after = true;
-    else if (!after && (a == "-n" || a == "-np"))
-      own.push_back("--n");  // mpirun's spelling
+    else if (!after && a == "-np")
+      own.push_back("--np");  // mpirun's spelling (CLI11 would read -n with the value "p")
     else
       (after ? command : own).push_back(a);
   }
-  Args a(own, {"n", "np", "hostfile", "threads", "mpirun"}, {});
-  KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri launch: unexpected '",
-                  a.positional().empty() ? "" : a.positional()[0],
-                  "' (usage: kiri launch -n N [--hostfile F] -- train CONFIG ...)");
+  Args a(own, verb_spec("launch"));
   KIRI_CHECK_KIND(kConfig, !command.empty(),
                   "kiri launch needs the command after --, e.g. kiri launch -n 2 -- train");
+  KIRI_CHECK_KIND(kConfig, !(a.get("n") && a.get("np")), "give -n or --np, not both");
   const int64_t n = a.get_int("n", a.get_int("np", 0));
-  KIRI_CHECK_KIND(kConfig, n >= 1, "kiri launch needs -n N (the number of ranks), N >= 1");
+  KIRI_CHECK_KIND(kConfig, n >= 1, "kiri launch needs -n N (the number of ranks), N >= 1, got ", n);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t threads = a.get_int("threads", std::max<int64_t>(1, cores / n));
   std::vector<std::string> out = {a.get("mpirun").value_or("mpirun"), "-n", std::to_string(n)};
@@ -54,6 +54,7 @@ std::vector<std::string> launch_argv(const std::vector<std::string>& argv) {
   // pile them onto the same core.
   out.insert(out.end(), {"--oversubscribe", "--bind-to", "none", "-x",
                          "OMP_NUM_THREADS=" + std::to_string(threads), self_path()});
+  if (verbose()) out.push_back("--verbose");  // kiri --verbose launch: the ranks' errors too
   out.insert(out.end(), command.begin(), command.end());
   return out;
 }

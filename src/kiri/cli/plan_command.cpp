@@ -16,6 +16,7 @@
 #include "kiri/base/units.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
+#include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
@@ -291,44 +292,7 @@ int calibrate(const Args& a) {
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  Args a(argv,
-         {"model",
-          "layers",
-          "hidden",
-          "heads",
-          "vocab",
-          "ffn",
-          "params",
-          "cluster",
-          "nodes",
-          "gpus",
-          "memory",
-          "dp",
-          "tp",
-          "pp",
-          "zero-stage",
-          "shard-group",
-          "dtype",
-          "micro-batch",
-          "global-batch",
-          "seq-len",
-          "recompute",
-          "schedule",
-          "virtual-stages",
-          "wrap-blocks",
-          "activations",
-          "top",
-          "out",
-          "gpus-per-node",
-          "flops",
-          "flops-fp32",
-          "efficiency",
-          "intra-bandwidth",
-          "intra-latency",
-          "inter-bandwidth",
-          "inter-latency",
-          "memory-bandwidth"},
-         {"json", "sequence-parallel", "no-overlap", "calibrate"});
+  Args a(argv, verb_spec("plan"));
   if (a.flag("calibrate")) {
     KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan --calibrate takes only --out");
     return calibrate(a);

@@ -15,4 +15,11 @@ struct World {
 
 World make_world();
 
+// This process's rank in its job before (or without) MPI: the world's once make_world has
+// run, else what mpirun / a PMI launcher / srun put in the environment
+// (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID); -1 outside a job.
+int job_rank();
+// The job's size the same way (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS); 1 outside one.
+int job_size();
+
 }  // namespace kiri::cli

@@ -1,0 +1,224 @@
+#include "kiri/cli/verbs.h"
+
+#include "kiri/base/error.h"
+#include "kiri/base/suggest.h"
+
+namespace kiri::cli {
+
+namespace {
+
+using K = OptionKind;
+
+// The config of a run: a file, then --set in order (docs/config.md).
+const OptionSpec kSet = {"--set", K::kRepeated, "KEY=VALUE", "",
+                         "set a config key after the file, e.g. --set train.lr=3e-4"};
+const OptionSpec kMemLimit = {"--mem-limit", K::kValue, "BYTES", "the config's train.mem_limit",
+                              "the allocator's limit per rank (2GiB, 300MB); sets train.mem_limit"};
+
+VerbSpec train_verb() {
+  return {"train",
+          "[CONFIG]",
+          0,
+          1,
+          "Train a model (one process, or one rank of kiri launch / mpirun / srun).",
+          {kSet,
+           {"--resume", K::kValue, "CKPT_DIR", "",
+            "continue from a checkpoint (its folder or checkpoint.dir)"},
+           kMemLimit,
+           {"--auto", K::kFlag, "", "",
+            "let the planner choose dp/tp/pp, ZeRO stage and recomputation for this world"},
+           {"--dry-run", K::kFlag, "", "",
+            "load and validate the config, print it and its layout, and exit without training"}}};
+}
+
+VerbSpec launch_verb() {
+  return {"launch",
+          "-- VERB [ARGS...]",
+          0,
+          0,
+          "Run N ranks of `kiri VERB ARGS...` through mpirun.",
+          {{"-n", K::kValue, "N", "", "the number of ranks (required)"},
+           {"--np", K::kValue, "N", "", "the same as -n (mpirun's -np)"},
+           {"--hostfile", K::kValue, "FILE", "one node", "mpirun's hostfile, for more nodes"},
+           {"--threads", K::kValue, "T", "cores / N", "OpenMP threads per rank"},
+           {"--mpirun", K::kValue, "PATH", "mpirun", "the mpirun to start"}}};
+}
+
+VerbSpec config_verb() {
+  return {"config",
+          "[CONFIG]",
+          0,
+          1,
+          "Print the resolved config as JSON (or every key's documentation).",
+          {kSet,
+           kMemLimit,
+           {"--markdown", K::kFlag, "", "", "print every key's documentation (docs/config.md)"}}};
+}
+
+VerbSpec sample_verb() {
+  return {"sample",
+          "CKPT_DIR",
+          1,
+          1,
+          "Generate text from a checkpoint.",
+          {{"--prompt", K::kValue, "TEXT", "a newline", "the text to continue"},
+           {"--tokens", K::kValue, "N", "100", "tokens to generate"},
+           {"--temperature", K::kValue, "T", "0.8", "softmax temperature; 0 is greedy"},
+           {"--top-k", K::kValue, "K", "0 (all)", "sample from the K most likely tokens"},
+           {"--seed", K::kValue, "S", "0", "the sampling seed"}}};
+}
+
+VerbSpec eval_verb() {
+  return {
+      "eval",
+      "CKPT_DIR",
+      1,
+      1,
+      "Print a checkpoint's validation loss (on one process, whatever layout wrote it).",
+      {{"--batches", K::kValue, "N", "train.eval_batches", "validation batches to average over"}}};
+}
+
+VerbSpec data_verb() {
+  return {"data",
+          "INPUT.txt",
+          1,
+          1,
+          "Tokenize a text file into train and validation token shards (docs/data.md).",
+          {{"--out", K::kValue, "DIR", "", "the folder for the shards (required)"},
+           {"--tokenizer", K::kValue, "gpt2|byte", "gpt2", "the tokenizer"},
+           {"--val-fraction", K::kValue, "F", "0.1", "the share of the text held out"},
+           {"--data-dir", K::kValue, "DIR", "$KIRI_DATA_DIR or the build's data/",
+            "where the GPT-2 tokenizer's files are"}}};
+}
+
+VerbSpec bench_verb() {
+  return {
+      "bench",
+      "",
+      0,
+      0,
+      "Time training steps: one JSON line per result (docs/performance.md).",
+      {{"--config", K::kRepeated, "tiny|gpt2-124M", "tiny and gpt2-124M (tiny with a mode)",
+        "the model to time"},
+       {"--threads", K::kRepeated, "T", "1 and 2 (1 with --dtypes, --layouts)", "OpenMP threads"},
+       {"--steps", K::kValue, "N", "the config's", "timed steps"},
+       {"--warmup", K::kValue, "N", "the config's", "untimed steps first"},
+       {"--rounds", K::kValue, "N", "3", "rounds of every layout (--zero, --dtypes, --layouts)"},
+       {"--only", K::kValue, "NAME", "all", "--layouts: the one layout to time"},
+       {"--ddp", K::kFlag, "", "", "DDP's overlapped all-reduce against the naive one"},
+       {"--zero", K::kFlag, "", "", "ZeRO stages 0-3 (and 3 without prefetch) as dp ranks"},
+       {"--dtypes", K::kFlag, "", "", "fp32 against bf16, fp16 and fp32 with recomputation"},
+       {"--layouts", K::kFlag, "", "", "dp, tp and pp (GPipe, 1F1B) layouts of the world"},
+       {"--no-check", K::kFlag, "", "", "skip the collectives' cross-rank check"}}};
+}
+
+// kiri plan's model, cluster and layout options (docs/planner.md, "Options").
+std::vector<OptionSpec> plan_options() {
+  return {
+      {"--model", K::kValue, "NAME", "gpt2-124M", "a model preset (gpt2-*, gpt3-175B, llama-*)"},
+      {"--layers", K::kValue, "L", "",
+       "explicit dimensions: layers (with --hidden --heads --vocab)"},
+      {"--hidden", K::kValue, "H", "", "explicit dimensions: hidden width"},
+      {"--heads", K::kValue, "A", "", "explicit dimensions: attention heads"},
+      {"--vocab", K::kValue, "V", "", "explicit dimensions: vocabulary size"},
+      {"--ffn", K::kValue, "F", "4 x hidden", "explicit dimensions: the MLP's width"},
+      {"--params", K::kValue, "N", "", "a parameter count only (7.5e9): model states, no time"},
+      {"--cluster", K::kValue, "NAME", "a100-80g-nvlink",
+       "a cluster preset (a100-80g-nvlink, h100-80g-nvlink-ib, v100-32g-pcie, this-machine)"},
+      {"--nodes", K::kValue, "K", "1", "table mode: lay out K nodes of the cluster"},
+      {"--gpus", K::kValue, "N", "the nodes' devices", "table mode: lay out N devices"},
+      {"--memory", K::kValue, "BYTES", "the preset's", "memory per device (40GiB)"},
+      {"--gpus-per-node", K::kValue, "N", "the preset's",
+       "devices per node (larger groups use the inter-node link)"},
+      {"--flops", K::kValue, "F", "the preset's", "16-bit peak FLOP/s per device (312e12)"},
+      {"--flops-fp32", K::kValue, "F", "the preset's", "fp32 peak FLOP/s per device"},
+      {"--efficiency", K::kValue, "E", "the preset's",
+       "the sustained share of the peak in large GEMMs, (0, 1]"},
+      {"--intra-bandwidth", K::kValue, "B", "the preset's", "intra-node bytes/s per device"},
+      {"--intra-latency", K::kValue, "S", "the preset's", "intra-node latency, seconds"},
+      {"--inter-bandwidth", K::kValue, "B", "the preset's", "inter-node bytes/s per device"},
+      {"--inter-latency", K::kValue, "S", "the preset's", "inter-node latency, seconds"},
+      {"--memory-bandwidth", K::kValue, "B", "the preset's",
+       "memory bytes/s per device; sets the non-GEMM costs"},
+      {"--dp", K::kValue, "N", "1", "layout mode: data-parallel degree"},
+      {"--tp", K::kValue, "N", "1", "layout mode: tensor-parallel degree"},
+      {"--pp", K::kValue, "N", "1", "layout mode: pipeline stages"},
+      {"--zero-stage", K::kValue, "0-3", "0", "layout mode: the ZeRO stage"},
+      {"--shard-group", K::kValue, "G", "dp", "the ZeRO shard group (HYBRID_SHARD); divides dp"},
+      {"--dtype", K::kValue, "fp32|bf16|fp16", "bf16",
+       "parameter/gradient type; 16-bit adds fp32 master weights"},
+      {"--micro-batch", K::kValue, "b", "1", "sequences per micro-batch per rank"},
+      {"--global-batch", K::kValue, "B", "512 rounded up to a multiple of b x dp",
+       "sequences per step"},
+      {"--seq-len", K::kValue, "s", "the model's context", "tokens per sequence"},
+      {"--recompute", K::kValue, "none|selective|full", "none",
+       "layout mode: activation recomputation"},
+      {"--sequence-parallel", K::kFlag, "", "", "Megatron's sequence parallelism (paper form)"},
+      {"--schedule", K::kValue, "gpipe|1f1b|interleaved", "1f1b", "layout mode: pipeline schedule"},
+      {"--virtual-stages", K::kValue, "v", "2 for interleaved, else 1",
+       "layout mode: model chunks per pipeline rank"},
+      {"--wrap-blocks", K::kValue, "k", "1", "blocks per ZeRO unit (sizes stage 2/3 buffers)"},
+      {"--activations", K::kValue, "kiri|paper", "kiri", "the activation-memory model"},
+      {"--no-overlap", K::kFlag, "", "", "data-parallel communication does not overlap backward"},
+      {"--top", K::kValue, "N", "10", "rows of the table (candidates in JSON)"},
+      {"--json", K::kFlag, "", "", "JSON instead of text"},
+      {"--calibrate", K::kFlag, "", "",
+       "measure this machine (GEMM, non-GEMM kernels, memcpy or all_reduce) for this-machine"},
+      {"--out", K::kValue, "FILE", "$KIRI_CALIBRATION or runs/calibration/this-machine.json",
+       "--calibrate: where to write the calibration"},
+  };
+}
+
+VerbSpec plan_verb() {
+  return {"plan",
+          "",
+          0,
+          0,
+          "Model a layout's memory per rank and step time, or rank a cluster's layouts "
+          "(docs/planner.md).",
+          plan_options()};
+}
+
+VerbSpec help_verb() {
+  return {"help", "[VERB]", 0, 1, "Print the verbs, or one verb's help.", {}};
+}
+
+// What every verb takes besides its own options.
+const std::vector<OptionSpec> kCommon = {
+    {"--verbose", K::kFlag, "", "", "errors name their source location too"},
+    {"-h,--help", K::kFlag, "", "", "print this help and exit"},
+};
+
+}  // namespace
+
+const std::vector<VerbSpec>& verb_specs() {
+  static const std::vector<VerbSpec> verbs = [] {
+    std::vector<VerbSpec> v = {train_verb(),  launch_verb(), config_verb(),
+                               sample_verb(), eval_verb(),   data_verb(),
+                               bench_verb(),  plan_verb(),   help_verb()};
+    for (VerbSpec& s : v) s.options.insert(s.options.end(), kCommon.begin(), kCommon.end());
+    return v;
+  }();
+  return verbs;
+}
+
+const VerbSpec* find_verb(const std::string& name) {
+  for (const VerbSpec& s : verb_specs())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const VerbSpec& verb_spec(const std::string& name) {
+  if (const VerbSpec* s = find_verb(name)) return *s;
+  std::vector<std::string> names;
+  std::string list;
+  for (const VerbSpec& s : verb_specs()) {
+    names.push_back(s.name);
+    list += " " + s.name;
+  }
+  if (auto best = closest(name, names))
+    KIRI_RAISE(kConfig, "unknown command '", name, "'; did you mean ", *best, "?");
+  KIRI_RAISE(kConfig, "unknown command '", name, "' (kiri's commands:", list, ")");
+}
+
+}  // namespace kiri::cli
