@@ -417,6 +417,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
+  if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
+    train::ParallelConfig layout = cfg.parallel;
+    train::resolve_layout(layout, world.comm->size());
+  }
   const train::RunConfig paths = train::resolve_run_paths(cfg);
   if (resume && from.empty() && rank0)
     log::info("--resume auto: no checkpoint in ", paths.checkpoint.dir, ": starting fresh");

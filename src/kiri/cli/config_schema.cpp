@@ -197,7 +197,9 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("train.micro_batch", KIRI_FIELD(train.micro_batch), 1, 1 << 20,
                         "Sequences per micro-batch (per rank)."));
   f.push_back(
-      int_field("train.seq_len", KIRI_FIELD(train.seq_len), 1, 1 << 20, "Tokens per sequence."));
+      int_field("train.seq_len", KIRI_FIELD(train.seq_len), 1, 1 << 20,
+                "Tokens per sequence. Fixed by a checkpoint like the model's shape: the data "
+                "position counts sequences of this length."));
   f.push_back(int_field("train.grad_accum", KIRI_FIELD(train.grad_accum), 1, 1 << 20,
                         "Micro-batches per optimizer step; global_batch = micro_batch x dp x "
                         "grad_accum sequences."));
@@ -213,7 +215,8 @@ std::vector<Field> make_fields() {
       "How train.lr and train.min_lr follow the global batch B (sequences per step, known "
       "once the layout is): `linear` multiplies both by B / train.base_batch, `sqrt` by its "
       "square root (the schedule keeps its shape); `none` leaves them. Rank 0 prints the "
-      "scaled rates; the metrics' `lr` is the scaled one."));
+      "scaled rates; the metrics' `lr` is the scaled one. Checkpoints keep the rates as "
+      "given, so a run resumed on another layout scales them for its own batch."));
   f.push_back(int_field("train.base_batch", KIRI_FIELD(train.base_batch), 0, kBig,
                         "The global batch in sequences at which train.lr and train.min_lr are "
                         "given (train.lr_scaling); 0: this run's own batch (no change)."));
@@ -264,8 +267,10 @@ std::vector<Field> make_fields() {
   // parallel
   f.push_back(int_field("parallel.dp", KIRI_FIELD(parallel.dp), 0, 1 << 20,
                         "Data-parallel degree; 0 (unset) infers it as world / (tp x pp), as "
-                        "Megatron and torchtitan do, and rank 0 says so. dp x tp x pp must "
-                        "equal the number of processes."));
+                        "Megatron and torchtitan do, and rank 0 says so (`kiri config` prints "
+                        "0). dp x tp x pp must equal the number of processes: a world that tp x "
+                        "pp does not divide, or a given dp that does not fit it, is an error "
+                        "naming world, dp, tp and pp."));
   f.push_back(
       int_field("parallel.tp", KIRI_FIELD(parallel.tp), 1, 1 << 20, "Tensor-parallel degree."));
   f.push_back(
@@ -527,7 +532,12 @@ std::string config_markdown() {
         "`src/kiri/cli/config_schema.cpp` (a test keeps this file in sync).\n\n"
         "A config file is JSON, nested (`{\"model\": {\"n_layer\": 4}}`) or flat "
         "(`{\"model.n_layer\": 4}`); `--set key=value` overrides any key after the file. "
-        "An unknown key or a bad value is an error naming the key.\n";
+        "An unknown key or a bad value is an error naming the key.\n\n"
+        "`kiri train --resume` starts from the config in the checkpoint's `state.json` and "
+        "applies the keys a file or `--set` gives on top (steps, schedule, evaluation, "
+        "logging, checkpoint cadence, layout, dtype, ...); a given `model.*`, "
+        "`data.corpus`, `data.tokenizer`, `data.val_fraction` or `train.seq_len` that differs "
+        "from the checkpoint's is an error naming the key and both values.\n";
   std::string section;
   for (const Field& f : fields()) {
     const std::string s = f.doc.key.substr(0, f.doc.key.find('.'));
