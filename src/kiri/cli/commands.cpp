@@ -394,6 +394,21 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
   log::info("auto layout: the same as ", set_flags(e.layout));
 }
 
+// The run folder before a run: a fresh one refuses a used folder, or with --overwrite
+// clears kiri's files there (rank 0); a resumed one keeps it.
+void prepare_run_folder(const train::RunConfig& paths, bool resume, bool overwrite,
+                        const std::string& from, bool rank0) {
+  if (resume) {
+    if (from.empty() && rank0)
+      log::info("--resume auto: no checkpoint in ", paths.checkpoint.dir, ": starting fresh");
+    return;
+  }
+  if (!overwrite)
+    train::refuse_used_run_dir(paths);
+  else if (rank0)
+    for (const std::string& p : train::clear_run_dir(paths)) log::info("--overwrite: removed ", p);
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
@@ -405,16 +420,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, !resume || !a.flag("overwrite"),
                   "--overwrite starts the run over and --resume continues it: give one of them");
   train::RunConfig cfg = load_config(file, sets);
-  validate(cfg);
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string from;
   if (resume)
     from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
                              : ckpt::resolve_checkpoint(*resume);
-  if (!from.empty()) {
-    cfg = resumed_config(from, config_entries(file, sets));
-    validate(cfg);
-  }
+  if (!from.empty()) cfg = resumed_config(from, config_entries(file, sets));
+  validate(cfg);
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
   if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
@@ -422,15 +434,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     train::resolve_layout(layout, world.comm->size());
   }
   const train::RunConfig paths = train::resolve_run_paths(cfg);
-  if (resume && from.empty() && rank0)
-    log::info("--resume auto: no checkpoint in ", paths.checkpoint.dir, ": starting fresh");
-  if (!resume && a.flag("overwrite")) {
-    if (rank0)
-      for (const std::string& p : train::clear_run_dir(paths))
-        log::info("--overwrite: removed ", p);
-  } else if (!resume) {
-    train::refuse_used_run_dir(paths);
-  }
+  prepare_run_folder(paths, resume.has_value(), a.flag("overwrite"), from, rank0);
   if (a.flag("auto")) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
     validate(cfg);
