@@ -1,6 +1,5 @@
 #include "kiri/train/run_dir.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -69,22 +68,6 @@ bool remove_path(const fs::path& p, std::vector<std::string>& removed) {
   return true;
 }
 
-// A checkpoint root's own entries: step_N, .step_N.tmp / .step_N.old, latest.
-bool is_checkpoint_entry(const std::string& name) {
-  auto digits_between = [&](size_t from, size_t to) {
-    return to > from && name.find_first_not_of("0123456789", from) >= to;
-  };
-  if (name == "latest") return true;
-  if (name.rfind("step_", 0) == 0) return digits_between(5, name.size());
-  for (const char* ext : {".tmp", ".old"}) {
-    const std::string e = ext;
-    if (name.rfind(".step_", 0) == 0 && name.size() > 6 + e.size() &&
-        name.compare(name.size() - e.size(), e.size(), e) == 0)
-      return digits_between(6, name.size() - e.size());
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string RunDirContents::describe() const {
@@ -126,17 +109,9 @@ void refuse_used_run_dir(const RunConfig& cfg) {
 }
 
 std::vector<std::string> clear_run_dir(const RunConfig& cfg) {
-  std::vector<std::string> removed;
   const std::string& root = cfg.checkpoint.dir;
-  std::error_code ec;
-  if (!root.empty() && fs::is_directory(root, ec)) {
-    std::vector<fs::path> entries;
-    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
-      if (is_checkpoint_entry(it->path().filename().string())) entries.push_back(it->path());
-    KIRI_CHECK_KIND(kIo, !ec, "cannot list the checkpoint root ", root, ": ", ec.message());
-    std::sort(entries.begin(), entries.end());
-    for (const fs::path& p : entries) remove_path(p, removed);
-  }
+  std::vector<std::string> removed =
+      root.empty() ? std::vector<std::string>{} : ckpt::remove_checkpoints(root);
   for (const std::string& file :
        {cfg.log.metrics, plot_path(cfg.log), (fs::path(cfg.run.dir) / "config.json").string()})
     if (inside(file, cfg.run.dir) || inside(file, root)) remove_path(file, removed);
