@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The main job: train the default small model (4 layers x 256, GPT-2 BPE) on
-# Moby-Dick for a couple of minutes, save a checkpoint, sample from it.
+# Moby-Dick for a couple of minutes, save a checkpoint, sample from it. The run
+# goes into its folder runs/demo (config.json, metrics, loss curve, checkpoints);
+# --overwrite starts it over each time. Extra arguments go to kiri train
+# (scripts/demo.sh build/kiri --set train.steps=20).
 set -euo pipefail
 kiri=${1:-build/kiri}
+shift $(($# > 0 ? 1 : 0))
 run=runs/demo
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-"$kiri" train configs/demo.json --set checkpoint.dir=$run/checkpoints --set log.metrics=$run/metrics.jsonl
+"$kiri" train configs/demo.json --overwrite --set run.name=demo "$@"
 echo
 echo "== kiri eval $run/checkpoints"
 "$kiri" eval $run/checkpoints
@@ -13,4 +17,5 @@ echo
 echo "== kiri sample $run/checkpoints --prompt 'Call me Ishmael.' --tokens 60"
 "$kiri" sample $run/checkpoints --prompt "Call me Ishmael." --tokens 60 --temperature 0.8 --top-k 40 --seed 1
 echo
-echo "metrics: $run/metrics.jsonl, loss curve: $run/metrics.png, checkpoint: $run/checkpoints"
+echo "run folder $run: config $run/config.json, metrics $run/metrics.jsonl, loss curve $run/metrics.png, checkpoints $run/checkpoints"
+echo "continue it: $kiri train --resume $run/checkpoints --set train.steps=500"

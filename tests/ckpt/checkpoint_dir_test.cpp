@@ -121,5 +121,23 @@ TEST(CheckpointDir, ListIgnoresTempAndOtherEntries) {
   EXPECT_EQ(list_checkpoints(tmp.path()), std::vector<int64_t>{7});
 }
 
+TEST(CheckpointDir, RemoveCheckpointsRemovesOnlyTheProtocolsEntries) {
+  TempDir tmp;
+  EXPECT_TRUE(remove_checkpoints(tmp / "missing").empty());
+  save_step(tmp.path(), 7);
+  save_step(tmp.path(), 8);
+  begin_checkpoint(tmp.path(), 9);  // a crashed save
+  fs::create_directory(tmp / ".step_00000006.old");
+  fs::create_directory(tmp / "step_abc");
+  write_file_atomic(tmp / "notes.txt", "the user's");
+  write_file_atomic(tmp / ".step_x.tmp", "not kiri's name");
+  const std::string root = tmp.path();
+  EXPECT_EQ(remove_checkpoints(root),
+            (std::vector<std::string>{root + "/.step_00000006.old", root + "/.step_00000009.tmp",
+                                      root + "/latest", root + "/step_00000007",
+                                      root + "/step_00000008"}));
+  EXPECT_EQ(list_dir(root), (std::vector<std::string>{".step_x.tmp", "notes.txt", "step_abc"}));
+}
+
 }  // namespace
 }  // namespace kiri::ckpt

@@ -66,7 +66,12 @@ TEST(Cli, BadModelParallelLayoutsAreNamedBeforeAnyWork) {
   // The world size is checked when the ranks exist: before any training step.
   expect_error("train " + std::string(KIRI_SOURCE_DIR) +
                    "/configs/tiny-byte.json --set parallel.tp=2 --set checkpoint.dir=",
-               2, "parallel.dp x tp x pp = 1 x 2 x 1 = 2 but the world has 1 process(es)");
+               2,
+               "cannot infer parallel.dp: world 1 is not a multiple of tp 2 x pp 1 = 2 (dp = world "
+               "/ (tp x pp))");
+  expect_error("train " + std::string(KIRI_SOURCE_DIR) +
+                   "/configs/tiny-byte.json --set parallel.dp=2 --set checkpoint.dir=",
+               2, "parallel.dp x tp x pp = 2 x 1 x 1 = 2 but the world has 1 process(es)");
 }
 
 TEST(Cli, BadShardingLayoutsAreNamed) {
@@ -128,8 +133,8 @@ TEST(Cli, TrainEvalSampleEndToEnd) {
   const std::string common =
       " --set data.tokenizer=byte --set model.n_layer=1 --set model.n_embd=32"
       " --set model.block_size=32 --set train.seq_len=32 --set train.micro_batch=4"
-      " --set checkpoint.dir=" +
-      dir + "/ck --set log.metrics=" + dir + "/m.jsonl";
+      " --set run.dir=" +
+      dir + " --set checkpoint.dir=" + dir + "/ck --set log.metrics=" + dir + "/m.jsonl";
   Result r = kiri("train" + common + " --set train.steps=4 --set train.warmup=1");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("step      4/4"), std::string::npos) << r.output;
@@ -159,8 +164,8 @@ Result launch_with_fault(const std::string& fault, const std::string& dir) {
       " --set parallel.timeout_s=4 --set checkpoint.dir=" +
           dir +
           "/ck"
-          " --set checkpoint.every=2 --set log.metrics=" +
-          dir + "/m.jsonl",
+          " --set checkpoint.every=2 --set run.dir=" +
+          dir + " --set log.metrics=" + dir + "/m.jsonl",
       "KIRI_FAULT=" + fault + " ASAN_OPTIONS=detect_leaks=0");
 }
 

@@ -33,8 +33,8 @@ std::string small_run(const std::string& dir) {
          "/configs/tiny-byte.json --set model.n_layer=4 --set model.n_embd=256"
          " --set model.n_head=4 --set train.micro_batch=2 --set train.seq_len=32"
          " --set train.steps=3 --set train.warmup=1 --set train.eval_batches=2"
-         " --set parallel.timeout_s=30 --set checkpoint.dir= --set log.metrics=" +
-         dir + "/m.jsonl";
+         " --set parallel.timeout_s=30 --set checkpoint.dir= --set run.dir=" +
+         dir + " --set log.metrics=" + dir + "/m.jsonl --overwrite";  // each run starts over
 }
 
 TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {

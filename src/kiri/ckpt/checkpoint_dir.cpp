@@ -68,6 +68,18 @@ void replace_dir(const fs::path& tmp, const fs::path& final_dir) {
   remove_tree(old);
 }
 
+// A name this protocol gives an entry of root: step_N, .step_N.tmp, .step_N.old, latest.
+bool is_protocol_entry(const std::string& name) {
+  auto digits = [&](size_t from, size_t to) {
+    return to > from && name.find_first_not_of("0123456789", from) >= to;
+  };
+  if (name == kLatest) return true;
+  if (name.rfind("step_", 0) == 0) return digits(5, name.size());
+  if (name.rfind(".step_", 0) != 0 || name.size() < 10) return false;
+  const std::string ext = name.substr(name.size() - 4);
+  return (ext == ".tmp" || ext == ".old") && digits(6, name.size() - 4);
+}
+
 void prune(const std::string& root, int64_t committed, int keep_last) {
   std::vector<int64_t> steps = list_checkpoints(root);
   const size_t keep = static_cast<size_t>(keep_last);
@@ -152,6 +164,18 @@ std::vector<int64_t> list_checkpoints(const std::string& root) {
   if (ec) KIRI_RAISE(kIo, "cannot list checkpoint root ", root, ": ", ec.message());
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+std::vector<std::string> remove_checkpoints(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (is_protocol_entry(it->path().filename().string())) removed.push_back(it->path().string());
+  if (ec) KIRI_RAISE(kIo, "cannot list checkpoint root ", root, ": ", ec.message());
+  std::sort(removed.begin(), removed.end());
+  for (const std::string& p : removed) remove_tree(p);
+  return removed;
 }
 
 }  // namespace kiri::ckpt

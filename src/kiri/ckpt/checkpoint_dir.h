@@ -42,4 +42,9 @@ std::string resolve_checkpoint(const std::string& path);
 // root does not exist). Temporary directories are not listed.
 std::vector<int64_t> list_checkpoints(const std::string& root);
 
+// Removes what this protocol wrote under root: the step directories, temporary and
+// set-aside ones (.step_N.tmp, .step_N.old) and `latest`; nothing else (root
+// stays). Returns the removed paths, sorted.
+std::vector<std::string> remove_checkpoints(const std::string& root);
+
 }  // namespace kiri::ckpt

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -23,6 +24,7 @@
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 #include "kiri/train/generate.h"
+#include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::cli {
@@ -31,17 +33,22 @@ using nlohmann::json;
 
 namespace {
 
-// The config of a train-like command: file, --set overrides, --mem-limit.
-train::RunConfig config_of(const Args& a, size_t max_positional) {
+std::string config_file(const Args& a, size_t max_positional) {
   KIRI_CHECK_KIND(kConfig, a.positional().size() <= max_positional, "too many arguments: at most ",
                   max_positional, " CONFIG file expected");
-  train::RunConfig cfg = load_config(a.positional().empty() ? "" : a.positional()[0], a.all("set"));
+  return a.positional().empty() ? "" : a.positional()[0];
+}
+
+// The config of a train-like command: file, --set overrides, --mem-limit.
+train::RunConfig config_of(const Args& a, size_t max_positional) {
+  train::RunConfig cfg = load_config(config_file(a, max_positional), a.all("set"));
   if (auto m = a.get("mem-limit")) apply_key(cfg, "train.mem_limit", *m);
   validate(cfg);
   return cfg;
 }
 
-// The run config stored in a checkpoint's state.json.
+// The run config stored in a checkpoint's state.json (the config the run was given:
+// parallel.dp, the learning rates and the {run.dir} paths before their resolution).
 train::RunConfig checkpoint_config(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
   std::ifstream in(dir + "/state.json");
@@ -55,6 +62,45 @@ train::RunConfig checkpoint_config(const std::string& path) {
   KIRI_CHECK_KIND(kCheckpoint, state.contains("config") && state["config"].is_object(), dir,
                   "/state.json has no config");
   return config_from_json(state["config"]);
+}
+
+// The keys that a resumed run keeps from its checkpoint: they fix the parameters'
+// shapes and what the data position counts (samples of seq_len tokens of one corpus).
+bool is_saved_shape_key(const std::string& key) {
+  return key.rfind("model.", 0) == 0 || key == "data.tokenizer" || key == "data.corpus" ||
+         key == "data.val_fraction" || key == "train.seq_len";
+}
+
+// --resume: the checkpoint's config with the given keys on top. A given key that
+// contradicts a saved shape is a kConfig error naming it and both values.
+train::RunConfig resumed_config(const std::string& dir,
+                                const std::vector<std::pair<std::string, json>>& given) {
+  train::RunConfig cfg = checkpoint_config(dir);
+  for (const auto& [key, value] : given) {
+    train::RunConfig probe = cfg;
+    apply_key(probe, key, value);
+    const json saved = get_key(cfg, key), now = get_key(probe, key);
+    if (!is_saved_shape_key(key) || now == saved) {
+      cfg = probe;
+      continue;
+    }
+    if (key == "model.vocab_size" && now == 0) continue;  // "the tokenizer's": the saved one
+    KIRI_RAISE(kConfig, key, " = ", now.dump(), " contradicts the checkpoint's ", key, " = ",
+               saved.dump(), " (", dir,
+               "/state.json): a resumed run keeps its model and data shape; drop the ", key,
+               " you give, or start a new run (another run.name, or --overwrite)");
+  }
+  return cfg;
+}
+
+// --resume auto: the run folder's latest checkpoint, or "" when it holds none.
+std::string latest_checkpoint(const train::RunConfig& run) {
+  const std::string& root = run.checkpoint.dir;
+  std::error_code ec;
+  if (root.empty() ||
+      (!std::filesystem::exists(root + "/latest", ec) && ckpt::list_checkpoints(root).empty()))
+    return "";
+  return ckpt::resolve_checkpoint(root);
 }
 
 // ---- The planner's view of a run (train --auto, the out-of-memory advice) ----
@@ -341,9 +387,11 @@ int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::str
     choose_layout(cfg, world, rank, mem_limit);
     validate(cfg);
   }
+  const std::optional<std::string> inferred = train::resolve_layout(cfg.parallel, world);
   parallel::validate_layout({cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp},
                             {world, cfg.model.n_head, cfg.model.n_layer, cfg.train.micro_batch});
   if (rank != 0) return 0;
+  if (inferred) std::printf("%s\n", inferred->c_str());
   const plan::Layout l = plan_layout(cfg);
   std::cout << config_to_json(cfg).dump(2) << "\n";
   std::printf(
@@ -354,22 +402,63 @@ int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::str
   return 0;
 }
 
+// The run folder before a run: a fresh one refuses a used folder, or with --overwrite
+// clears kiri's files there (rank 0); a resumed one keeps it.
+void prepare_run_folder(const train::RunConfig& paths, bool resume, bool overwrite,
+                        const std::string& from, bool rank0) {
+  if (resume) {
+    if (from.empty() && rank0)
+      log::info("--resume auto: no checkpoint in ", paths.checkpoint.dir, ": starting fresh");
+    return;
+  }
+  if (!overwrite)
+    train::refuse_used_run_dir(paths);
+  else if (rank0)
+    for (const std::string& p : train::clear_run_dir(paths)) log::info("--overwrite: removed ", p);
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("train"));
-  train::RunConfig cfg = config_of(a, 1);
+  const std::string file = config_file(a, 1);
+  std::vector<std::string> sets = a.all("set");
+  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  const std::optional<std::string> resume = a.get("resume");
+  KIRI_CHECK_KIND(kConfig, !resume || !a.flag("overwrite"),
+                  "--overwrite starts the run over and --resume continues it: give one of them");
+  train::RunConfig cfg = load_config(file, sets);
+  // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
+  std::string from;
+  if (resume)
+    from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
+                             : ckpt::resolve_checkpoint(*resume);
+  if (!from.empty()) cfg = resumed_config(from, config_entries(file, sets));
+  validate(cfg);
   if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"));
   World world = make_world();
+  const bool rank0 = world.comm->rank() == 0;
+  if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
+    train::ParallelConfig layout = cfg.parallel;
+    train::resolve_layout(layout, world.comm->size());
+  }
+  const train::RunConfig paths = train::resolve_run_paths(cfg);
+  prepare_run_folder(paths, resume.has_value(), a.flag("overwrite"), from, rank0);
   if (a.flag("auto")) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
     validate(cfg);
   }
+  // state.json keeps the config as given (dp inferred and lr scaled again on resume);
+  // config.json the one the run uses.
   train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump(), oom_advice);
-  if (auto r = a.get("resume")) {
-    trainer.load_checkpoint(*r);
-    if (trainer.is_rank0())
-      log::info("resumed from ", ckpt::resolve_checkpoint(*r), " at step ", trainer.step());
+  if (rank0)
+    log::info("run folder ", paths.run.dir, ": config ",
+              train::write_run_config(trainer.config(), config_to_json(trainer.config()).dump(2)),
+              paths.log.metrics.empty() ? "" : ", metrics " + paths.log.metrics,
+              paths.checkpoint.dir.empty() ? "" : ", checkpoints " + paths.checkpoint.dir);
+  if (!from.empty()) {
+    trainer.load_checkpoint(from);
+    if (rank0) log::info("resumed from ", from, " at step ", trainer.step());
   }
   trainer.run();
   return 0;
@@ -422,6 +511,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
   cfg.parallel.zero_stage = cfg.parallel.shard_group_size = 0;
   cfg.parallel.sharding_strategy.clear();
+  cfg.train.lr_scaling = train::LrScaling::kNone;  // no optimizer step
   train::Trainer trainer(cfg, "");
   trainer.load_checkpoint(a.positional()[0]);
   const double loss = trainer.evaluate(a.get_int("batches", cfg.train.eval_batches));

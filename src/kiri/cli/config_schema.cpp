@@ -155,6 +155,17 @@ Field enum_field(std::string key, Access acc, std::vector<std::pair<std::string,
 std::vector<Field> make_fields() {
   constexpr int64_t kBig = int64_t{1} << 40;
   std::vector<Field> f;
+  // run
+  f.push_back(string_field("run.name", KIRI_FIELD(run.name),
+                           "The run's name: the folder of run.dir's default."));
+  f.push_back(string_field(
+      "run.dir", KIRI_FIELD(run.dir),
+      "The run folder: `config.json` (the resolved config, written at the start), the "
+      "metrics, the loss plot and the checkpoints. `{run.name}` is replaced by run.name, and "
+      "`{run.dir}` in checkpoint.dir, log.metrics, log.plot and log.trace by this folder; a "
+      "path given without it is taken as given. A fresh run refuses a folder that holds "
+      "another run's checkpoints or metrics: continue it with `--resume auto` or start over "
+      "with `--overwrite` (docs/checkpoints.md)."));
   // model
   f.push_back(
       int_field("model.n_layer", KIRI_FIELD(model.n_layer), 1, 4096, "Transformer blocks."));
@@ -187,7 +198,9 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("train.micro_batch", KIRI_FIELD(train.micro_batch), 1, 1 << 20,
                         "Sequences per micro-batch (per rank)."));
   f.push_back(
-      int_field("train.seq_len", KIRI_FIELD(train.seq_len), 1, 1 << 20, "Tokens per sequence."));
+      int_field("train.seq_len", KIRI_FIELD(train.seq_len), 1, 1 << 20,
+                "Tokens per sequence. Fixed by a checkpoint like the model's shape: the data "
+                "position counts sequences of this length."));
   f.push_back(int_field("train.grad_accum", KIRI_FIELD(train.grad_accum), 1, 1 << 20,
                         "Micro-batches per optimizer step; global_batch = micro_batch x dp x "
                         "grad_accum sequences."));
@@ -195,6 +208,19 @@ std::vector<Field> make_fields() {
                           "Peak learning rate (after warm-up)."));
   f.push_back(float_field("train.min_lr", KIRI_FIELD(train.min_lr), 0, 10,
                           "Learning rate at the end of the cosine decay."));
+  f.push_back(enum_field(
+      "train.lr_scaling", KIRI_FIELD(train.lr_scaling),
+      std::vector<std::pair<std::string, train::LrScaling>>{{"none", train::LrScaling::kNone},
+                                                            {"linear", train::LrScaling::kLinear},
+                                                            {"sqrt", train::LrScaling::kSqrt}},
+      "How train.lr and train.min_lr follow the global batch B (sequences per step, known "
+      "once the layout is): `linear` multiplies both by B / train.base_batch, `sqrt` by its "
+      "square root (the schedule keeps its shape); `none` leaves them. Rank 0 prints the "
+      "scaled rates; the metrics' `lr` is the scaled one. Checkpoints keep the rates as "
+      "given, so a run resumed on another layout scales them for its own batch."));
+  f.push_back(int_field("train.base_batch", KIRI_FIELD(train.base_batch), 0, kBig,
+                        "The global batch in sequences at which train.lr and train.min_lr are "
+                        "given (train.lr_scaling); 0: this run's own batch (no change)."));
   f.push_back(
       int_field("train.warmup", KIRI_FIELD(train.warmup), 0, kBig, "Steps of linear warm-up."));
   f.push_back(
@@ -240,8 +266,12 @@ std::vector<Field> make_fields() {
                              if (!s.empty()) parse_bytes(s);
                            }));
   // parallel
-  f.push_back(int_field("parallel.dp", KIRI_FIELD(parallel.dp), 1, 1 << 20,
-                        "Data-parallel degree. dp x tp x pp must equal the number of processes."));
+  f.push_back(int_field("parallel.dp", KIRI_FIELD(parallel.dp), 0, 1 << 20,
+                        "Data-parallel degree; 0 (unset) infers it as world / (tp x pp), as "
+                        "Megatron and torchtitan do, and rank 0 says so (`kiri config` prints "
+                        "0). dp x tp x pp must equal the number of processes: a world that tp x "
+                        "pp does not divide, or a given dp that does not fit it, is an error "
+                        "naming world, dp, tp and pp."));
   f.push_back(
       int_field("parallel.tp", KIRI_FIELD(parallel.tp), 1, 1 << 20, "Tensor-parallel degree."));
   f.push_back(
@@ -313,7 +343,7 @@ std::vector<Field> make_fields() {
   f.push_back(
       string_field("checkpoint.dir", KIRI_FIELD(checkpoint.dir),
                    "Checkpoint root: step directories and a `latest` pointer; empty disables "
-                   "checkpoints."));
+                   "checkpoints. `{run.dir}` is run.dir."));
   f.push_back(int_field("checkpoint.every", KIRI_FIELD(checkpoint.every), 0, kBig,
                         "Steps between checkpoints; 0: only at the end of the run."));
   f.push_back(int_field("checkpoint.keep_last", KIRI_FIELD(checkpoint.keep_last), 0, 1 << 20,
@@ -321,10 +351,11 @@ std::vector<Field> make_fields() {
   // log
   f.push_back(
       string_field("log.metrics", KIRI_FIELD(log.metrics),
-                   "Metrics file, one JSON line per step (docs/metrics.md); empty disables."));
-  f.push_back(
-      string_field("log.plot", KIRI_FIELD(log.plot),
-                   "Loss-curve PNG written at the end; empty: the metrics path with .png."));
+                   "Metrics file, one JSON line per step (docs/metrics.md); empty disables. "
+                   "A resumed run keeps the rows up to its step and appends."));
+  f.push_back(string_field("log.plot", KIRI_FIELD(log.plot),
+                           "Loss-curve PNG written at the end from the whole metrics file (all "
+                           "attempts of a resumed run); empty: the metrics path with .png."));
   f.push_back(
       int_field("log.every", KIRI_FIELD(log.every), 1, kBig, "Steps between progress lines."));
   f.push_back(string_field(
@@ -332,7 +363,8 @@ std::vector<Field> make_fields() {
       "Chrome trace of the run (JSON for Perfetto / chrome://tracing, docs/trace.md): "
       "forward, backward, optimizer, evaluation and every communication call per rank; with "
       "several ranks one file each, `.rank<R>` before the extension (runs/trace.rank3.json). "
-      "Events are kept in memory until the end: trace short runs. Empty disables."));
+      "Events are kept in memory until the end: trace short runs. Empty disables; "
+      "`{run.dir}/trace.json` puts it in the run folder."));
   // Fill the defaults from a default-constructed config.
   RunConfig defaults = train::default_run_config();
   for (Field& x : f) {
@@ -360,8 +392,15 @@ const Field& find_field(const std::string& key) {
     if (f.doc.key.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + f.doc.key;
   KIRI_RAISE(kConfig, "unknown key '", key, "'",
              known.empty()
-                 ? std::string(" (sections: model, data, train, parallel, checkpoint, log)")
+                 ? std::string(" (sections: run, model, data, train, parallel, checkpoint, log)")
                  : " (keys of '" + section + "': " + known + ")");
+}
+
+std::pair<std::string, json> split_set(const std::string& kv) {
+  const size_t eq = kv.find('=');
+  KIRI_CHECK_KIND(kConfig, eq != std::string::npos && eq > 0,
+                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", kv, "'");
+  return {kv.substr(0, eq), json(kv.substr(eq + 1))};
 }
 
 void flatten(const json& j, const std::string& prefix,
@@ -394,10 +433,8 @@ void apply_key(RunConfig& cfg, const std::string& key, const json& value) {
 }
 
 void apply_set(RunConfig& cfg, const std::string& kv) {
-  const size_t eq = kv.find('=');
-  KIRI_CHECK_KIND(kConfig, eq != std::string::npos && eq > 0,
-                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", kv, "'");
-  apply_key(cfg, kv.substr(0, eq), json(kv.substr(eq + 1)));
+  const auto [key, value] = split_set(kv);
+  apply_key(cfg, key, value);
 }
 
 RunConfig config_from_json(const json& j) {
@@ -409,17 +446,40 @@ RunConfig config_from_json(const json& j) {
   return cfg;
 }
 
+namespace {
+json read_config_file(const std::string& file) {
+  std::ifstream in(file);
+  KIRI_CHECK_KIND(kConfig, in.good(), "cannot open config file '", file, "'");
+  try {
+    return json::parse(in, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    KIRI_RAISE(kConfig, "config file '", file, "' is not valid JSON: ", e.what());
+  }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, json>> config_entries(const std::string& file,
+                                                         const std::vector<std::string>& sets) {
+  std::vector<std::pair<std::string, json>> out;
+  if (!file.empty()) {
+    const json j = read_config_file(file);
+    KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", file, "' must be a JSON object, got ",
+                    j.type_name());
+    flatten(j, "", out);
+  }
+  for (const std::string& s : sets) out.push_back(split_set(s));
+  for (const auto& [key, value] : out) find_field(key);  // unknown keys are named here
+  return out;
+}
+
+json get_key(const RunConfig& cfg, const std::string& key) {
+  return find_field(key).get(cfg);
+}
+
 RunConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
   RunConfig cfg = train::default_run_config();
   if (!file.empty()) {
-    std::ifstream in(file);
-    KIRI_CHECK_KIND(kConfig, in.good(), "cannot open config file '", file, "'");
-    json j;
-    try {
-      j = json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    } catch (const json::parse_error& e) {
-      KIRI_RAISE(kConfig, "config file '", file, "' is not valid JSON: ", e.what());
-    }
+    const json j = read_config_file(file);
     try {
       cfg = config_from_json(j);
     } catch (const Error& e) {
@@ -443,6 +503,7 @@ json config_to_json(const RunConfig& cfg) {
 }
 
 void validate(const RunConfig& cfg) {
+  train::resolve_run_paths(cfg);  // names a bad run.name / run.dir
   model::GPTConfig m = cfg.model;
   if (m.vocab_size == 0) m.vocab_size = 2;  // resolved from the tokenizer later
   m.validate();
@@ -488,7 +549,12 @@ std::string config_markdown() {
         "`src/kiri/cli/config_schema.cpp` (a test keeps this file in sync).\n\n"
         "A config file is JSON, nested (`{\"model\": {\"n_layer\": 4}}`) or flat "
         "(`{\"model.n_layer\": 4}`); `--set key=value` overrides any key after the file. "
-        "An unknown key or a bad value is an error naming the key.\n";
+        "An unknown key or a bad value is an error naming the key.\n\n"
+        "`kiri train --resume` starts from the config in the checkpoint's `state.json` and "
+        "applies the keys a file or `--set` gives on top (steps, schedule, evaluation, "
+        "logging, checkpoint cadence, layout, dtype, ...); a given `model.*`, "
+        "`data.corpus`, `data.tokenizer`, `data.val_fraction` or `train.seq_len` that differs "
+        "from the checkpoint's is an error naming the key and both values.\n";
   std::string section;
   for (const Field& f : fields()) {
     const std::string s = f.doc.key.substr(0, f.doc.key.find('.'));

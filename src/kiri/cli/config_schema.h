@@ -5,6 +5,7 @@
 // --set key=value overrides any key. An unknown key or a bad value is a
 // kConfig error naming the key.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,12 @@ std::vector<KeyDoc> config_keys();
 
 // Defaults, then the file (if any), then each "key=value" of --set, in order.
 train::RunConfig load_config(const std::string& file, const std::vector<std::string>& sets);
+// The (key, value) pairs the file (flattened) and --set give, in order, without
+// applying them (unknown keys are kConfig errors): what a run was given.
+std::vector<std::pair<std::string, nlohmann::json>> config_entries(
+    const std::string& file, const std::vector<std::string>& sets);
+// One key's value in `cfg`, as config_to_json writes it.
+nlohmann::json get_key(const train::RunConfig& cfg, const std::string& key);
 // Applies one key (value given as JSON, or as the string of --set).
 void apply_key(train::RunConfig& cfg, const std::string& key, const nlohmann::json& value);
 void apply_set(train::RunConfig& cfg, const std::string& key_equals_value);

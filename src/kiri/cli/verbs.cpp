@@ -22,8 +22,11 @@ VerbSpec train_verb() {
           1,
           "Train a model (one process, or one rank of kiri launch / mpirun / srun).",
           {kSet,
-           {"--resume", K::kValue, "CKPT_DIR", "",
-            "continue from a checkpoint (its folder or checkpoint.dir)"},
+           {"--resume", K::kValue, "auto|CKPT_DIR", "",
+            "continue a run: from a checkpoint (its folder or checkpoint.dir) with its saved "
+            "config, or `auto`: from the run folder's latest checkpoint, fresh if it has none"},
+           {"--overwrite", K::kFlag, "", "",
+            "start over in a run folder that holds another run (removes kiri's files there)"},
            kMemLimit,
            {"--auto", K::kFlag, "", "",
             "let the planner choose dp/tp/pp, ZeRO stage and recomputation for this world"},

@@ -3,6 +3,7 @@
 // (cli/config_schema.cpp) maps the dotted keys of config files and --set onto
 // these fields; docs/config.md documents each key.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kiri/model/gpt.h"
@@ -11,6 +12,9 @@
 namespace kiri::train {
 
 enum class ComputeDType { kF32, kBF16, kF16 };
+// How train.lr and train.min_lr follow the global batch B: x 1, x B/base_batch,
+// x sqrt(B/base_batch).
+enum class LrScaling { kNone, kLinear, kSqrt };
 
 struct DataConfig {
   std::string corpus =
@@ -26,6 +30,8 @@ struct TrainConfig {
   int64_t seq_len = 128;
   int64_t grad_accum = 1;
   double min_lr = 6e-5;
+  LrScaling lr_scaling = LrScaling::kNone;
+  int64_t base_batch = 0;  // sequences at which lr/min_lr are given; 0: this run's batch
   int64_t warmup = 20;
   uint64_t seed = 1337;
   ComputeDType dtype = ComputeDType::kF32;
@@ -44,7 +50,7 @@ struct TrainConfig {
 enum class ActivationCheckpointing { kNone, kFull, kEveryK };
 
 struct ParallelConfig {
-  int dp = 1;
+  int dp = 0;  // 0: inferred, world / (tp x pp) (resolve_layout)
   int tp = 1;
   int pp = 1;
   double bucket_mb = 25;          // DDP gradient bucket size
@@ -77,14 +83,22 @@ struct ShardLayout {
 };
 ShardLayout resolve_sharding(const ParallelConfig& p);
 
+// The run folder: config.json, metrics, plot and checkpoints of one run. The path
+// keys below may hold "{run.dir}" (run.dir "{run.name}"), resolve_run_paths
+// substitutes it.
+struct RunDirConfig {
+  std::string name = "kiri";
+  std::string dir = "runs/{run.name}";
+};
+
 struct CheckpointConfig {
-  std::string dir = "runs/kiri/checkpoints";
+  std::string dir = "{run.dir}/checkpoints";
   int64_t every = 0;  // steps between checkpoints; 0: only at the end
   int keep_last = 2;  // step directories kept; 0 keeps all
 };
 
 struct LogConfig {
-  std::string metrics = "runs/kiri/metrics.jsonl";  // one JSON line per step; "" disables
+  std::string metrics = "{run.dir}/metrics.jsonl";  // one JSON line per step; "" disables
   std::string plot;                                 // loss-curve PNG; "" = metrics with .png
   int64_t every = 1;                                // steps between progress lines
   // Chrome trace (docs/trace.md); "" disables; several ranks: FILE.rank<R>.ext
@@ -92,6 +106,7 @@ struct LogConfig {
 };
 
 struct RunConfig {
+  RunDirConfig run;
   model::GPTConfig model;
   DataConfig data;
   TrainConfig train;
@@ -106,5 +121,26 @@ inline RunConfig default_run_config() {
   c.model.vocab_size = 0;
   return c;
 }
+
+// The config with "{run.name}" in run.dir and "{run.dir}" in checkpoint.dir,
+// log.metrics, log.plot and log.trace replaced (kConfig for an empty run.name or
+// run.dir, or a name with '/'). Idempotent.
+RunConfig resolve_run_paths(RunConfig c);
+// The loss plot's path: log.plot, else log.metrics with .png ("" for neither).
+std::string plot_path(const LogConfig& log);
+
+// Resolves parallel.dp = 0 to world / (tp x pp) and returns the note that says so
+// (nullopt when dp was given). A world that tp x pp does not divide, or a given dp
+// with dp x tp x pp != world, is a kConfig error naming world, dp, tp and pp.
+std::optional<std::string> resolve_layout(ParallelConfig& p, int world_size);
+
+// Sequences per optimizer step: micro_batch x microbatches x grad_accum x dp (dp resolved).
+int64_t global_batch(const RunConfig& c);
+
+// Applies train.lr_scaling for a run of `batch` sequences per step: lr and min_lr
+// times batch/base_batch (linear) or its square root (sqrt), then base_batch =
+// batch, so applying it again changes nothing. Returns the line that says so (""
+// for lr_scaling none).
+std::string scale_learning_rate(TrainConfig& t, int64_t batch);
 
 }  // namespace kiri::train

@@ -20,6 +20,7 @@
 #include "kiri/data/shard.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/plot.h"
+#include "kiri/train/run_dir.h"
 
 namespace kiri::train {
 
@@ -70,7 +71,7 @@ std::string trace_path_for_rank(const std::string& path, int rank, int world_siz
 }
 
 Trainer::Trainer(RunConfig cfg, std::string config_json)
-    : cfg_(std::move(cfg)),
+    : cfg_(resolve_run_paths(std::move(cfg))),
       config_json_(std::move(config_json)),
       own_world_(comm::self_communicator()),
       world_(own_world_.get()) {
@@ -79,7 +80,7 @@ Trainer::Trainer(RunConfig cfg, std::string config_json)
 
 Trainer::Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json,
                  OomAdvisor advisor)
-    : cfg_(std::move(cfg)),
+    : cfg_(resolve_run_paths(std::move(cfg))),
       config_json_(std::move(config_json)),
       world_(&world),
       advisor_(std::move(advisor)) {
@@ -97,6 +98,13 @@ void Trainer::build_detaching_tracer() {
 
 void Trainer::build() {
   const TrainConfig& t = cfg_.train;
+  if (auto note = resolve_layout(cfg_.parallel, world_->size());
+      note && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
+    log::info(*note);
+  // The optimizer and the schedule take the scaled rates.
+  if (const std::string note = scale_learning_rate(cfg_.train, global_batch(cfg_));
+      !note.empty() && world_->rank() == 0)
+    log::info(note);
   const parallel::MeshShape shape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp};
   parallel::validate_layout(shape,
                             {world_->size(), cfg_.model.n_head, cfg_.model.n_layer, t.micro_batch});
@@ -418,19 +426,25 @@ void Trainer::run() {
                   ? std::string("every block")
                   : "every " + std::to_string(po.checkpoint_every) + " blocks");
   }
+  // A resumed run continues the file: the rows past its step (of an earlier, longer
+  // attempt) go, so that each step appears once.
+  if (rank0 && step_ > 0 && !cfg_.log.metrics.empty())
+    if (const int64_t dropped = keep_metrics_through(cfg_.log.metrics, step_); dropped > 0)
+      log::info("metrics: dropped ", dropped, " row(s) of ", cfg_.log.metrics, " past step ", step_,
+                " (an earlier attempt's)");
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
-  std::vector<double> xs, losses, val_x, val_losses;
+  LossHistory history;  // this run's steps: the plot's when there is no metrics file
   while (step_ < t.steps) {
     inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
     const bool last = step_ == t.steps;
     if ((t.eval_every > 0 && step_ % t.eval_every == 0) || last) {
       m.val_loss = evaluate(t.eval_batches);
-      val_x.push_back(double(step_));
-      val_losses.push_back(*m.val_loss);
+      history.val_steps.push_back(double(step_));
+      history.val_loss.push_back(*m.val_loss);
     }
-    xs.push_back(double(step_));
-    losses.push_back(m.loss);
+    history.steps.push_back(double(step_));
+    history.loss.push_back(m.loss);
     if (rank0) {
       metrics.write(m);
       if (step_ % cfg_.log.every == 0 || last || m.val_loss)
@@ -443,13 +457,11 @@ void Trainer::run() {
       if (rank0) log::info("saved checkpoint ", dir);
     }
   }
-  std::string plot = cfg_.log.plot;
-  if (plot.empty() && !cfg_.log.metrics.empty())
-    plot = fs::path(cfg_.log.metrics).replace_extension(".png").string();
-  if (rank0 && !plot.empty() && !xs.empty()) {
-    write_line_plot_png(
-        plot, {{"train", xs, losses, 0x1f77b4}, {"validation", val_x, val_losses, 0xd62728}},
-        "kiri: loss", "step", "loss (nats/token)");
+  const std::string plot = plot_path(cfg_.log);
+  if (rank0 && !plot.empty() && !history.steps.empty()) {
+    // The whole run's history, resumed attempts included: the metrics file's.
+    if (!cfg_.log.metrics.empty()) history = read_loss_history(cfg_.log.metrics);
+    write_line_plot_png(plot, loss_plot_series(history), "kiri: loss", "step", "loss (nats/token)");
     log::info("wrote the loss curve ", plot);
   }
   write_trace();

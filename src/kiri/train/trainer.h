@@ -40,8 +40,8 @@ using OomAdvisor =
 
 class Trainer {
  public:
-  // Builds everything on this rank of `world` (validating the layout first);
-  // the JSON of the resolved config is kept for checkpoints. `advisor`, if set, is
+  // Builds everything on this rank of `world` (resolving and validating the layout
+  // first); `config_json`, the config as given, is kept for checkpoints. `advisor`, if set, is
   // installed on the allocator before anything is allocated.
   Trainer(RunConfig cfg, comm::Communicator& world, std::string config_json = "",
           OomAdvisor advisor = {});
@@ -62,6 +62,7 @@ class Trainer {
   void load_checkpoint(const std::string& path);
 
   int64_t step() const { return step_; }
+  // The config the run uses: {run.dir} paths resolved, dp inferred, lr scaled.
   const RunConfig& config() const { return cfg_; }
   // The model, or with pipeline parallelism this rank's first chunk of it.
   model::GPT<float>& model() { return *chunks_.front(); }
