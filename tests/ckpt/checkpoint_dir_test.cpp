@@ -92,10 +92,26 @@ TEST(CheckpointDir, KeepLastPrunesOlderSteps) {
   EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{300, 400}));
   EXPECT_EQ(list_dir(root),
             (std::vector<std::string>{"latest", "notes", "step_00000300", "step_00000400"}));
-  // keep_last never removes the checkpoint just committed, even an older step.
+  // keep_last never removes the checkpoint just committed, even an older step, and leaves
+  // the higher steps of an earlier attempt alone.
   save_step(root, 50, 1);
-  EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{50, 400}));
+  EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{50, 300, 400}));
   EXPECT_EQ(resolve_checkpoint(root), root + "/step_00000050");
+}
+
+// A run resumed from step 4 of an attempt that reached step 8: pruning counts only the
+// resumed run's steps, so its newest checkpoints survive (counting the attempt's 8 would
+// have removed the 5 just saved and left `latest` naming a deleted folder).
+TEST(CheckpointDir, KeepLastAfterAResumeKeepsTheResumedRunsNewest) {
+  TempDir tmp;
+  const std::string root = tmp.path();
+  for (int64_t step : {2, 4, 6, 8}) save_step(root, step);
+  save_step(root, 5, /*keep_last=*/2);
+  EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{4, 5, 6, 8}));
+  EXPECT_EQ(resolve_checkpoint(root), root + "/step_00000005");
+  save_step(root, 6, 2);  // replaces the attempt's step 6
+  EXPECT_EQ(list_checkpoints(root), (std::vector<int64_t>{5, 6, 8}));
+  EXPECT_EQ(resolve_checkpoint(root), root + "/step_00000006");
 }
 
 TEST(CheckpointDir, ResolveRefusesNonCheckpoints) {

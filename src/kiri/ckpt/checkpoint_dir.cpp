@@ -82,6 +82,10 @@ bool is_protocol_entry(const std::string& name) {
 
 void prune(const std::string& root, int64_t committed, int keep_last) {
   std::vector<int64_t> steps = list_checkpoints(root);
+  // Only this run's steps: those past the committed one are an earlier, longer attempt's
+  // that this run resumed from before their end. Counting them would remove this run's own
+  // newest checkpoints (the one `latest` names among them) in favour of the stale ones.
+  std::erase_if(steps, [&](int64_t s) { return s > committed; });
   const size_t keep = static_cast<size_t>(keep_last);
   for (size_t i = 0; i + keep < steps.size(); ++i)
     if (steps[i] != committed) remove_tree(fs::path(root) / step_dir_name(steps[i]));

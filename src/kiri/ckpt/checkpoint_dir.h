@@ -29,7 +29,8 @@ std::string temp_dir(const std::string& root, int64_t step);
 // files, renames it to root/step_NNNNNNNN (replacing an older one of the same
 // step), fsyncs root and rewrites `latest` atomically. Requires state.json
 // (written last by the trainer) in it. keep_last > 0 then removes all but
-// the keep_last highest-numbered step directories (never the one committed).
+// the keep_last highest-numbered step directories up to `step` (never the one
+// committed; directories of higher steps, an earlier attempt's, are kept).
 // Returns the committed directory.
 std::string commit_checkpoint(const std::string& root, int64_t step, int keep_last = 0);
 
