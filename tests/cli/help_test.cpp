@@ -157,7 +157,7 @@ TEST(CliErrors, AConfigErrorUnderLaunchIsPrintedOnce) {
   EXPECT_EQ(count(r.output, "kiri: config error: "), 1u) << r.output;
   // After the world exists (the layout is checked against it): once as well.
   const Result w = run_kiri("launch -n 2 -- train " + std::string(KIRI_SOURCE_DIR) +
-                            "/configs/tiny-byte.json --set checkpoint.dir=");
+                            "/configs/tiny-byte.json --set parallel.dp=1 --set checkpoint.dir=");
   EXPECT_EQ(w.code, 2) << w.output;
   EXPECT_EQ(count(w.output, "= 1 but the world has 2 process(es)"), 1u) << w.output;
   // kiri --verbose launch passes --verbose to the ranks.
@@ -179,7 +179,14 @@ TEST(CliDryRun, TrainChecksTheConfigAndTheWorldWithoutTraining) {
   EXPECT_EQ(r.output.find("step "), std::string::npos) << r.output;  // no training step
   r = run_kiri("train " + config + " --dry-run --set parallel.tp=2");
   EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("world 1 is not a multiple of tp 2 x pp 1 = 2"), std::string::npos)
+      << r.output;
+  r = run_kiri("train " + config + " --dry-run --set parallel.dp=2");
+  EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("= 2 but the world has 1 process(es)"), std::string::npos) << r.output;
+  r = run_kiri("train " + config + " --dry-run", "OMPI_COMM_WORLD_SIZE=2");  // dp inferred
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dry run: dp 2 x tp 1 x pp 1"), std::string::npos) << r.output;
   r = run_kiri("train " + config + " --dry-run --set parallel.dp=2", "OMPI_COMM_WORLD_SIZE=2");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("dry run: dp 2 x tp 1 x pp 1"), std::string::npos) << r.output;
