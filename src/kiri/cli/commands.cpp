@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -33,12 +34,13 @@ const char* kUsage = R"(kiri: train GPT-style transformers, cut five ways.
 
 usage:
   kiri train [CONFIG] [--set key=value ...] [--resume CKPT_DIR] [--mem-limit 2GiB] [--auto]
+             [--peak-flops 2.5e12]   (MFU's peak per rank, FLOP/s; default: measured)
   kiri launch -n N [--hostfile F] [--threads T] -- train [CONFIG] [--set ...]
   kiri config [CONFIG] [--set key=value ...] [--markdown]
   kiri sample CKPT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]
   kiri eval CKPT_DIR [--batches N]
   kiri data INPUT.txt --out DIR [--tokenizer gpt2|byte] [--val-fraction 0.1]
-  kiri bench [--config tiny|gpt2-124M] [--steps N] [--warmup N]
+  kiri bench [--config tiny|gpt2-124M] [--steps N] [--warmup N] [--peak-flops 2.5e12]
   kiri plan [--model NAME | --layers L --hidden H --heads A --vocab V | --params N]
             [--cluster NAME] [--nodes K | --gpus N] [--dp --tp --pp --zero-stage ...] [--json]
   kiri plan --calibrate [--out FILE]     (kiri launch -n 2 -- plan --calibrate: all_reduce too)
@@ -350,14 +352,17 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
-  Args a(argv, {"set", "resume", "mem-limit"}, {"auto"}, {"set"});
+  Args a(argv, {"set", "resume", "mem-limit", "peak-flops"}, {"auto"}, {"set"});
   train::RunConfig cfg = config_of(a, 1);
+  std::optional<double> peak;  // checked before the trainer's set-up
+  if (a.get("peak-flops")) peak = train::check_peak_flops(a.get_double("peak-flops", 0));
   World world = make_world();
   if (a.flag("auto")) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
     validate(cfg);
   }
   train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump(), oom_advice);
+  if (peak) trainer.set_peak_flops(*peak);
   if (auto r = a.get("resume")) {
     trainer.load_checkpoint(*r);
     if (trainer.is_rank0())

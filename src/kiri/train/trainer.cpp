@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include <omp.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/log.h"
@@ -18,6 +20,7 @@
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
+#include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/plot.h"
 
@@ -199,7 +202,23 @@ void Trainer::build() {
       Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   eval_targets_ =
       Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  peak_flops_ = measure_gemm_peak_flops();
+  gemm_flops_ = measure_gemm_flops_rate();
+}
+
+void Trainer::set_peak_flops(double flops_per_s) {
+  peak_flops_ = check_peak_flops(flops_per_s);
+  peak_source_ = "given (--peak-flops)";
+}
+
+double Trainer::peak_flops() {
+  if (peak_flops_ == 0) {
+    const int threads = omp_get_max_threads();
+    const kernels::CorePeak& core = kernels::core_peak(compute_dtype());
+    peak_flops_ = core.flops * threads;
+    peak_source_ = str("measured: ", core.instruction, ", ", static_cast<int64_t>(core.flops / 1e9),
+                       " GFLOP/s x ", threads, " thread(s)");
+  }
+  return peak_flops_;
 }
 
 Trainer::~Trainer() {
@@ -343,9 +362,18 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   m.tokens = t.micro_batch * t.seq_len * t.grad_accum * mesh_->shape().dp;
   m.step_s = seconds;
   m.tokens_per_s = static_cast<double>(m.tokens) / seconds;
-  // MFU per rank: this rank's share of the model FLOPs over its GEMM peak.
-  m.mfu = cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s /
-          static_cast<double>(world_->size()) / peak_flops_;
+  // Per rank: this rank's share of the model FLOPs over its peak (and over
+  // its measured GEMM rate).
+  const double model_flops_per_s =
+      cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s / static_cast<double>(world_->size());
+  m.mfu = model_flops_utilization(model_flops_per_s, peak_flops());
+  m.mfu_gemm = model_flops_utilization(model_flops_per_s, gemm_flops_);
+  if (m.mfu > 1 && !mfu_warned_) {
+    mfu_warned_ = true;
+    log::warn("MFU ", m.mfu, " > 1 at step ", step_, ": this rank computed ", model_flops_per_s,
+              " model FLOP/s, above its peak of ", peak_flops_, " FLOP/s (", peak_source_,
+              "); the peak is wrong");
+  }
   m.mem = allocator_.stats();
   return m;
 }
@@ -404,8 +432,10 @@ void Trainer::run() {
               t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
               t.grad_accum, " = ",
               t.micro_batch * cfg_.parallel.microbatches * cfg_.parallel.dp * t.grad_accum,
-              " sequences of ", t.seq_len, " tokens; GEMM peak ",
-              static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s per rank");
+              " sequences of ", t.seq_len, " tokens");
+    log::info("MFU against a peak of ", static_cast<int64_t>(peak_flops() / 1e9),
+              " GFLOP/s per rank (", peak_source_, "); fp32 GEMM rate ",
+              static_cast<int64_t>(gemm_flops_ / 1e9), " GFLOP/s per rank (mfu_gemm)");
     const model::ParallelOptions& po = parallel_->options();
     log::info("state: ZeRO stage ", po.zero_stage,
               po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
@@ -418,8 +448,12 @@ void Trainer::run() {
                   ? std::string("every block")
                   : "every " + std::to_string(po.checkpoint_every) + " blocks");
   }
+  peak_flops();  // every rank measures before the clock starts
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   std::vector<double> xs, losses, val_x, val_losses;
+  const Timer run_timer;
+  StepClock clock;
+  double step_start = 0;
   while (step_ < t.steps) {
     inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
@@ -429,6 +463,11 @@ void Trainer::run() {
       val_x.push_back(double(step_));
       val_losses.push_back(*m.val_loss);
     }
+    // Wall time per loop (evaluations included), for the ETA.
+    m.elapsed_s = run_timer.seconds();
+    clock.add(m.elapsed_s - step_start);
+    step_start = m.elapsed_s;
+    m.eta_s = clock.eta(t.steps - step_);
     xs.push_back(double(step_));
     losses.push_back(m.loss);
     if (rank0) {
