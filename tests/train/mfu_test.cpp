@@ -164,6 +164,17 @@ TEST(ProgressLine, EtaFromTheMeanOfRecentSteps) {
   for (double s : {1.0, 2.0, 3.0}) clock.add(s);
   EXPECT_DOUBLE_EQ(*clock.eta(10), 20.0);
   EXPECT_DOUBLE_EQ(*clock.eta(0), 0.0);
+  // mark: the elapsed time since the clock began, the ETA from the marks' intervals.
+  StepClock run;
+  StepMetrics m;
+  run.mark(m, 4);
+  EXPECT_GE(m.elapsed_s, 0);
+  ASSERT_TRUE(m.eta_s.has_value());
+  EXPECT_NEAR(*m.eta_s, 4 * m.elapsed_s, 1e-12);
+  const double first = m.elapsed_s;
+  run.mark(m, 0);
+  EXPECT_GE(m.elapsed_s, first);
+  EXPECT_EQ(*m.eta_s, 0);
 }
 
 }  // namespace

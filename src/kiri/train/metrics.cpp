@@ -105,6 +105,13 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+void StepClock::mark(StepMetrics& m, int64_t remaining_steps) {
+  m.elapsed_s = timer_.seconds();
+  add(m.elapsed_s - last_mark_);
+  last_mark_ = m.elapsed_s;
+  m.eta_s = eta(remaining_steps);
+}
+
 void StepClock::add(double seconds) {
   recent_.push_back(seconds);
   if (recent_.size() > window_) recent_.erase(recent_.begin());

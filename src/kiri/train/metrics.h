@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiri/base/timer.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/tensor/allocator.h"
 
@@ -46,10 +47,14 @@ std::string progress_line(const StepMetrics& m);
 // "7s", "1m23s", "2h05m09s" (whole seconds, rounded down).
 std::string format_duration(double seconds);
 
-// The mean wall time of the last `window` steps, for the ETA.
+// Elapsed time since construction, and the ETA from the mean wall time of
+// the last `window` steps.
 class StepClock {
  public:
   explicit StepClock(size_t window = 10) : window_(window) {}
+  // At the end of a step's loop (its evaluation included): m.elapsed_s, and
+  // m.eta_s for the steps left.
+  void mark(StepMetrics& m, int64_t remaining_steps);
   void add(double seconds);
   // Mean of the recent steps x remaining; nullopt before the first step.
   std::optional<double> eta(int64_t remaining_steps) const;
@@ -57,6 +62,8 @@ class StepClock {
  private:
   size_t window_;
   std::vector<double> recent_;  // oldest first
+  Timer timer_;
+  double last_mark_ = 0;
 };
 
 // `flops` if it is a usable --peak-flops (positive, finite), else kConfig.

@@ -210,6 +210,12 @@ void Trainer::set_peak_flops(double flops_per_s) {
   peak_source_ = "given (--peak-flops)";
 }
 
+std::string Trainer::describe_peak() {
+  return str("MFU against a peak of ", static_cast<int64_t>(peak_flops() / 1e9),
+             " GFLOP/s per rank (", peak_source_, "); fp32 GEMM rate ",
+             static_cast<int64_t>(gemm_flops_ / 1e9), " GFLOP/s per rank (mfu_gemm)");
+}
+
 double Trainer::peak_flops() {
   if (peak_flops_ == 0) {
     const int threads = omp_get_max_threads();
@@ -277,6 +283,7 @@ void Trainer::fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& st
 StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
   const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
+  peak_flops();  // measured once, outside the step's time and trace
   for (comm::Communicator* c : {&mesh_->dp(), &mesh_->pp(), world_}) c->reset_stats();
   Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
                          Tracer::Lane::kStep);
@@ -432,10 +439,7 @@ void Trainer::run() {
               t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
               t.grad_accum, " = ",
               t.micro_batch * cfg_.parallel.microbatches * cfg_.parallel.dp * t.grad_accum,
-              " sequences of ", t.seq_len, " tokens");
-    log::info("MFU against a peak of ", static_cast<int64_t>(peak_flops() / 1e9),
-              " GFLOP/s per rank (", peak_source_, "); fp32 GEMM rate ",
-              static_cast<int64_t>(gemm_flops_ / 1e9), " GFLOP/s per rank (mfu_gemm)");
+              " sequences of ", t.seq_len, " tokens; ", describe_peak());
     const model::ParallelOptions& po = parallel_->options();
     log::info("state: ZeRO stage ", po.zero_stage,
               po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
@@ -448,12 +452,9 @@ void Trainer::run() {
                   ? std::string("every block")
                   : "every " + std::to_string(po.checkpoint_every) + " blocks");
   }
-  peak_flops();  // every rank measures before the clock starts
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   std::vector<double> xs, losses, val_x, val_losses;
-  const Timer run_timer;
-  StepClock clock;
-  double step_start = 0;
+  StepClock clock;  // elapsed and ETA from here (rank 0 measured its peak above)
   while (step_ < t.steps) {
     inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
@@ -463,11 +464,7 @@ void Trainer::run() {
       val_x.push_back(double(step_));
       val_losses.push_back(*m.val_loss);
     }
-    // Wall time per loop (evaluations included), for the ETA.
-    m.elapsed_s = run_timer.seconds();
-    clock.add(m.elapsed_s - step_start);
-    step_start = m.elapsed_s;
-    m.eta_s = clock.eta(t.steps - step_);
+    clock.mark(m, t.steps - step_);
     xs.push_back(double(step_));
     losses.push_back(m.loss);
     if (rank0) {

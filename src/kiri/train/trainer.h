@@ -63,6 +63,8 @@ class Trainer {
   // The peak in use (measuring it on first use) and where it came from.
   double peak_flops();
   const std::string& peak_source() const { return peak_source_; }
+  // "MFU against a peak of ... (mfu_gemm)", for the start-up log.
+  std::string describe_peak();
 
   // Writes <checkpoint.dir>/step_N atomically and returns its path.
   std::string save_checkpoint();
