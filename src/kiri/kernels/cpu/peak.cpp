@@ -251,17 +251,20 @@ double run_seconds(const Candidate& c, int64_t iters) {
   return s;
 }
 
-// FLOP/s of one candidate: iterations doubled until a run takes 0.5 ms (which
-// also wakes the vector units), then sized to ~2 ms, the best of `repeats`.
-// Short runs fit between the scheduler's preemptions on a loaded machine.
+// FLOP/s of one candidate: iterations doubled until a run takes 50 us, then
+// sized to ~100 us, the best of `repeats` after 2 ms of warm-up (the vector
+// units and their clock). Runs this short fit between preemptions and the
+// host's slow spells on a loaded machine: the best of 200 (20 ms) varies by
+// ~1%, where the best of 20 runs of 2 ms varied by up to 10%.
 double best_rate(const Candidate& c, int repeats) {
-  int64_t iters = 256;
+  int64_t iters = 16;
   double s = run_seconds(c, iters);
-  while (s < 5e-4 && iters < (int64_t{1} << 40)) {
+  while (s < 5e-5 && iters < (int64_t{1} << 40)) {
     iters *= 2;
     s = run_seconds(c, iters);
   }
-  iters = std::max<int64_t>(iters, static_cast<int64_t>(static_cast<double>(iters) * 2e-3 / s));
+  iters = std::max<int64_t>(iters, static_cast<int64_t>(static_cast<double>(iters) * 1e-4 / s));
+  for (int w = 0; w < 20; ++w) run_seconds(c, iters);
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) best = std::min(best, run_seconds(c, iters));
   return c.flops_per_iter * static_cast<double>(iters) / best;

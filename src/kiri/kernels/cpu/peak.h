@@ -16,15 +16,15 @@ struct CorePeak {
 };
 
 // Measures one core now (uncached), on the calling thread: the best of
-// `repeats` short runs (~2 ms each) after a warm-up. Per dtype, the fastest
+// `repeats` short runs (~0.1 ms each) after a warm-up. Per dtype, the fastest
 // instruction that can compute that dtype's products with fp32 accumulation
 // or better: fp32 FMA for kF32; for kBF16 also vdpbf16ps (AVX512_BF16) and
 // AMX tdpbf16ps; for kF16 also vfmadd231ph (AVX512_FP16). A 16-bit product
 // is exact in fp32, so fp32 FMA is always one way to compute it and the
 // 16-bit peak is never below the fp32 one. kConfig for other dtypes.
-CorePeak measure_core_peak(DType dtype, int repeats = 20);
+CorePeak measure_core_peak(DType dtype, int repeats = 200);
 // Each candidate instruction's rate, as measure_core_peak compares them.
-std::vector<CorePeak> measure_core_instructions(DType dtype, int repeats = 20);
+std::vector<CorePeak> measure_core_instructions(DType dtype, int repeats = 200);
 
 // measure_core_peak(dtype) once per process per dtype (thread-safe).
 const CorePeak& core_peak(DType dtype);
