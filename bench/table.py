@@ -7,14 +7,15 @@ rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 kiri = {(r["config"], r["threads"]): r for r in rows if r["impl"] == "kiri"}
 torch = {(r["config"], r["threads"]): r for r in rows if r["impl"] == "pytorch"}
 print("| config | threads | kiri tokens/s | PyTorch tokens/s | kiri / PyTorch | kiri MFU | "
-      "kiri step / its GEMMs | GEMM peak GFLOP/s |")
-print("|---|---|---|---|---|---|---|---|")
+      "kiri step / its GEMMs | FMA peak GFLOP/s | GEMM GFLOP/s |")
+print("|---|---|---|---|---|---|---|---|---|")
 for key, k in kiri.items():
     t = torch.get(key)
     tt = f"{t['tokens_per_s']:.0f}" if t else "n/a"
     ratio = f"{k['tokens_per_s'] / t['tokens_per_s']:.2f}x" if t else "n/a"
     print(f"| {key[0]} | {key[1]} | {k['tokens_per_s']:.0f} | {tt} | {ratio} | "
-          f"{100 * k['mfu']:.1f}% | {k['step_s'] / k['gemm_step_s']:.2f} | {k['peak_gflops']:.0f} |")
+          f"{100 * k['mfu']:.1f}% | {k['step_s'] / k['gemm_step_s']:.2f} | {k['peak_gflops']:.0f} | "
+          f"{k['gemm_gflops']:.0f} |")
 
 ddp = {r["ranks"]: r for r in rows if r["impl"] == "kiri-ddp"}
 # bench/run.sh's ZeRO section also runs PyTorch DDP on 2 ranks; its lines carry "bench": "zero".

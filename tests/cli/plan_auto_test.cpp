@@ -1,6 +1,7 @@
 // kiri plan --calibrate, kiri train --auto and the planner's out-of-memory advice, end to end
 // (docs/planner.md, "Calibration", "kiri train --auto", "Out of memory").
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,8 +57,27 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   ASSERT_EQ(r.code, 0) << r.output;
   const nlohmann::json p = nlohmann::json::parse(r.output);
   EXPECT_EQ(p["cluster"]["source"], file);
-  EXPECT_DOUBLE_EQ(p["cluster"]["flops_fp32"].get<double>(),
-                   j["gemm"]["flops_1_thread"].get<double>());
+  // The peak is the measured FMA peak, the efficiency the GEMM rate over it.
+  const double peak = j["peak"]["fp32"]["flops_per_core"].get<double>();
+  EXPECT_GT(peak, 1e9);
+  EXPECT_DOUBLE_EQ(p["cluster"]["flops_fp32"].get<double>(), peak);
+  EXPECT_DOUBLE_EQ(p["cluster"]["efficiency"].get<double>(),
+                   std::min(1.0, j["gemm"]["flops_1_thread"].get<double>() / peak));
+  // Every candidate's MFU is its model FLOPs over the world's peak of its dtype.
+  ASSERT_FALSE(p["candidates"].empty()) << r.output;
+  for (const nlohmann::json& e : p["candidates"]) {
+    const std::string dtype = e["layout"]["dtype"];
+    const double dtype_peak = p["cluster"][dtype == "fp32"   ? "flops_fp32"
+                                           : dtype == "bf16" ? "flops_16bit"
+                                                             : "flops_fp16"];
+    const double mfu = e["mfu"];
+    EXPECT_NEAR(
+        mfu,
+        e["model_flops_per_step"].get<double>() / (2 * dtype_peak * e["step_time_s"].get<double>()),
+        1e-9 * mfu);
+    EXPECT_GT(mfu, 0);
+    EXPECT_LE(mfu, p["cluster"]["efficiency"].get<double>());
+  }
   EXPECT_DOUBLE_EQ(p["cluster"]["intra"]["bandwidth"].get<double>(),
                    j["link"]["bandwidth"].get<double>());
   r = kiri("plan --model gpt2-124M --cluster this-machine --gpus 2", "KIRI_CALIBRATION=" + file);

@@ -19,6 +19,7 @@
 #include "kiri/train/bench.h"
 #include "kiri/train/ddp_bench.h"
 #include "kiri/train/layout_bench.h"
+#include "kiri/train/metrics.h"
 
 namespace kiri::cli {
 
@@ -276,12 +277,16 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");
   if (threads.empty()) threads = {"1", "2"};
+  // Per rank (this process), FLOP/s; unset: the measured fp32 FMA peak.
+  const double peak =
+      a.get("peak-flops") ? train::check_peak_flops(a.get_double("peak-flops", 0)) : 0.0;
   for (const std::string& name : configs) {
     for (const std::string& th : threads) {
       train::BenchSpec spec = train::bench_preset(name);
       spec.threads = std::stoi(th);
       spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
       spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
+      spec.peak_flops = peak;
       train::BenchResult r = train::run_training_bench(spec);
       nlohmann::json j = {{"impl", "kiri"},
                           {"config", name},
@@ -293,7 +298,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
                           {"gemm_step_s", r.gemm_step_s},
                           {"gemm_fraction", r.gemm_step_s / r.step_s},
                           {"peak_gflops", r.peak_flops / 1e9},
+                          {"peak_source", peak > 0 ? "given" : "measured"},
+                          {"gemm_gflops", r.gemm_flops / 1e9},
                           {"mfu", r.mfu},
+                          {"mfu_gemm", r.mfu_gemm},
                           {"params", spec.model.num_parameters()}};
       std::cout << j.dump() << std::endl;
     }

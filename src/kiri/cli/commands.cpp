@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -435,6 +436,8 @@ int cmd_train(const std::vector<std::string>& argv) {
                              : ckpt::resolve_checkpoint(*resume);
   if (!from.empty()) cfg = resumed_config(from, config_entries(file, sets));
   validate(cfg);
+  std::optional<double> peak;  // checked before the trainer's set-up
+  if (a.get("peak-flops")) peak = train::check_peak_flops(a.get_double("peak-flops", 0));
   if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"));
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
@@ -451,6 +454,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   // state.json keeps the config as given (dp inferred and lr scaled again on resume);
   // config.json the one the run uses.
   train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump(), oom_advice);
+  if (peak) trainer.set_peak_flops(*peak);
   if (rank0)
     log::info("run folder ", paths.run.dir, ": config ",
               train::write_run_config(trainer.config(), config_to_json(trainer.config()).dump(2)),

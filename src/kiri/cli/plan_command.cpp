@@ -112,7 +112,9 @@ json cluster_json(const plan::ClusterSpec& c) {
           {"memory_bytes", c.memory_bytes},
           {"flops_fp32", c.flops_fp32},
           {"flops_16bit", c.flops_16bit},
+          {"flops_fp16", plan::peak_flops(c, plan::Precision::kFp16)},
           {"efficiency", c.efficiency},
+          {"sustained_16bit", plan::sustained_flops(c, plan::Precision::kBf16)},
           {"memory_bandwidth", c.memory_bandwidth},
           {"comm_overlaps_compute", c.comm_overlaps_compute},
           {"non_gemm",
@@ -228,6 +230,12 @@ int calibrate(const Args& a) {
   c.threads = c.cores;
   if (rank0) c.gemm_flops_all_threads = train::measure_gemm_flops(c.gemm_n, c.threads);
   w.barrier();
+  // The FMA peaks, on every rank at once as the GEMM above: MFU's denominators.
+  const train::CorePeaks peaks = train::measure_core_peaks();
+  c.peak_fp32 = {peaks.fp32.flops, peaks.fp32.instruction};
+  c.peak_bf16 = {peaks.bf16.flops, peaks.bf16.instruction};
+  c.peak_fp16 = {peaks.fp16.flops, peaks.fp16.instruction};
+  w.barrier();
   // kiri's non-GEMM kernels and a one-process step, on every rank at once (one per core).
   c.logit_s = train::measure_logit_seconds(256, 50257);
   c.optimizer_s = train::measure_optimizer_seconds(int64_t{8} << 20);
@@ -268,6 +276,13 @@ int calibrate(const Args& a) {
               static_cast<long long>(c.gemm_n), si(c.gemm_flops_1_thread, "FLOP/s").c_str(),
               w.size() > 1 ? str(" (per rank, ", w.size(), " ranks at once)").c_str() : "",
               si(c.gemm_flops_all_threads, "FLOP/s").c_str(), c.threads);
+  std::printf(
+      "  FMA peak per core: fp32 %s (%s), bf16 %s (%s), fp16 %s (%s); the 1-thread GEMM "
+      "is %.1f%% of the fp32 peak\n",
+      si(c.peak_fp32.flops, "FLOP/s").c_str(), c.peak_fp32.instruction.c_str(),
+      si(c.peak_bf16.flops, "FLOP/s").c_str(), c.peak_bf16.instruction.c_str(),
+      si(c.peak_fp16.flops, "FLOP/s").c_str(), c.peak_fp16.instruction.c_str(),
+      100 * c.gemm_flops_1_thread / c.peak_fp32.flops);
   std::printf(
       "  non-GEMM per element: logits %.3g ns, AdamW %.3g ns, gradient zero+norm %.3g ns; "
       "a %lld x %lld step (V %lld, %lld x %lld tokens) %.1f ms -> activations %.3g ns per "

@@ -25,6 +25,8 @@ VerbSpec train_verb() {
            {"--resume", K::kValue, "auto|CKPT_DIR", "",
             "continue a run: from a checkpoint (its folder or checkpoint.dir) with its saved "
             "config, or `auto`: from the run folder's latest checkpoint, fresh if it has none"},
+           {"--peak-flops", K::kValue, "FLOPS", "measured (FMA loop)",
+            "MFU's peak per rank in FLOP/s, e.g. 2.5e12 (docs/metrics.md)"},
            {"--overwrite", K::kFlag, "", "",
             "start over in a run folder that holds another run (removes kiri's files there)"},
            kMemLimit,
@@ -108,6 +110,8 @@ VerbSpec bench_verb() {
        {"--warmup", K::kValue, "N", "the config's", "untimed steps first"},
        {"--rounds", K::kValue, "N", "3", "rounds of every layout (--zero, --dtypes, --layouts)"},
        {"--only", K::kValue, "NAME", "all", "--layouts: the one layout to time"},
+       {"--peak-flops", K::kValue, "FLOPS", "measured (FMA loop)",
+        "MFU's peak per process in FLOP/s (docs/metrics.md)"},
        {"--ddp", K::kFlag, "", "", "DDP's overlapped all-reduce against the naive one"},
        {"--zero", K::kFlag, "", "", "ZeRO stages 0-3 (and 3 without prefetch) as dp ranks"},
        {"--dtypes", K::kFlag, "", "", "fp32 against bf16, fp16 and fp32 with recomputation"},

@@ -90,12 +90,21 @@ std::string default_calibration_path() {
   return "runs/calibration/this-machine.json";
 }
 
+namespace {
+json peak_json(const Calibration::Peak& p) {
+  return {{"flops_per_core", p.flops}, {"instruction", p.instruction}};
+}
+Calibration::Peak peak_of(const json& j) {
+  return {j.at("flops_per_core").get<double>(), j.value("instruction", "")};
+}
+}  // namespace
+
 std::string calibration_json(const Calibration& c) {
   json samples = json::array();
   for (const LinkSample& s : c.samples)
     samples.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
   json j = {{"kind", "kiri-calibration"},
-            {"version", 2},
+            {"version", 3},
             {"host", c.host},
             {"date", c.date},
             {"cores", c.cores},
@@ -106,6 +115,11 @@ std::string calibration_json(const Calibration& c) {
               {"threads", c.threads},
               {"flops_1_thread", c.gemm_flops_1_thread},
               {"flops_all_threads", c.gemm_flops_all_threads}}},
+            {"peak",
+             {{"threads", 1},
+              {"fp32", peak_json(c.peak_fp32)},
+              {"bf16", peak_json(c.peak_bf16)},
+              {"fp16", peak_json(c.peak_fp16)}}},
             {"link",
              {{"method", c.link_method},
               {"ranks", c.link_ranks},
@@ -183,6 +197,12 @@ std::optional<Calibration> load_calibration(const std::string& path) {
                       st.at("batch").get<int64_t>(),   st.at("seq").get<int64_t>()};
       c.step_s = st.at("seconds").get<double>();
     }
+    if (j.contains("peak")) {  // version 3
+      const json& p = j.at("peak");
+      c.peak_fp32 = peak_of(p.at("fp32"));
+      c.peak_bf16 = peak_of(p.at("bf16"));
+      c.peak_fp16 = peak_of(p.at("fp16"));
+    }
   } catch (const json::exception& e) {
     KIRI_RAISE(kConfig, "the calibration file ", path, " is not valid: ", e.what(),
                " (rerun kiri plan --calibrate, or KIRI_CALIBRATION=none to ignore it)");
@@ -196,6 +216,10 @@ std::optional<Calibration> load_calibration(const std::string& path) {
   KIRI_CHECK_KIND(kConfig,
                   c.logit_s >= 0 && c.optimizer_s >= 0 && c.gradient_s >= 0 && c.activation_s >= 0,
                   "the calibration file ", path, " has negative non_gemm costs");
+  KIRI_CHECK_KIND(kConfig,
+                  c.peak_fp32.flops >= 0 && c.peak_bf16.flops >= 0 && c.peak_fp16.flops >= 0,
+                  "the calibration file ", path, " has negative peaks (fp32 ", c.peak_fp32.flops,
+                  ", bf16 ", c.peak_bf16.flops, ", fp16 ", c.peak_fp16.flops, ")");
   return c;
 }
 
@@ -205,9 +229,19 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
   s.device = str("x86-64 core (1 thread, ", c.host.empty() ? "this machine" : c.host, ")");
   s.devices_per_node = std::max(1, c.cores);
   s.memory_bytes = c.memory_bytes / s.devices_per_node;
-  s.flops_fp32 = c.gemm_flops_1_thread;
-  s.flops_16bit = c.gemm_flops_1_thread / 2;
-  s.efficiency = 1.0;
+  const bool peak = c.peak_fp32.flops > 0;
+  if (peak) {
+    s.flops_fp32 = c.peak_fp32.flops;
+    s.flops_16bit = c.peak_bf16.flops > 0 ? c.peak_bf16.flops : c.peak_fp32.flops;
+    s.flops_fp16 = c.peak_fp16.flops;
+    // A GEMM above the FMA peak is noise in one of them: MFU stays <= 1.
+    s.efficiency = std::min(1.0, c.gemm_flops_1_thread / c.peak_fp32.flops);
+    s.sustained_16bit = c.gemm_flops_1_thread / 2;
+  } else {
+    s.flops_fp32 = c.gemm_flops_1_thread;
+    s.flops_16bit = c.gemm_flops_1_thread / 2;
+    s.efficiency = 1.0;
+  }
   s.intra = {c.bandwidth, c.latency > 0 ? c.latency : 2e-6};
   s.inter = s.intra;
   const ClusterSpec assumed = this_machine_assumed();
@@ -221,11 +255,22 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
                 c.link_method == "all_reduce"
                     ? str("intra bandwidth and latency (all_reduce over ", c.link_ranks, " ranks)")
                     : std::string("intra bandwidth (shared-memory copy)")};
+  if (peak)
+    s.measured.push_back(str("FMA peak (1 thread: fp32 ", c.peak_fp32.flops / 1e9, ", bf16 ",
+                             s.flops_16bit / 1e9, ", fp16 ",
+                             (c.peak_fp16.flops > 0 ? c.peak_fp16.flops : s.flops_16bit) / 1e9,
+                             " GFLOP/s; efficiency = GEMM / fp32 peak)"));
   if (non_gemm)
     s.measured.push_back("non-GEMM work (logits, optimizer, gradients; activations from a step)");
-  s.assumed = {"efficiency 1 (the measured GEMM rate is the sustained one)",
-               "bf16 = fp32 / 2 (docs/performance.md)", "inter = intra (one node)",
-               "collectives run on the computing cores (not overlapped)"};
+  if (peak)
+    s.assumed = {"16-bit GEMMs at fp32 GEMM / 2 (docs/performance.md)"};
+  else
+    s.assumed = {
+        "peak = the measured GEMM rate, efficiency 1 (no FMA peak in the file: rerun "
+        "kiri plan --calibrate)",
+        "bf16 = fp32 / 2 (docs/performance.md)"};
+  s.assumed.insert(s.assumed.end(), {"inter = intra (one node)",
+                                     "collectives run on the computing cores (not overlapped)"});
   if (!non_gemm) s.assumed.push_back("non-GEMM work at 10 GB/s (rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
   return s;

@@ -1,6 +1,6 @@
 #pragma once
-// Calibration: what `kiri plan --calibrate` measured on this machine (fp32 GEMM rate per
-// process, the intra-node link), stored as JSON, and how the `this-machine` cluster preset
+// Calibration: what `kiri plan --calibrate` measured on this machine (FMA peaks and fp32 GEMM
+// rate per process, the intra-node link), stored as JSON, and how the `this-machine` cluster preset
 // takes it. Numbers only: the measuring is src/kiri/train/calibrate.h.
 #include <cstdint>
 #include <optional>
@@ -43,6 +43,13 @@ struct Calibration {
     int64_t n_layer = 0, n_embd = 0, n_head = 0, vocab = 0, batch = 0, seq = 0;
   } step_model;
   double step_s = 0;  // its measured step (median)
+  // Version 3: one core's FMA peak per dtype (kernels::peak_flops on 1 thread, every rank at
+  // once) and the instruction that reached it; 0 = not measured (versions 1 and 2).
+  struct Peak {
+    double flops = 0;
+    std::string instruction;
+  };
+  Peak peak_fp32, peak_bf16, peak_fp16;
 };
 
 // The model one `kiri plan --calibrate` step trains: not the docs' tiny table's shape (3
@@ -70,10 +77,12 @@ void save_calibration(const Calibration& c, const std::string& path);
 std::string calibration_json(const Calibration& c);
 
 // The `this-machine` cluster from a calibration: one device per core (a rank of one thread)
-// at the measured 1-thread fp32 GEMM rate with efficiency 1 (the measured rate is already
-// sustained, as kiri's own MFU takes it), bf16 assumed at half of it, the memory split over
-// the cores, the intra (and inter: one node) link as measured (a copy's latency assumed
-// 2 µs), the non-GEMM costs as measured (version 1 files: this_machine_assumed()'s).
+// whose peaks are the measured FMA peaks (fp32, bf16, fp16) and whose efficiency is the
+// measured 1-thread fp32 GEMM rate over the fp32 peak, 16-bit GEMMs assumed at half the fp32
+// GEMM rate; the memory split over the cores, the intra (and inter: one node) link as measured
+// (a copy's latency assumed 2 µs), the non-GEMM costs as measured (version 1 files:
+// this_machine_assumed()'s). Files without a peak (versions 1 and 2) take the GEMM rate as
+// the peak with efficiency 1, bf16 at half of it, as they always did.
 // `measured` names the fields that came from the file, `source` is its path.
 ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source);
 

@@ -120,18 +120,22 @@ std::vector<std::string> cluster_preset_names() {
 ClusterSpec this_machine_assumed() {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   // Rough numbers for the 2-core development VM (one rank per core), until `kiri plan
-  // --calibrate` measures them: fp32 FMA peak ~176 GFLOP/s per core and bf16 ~86
-  // (docs/performance.md, "Mixed-precision GEMM"), oneDNN SGEMM reaching 150-230 GFLOP/s on
-  // 2 threads (efficiency ~0.6); ~23.5 GiB of RAM split over the 2 ranks; MPI over shared
-  // memory at a few GB/s and microseconds.
+  // --calibrate` measures them: the fp32 FMA peak ~176 GFLOP/s per core (kernels::peak_flops
+  // measures 176-179), bf16's the same (vdpbf16ps reaches only ~87 there, so fp32 FMA is
+  // bf16's fastest path), fp16 ~2x (vfmadd231ph, AVX512_FP16); oneDNN SGEMM reaching
+  // 150-230 GFLOP/s on 2 threads (efficiency ~0.6); 16-bit GEMMs at ~86 x 0.6 GFLOP/s
+  // (docs/performance.md, "Mixed-precision GEMM"); ~23.5 GiB of RAM split over the 2 ranks;
+  // MPI over shared memory at a few GB/s and microseconds.
   ClusterSpec c;
   c.name = "this-machine";
   c.device = "x86-64 core (avx512)";
   c.devices_per_node = 2;
   c.memory_bytes = 11 * GiB;
   c.flops_fp32 = 176e9;
-  c.flops_16bit = 86e9;
+  c.flops_16bit = 176e9;
+  c.flops_fp16 = 352e9;
   c.efficiency = 0.6;
+  c.sustained_16bit = 86e9 * 0.6;
   c.intra = {4e9, 2e-6};
   c.inter = {4e9, 2e-6};
   c.memory_bandwidth = 10e9;  // a core's share of the copy bandwidth

@@ -74,9 +74,11 @@ struct ClusterSpec {
   int devices_per_node = 1;
   int nodes = 1;
   double memory_bytes = 0;      // per device
-  double flops_fp32 = 0;        // peak FLOP/s per device, fp32 (dense)
+  double flops_fp32 = 0;        // peak FLOP/s per device, fp32 (dense): MFU's denominator
   double flops_16bit = 0;       // peak FLOP/s per device, bf16/fp16 (dense)
+  double flops_fp16 = 0;        // fp16's peak where it differs from bf16's; 0 = flops_16bit
   double efficiency = 1;        // sustained fraction of the peak in large GEMMs
+  double sustained_16bit = 0;   // 16-bit GEMM FLOP/s where not flops_16bit·efficiency; 0 = that
   Link intra, inter;            // within a node, across nodes (per device)
   double memory_bandwidth = 0;  // bytes/s per device (datasheet)
   // Whether collectives run beside compute (GPUs: NCCL kernels and copy engines) or on the

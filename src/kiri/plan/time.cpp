@@ -106,6 +106,16 @@ std::vector<StageBlocks> pipeline_chunks(const ModelSpec& model, const Layout& l
   return out;
 }
 
+double peak_flops(const ClusterSpec& c, Precision p) {
+  if (p == Precision::kFp32) return c.flops_fp32;
+  return p == Precision::kFp16 && c.flops_fp16 > 0 ? c.flops_fp16 : c.flops_16bit;
+}
+
+double sustained_flops(const ClusterSpec& c, Precision p) {
+  if (p != Precision::kFp32 && c.sustained_16bit > 0) return c.sustained_16bit;
+  return peak_flops(c, p) * c.efficiency;
+}
+
 namespace {
 
 // One micro-batch's forward + backward of each chunk on one tp rank (module comment).
@@ -114,7 +124,7 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
   const double t = l.tp, tokens = static_cast<double>(l.micro_batch * l.seq_len);
   const double s = static_cast<double>(l.seq_len), h = static_cast<double>(model.hidden);
   const double V = static_cast<double>((model.vocab + l.tp - 1) / l.tp * l.tp);
-  const double rate = (l.dtype == Precision::kFp32 ? c.flops_fp32 : c.flops_16bit) * c.efficiency;
+  const double rate = sustained_flops(c, l.dtype);
   const double matmul = 2 * static_cast<double>(model.layer_matmul_params()), att = 4 * s * h;
   double block_flops = 3 * (matmul + att);
   if (l.recompute == Recompute::kFull)
@@ -146,7 +156,7 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
   t.flops_per_step = f.executed;
   t.model_flops_per_step = f.model;
   const double world = l.world();
-  const double peak = l.dtype == Precision::kFp32 ? c.flops_fp32 : c.flops_16bit;
+  const double peak = peak_flops(c, l.dtype);
   const int64_t m = l.microbatches();
   const double md = static_cast<double>(m);
   const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;

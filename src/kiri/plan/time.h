@@ -18,6 +18,11 @@ double narayanan_flops(double B, double s, double L, double h, double V, bool fu
 // The 6·N·D rule: 6 FLOPs per parameter per token.
 double six_n_flops(double params, double tokens);
 
+// A device's peak FLOP/s in a precision (MFU's denominator) and the rate its large GEMMs
+// sustain (peak · efficiency unless the cluster gives the 16-bit rate itself).
+double peak_flops(const ClusterSpec& c, Precision p);
+double sustained_flops(const ClusterSpec& c, Precision p);
+
 struct StepFlops {
   double model = 0;     // forward + backward, no recomputation (MFU's numerator)
   double executed = 0;  // what runs: + recomputed forwards
@@ -56,7 +61,7 @@ struct TimeBreakdown {
   bool estimated = false;  // false for a parameter-count-only model
   double flops_per_step = 0, model_flops_per_step = 0;
   // One micro-batch's forward + backward on each pipeline stage (a tp rank of it): its GEMM
-  // FLOPs at peak · efficiency plus its non-GEMM work (ClusterSpec::non_gemm).
+  // FLOPs at sustained_flops plus its non-GEMM work (ClusterSpec::non_gemm).
   std::vector<double> stage_s;
   double optimizer_s = 0;  // the slowest stage's optimizer step, gradient zeroing and norm
   double compute_s = 0;    // m · max(stage_s) + optimizer_s: the busiest stage's work

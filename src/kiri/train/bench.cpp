@@ -8,6 +8,7 @@
 #include "kiri/base/rng.h"
 #include "kiri/base/timer.h"
 #include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/cpu/peak.h"
 #include "kiri/nn/parameter_store.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/train/metrics.h"
@@ -143,8 +144,12 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   }
   r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
   r.gemm_step_s = time_step_gemms(spec.model, spec.batch, spec.seq);
-  r.peak_flops = measure_gemm_peak_flops();
-  r.mfu = spec.model.flops_per_token(spec.seq) * r.tokens_per_s / r.peak_flops;
+  r.gemm_flops = measure_gemm_flops_rate();
+  r.peak_flops =
+      spec.peak_flops > 0 ? spec.peak_flops : kernels::peak_flops(DType::kF32, spec.threads);
+  const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
+  r.mfu = model_flops_utilization(model_flops_per_s, r.peak_flops);
+  r.mfu_gemm = model_flops_utilization(model_flops_per_s, r.gemm_flops);
   omp_set_num_threads(saved_threads);
   return r;
 }

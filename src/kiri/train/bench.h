@@ -18,6 +18,7 @@ struct BenchSpec {
   int threads = 1;
   int warmup_steps = 2;
   int steps = 5;
+  double peak_flops = 0;  // MFU's denominator, FLOP/s (--peak-flops); 0 = measured
 };
 
 struct BenchResult {
@@ -25,8 +26,11 @@ struct BenchResult {
   double step_s = 0;  // median over the timed steps
   double tokens_per_s = 0;
   double gemm_step_s = 0;  // the step's GEMMs alone, median of a few replays
-  double peak_flops = 0;   // one large fp32 GEMM, FLOP/s
-  double mfu = 0;          // model FLOPs/s over peak_flops
+  // The fp32 FMA peak on spec.threads cores (kernels::peak_flops), or spec's.
+  double peak_flops = 0;
+  double gemm_flops = 0;  // one 1024^3 fp32 GEMM on spec.threads, FLOP/s
+  double mfu = 0;         // model FLOPs/s over peak_flops (docs/metrics.md)
+  double mfu_gemm = 0;    // model FLOPs/s over gemm_flops
   double loss_first = 0, loss_last = 0;
 };
 

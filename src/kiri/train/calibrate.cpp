@@ -84,6 +84,11 @@ double measure_gemm_flops(int64_t n, int threads, int reps) {
   return 2.0 * static_cast<double>(n) * n * n / best;
 }
 
+CorePeaks measure_core_peaks() {
+  return {kernels::core_peak(DType::kF32), kernels::core_peak(DType::kBF16),
+          kernels::core_peak(DType::kF16)};
+}
+
 double measure_logit_seconds(int64_t rows, int64_t vocab, int reps) {
   Threads one(1);
   Allocator a;

@@ -1,11 +1,12 @@
 #pragma once
 // The measurements behind `kiri plan --calibrate` (docs/planner.md, "Calibration"): this
-// machine's fp32 GEMM rate per process and its intra-node link, as plain numbers (the planner
-// stores and fits them: src/kiri/plan/calibration.h).
+// machine's FMA peaks and fp32 GEMM rate per process and its intra-node link, as plain numbers (the
+// planner stores and fits them: src/kiri/plan/calibration.h).
 #include <cstdint>
 #include <vector>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/kernels/cpu/peak.h"
 #include "kiri/train/bench.h"
 
 namespace kiri::train {
@@ -13,6 +14,13 @@ namespace kiri::train {
 // FLOP/s of an n x n x n fp32 GEMM (oneDNN sgemm) on `threads` OpenMP threads: the best of
 // `reps` after a warm-up.
 double measure_gemm_flops(int64_t n, int threads, int reps = 5);
+
+// One core's FMA peak per dtype (kernels::core_peak: the measurement, cached per process,
+// that kiri train's MFU uses): what `kiri plan --calibrate` stores as this machine's peaks.
+struct CorePeaks {
+  kernels::CorePeak fp32, bf16, fp16;
+};
+CorePeaks measure_core_peaks();
 
 struct TimedSize {
   double bytes = 0;

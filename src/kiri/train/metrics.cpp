@@ -1,5 +1,7 @@
 #include "kiri/train/metrics.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -26,8 +28,11 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"step_s", m.step_s},
                       {"tokens_per_s", m.tokens_per_s},
                       {"mfu", m.mfu},
+                      {"mfu_gemm", m.mfu_gemm},
+                      {"elapsed_s", m.elapsed_s},
                       {"mem", mem}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.eta_s) j["eta_s"] = *m.eta_s;
   if (m.bubble) j["bubble"] = *m.bubble;
   if (m.skipped) j["skipped"] = true;
   if (m.loss_scale) {
@@ -50,11 +55,12 @@ std::string progress_line(const StepMetrics& m) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | mfu %4.1f%% | "
-                "mem %s (peak %s)",
+                "mem %s (peak %s) | elapsed %s",
                 static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss, m.lr,
                 m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.mem.allocated).c_str(),
-                format_bytes(m.mem.peak_allocated).c_str());
+                format_bytes(m.mem.peak_allocated).c_str(), format_duration(m.elapsed_s).c_str());
   std::string s = buf;
+  if (m.eta_s) s += " | eta " + format_duration(*m.eta_s);
   if (m.bubble) {
     std::snprintf(buf, sizeof buf, " | bubble %.1f%%", 100.0 * *m.bubble);
     s += buf;
@@ -86,7 +92,52 @@ void MetricsWriter::write(const StepMetrics& m) {
   out_.flush();
 }
 
-double measure_gemm_peak_flops() {
+std::string format_duration(double seconds) {
+  const auto total = static_cast<long long>(std::max(0.0, seconds));
+  const long long h = total / 3600, m = total / 60 % 60, s = total % 60;
+  char buf[64];
+  if (h > 0)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm%02llds", h, m, s);
+  else if (m > 0)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", m, s);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", s);
+  return buf;
+}
+
+void StepClock::mark(StepMetrics& m, int64_t remaining_steps) {
+  m.elapsed_s = timer_.seconds();
+  add(m.elapsed_s - last_mark_);
+  last_mark_ = m.elapsed_s;
+  m.eta_s = eta(remaining_steps);
+}
+
+void StepClock::add(double seconds) {
+  recent_.push_back(seconds);
+  if (recent_.size() > window_) recent_.erase(recent_.begin());
+}
+
+std::optional<double> StepClock::eta(int64_t remaining_steps) const {
+  if (recent_.empty()) return std::nullopt;
+  double sum = 0;
+  for (double s : recent_) sum += s;
+  return sum / static_cast<double>(recent_.size()) *
+         static_cast<double>(std::max<int64_t>(0, remaining_steps));
+}
+
+double check_peak_flops(double flops) {
+  KIRI_CHECK_KIND(kConfig, flops > 0 && std::isfinite(flops),
+                  "--peak-flops must be a positive FLOP/s per rank (e.g. 2.5e12), got ", flops);
+  return flops;
+}
+
+double model_flops_utilization(double model_flops_per_s, double peak) {
+  KIRI_CHECK_KIND(kConfig, peak > 0 && std::isfinite(peak),
+                  "the peak FLOP/s must be positive and finite, got ", peak);
+  return model_flops_per_s / peak;
+}
+
+double measure_gemm_flops_rate() {
   const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   double best = 1e30;

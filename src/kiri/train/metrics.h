@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiri/base/timer.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/tensor/allocator.h"
 
@@ -22,7 +23,13 @@ struct StepMetrics {
   int64_t tokens = 0;  // tokens in this step's global batch
   double step_s = 0;
   double tokens_per_s = 0;
-  double mfu = 0;  // model FLOPs/s over the GEMM peak measured at start
+  // Model FLOPs/s of this rank over its peak FLOP/s (kernels::peak_flops or
+  // --peak-flops); <= 1 when the peak is right. mfu_gemm: the same over the
+  // fp32 GEMM rate measured at start (docs/metrics.md).
+  double mfu = 0;
+  double mfu_gemm = 0;
+  double elapsed_s = 0;         // wall time since Trainer::run() began (a resume: since then)
+  std::optional<double> eta_s;  // to train.steps, from the mean of recent steps
   std::optional<double> val_loss;
   bool skipped = false;              // the update was skipped (non-finite gradients)
   std::optional<double> loss_scale;  // fp16: the loss scale this step used
@@ -37,6 +44,32 @@ struct StepMetrics {
 
 std::string metrics_json_line(const StepMetrics& m);
 std::string progress_line(const StepMetrics& m);
+// "7s", "1m23s", "2h05m09s" (whole seconds, rounded down).
+std::string format_duration(double seconds);
+
+// Elapsed time since construction, and the ETA from the mean wall time of
+// the last `window` steps.
+class StepClock {
+ public:
+  explicit StepClock(size_t window = 10) : window_(window) {}
+  // At the end of a step's loop (its evaluation included): m.elapsed_s, and
+  // m.eta_s for the steps left.
+  void mark(StepMetrics& m, int64_t remaining_steps);
+  void add(double seconds);
+  // Mean of the recent steps x remaining; nullopt before the first step.
+  std::optional<double> eta(int64_t remaining_steps) const;
+
+ private:
+  size_t window_;
+  std::vector<double> recent_;  // oldest first
+  Timer timer_;
+  double last_mark_ = 0;
+};
+
+// `flops` if it is a usable --peak-flops (positive, finite), else kConfig.
+double check_peak_flops(double flops);
+// Model FLOPs/s over `peak` (FLOP/s), KIRI_CHECK that the peak is positive.
+double model_flops_utilization(double model_flops_per_s, double peak);
 
 // Appends lines; creates the file's folder. A run that starts from step 0
 // truncates the file, a resumed one appends.
@@ -50,8 +83,9 @@ class MetricsWriter {
   std::ofstream out_;
 };
 
-// FLOP/s of one large fp32 GEMM on this machine with the current threads:
-// the peak MFU is measured against.
-double measure_gemm_peak_flops();
+// FLOP/s of one 1024^3 fp32 GEMM (oneDNN sgemm) on the current OpenMP
+// threads, the best of 3 after a warm-up: mfu_gemm's denominator. A sustained
+// rate, not a peak (kernels/cpu/peak.h).
+double measure_gemm_flops_rate();
 
 }  // namespace kiri::train

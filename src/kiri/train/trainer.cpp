@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include <omp.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/log.h"
@@ -18,6 +20,7 @@
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
+#include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
@@ -207,7 +210,29 @@ void Trainer::build() {
       Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   eval_targets_ =
       Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  peak_flops_ = measure_gemm_peak_flops();
+  gemm_flops_ = measure_gemm_flops_rate();
+}
+
+void Trainer::set_peak_flops(double flops_per_s) {
+  peak_flops_ = check_peak_flops(flops_per_s);
+  peak_source_ = "given (--peak-flops)";
+}
+
+std::string Trainer::describe_peak() {
+  return str("MFU against a peak of ", static_cast<int64_t>(peak_flops() / 1e9),
+             " GFLOP/s per rank (", peak_source_, "); fp32 GEMM rate ",
+             static_cast<int64_t>(gemm_flops_ / 1e9), " GFLOP/s per rank (mfu_gemm)");
+}
+
+double Trainer::peak_flops() {
+  if (peak_flops_ == 0) {
+    const int threads = omp_get_max_threads();
+    const kernels::CorePeak& core = kernels::core_peak(compute_dtype());
+    peak_flops_ = core.flops * threads;
+    peak_source_ = str("measured: ", core.instruction, ", ", static_cast<int64_t>(core.flops / 1e9),
+                       " GFLOP/s x ", threads, " thread(s)");
+  }
+  return peak_flops_;
 }
 
 Trainer::~Trainer() {
@@ -266,6 +291,7 @@ void Trainer::fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& st
 StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
   const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
+  peak_flops();  // measured once, outside the step's time and trace
   for (comm::Communicator* c : {&mesh_->dp(), &mesh_->pp(), world_}) c->reset_stats();
   Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
                          Tracer::Lane::kStep);
@@ -351,9 +377,18 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   m.tokens = t.micro_batch * t.seq_len * t.grad_accum * mesh_->shape().dp;
   m.step_s = seconds;
   m.tokens_per_s = static_cast<double>(m.tokens) / seconds;
-  // MFU per rank: this rank's share of the model FLOPs over its GEMM peak.
-  m.mfu = cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s /
-          static_cast<double>(world_->size()) / peak_flops_;
+  // Per rank: this rank's share of the model FLOPs over its peak (and over
+  // its measured GEMM rate).
+  const double model_flops_per_s =
+      cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s / static_cast<double>(world_->size());
+  m.mfu = model_flops_utilization(model_flops_per_s, peak_flops());
+  m.mfu_gemm = model_flops_utilization(model_flops_per_s, gemm_flops_);
+  if (m.mfu > 1 && !mfu_warned_) {
+    mfu_warned_ = true;
+    log::warn("MFU ", m.mfu, " > 1 at step ", step_, ": this rank computed ", model_flops_per_s,
+              " model FLOP/s, above its peak of ", peak_flops_, " FLOP/s (", peak_source_,
+              "); the peak is wrong");
+  }
   m.mem = allocator_.stats();
   return m;
 }
@@ -412,8 +447,7 @@ void Trainer::run() {
               t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
               t.grad_accum, " = ",
               t.micro_batch * cfg_.parallel.microbatches * cfg_.parallel.dp * t.grad_accum,
-              " sequences of ", t.seq_len, " tokens; GEMM peak ",
-              static_cast<int64_t>(peak_flops_ / 1e9), " GFLOP/s per rank");
+              " sequences of ", t.seq_len, " tokens; ", describe_peak());
     const model::ParallelOptions& po = parallel_->options();
     log::info("state: ZeRO stage ", po.zero_stage,
               po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
@@ -434,6 +468,7 @@ void Trainer::run() {
                 " (an earlier attempt's)");
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
   LossHistory history;  // this run's steps: the plot's when there is no metrics file
+  StepClock clock;      // elapsed and ETA from here (rank 0 measured its peak above)
   while (step_ < t.steps) {
     inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
@@ -443,6 +478,7 @@ void Trainer::run() {
       history.val_steps.push_back(double(step_));
       history.val_loss.push_back(*m.val_loss);
     }
+    clock.mark(m, t.steps - step_);
     history.steps.push_back(double(step_));
     history.loss.push_back(m.loss);
     if (rank0) {

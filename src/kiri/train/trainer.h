@@ -56,6 +56,16 @@ class Trainer {
   // The whole run: steps, progress lines, metrics, evals, checkpoints, plot.
   void run();
 
+  // MFU's denominator for this rank, FLOP/s (`kiri train --peak-flops`);
+  // unset, the measured kernels::peak_flops of the compute dtype on this
+  // rank's OpenMP threads. kConfig unless positive and finite.
+  void set_peak_flops(double flops_per_s);
+  // The peak in use (measuring it on first use) and where it came from.
+  double peak_flops();
+  const std::string& peak_source() const { return peak_source_; }
+  // "MFU against a peak of ... (mfu_gemm)", for the start-up log.
+  std::string describe_peak();
+
   // Writes <checkpoint.dir>/step_N atomically and returns its path.
   std::string save_checkpoint();
   // Restores parameters, optimizer state, step and data position.
@@ -122,7 +132,10 @@ class Trainer {
   Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32
   int64_t step_ = 0;
   uint64_t data_position_ = 0;  // samples of the training stream consumed
-  double peak_flops_ = 0;
+  double peak_flops_ = 0;       // per rank; 0 = not measured yet
+  std::string peak_source_;
+  double gemm_flops_ = 0;  // the fp32 GEMM rate measured at start, per rank
+  bool mfu_warned_ = false;
 };
 
 }  // namespace kiri::train

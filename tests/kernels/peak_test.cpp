@@ -1,0 +1,48 @@
+// The FMA peak (kernels/cpu/peak.h): stable across measurements, per dtype
+// never below fp32, and peak_flops = the core's peak x threads.
+#include "kiri/kernels/cpu/peak.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kiri/base/error.h"
+
+namespace kiri::kernels {
+namespace {
+
+// Best of several short repeats inside each measurement: five of them agree
+// within 5% even while other processes share the cores.
+TEST(PeakFlops, StableWithinFivePercentOverFiveMeasurements) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<double> v;
+    for (int i = 0; i < 5; ++i) v.push_back(measure_core_peak(dtype).flops);
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    EXPECT_GT(*lo, 1e8) << dtype_name(dtype);
+    EXPECT_LE(*hi / *lo, 1.05) << dtype_name(dtype) << ": " << *lo << " .. " << *hi << " FLOP/s ("
+                               << measure_core_peak(dtype).instruction << ")";
+  }
+}
+
+TEST(PeakFlops, SixteenBitNeverBelowFp32AndScalesWithThreads) {
+  const CorePeak& f32 = core_peak(DType::kF32);
+  EXPECT_FALSE(f32.instruction.empty());
+  // A 16-bit product is exact in fp32: the 16-bit candidates include fp32's,
+  // so only noise can put them below it.
+  EXPECT_GE(core_peak(DType::kBF16).flops, 0.95 * f32.flops);
+  EXPECT_GE(core_peak(DType::kF16).flops, 0.95 * f32.flops);
+  // Cached: the same object, the same number.
+  EXPECT_EQ(&core_peak(DType::kF32), &f32);
+  EXPECT_DOUBLE_EQ(peak_flops(DType::kF32, 3), 3 * f32.flops);
+  EXPECT_DOUBLE_EQ(peak_flops(DType::kF32, 1), f32.flops);
+}
+
+TEST(PeakFlops, RejectsBadInput) {
+  EXPECT_THROW(peak_flops(DType::kF32, 0), Error);
+  EXPECT_THROW(core_peak(DType::kI32), Error);
+  EXPECT_THROW(measure_core_peak(DType::kF32, 0), Error);
+}
+
+}  // namespace
+}  // namespace kiri::kernels

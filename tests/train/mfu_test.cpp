@@ -1,0 +1,181 @@
+// MFU against the peak FLOP/s, mfu_gemm against the GEMM rate, and the
+// progress line's elapsed time and ETA (docs/metrics.md).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/base/error.h"
+#include "kiri/kernels/cpu/peak.h"
+#include "kiri/train/bench.h"
+#include "kiri/train/metrics.h"
+#include "kiri/train/trainer.h"
+#include "train_test_util.h"
+
+namespace kiri::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct MetricsRun {
+  std::vector<nlohmann::json> rows;
+  double flops_per_token = 0;  // the resolved model's (byte vocabulary)
+};
+
+// A 5-step byte-level run writing a metrics file; its rows.
+MetricsRun run_rows(const std::string& name, double peak = 0) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("kiri_mfu_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  RunConfig c = byte_test_config(2, 2, 32, 4);
+  c.train.steps = 5;
+  c.train.warmup = 1;
+  c.train.eval_every = 0;
+  c.train.eval_batches = 1;
+  c.log.every = 1;
+  c.log.metrics = (dir / "metrics.jsonl").string();
+  c.log.plot = (dir / "loss.png").string();
+  Trainer t(c);
+  if (peak > 0) t.set_peak_flops(peak);
+  t.run();
+  MetricsRun run;
+  run.flops_per_token = t.config().model.flops_per_token(c.train.seq_len);
+  std::ifstream in(c.log.metrics);
+  for (std::string line; std::getline(in, line);) run.rows.push_back(nlohmann::json::parse(line));
+  fs::remove_all(dir);
+  return run;
+}
+
+// The measured peak is a true upper bound: every row's MFU is in (0, 1], and
+// it is model FLOPs/s over the fp32 FMA peak on this process's threads.
+TEST(Mfu, MeasuredPeakBoundsEveryRowOfARealRun) {
+  const MetricsRun run = run_rows("measured");
+  const std::vector<nlohmann::json>& rows = run.rows;
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_GT(run.flops_per_token, 0);
+  const double peak = kernels::peak_flops(DType::kF32, omp_get_max_threads());
+  double last_elapsed = 0;
+  for (const nlohmann::json& r : rows) {
+    const double mfu = r["mfu"].get<double>();
+    EXPECT_GT(mfu, 0) << r.dump();
+    EXPECT_LE(mfu, 1.0) << r.dump();
+    const double model_flops_per_s = run.flops_per_token * r["tokens_per_s"].get<double>();
+    EXPECT_NEAR(mfu, model_flops_per_s / peak, 1e-9 * mfu) << r.dump();
+    EXPECT_GT(r["mfu_gemm"].get<double>(), 0) << r.dump();
+    // The GEMM rate is below the FMA peak, so mfu_gemm is the larger ratio.
+    EXPECT_GE(r["mfu_gemm"].get<double>(), mfu) << r.dump();
+    const double elapsed = r["elapsed_s"].get<double>();
+    EXPECT_GE(elapsed, last_elapsed) << r.dump();
+    EXPECT_GE(elapsed, r["step_s"].get<double>()) << r.dump();
+    last_elapsed = elapsed;
+    ASSERT_TRUE(r.contains("eta_s")) << r.dump();
+    EXPECT_GE(r["eta_s"].get<double>(), 0) << r.dump();
+  }
+  EXPECT_EQ(rows.back()["eta_s"].get<double>(), 0);  // no steps left
+}
+
+// A given peak is used exactly, even one so low that MFU passes 1 (then the
+// trainer warns that the peak is wrong, and reports the number unclamped).
+TEST(Mfu, GivenPeakIsUsedExactly) {
+  for (double peak : {2.5e12, 1e6}) {
+    const MetricsRun run = run_rows("given", peak);
+    ASSERT_EQ(run.rows.size(), 5u);
+    for (const nlohmann::json& r : run.rows) {
+      const double expected = run.flops_per_token * r["tokens_per_s"].get<double>() / peak;
+      EXPECT_NEAR(r["mfu"].get<double>(), expected, 1e-12 * expected) << peak << " " << r.dump();
+    }
+  }
+}
+
+// kiri bench's numbers: the fp32 FMA peak on the bench's threads, or the
+// given one, exactly; mfu_gemm over the measured GEMM rate.
+TEST(Mfu, BenchUsesTheMeasuredOrTheGivenPeak) {
+  BenchSpec s;
+  s.name = "small";
+  s.model = {2, 2, 32, 256, 32};
+  s.batch = 2;
+  s.seq = 32;
+  s.threads = 1;
+  s.warmup_steps = 1;
+  s.steps = 2;
+  BenchResult r = run_training_bench(s);
+  const double fpt = s.model.flops_per_token(s.seq);
+  EXPECT_DOUBLE_EQ(r.peak_flops, kernels::peak_flops(DType::kF32, 1));
+  EXPECT_GT(r.mfu, 0);
+  EXPECT_LE(r.mfu, 1.0);
+  EXPECT_NEAR(r.mfu, fpt * r.tokens_per_s / r.peak_flops, 1e-12 * r.mfu);
+  EXPECT_NEAR(r.mfu_gemm, fpt * r.tokens_per_s / r.gemm_flops, 1e-12 * r.mfu_gemm);
+  s.peak_flops = 1e12;
+  r = run_training_bench(s);
+  EXPECT_DOUBLE_EQ(r.peak_flops, 1e12);
+  EXPECT_NEAR(r.mfu, fpt * r.tokens_per_s / 1e12, 1e-12 * r.mfu);
+}
+
+TEST(Mfu, BadPeakIsAConfigError) {
+  Trainer t(byte_test_config(1, 1, 16, 1));
+  for (double bad : {0.0, -1e12, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    try {
+      t.set_peak_flops(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      EXPECT_NE(std::string(e.what()).find("--peak-flops must be a positive"), std::string::npos);
+    }
+  }
+  EXPECT_THROW(model_flops_utilization(1e9, 0), Error);
+}
+
+TEST(ProgressLine, ShowsElapsedAndEta) {
+  StepMetrics m;
+  m.step = 40;
+  m.total_steps = 100;
+  m.elapsed_s = 83.4;
+  m.eta_s = 125.9;
+  const std::string line = progress_line(m);
+  EXPECT_NE(line.find("| elapsed 1m23s | eta 2m05s"), std::string::npos) << line;
+  m.eta_s.reset();  // no ETA before the first step's time is known
+  EXPECT_EQ(progress_line(m).find("eta"), std::string::npos) << progress_line(m);
+  const nlohmann::json j = nlohmann::json::parse(metrics_json_line(m));
+  EXPECT_DOUBLE_EQ(j["elapsed_s"].get<double>(), 83.4);
+  EXPECT_FALSE(j.contains("eta_s"));
+}
+
+TEST(ProgressLine, FormatsDurations) {
+  EXPECT_EQ(format_duration(0), "0s");
+  EXPECT_EQ(format_duration(7.9), "7s");
+  EXPECT_EQ(format_duration(60), "1m00s");
+  EXPECT_EQ(format_duration(125.9), "2m05s");
+  EXPECT_EQ(format_duration(3600 + 2 * 60 + 9), "1h02m09s");
+  EXPECT_EQ(format_duration(-5), "0s");
+}
+
+// The ETA is the mean of the last `window` steps times the steps left.
+TEST(ProgressLine, EtaFromTheMeanOfRecentSteps) {
+  StepClock clock(3);
+  EXPECT_FALSE(clock.eta(10).has_value());
+  clock.add(100);  // a slow first step leaves the window
+  for (double s : {1.0, 2.0, 3.0}) clock.add(s);
+  EXPECT_DOUBLE_EQ(*clock.eta(10), 20.0);
+  EXPECT_DOUBLE_EQ(*clock.eta(0), 0.0);
+  // mark: the elapsed time since the clock began, the ETA from the marks' intervals.
+  StepClock run;
+  StepMetrics m;
+  run.mark(m, 4);
+  EXPECT_GE(m.elapsed_s, 0);
+  ASSERT_TRUE(m.eta_s.has_value());
+  EXPECT_NEAR(*m.eta_s, 4 * m.elapsed_s, 1e-12);
+  const double first = m.elapsed_s;
+  run.mark(m, 0);
+  EXPECT_GE(m.elapsed_s, first);
+  EXPECT_EQ(*m.eta_s, 0);
+}
+
+}  // namespace
+}  // namespace kiri::train
