@@ -10,6 +10,9 @@ shift $(($# > 0 ? 1 : 0))
 run=runs/demo
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 "$kiri" train configs/demo.json --overwrite --set run.name=demo "$@"
+# MFU is against the peak (docs/metrics.md): a row above 100% means the peak is wrong.
+awk -F'"mfu":' 'NF > 1 { split($2, v, /[,}]/); n++; if (v[1] + 0 > 1) { bad++; print "demo: step " NR " has mfu " v[1] " > 1" } }
+  END { if (n == 0) { print "demo: no mfu in the metrics"; exit 1 } if (bad) exit 1 }' $run/metrics.jsonl
 echo
 echo "== kiri eval $run/checkpoints"
 "$kiri" eval $run/checkpoints
