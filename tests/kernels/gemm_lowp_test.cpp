@@ -262,8 +262,11 @@ TEST(GemmLowp, PathNamesAndAvailability) {
     const test::ScopedGemmLowp scope(LowpGemmImpl::kOneDnnMatmul);
     EXPECT_EQ(kernels::gemm_lowp_path(dt),
               onednn ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32);
+    EXPECT_EQ(kernels::gemm_lowp_path_description(dt),
+              onednn ? "onednn (" + kernels::gemm_lowp_onednn_kernel(dt) + ")" : "via_f32");
     kernels::set_gemm_lowp_impl(LowpGemmImpl::kViaF32);
     EXPECT_EQ(kernels::gemm_lowp_path(dt), LowpGemmImpl::kViaF32);
+    EXPECT_EQ(kernels::gemm_lowp_path_description(dt), "via_f32");
   }
   EXPECT_THROW(kernels::gemm_lowp_available(LowpGemmImpl::kViaF32, DType::kF32), Error);
 }

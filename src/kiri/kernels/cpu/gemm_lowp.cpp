@@ -212,6 +212,12 @@ LowpGemmImpl gemm_lowp_path(DType ab) {
   return gemm_lowp_available(impl, ab) ? impl : LowpGemmImpl::kViaF32;
 }
 
+std::string gemm_lowp_path_description(DType ab) {
+  const LowpGemmImpl path = gemm_lowp_path(ab);
+  if (path == LowpGemmImpl::kViaF32) return gemm_lowp_impl_name(path);
+  return std::string(gemm_lowp_impl_name(path)) + " (" + detail::onednn_lowp_kernel(ab) + ")";
+}
+
 void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
                DType c_dtype, int64_t ldc) {

@@ -58,6 +58,8 @@ const std::string& gemm_lowp_onednn_kernel(DType ab);
 // The path gemm_lowp takes now for `ab`: the setting with kAuto and the
 // fallback resolved (kOneDnnMatmul or kViaF32, never kAuto).
 LowpGemmImpl gemm_lowp_path(DType ab);
+// The same for reports: "via_f32" or "onednn (<oneDNN's kernel name>)".
+std::string gemm_lowp_path_description(DType ab);
 // gemm_lowp with bf16 A and B and an fp32 C (the original groundwork API).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
