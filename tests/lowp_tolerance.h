@@ -30,11 +30,18 @@
 // The parameters are compared by a bound that needs no model: each Adam
 // step is at most lr_t A_t in magnitude, so two runs' masters differ by at
 // most 2 sum_t lr_t A_t (decoupled weight decay shrinks the difference).
-#include <cmath>
-#include <cstdint>
-
+// (A_t is 1 at t = 1 and 1.011 at t = 10 for beta1 0.9, beta2 0.95.)
+//
+// Measured on an avx512_bf16 machine without AMX, both paths alike (the
+// tests record them as properties): bf16 ZeRO vs stage 0 loss 3.7e-5 against
+// a bound of 1.9e-3 at step 10, bf16 vs fp32 2.5e-4 against 5.5e-3, bf16
+// layouts 1.9e-5 against 2.2e-3 at step 5; parameters 1.9e-4 (ZeRO) and
+// 6.4e-3 (layouts) against 3.8e-2 and 2.6e-2. The margin is the model's
+// p_max and 4 sigma, not slack added on top.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
