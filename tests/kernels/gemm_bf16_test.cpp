@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gemm_lowp_paths.h"
 #include "kernels/test_util.h"
 #include "kiri/base/error.h"
 #include "kiri/kernels/cpu/ops.h"
@@ -39,8 +40,12 @@ Bf16Matrix random_bf16(int64_t n, uint64_t stream) {
 }
 
 // gemm_bf16 against gemm<float> on the rounded inputs, with padded leading
-// dimensions: only the accumulation order differs, so the error is relative
-// to sum |alpha a b| + |beta c| (which cancellation cannot shrink).
+// dimensions. The products of bf16 values are exact in fp32, so only the
+// order of the K + 2 fp32 roundings (the sum, alpha, beta C) differs: each
+// side is within gamma_{K+2} (sum |alpha a b| + |beta c|) of the exact result
+// for any order, gamma_n = n u / (1 - n u), u = 2^-24 (Higham, sec. 3.1), so
+// they differ by at most twice that. The worst case, not the probabilistic
+// sqrt(K) u, so that no order either path may use can fail it.
 void check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                      int64_t pad = 3) {
   const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
@@ -58,10 +63,12 @@ void check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
               abs_ref.data(), ldc);
   std::vector<float> C0 = C;
   gemm_bf16(ta, tb, M, N, K, alpha, A.bits.data(), lda, B.bits.data(), ldb, beta, C.data(), ldc);
+  const double u = std::ldexp(1.0, -24), gamma = (K + 2) * u / (1 - (K + 2) * u);
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       const int64_t at = i * ldc + j;
-      EXPECT_NEAR(C[at], ref[at], 1e-5 * (abs_ref[at] + 1e-30))
+      // abs_ref carries its own fp32 error, at most gamma of itself.
+      EXPECT_NEAR(C[at], ref[at], 2 * gamma * (1 + gamma) * abs_ref[at])
           << "ta=" << ta << " tb=" << tb << " M=" << M << " N=" << N << " K=" << K
           << " alpha=" << alpha << " beta=" << beta << " at " << i << "," << j;
     }
@@ -70,7 +77,11 @@ void check_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
   }
 }
 
-TEST(GemmBf16, AllTransposesOddSizesAgainstFloat) {
+// The tests that compute run through each gemm_lowp path.
+class GemmBf16Path : public ::testing::TestWithParam<kernels::LowpGemmImpl> {};
+
+TEST_P(GemmBf16Path, AllTransposesOddSizesAgainstFloat) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       check_gemm_bf16(ta, tb, 7, 5, 3, 1.0f, 0.0f, 0);
@@ -83,14 +94,22 @@ TEST(GemmBf16, AllTransposesOddSizesAgainstFloat) {
     }
 }
 
-TEST(GemmBf16, BetaZeroOverwritesNaN) {
+TEST_P(GemmBf16Path, BetaZeroOverwritesNaN) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
   const int64_t M = 4, N = 6, K = 5;
   const Bf16Matrix A = random_bf16(M * K, 4), B = random_bf16(K * N, 5);
   std::vector<float> C(M * N, std::numeric_limits<float>::quiet_NaN()), ref(M * N);
   gemm_bf16(false, false, M, N, K, 1.0f, A.bits.data(), K, B.bits.data(), N, 0.0f, C.data(), N);
   gemm<float>(false, false, M, N, K, 1.0f, A.values.data(), K, B.values.data(), N, 0.0f, ref.data(),
               N);
-  for (int64_t i = 0; i < M * N; ++i) EXPECT_NEAR(C[i], ref[i], 1e-5 * (1 + std::abs(ref[i])));
+  // Within twice gamma_{K+1} of sum |a b| (see check_gemm_bf16), and not NaN.
+  const double u = std::ldexp(1.0, -24), gamma = (K + 1) * u / (1 - (K + 1) * u);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double mag = 0;
+      for (int64_t k = 0; k < K; ++k) mag += std::abs(A.values[i * K + k] * B.values[k * N + j]);
+      EXPECT_NEAR(C[i * N + j], ref[i * N + j], 2 * gamma * mag) << i << "," << j;
+    }
 }
 
 TEST(GemmBf16, ZeroSizes) {
@@ -119,10 +138,11 @@ TEST(GemmBf16, RejectsBadArguments) {
                Error);
 }
 
-// The second call with a key is served from the cache (it is much faster
-// than the first, which JIT-compiles) and gives bitwise the same result;
+// A repeated call gives bitwise the same result; on the oneDNN path it is
+// served from the primitive cache (the first call JIT-compiles), and
 // interleaving other keys must not disturb that.
-TEST(GemmBf16, RepeatedCallsAreBitwiseEqual) {
+TEST_P(GemmBf16Path, RepeatedCallsAreBitwiseEqual) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
   const int64_t M = 33, N = 65, K = 17;
   const Bf16Matrix A = random_bf16(K * M, 6), B = random_bf16(N * K, 7);
   std::vector<float> first(M * N, 1.0f), again(M * N, 1.0f), other(8 * 8);
@@ -145,7 +165,8 @@ TEST(GemmBf16, RepeatedCallsAreBitwiseEqual) {
 
 // Threads sharing the cache (same and different keys) each get the result a
 // single call gives.
-TEST(GemmBf16, ConcurrentCallersShareTheCache) {
+TEST_P(GemmBf16Path, ConcurrentCallersShareTheCache) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
   const int64_t n = 24;
   const Bf16Matrix A = random_bf16(n * n, 10), B = random_bf16(n * n, 11);
   std::vector<std::vector<float>> expected(4, std::vector<float>(n * n));
@@ -168,6 +189,8 @@ TEST(GemmBf16, ConcurrentCallersShareTheCache) {
   for (std::thread& th : threads) th.join();
   for (int t = 0; t < 8; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, GemmBf16Path, test::kGemmLowpPaths, test::gemm_lowp_path_name);
 
 // GFLOP/s of gemm_bf16 against gemm<float> on the GEMMs of a `tiny` training
 // step (1024 rows). Timing only, so skipped unless asked for:

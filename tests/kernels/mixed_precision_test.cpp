@@ -2,9 +2,12 @@
 // activations) against their fp32 versions on the same rounded values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 
+#include "gemm_lowp_paths.h"
 #include "kernels/test_util.h"
 #include "kiri/base/error.h"
 #include "kiri/kernels/cpu/ops.h"
@@ -28,17 +31,52 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-TEST(LinearLowp, MatchesFp32LinearOnRoundedValues) {
+// |t| elementwise (F32).
+Tensor abs_of(const Tensor& t) {
+  Tensor a = test::clone(t);
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<float>()[i] = std::abs(a.data<float>()[i]);
+  return a;
+}
+
+// The lowp kernel and the fp32 one multiply the same rounded values, whose
+// products are exact in fp32, so they differ only in the order of n fp32
+// roundings: each is within gamma_n * mag of the exact result (mag the same
+// sums of absolute values; gamma_n = n u / (1 - n u), u = 2^-24), so they
+// differ by at most 2 gamma_n mag; mag computed in fp32 is itself within
+// gamma_n of exact. A 16-bit result adds its final rounding, u16 |ref|
+// (u16 = 2^-8 bf16, 2^-11 fp16). The worst case, so no summation order fails.
+void expect_within_gemm_bound(const Tensor& got, const Tensor& ref, const Tensor& mag, int64_t n,
+                              double u16, const char* what) {
+  const double u = std::ldexp(1.0, -24), gamma = n * u / (1 - n * u);
+  int failures = 0;
+  for (int64_t i = 0; i < ref.numel() && failures < 3; ++i) {
+    const double r = ref.item(i), bound = u16 * std::abs(r) + 2 * gamma * (1 + gamma) * mag.item(i);
+    if (std::abs(got.item(i) - r) > bound) {
+      ++failures;
+      ADD_FAILURE() << what << "[" << i << "]: " << got.item(i) << " vs " << r << ", bound "
+                    << bound;
+    }
+  }
+}
+
+class LinearLowpPath : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, DType>> {};
+
+TEST_P(LinearLowpPath, MatchesFp32LinearOnRoundedValues) {
   const int64_t N = 37, IC = 45, OC = 29;
   Allocator scratch;
-  for (DType dt : {DType::kBF16, DType::kF16})
+  const DType dt = std::get<1>(GetParam());
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), dt);
+  {
     for (bool with_bias : {true, false}) {
       const Pair x = random_pair({N, IC}, 1, 1.0, dt), w = random_pair({IC, OC}, 2, 0.2, dt);
       const Pair b = with_bias ? random_pair({OC}, 3, 0.5, dt) : Pair{};
       Tensor out = test::empty({N, OC}, DType::kF32), ref = test::empty({N, OC}, DType::kF32);
       kernels::linear_forward_lowp(out, x.lo, w.lo, b.lo);
       kernels::linear_forward<float>(ref, x.f32, w.f32, b.f32);
-      EXPECT_LT(test::max_rel_diff(out, ref), 1e-5) << dtype_name(dt);
+      Tensor mag = test::empty({N, OC}, DType::kF32);
+      kernels::linear_forward<float>(mag, abs_of(x.f32), abs_of(w.f32),
+                                     with_bias ? abs_of(b.f32) : Tensor());
+      expect_within_gemm_bound(out, ref, mag, IC + 1, 0.0, "out");
 
       // Backward: gradients start nonzero (accumulation); the reference runs
       // in fp32 on the same starting values and on dout rounded to dt, as
@@ -48,15 +86,21 @@ TEST(LinearLowp, MatchesFp32LinearOnRoundedValues) {
       kernels::convert(dout_r, dout);
       kernels::convert(dout_rf, dout_r);
       Tensor dinp = randn({N, IC}, 5, 1.0, DType::kF32), dinp_ref = test::clone(dinp);
+      const Tensor dinp0 = test::clone(dinp);
       Pair dw = random_pair({IC, OC}, 6, 1.0, dt);
+      const Tensor dw0 = test::clone(dw.f32);
       Pair db = with_bias ? random_pair({OC}, 7, 1.0, dt) : Pair{};
       Tensor dw_ref = test::clone(dw.f32), db_ref = with_bias ? test::clone(db.f32) : Tensor();
       Tensor dinp_unused, dbias_ref_only;
       kernels::linear_backward_lowp(dinp, dw.lo, db.lo, dout, x.lo, w.lo, scratch);
       kernels::linear_backward<float>(dinp_ref, dw_ref, dbias_ref_only, dout_rf, x.f32, w.f32);
-      EXPECT_LT(test::max_rel_diff(dinp, dinp_ref), 1e-5) << dtype_name(dt);
-      const double ulp = dt == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
-      EXPECT_LT(test::max_rel_diff(dw.lo, dw_ref), ulp) << dtype_name(dt);
+      // mag: the same backward on absolute values (the starting gradients too).
+      Tensor dinp_mag = abs_of(dinp0), dw_mag = abs_of(dw0), none_b;
+      kernels::linear_backward<float>(dinp_mag, dw_mag, none_b, abs_of(dout_rf), abs_of(x.f32),
+                                      abs_of(w.f32));
+      expect_within_gemm_bound(dinp, dinp_ref, dinp_mag, OC + 1, 0.0, "dinp");
+      const double u16 = std::ldexp(1.0, dt == DType::kBF16 ? -8 : -11);
+      expect_within_gemm_bound(dw.lo, dw_ref, dw_mag, N + 1, u16, "dweight");
       if (with_bias) {
         // dbias from the fp32 dout (not the rounded one), rounded once.
         Tensor none, dw32 = test::zeros({IC, OC}, DType::kF32);
@@ -68,7 +112,18 @@ TEST(LinearLowp, MatchesFp32LinearOnRoundedValues) {
       // dinp undefined is skipped.
       kernels::linear_backward_lowp(dinp_unused, dw.lo, db.lo, dout, x.lo, w.lo, scratch);
     }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, LinearLowpPath,
+                         ::testing::Combine(::testing::Values(kernels::LowpGemmImpl::kViaF32,
+                                                              kernels::LowpGemmImpl::kOneDnnMatmul),
+                                            ::testing::Values(DType::kBF16, DType::kF16)),
+                         [](const auto& info) {
+                           return std::string(
+                                      kernels::gemm_lowp_impl_name(std::get<0>(info.param))) +
+                                  "_" + (std::get<1>(info.param) == DType::kBF16 ? "bf16" : "fp16");
+                         });
 
 TEST(LinearLowp, RejectsMixedDtypes) {
   Allocator scratch;

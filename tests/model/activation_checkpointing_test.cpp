@@ -6,12 +6,15 @@
 
 #include <cstring>
 
+#include "gemm_lowp_paths.h"
 #include "kiri/base/rng.h"
 #include "kiri/model/gpt.h"
 #include "kiri/nn/parameter_store.h"
 
 namespace kiri::model {
 namespace {
+
+namespace test = ::kiri::test;
 
 struct Outcome {
   double loss = 0;
@@ -59,19 +62,32 @@ GPTConfig config() {
   return c;
 }
 
-TEST(ActivationCheckpointing, SameLossAndGradientsBitwise) {
+void expect_checkpointing_bitwise(DType d) {
   const GPTConfig c = config();
-  for (DType d : {DType::kF32, DType::kBF16}) {
-    const Outcome plain = train_once(c, 0, d, 4, 32);
-    for (int k : {1, 2, 3}) {
-      const Outcome ck = train_once(c, k, d, 4, 32);
-      EXPECT_EQ(plain.loss, ck.loss) << "every " << k << " " << dtype_name(d);
-      ASSERT_EQ(plain.grads.size(), ck.grads.size());
-      EXPECT_EQ(0, std::memcmp(plain.grads.data(), ck.grads.data(), 4 * plain.grads.size()))
-          << "every " << k << " " << dtype_name(d);
-    }
+  const Outcome plain = train_once(c, 0, d, 4, 32);
+  for (int k : {1, 2, 3}) {
+    const Outcome ck = train_once(c, k, d, 4, 32);
+    EXPECT_EQ(plain.loss, ck.loss) << "every " << k << " " << dtype_name(d);
+    ASSERT_EQ(plain.grads.size(), ck.grads.size());
+    EXPECT_EQ(0, std::memcmp(plain.grads.data(), ck.grads.data(), 4 * plain.grads.size()))
+        << "every " << k << " " << dtype_name(d);
   }
 }
+
+TEST(ActivationCheckpointing, SameLossAndGradientsBitwise) {
+  expect_checkpointing_bitwise(DType::kF32);
+}
+
+// bf16 through each gemm_lowp path: the recompute must repeat every GEMM
+// bitwise (oneDNN's matmul as well as the fp32-panel path).
+class CheckpointingLowp : public ::testing::TestWithParam<kernels::LowpGemmImpl> {};
+
+TEST_P(CheckpointingLowp, SameLossAndGradientsBitwiseBf16) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  expect_checkpointing_bitwise(DType::kBF16);
+}
+INSTANTIATE_TEST_SUITE_P(ActivationCheckpointing, CheckpointingLowp, test::kGemmLowpPaths,
+                         test::gemm_lowp_path_name);
 
 TEST(ActivationCheckpointing, ActivationsPeakDropsAsDocumented) {
   const GPTConfig c = config();

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "kiri/train/trainer.h"
+#include "lowp_tolerance.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -46,19 +47,33 @@ void layout_equivalence(comm::Communicator& world, LayoutCase k) {
   ASSERT_EQ(world.size(), k.dp * k.tp * k.pp);
   Trainer ref(reference_config(k));
   Trainer t(layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches), world);
-  const double loss_tol = k.bf16 ? 2e-3 : 1e-5, param_tol = k.bf16 ? 2e-2 : 1e-5;
-  for (int s = 0; s < 5; ++s) {
-    const double a = ref.train_step().loss, b = t.train_step().loss;
-    EXPECT_NEAR(a, b, loss_tol * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
+  if (!k.bf16) {
+    for (int s = 0; s < 5; ++s) {
+      const double a = ref.train_step().loss, b = t.train_step().loss;
+      EXPECT_NEAR(a, b, 1e-5 * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
+    }
+    const auto pa = params_of(ref), pb = params_of(t);
+    if (world.rank() == 0) {
+      EXPECT_LT(max_abs_diff(pa, pb), 1e-5);
+    }
+    // Evaluation through the pipeline equals the reference's on the same
+    // samples (the reference's one batch is the layout's m x dp batches).
+    const double va = ref.evaluate(1), vb = t.evaluate(k.microbatches * k.dp);
+    EXPECT_NEAR(va, vb, 1e-5 * va) << "rank " << world.rank();
+    return;
   }
+  // bf16: the layout accumulates each weight gradient over m micro-batches,
+  // rounding each time, and (dp > 1) rounds its all-reduce; the reference
+  // rounds once: r = m + 1 (+ 1) roundings may differ. The fp32 version's
+  // tolerance is 1e-5.
+  LowpDrift drift(ref.config(), k.microbatches + 1 + (k.dp > 1 ? 1 : 0), false, 1e-5);
+  expect_losses_within(world, ref, t, drift, 5);
   const auto pa = params_of(ref), pb = params_of(t);
-  if (world.rank() == 0) {
-    EXPECT_LT(max_abs_diff(pa, pb), param_tol);
-  }
-  // Evaluation through the pipeline equals the reference's on the same
-  // samples (the reference's one batch is the layout's m x dp batches).
+  if (world.rank() == 0) expect_params_within(pa, pb, drift);
+  // The evaluation is a loss at the parameters after the last step.
   const double va = ref.evaluate(1), vb = t.evaluate(k.microbatches * k.dp);
-  EXPECT_NEAR(va, vb, loss_tol * va) << "rank " << world.rank();
+  EXPECT_NEAR(va, vb, drift.loss_tolerance(drift.last_grad_norm(), va) * va)
+      << "rank " << world.rank();
 }
 
 void layout_checkpoint_round_trip(comm::Communicator& world, LayoutCase k) {

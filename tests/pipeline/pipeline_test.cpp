@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "comm/harness.h"
+#include "gemm_lowp_paths.h"
 #include "pipeline/pipeline_bodies.h"
 
 namespace kiri::train {
 namespace {
+
+namespace test = ::kiri::test;
 
 using comm::Communicator;
 
@@ -54,9 +57,6 @@ TEST(Layout, Dp2Pp2Interleaved) {
 TEST(Layout, Dp2Pp2Zero1) {
   run({.dp = 2, .pp = 2, .zero_stage = 1});
 }
-TEST(Layout, Pp2Bf16) {
-  run({.pp = 2, .bf16 = true});
-}
 TEST(Layout, Pp2OneMicroBatch) {
   run({.pp = 2, .microbatches = 1});
 }
@@ -82,18 +82,30 @@ TEST(Layout, Tp2Pp2Interleaved) {
 TEST(Layout, Dp2Tp2Zero1) {
   run({.dp = 2, .tp = 2, .zero_stage = 1});
 }
-TEST(Layout, Tp2Bf16) {
-  run({.tp = 2, .bf16 = true});
-}
 TEST(Layout, Dp2Tp2Zero3) {
   run({.dp = 2, .tp = 2, .zero_stage = 3});
-}
-TEST(Layout, Tp2Pp2RecomputeBf16) {
-  run({.pp = 2, .tp = 2, .bf16 = true, .recompute = true});
 }
 TEST(Layout, Dp2Pp2Recompute) {
   run({.dp = 2, .pp = 2, .recompute = true});
 }
+
+// The bf16 layouts through each gemm_lowp path (about 1.5 s, 1.5 s and 3 s
+// each on 2 cores).
+class LayoutBf16 : public ::testing::TestWithParam<kernels::LowpGemmImpl> {};
+
+TEST_P(LayoutBf16, Pp2Bf16) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  run({.pp = 2, .bf16 = true});
+}
+TEST_P(LayoutBf16, Tp2Bf16) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  run({.tp = 2, .bf16 = true});
+}
+TEST_P(LayoutBf16, Tp2Pp2RecomputeBf16) {
+  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  run({.pp = 2, .tp = 2, .bf16 = true, .recompute = true});
+}
+INSTANTIATE_TEST_SUITE_P(Layout, LayoutBf16, test::kGemmLowpPaths, test::gemm_lowp_path_name);
 
 TEST(LayoutCheckpoint, Tp2RoundTrip) {
   KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.tp = 2}); });

@@ -13,6 +13,7 @@
 
 #include "kiri/comm/self.h"
 #include "kiri/train/trainer.h"
+#include "lowp_tolerance.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -57,18 +58,24 @@ void zero_equivalence(comm::Communicator& world, ZeroCase k) {
   base.checkpoint_every = 0;  // the reference keeps every activation
   Trainer ref(zero_config(n, 2, base), world);
   Trainer z(zero_config(n, 2, k), world);
-  const bool fp32 = k.dtype == ComputeDType::kF32;
+  if (k.dtype == ComputeDType::kF32) {
+    for (int s = 0; s < 10; ++s) {
+      const double a = ref.train_step().loss, b = z.train_step().loss;
+      EXPECT_NEAR(a, b, 1e-6 * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
+    }
+    const auto pa = params_of(ref), pb = params_of(z);
+    if (world.rank() == 0) {
+      EXPECT_LT(max_abs_diff(pa, pb), 1e-5);
+    }
+    return;
+  }
   // 16-bit: stage 0 and stage k round the same sums, but the reductions add
-  // in a different order, so a last-bit difference can grow over 10 steps.
-  const double loss_tol = fp32 ? 1e-6 : 2e-3, param_tol = fp32 ? 1e-5 : 2e-2;
-  for (int s = 0; s < 10; ++s) {
-    const double a = ref.train_step().loss, b = z.train_step().loss;
-    EXPECT_NEAR(a, b, loss_tol * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
-  }
+  // in a different order: r = 2 roundings of a reduced gradient may differ
+  // (one on each side); the fp32 version's tolerance is 1e-6.
+  LowpDrift drift(ref.config(), 2, false, 1e-6);
+  expect_losses_within(world, ref, z, drift, 10);
   const auto pa = params_of(ref), pb = params_of(z);
-  if (world.rank() == 0) {
-    EXPECT_LT(max_abs_diff(pa, pb), param_tol);
-  }
+  if (world.rank() == 0) expect_params_within(pa, pb, drift);
 }
 
 void mixed_precision_tracks_fp32(comm::Communicator& world, ZeroCase k) {
@@ -76,13 +83,12 @@ void mixed_precision_tracks_fp32(comm::Communicator& world, ZeroCase k) {
   const int n = world.size();
   Trainer ref(zero_config(n, 2, {.stage = 0}), world);
   Trainer z(zero_config(n, 2, k), world);
-  // Documented in docs/zero.md: 16-bit parameters and GEMM inputs change the
-  // loss by under 5e-3 (bf16) and 1e-3 (fp16) relative over the first 10 steps.
-  const double tol = k.dtype == ComputeDType::kBF16 ? 5e-3 : 1e-3;
-  for (int s = 0; s < 10; ++s) {
-    const double a = ref.train_step().loss, b = z.train_step().loss;
-    EXPECT_NEAR(a, b, tol * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
-  }
+  // Against fp32 every 16-bit copy is rounded, and each weight gradient
+  // carries r = 4 roundings fp32 does not make (its two 16-bit GEMM inputs,
+  // its 16-bit result and the 16-bit all-reduce); the fp32 runs' own
+  // tolerance is 1e-6. docs/zero.md quotes the observed drift.
+  LowpDrift drift(z.config(), 4, true, 1e-6);
+  expect_losses_within(world, ref, z, drift, 10);
 }
 
 void zero_memory_matches_formula(comm::Communicator& world, ZeroCase k) {

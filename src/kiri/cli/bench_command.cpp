@@ -14,6 +14,7 @@
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
+#include "kiri/kernels/cpu/ops.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/bench.h"
@@ -86,6 +87,9 @@ void print_layouts(const std::string& impl, const train::BenchSpec& spec, int ra
                         {"tokens_per_s", r.tokens_per_s},
                         {vs, r.ratio},
                         {"mem", mem}};
+    // Which GEMM path the 16-bit rows ran (KIRI_GEMM_LOWP forces one).
+    if (r.options.dtype != DType::kF32)
+      j["gemm_lowp"] = kernels::gemm_lowp_path_description(r.options.dtype);
     if (ranks > 1) {
       nlohmann::json sent;
       for (int k = 0; k < comm::kNumOpKinds; ++k)

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kiri/kernels/cpu/common.h"
@@ -20,7 +22,29 @@ namespace {
 
 using detail::LowpGemmArgs;
 
-std::atomic<LowpGemmImpl> g_impl{LowpGemmImpl::kAuto};
+// set_gemm_lowp_impl's value, or kUnset while KIRI_GEMM_LOWP decides.
+constexpr int kUnset = -1;
+std::atomic<int> g_forced{kUnset};
+
+// KIRI_GEMM_LOWP parsed once: the setting, or the error to raise on use.
+struct EnvSetting {
+  LowpGemmImpl impl = LowpGemmImpl::kAuto;
+  std::string error;
+};
+const EnvSetting& env_setting() {
+  static const EnvSetting s = [] {
+    EnvSetting e;
+    const char* v = std::getenv("KIRI_GEMM_LOWP");
+    if (!v || !*v) return e;
+    try {
+      e.impl = parse_gemm_lowp_impl(v);
+    } catch (const Error& err) {
+      e.error = err.message();
+    }
+    return e;
+  }();
+  return s;
+}
 
 bool cpu_has_amx() {
   static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
@@ -138,7 +162,60 @@ void scale_c_lowp(int64_t M, int64_t N, float beta, void* C, DType dt, int64_t l
 }  // namespace
 
 void set_gemm_lowp_impl(LowpGemmImpl impl) {
-  g_impl.store(impl);
+  g_forced.store(static_cast<int>(impl));
+}
+
+LowpGemmImpl gemm_lowp_impl() {
+  const int forced = g_forced.load();
+  if (forced != kUnset) return static_cast<LowpGemmImpl>(forced);
+  const EnvSetting& e = env_setting();
+  KIRI_CHECK_KIND(kConfig, e.error.empty(), "KIRI_GEMM_LOWP: ", e.error);
+  return e.impl;
+}
+
+const char* gemm_lowp_impl_name(LowpGemmImpl impl) {
+  switch (impl) {
+    case LowpGemmImpl::kAuto:
+      return "auto";
+    case LowpGemmImpl::kOneDnnMatmul:
+      return "onednn";
+    case LowpGemmImpl::kViaF32:
+      return "via_f32";
+  }
+  return "?";
+}
+
+LowpGemmImpl parse_gemm_lowp_impl(const std::string& name) {
+  for (LowpGemmImpl impl :
+       {LowpGemmImpl::kAuto, LowpGemmImpl::kOneDnnMatmul, LowpGemmImpl::kViaF32})
+    if (name == gemm_lowp_impl_name(impl)) return impl;
+  KIRI_RAISE(kConfig, "the low-precision GEMM path must be auto | onednn | via_f32, got \"", name,
+             "\"");
+}
+
+const std::string& gemm_lowp_onednn_kernel(DType ab) {
+  KIRI_CHECK(detail::is_lowp(ab), "gemm_lowp_onednn_kernel: dtype must be BF16 or F16, got ",
+             dtype_name(ab));
+  return detail::onednn_lowp_kernel(ab);
+}
+
+bool gemm_lowp_available(LowpGemmImpl impl, DType ab) {
+  KIRI_CHECK(detail::is_lowp(ab), "gemm_lowp_available: dtype must be BF16 or F16, got ",
+             dtype_name(ab));
+  return impl != LowpGemmImpl::kOneDnnMatmul || !detail::onednn_lowp_kernel(ab).empty();
+}
+
+LowpGemmImpl gemm_lowp_path(DType ab) {
+  LowpGemmImpl impl = gemm_lowp_impl();
+  if (impl == LowpGemmImpl::kAuto)
+    impl = cpu_has_amx() ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+  return gemm_lowp_available(impl, ab) ? impl : LowpGemmImpl::kViaF32;
+}
+
+std::string gemm_lowp_path_description(DType ab) {
+  const LowpGemmImpl path = gemm_lowp_path(ab);
+  if (path == LowpGemmImpl::kViaF32) return gemm_lowp_impl_name(path);
+  return std::string(gemm_lowp_impl_name(path)) + " (" + detail::onednn_lowp_kernel(ab) + ")";
 }
 
 void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -154,7 +231,7 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     return scale_c_lowp(M, N, beta, C, c_dtype, ldc);
   }
   const LowpGemmArgs g{ab, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dtype, ldc};
-  LowpGemmImpl impl = g_impl.load();
+  LowpGemmImpl impl = gemm_lowp_impl();
   if (impl == LowpGemmImpl::kAuto)
     impl = cpu_has_amx() ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
   if (impl == LowpGemmImpl::kOneDnnMatmul && detail::gemm_lowp_onednn(g)) return;

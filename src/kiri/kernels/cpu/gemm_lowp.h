@@ -1,6 +1,7 @@
 #pragma once
 // Internal to the CPU kernels: the two implementations behind gemm_lowp.
 #include <cstdint>
+#include <string>
 
 #include "kiri/tensor/dtype.h"
 
@@ -25,5 +26,9 @@ struct LowpGemmArgs {
 // A cached oneDNN matmul primitive (gemm_lowp_onednn.cpp). False when oneDNN
 // has no implementation for these dtypes on this CPU (nothing was written).
 bool gemm_lowp_onednn(const LowpGemmArgs& g);
+// oneDNN's name for the matmul kernel it picks for an fp32-accumulating
+// 16x16x16 product of `ab` values into fp32 (e.g. "brg:avx512_core_bf16"), or
+// "" when it has none on this CPU. Computed once per dtype.
+const std::string& onednn_lowp_kernel(DType ab);
 
 }  // namespace kiri::kernels::detail

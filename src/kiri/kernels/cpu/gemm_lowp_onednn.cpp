@@ -13,8 +13,11 @@
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "kiri/base/error.h"
 #include "kiri/kernels/cpu/gemm_lowp.h"
@@ -74,13 +77,18 @@ memory::data_type dnnl_type(DType d) {
   return d == DType::kF32 ? dt::f32 : d == DType::kBF16 ? dt::bf16 : dt::f16;
 }
 
-// Null when oneDNN has no implementation (e.g. f16 without avx512_fp16
+// Empty when oneDNN has no implementation (e.g. f16 without avx512_fp16
 // support in this oneDNN): the caller falls back to the fp32 path.
-std::shared_ptr<dnnl::matmul> create_primitive(const GemmKey& k) {
+std::optional<dnnl::matmul::primitive_desc> create_pd(const GemmKey& k) {
   const memory::desc a = strided_desc(k.M, k.K, k.lda, k.trans_a, dnnl_type(k.ab));
   const memory::desc b = strided_desc(k.K, k.N, k.ldb, k.trans_b, dnnl_type(k.ab));
   const memory::desc c = strided_desc(k.M, k.N, k.ldc, false, dnnl_type(k.c_dtype));
   dnnl::primitive_attr attr;
+  // A primitive is shared by every thread that calls with its key, and in
+  // oneDNN's default (library) scratchpad mode a primitive may only run on
+  // the thread that created it: two rank threads then share its scratchpad
+  // and corrupt each other's results. Each call passes its thread's own.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.scaled) attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
   if (k.beta != 0.0f) {
     dnnl::post_ops ops;
@@ -88,22 +96,33 @@ std::shared_ptr<dnnl::matmul> create_primitive(const GemmKey& k) {
     attr.set_post_ops(ops);
   }
   try {
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-    return std::make_shared<dnnl::matmul>(pd);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
   } catch (const dnnl::error& e) {
-    if (e.status == dnnl_unimplemented) return nullptr;
+    if (e.status == dnnl_unimplemented) return std::nullopt;
     throw;
   }
 }
 
+// A primitive and the scratchpad it needs on each execution.
+struct Primitive {
+  dnnl::matmul matmul;
+  memory::desc scratchpad;
+};
+
+std::shared_ptr<const Primitive> create_primitive(const GemmKey& k) {
+  const std::optional<dnnl::matmul::primitive_desc> pd = create_pd(k);
+  if (!pd) return nullptr;
+  return std::make_shared<const Primitive>(Primitive{dnnl::matmul(*pd), pd->scratchpad_desc()});
+}
+
 // A small LRU map of primitives. shared_ptr, so a primitive evicted by one
-// thread stays alive while another thread still executes it (oneDNN allows
-// concurrent execution of one primitive).
+// thread stays alive while another thread still executes it (with a user
+// scratchpad, oneDNN allows concurrent executions of one primitive).
 class PrimitiveCache {
  public:
   static constexpr size_t kCapacity = 128;
 
-  std::shared_ptr<dnnl::matmul> get(const GemmKey& key) {
+  std::shared_ptr<const Primitive> get(const GemmKey& key) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = map_.find(key);
@@ -114,7 +133,7 @@ class PrimitiveCache {
     }
     // Created outside the lock: JIT compilation takes milliseconds. Two
     // threads racing on one key both create; the second insert wins.
-    std::shared_ptr<dnnl::matmul> prim = create_primitive(key);
+    std::shared_ptr<const Primitive> prim = create_primitive(key);
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = map_.find(key);
     if (it != map_.end()) {
@@ -131,7 +150,7 @@ class PrimitiveCache {
   }
 
  private:
-  using Entry = std::pair<GemmKey, std::shared_ptr<dnnl::matmul>>;
+  using Entry = std::pair<GemmKey, std::shared_ptr<const Primitive>>;
   std::mutex mutex_;
   std::list<Entry> order_;  // most recently used first
   std::unordered_map<GemmKey, std::list<Entry>::iterator, GemmKeyHash> map_;
@@ -142,8 +161,18 @@ PrimitiveCache& primitive_cache() {
   return cache;
 }
 
+// The calling thread's scratchpad, at least `bytes` long, 64-byte aligned
+// (grows to the largest seen, never shrinks).
+void* scratchpad(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  thread_local std::vector<char> buf;
+  if (buf.size() < bytes + kAlign) buf.resize(bytes + kAlign);
+  const auto p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + (kAlign - p % kAlign) % kAlign;
+}
+
 bool execute(const GemmKey& key, float alpha, const void* A, const void* B, void* C) {
-  const std::shared_ptr<dnnl::matmul> prim = primitive_cache().get(key);
+  const std::shared_ptr<const Primitive> prim = primitive_cache().get(key);
   if (!prim) return false;
   dnnl::engine& eng = cpu_engine();
   // The descriptors are fully given by strides, so the primitive uses exactly
@@ -158,15 +187,27 @@ bool execute(const GemmKey& key, float alpha, const void* A, const void* B, void
     const memory::desc scale_md({1}, memory::data_type::f32, memory::format_tag::a);
     args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory(scale_md, eng, &alpha));
   }
+  if (const size_t bytes = prim->scratchpad.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(prim->scratchpad, eng, scratchpad(bytes)));
   // One stream per calling thread: a stream must not be used by two threads
   // at once, and creating one per call would cost an allocation each time.
   thread_local dnnl::stream stream(eng);
-  prim->execute(stream, args);
+  prim->matmul.execute(stream, args);
   stream.wait();
   return true;
 }
 
 }  // namespace
+
+const std::string& onednn_lowp_kernel(DType ab) {
+  auto probe = [](DType dt) {
+    const GemmKey k{dt, DType::kF32, false, false, false, 1, 0.0f, 16, 16, 16, 16, 16, 16};
+    const std::optional<dnnl::matmul::primitive_desc> pd = create_pd(k);
+    return pd ? std::string(pd->impl_info_str()) : std::string();
+  };
+  static const std::string bf16 = probe(DType::kBF16), f16 = probe(DType::kF16);
+  return ab == DType::kBF16 ? bf16 : f16;
+}
 
 bool gemm_lowp_onednn(const LowpGemmArgs& g) {
   const GemmKey key{g.ab,   g.c_dtype, g.trans_a, g.trans_b, g.alpha != 1.0f, omp_get_max_threads(),

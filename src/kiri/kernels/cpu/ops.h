@@ -10,6 +10,7 @@
 //  - OpenMP threads follow OMP_NUM_THREADS; results are deterministic for a
 //    fixed thread count (static schedules, no atomics on floats).
 #include <cstdint>
+#include <string>
 
 #include "kiri/tensor/tensor.h"
 
@@ -35,10 +36,30 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 // kViaF32: A and B widened to fp32 in panels (thread-local scratch of at most
 // ~32 MB per calling thread) and gemm<float>. kAuto: kOneDnnMatmul where the
 // CPU has AMX, else kViaF32, which is twice as fast without AMX (vdpbf16ps
-// has half the FLOP rate of fp32 FMA; docs/performance.md). Forcing one is
-// for tests and benchmarks; the setting is global.
+// has half the FLOP rate of fp32 FMA; docs/performance.md).
 enum class LowpGemmImpl { kAuto, kOneDnnMatmul, kViaF32 };
+// The setting is global to the process. Until set_gemm_lowp_impl is called it
+// comes from the environment variable KIRI_GEMM_LOWP (auto | onednn |
+// via_f32; unset or empty means auto), read once; any other value makes
+// gemm_lowp_impl (and so every gemm_lowp) raise a kConfig error naming it.
+// Forcing a path is for tests and benchmarks.
 void set_gemm_lowp_impl(LowpGemmImpl impl);
+LowpGemmImpl gemm_lowp_impl();
+// "auto", "onednn", "via_f32", and back (kConfig error naming the value).
+const char* gemm_lowp_impl_name(LowpGemmImpl impl);
+LowpGemmImpl parse_gemm_lowp_impl(const std::string& name);
+// Whether `impl` can compute a gemm_lowp with A and B of dtype `ab` (kBF16 or
+// kF16) on this CPU without falling back: kViaF32 and kAuto always;
+// kOneDnnMatmul when oneDNN has a matmul kernel for the dtype here.
+bool gemm_lowp_available(LowpGemmImpl impl, DType ab);
+// oneDNN's name for its bf16 / f16 matmul kernel on this CPU (e.g.
+// "brg:avx512_core_bf16"), "" when it has none.
+const std::string& gemm_lowp_onednn_kernel(DType ab);
+// The path gemm_lowp takes now for `ab`: the setting with kAuto and the
+// fallback resolved (kOneDnnMatmul or kViaF32, never kAuto).
+LowpGemmImpl gemm_lowp_path(DType ab);
+// The same for reports: "via_f32" or "onednn (<oneDNN's kernel name>)".
+std::string gemm_lowp_path_description(DType ab);
 // gemm_lowp with bf16 A and B and an fp32 C (the original groundwork API).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
