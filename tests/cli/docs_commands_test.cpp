@@ -104,6 +104,30 @@ std::vector<std::vector<std::string>> kiri_invocations(const std::vector<std::st
   return out;
 }
 
+// The shell lines of one fenced block, "\" continuations joined, each with its line number.
+// A block that shows a session ("$ " prompts) has commands only on its prompt lines; the
+// rest is their output.
+std::vector<std::pair<int, std::string>> block_commands(
+    const std::vector<std::pair<int, std::string>>& lines) {
+  bool session = false;
+  for (const auto& [n, line] : lines) session = session || line.rfind("$ ", 0) == 0;
+  std::vector<std::pair<int, std::string>> out;
+  std::string joined;
+  int first = 0;
+  for (const auto& [n, line] : lines) {
+    if (joined.empty()) first = n;
+    const bool continued = !line.empty() && line.back() == '\\';
+    joined += continued ? line.substr(0, line.size() - 1) : line;
+    if (continued) continue;
+    std::string text = std::move(joined);
+    joined.clear();
+    const bool prompt = text.rfind("$ ", 0) == 0;
+    if (session && !prompt) continue;
+    out.emplace_back(first, prompt ? text.substr(2) : text);
+  }
+  return out;
+}
+
 std::vector<Command> documented_commands() {
   const fs::path root = KIRI_SOURCE_DIR;
   std::vector<fs::path> files = {root / "README.md"};
@@ -116,27 +140,26 @@ std::vector<Command> documented_commands() {
   for (const fs::path& file : files) {
     std::ifstream in(file);
     bool fenced = false;
-    std::string joined;
-    int number = 0, first = 0;
+    std::vector<std::pair<int, std::string>> block;
+    int number = 0;
     for (std::string line; std::getline(in, line);) {
       ++number;
       if (line.find_first_not_of(' ') != std::string::npos &&
           line.compare(line.find_first_not_of(' '), 3, "```") == 0) {
+        if (fenced) {
+          for (const auto& [first, text] : block_commands(block)) {
+            const std::string where =
+                fs::relative(file, root).string() + ":" + std::to_string(first);
+            const bool fails = text.find("# error") != std::string::npos;
+            for (auto& args : kiri_invocations(shell_words(text)))
+              out.push_back({where, args, fails});
+          }
+        }
         fenced = !fenced;
-        joined.clear();
+        block.clear();
         continue;
       }
-      if (!fenced) continue;
-      if (joined.empty()) first = number;
-      const bool continued = !line.empty() && line.back() == '\\';
-      joined += continued ? line.substr(0, line.size() - 1) : line;
-      if (continued) continue;
-      std::string text = joined;
-      joined.clear();
-      if (text.rfind("$ ", 0) == 0) text = text.substr(2);
-      const std::string where = fs::relative(file, root).string() + ":" + std::to_string(first);
-      const bool fails = text.find("# error") != std::string::npos;
-      for (auto& args : kiri_invocations(shell_words(text))) out.push_back({where, args, fails});
+      if (fenced) block.emplace_back(number, line);
     }
   }
   return out;
