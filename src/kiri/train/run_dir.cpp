@@ -271,7 +271,11 @@ bool RunLock::lock_or_judge(Held& h, const std::string& dir) {
     ::close(fd);
     return true;
   }
-  write_record(h.fd, h.file);
+  try {  // the flock is the lock; the record only names the holder to a second writer
+    write_record(h.fd, h.file);
+  } catch (const Error& e) {
+    log::warn(e.message(), " (the folder is locked all the same)");
+  }
   return true;
 }
 
