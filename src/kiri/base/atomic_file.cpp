@@ -32,14 +32,18 @@ std::string base_of(const std::string& path) {
 int create_temp(const std::string& path, std::string* temp) {
   static std::atomic<uint64_t> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    *temp = str(dir_of(path), "/.", base_of(path), ".tmp.", getpid(), ".", counter++);
-    const int fd = ::open(temp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) return fd;
+    // *temp is set only once the file is ours: a caller's cleanup removes it.
+    const std::string name =
+        str(dir_of(path), "/.", base_of(path), ".tmp.", getpid(), ".", counter++);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      *temp = name;
+      return fd;
+    }
     if (errno != EEXIST)
-      KIRI_RAISE(kIo, "cannot create temporary file ", *temp, " for ", path, ": ",
-                 std::strerror(errno));
+      KIRI_RAISE(kIo, "cannot create the temporary file ", name, ": ", std::strerror(errno));
   }
-  KIRI_RAISE(kIo, "cannot create a temporary file for ", path, ": 100 names taken");
+  KIRI_RAISE(kIo, "cannot create a temporary file beside it: 100 names taken");
 }
 
 void fsync_fd(int fd, const std::string& path) {
@@ -69,8 +73,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 void write_file_atomic(const std::string& path, const std::function<void(FileWriter&)>& fill) {
   std::string temp;
-  int fd = create_temp(path, &temp);
+  int fd = -1;
   try {
+    fd = create_temp(path, &temp);
     FileWriter writer(fd, temp);
     fill(writer);
     fsync_fd(fd, temp);
@@ -79,12 +84,19 @@ void write_file_atomic(const std::string& path, const std::function<void(FileWri
     if (rc != 0) KIRI_RAISE(kIo, "close of ", temp, " failed: ", std::strerror(errno));
     if (::rename(temp.c_str(), path.c_str()) != 0)
       KIRI_RAISE(kIo, "cannot rename ", temp, " to ", path, ": ", std::strerror(errno));
+    temp.clear();  // renamed: nothing to remove
+    fsync_path(dir_of(path));
+  } catch (const Error& e) {
+    if (fd >= 0) ::close(fd);
+    if (!temp.empty()) ::unlink(temp.c_str());
+    if (e.kind() != ErrorKind::kIo) throw;
+    // The target first: the temporary file's name alone does not say which output failed.
+    raise(ErrorKind::kIo, str("cannot write ", path, ": ", e.message()), __FILE__, __LINE__);
   } catch (...) {
     if (fd >= 0) ::close(fd);
-    ::unlink(temp.c_str());
+    if (!temp.empty()) ::unlink(temp.c_str());
     throw;
   }
-  fsync_path(dir_of(path));
 }
 
 std::string read_file(const std::string& path) {

@@ -446,6 +446,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     train::resolve_layout(layout, world.comm->size());
   }
   const train::RunConfig paths = train::resolve_run_paths(cfg);
+  const train::RunLock lock = train::lock_run_folder(paths, *world.comm);  // one run per folder
   prepare_run_folder(paths, resume.has_value(), a.flag("overwrite"), from, rank0);
   if (a.flag("auto")) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));

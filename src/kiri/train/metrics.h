@@ -2,7 +2,6 @@
 // The per-step record: printed as the progress line by rank 0 and appended
 // as one JSON line to the metrics file (schema in docs/metrics.md).
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -72,15 +71,31 @@ double check_peak_flops(double flops);
 double model_flops_utilization(double model_flops_per_s, double peak);
 
 // Appends lines; creates the file's folder. A run that starts from step 0
-// truncates the file, a resumed one appends.
+// truncates the file, a resumed one appends. Every write is checked: a row that
+// cannot be written in full (a full disk, a quota, an I/O error) is a kIo error
+// naming the file, the step and the reason, and the partial row is cut off again
+// where the file allows it, so the run stops rather than train without a record
+// (docs/metrics.md). Rows go straight to the kernel (no user-space buffer); the
+// last step's row, and a row at least every kSyncInterval seconds, is also synced
+// to disk, so that filesystems which report errors only then (NFS) fail too.
 class MetricsWriter {
  public:
+  static constexpr double kSyncInterval = 60;
   MetricsWriter(const std::string& path, bool append);
+  ~MetricsWriter();  // closes; an error then can only be a warning
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const StepMetrics& m);
-  bool enabled() const { return out_.is_open(); }
+  // Syncs and closes the file, kIo on failure; the destructor does it otherwise.
+  void close();
+  bool enabled() const { return fd_ >= 0; }
 
  private:
-  std::ofstream out_;
+  void sync(int64_t step);
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;  // bytes in the file: where a failed row is cut off
+  Timer since_sync_;
 };
 
 // FLOP/s of one 1024^3 fp32 GEMM (oneDNN sgemm) on the current OpenMP

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kiri/comm/communicator.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_config.h"
 
@@ -34,6 +35,47 @@ void refuse_used_run_dir(const RunConfig& cfg);
 // ones) and `latest` in checkpoint.dir, its metrics, plot and run.dir/config.json,
 // each only when it lies inside run.dir or checkpoint.dir. Returns what it removed.
 std::vector<std::string> clear_run_dir(const RunConfig& cfg);
+
+// One writer per folder (docs/checkpoints.md, "One run per folder"): an exclusive
+// flock(2) on <dir>/.kiri.lock, which records the holder (pid, host, start time) for
+// the message a second writer gets. The kernel releases a flock when its holder
+// dies, so a lock file left by a killed run does not block the next one; a clean
+// exit removes the file. Where the filesystem has no flock (ENOLCK, EOPNOTSUPP:
+// some NFS and FUSE mounts) the record alone decides: a live pid on this host, or
+// any other host, holds the folder; a dead pid on this host is stale.
+class RunLock {
+ public:
+  static constexpr const char* kFileName = ".kiri.lock";
+  RunLock() = default;
+  ~RunLock();  // releases every folder's lock, removing its file
+  RunLock(RunLock&& other) noexcept : held_(std::move(other.held_)) { other.held_.clear(); }
+  RunLock& operator=(RunLock&&) = delete;
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+  // Locks `dir` (creating it) for this process: kConfig naming the holder when
+  // another process holds it ("runs/kiri is in use by pid 1234 on host h since
+  // 2026-12-01T09:44:00Z ..."), kIo when the lock file cannot be made or locked.
+  void acquire(const std::string& dir);
+  // The lock files held.
+  std::vector<std::string> files() const;
+
+ private:
+  struct Held {
+    std::string file;
+    int fd = -1;  // -1: no flock on that filesystem, the record alone
+  };
+  // Locks h (open), or raises naming the holder; false when h's file was replaced
+  // meanwhile (try again).
+  bool lock_or_judge(Held& h, const std::string& dir);
+  std::vector<Held> held_;
+};
+
+// Rank 0 locks run.dir, and checkpoint.dir where it lies outside run.dir, before the
+// run touches either; rank 0's result is broadcast, so that when it cannot, every
+// rank raises its error at once (kConfig: printed once) instead of waiting in the
+// first collective. Other ranks hold nothing.
+RunLock lock_run_folder(const RunConfig& paths, comm::Communicator& world);
 
 // Writes run.dir/config.json atomically (creating run.dir) and returns its path.
 std::string write_run_config(const RunConfig& cfg, const std::string& json);
