@@ -203,6 +203,20 @@ TEST(RankFailure, ARunWhoseLossStaysNonFiniteStops) {
   // Steps 1-5 were saved (3-5 skipped their updates: the weights are step 2's); step 6 not.
   EXPECT_TRUE(fs::exists(dir + "/ck/step_00000005")) << t.r.output;
   EXPECT_FALSE(fs::exists(dir + "/ck/step_00000006")) << t.r.output;
+  // fp16: the dynamic scaler's skips (scale 4, then 2) are its normal back-off and do not
+  // count; the skips at the minimum scale of 1 do.
+  const std::string fp16 = temp_dir("diverge_fp16");
+  const Timed h = timed("train" + tiny_run(fp16) +
+                            " --set train.steps=30 --set checkpoint.dir= --set train.dtype=fp16"
+                            " --set train.initial_scale_power=2 --set train.max_nonfinite_steps=3",
+                        "KIRI_FAULT=nan:0:3");
+  EXPECT_EQ(h.r.code, 2) << h.r.output;
+  EXPECT_LT(h.seconds, 10) << h.r.output;
+  EXPECT_NE(h.r.output.find("kiri: config error: the run diverged: 3 steps in a row (steps 5-7) "
+                            "had a non-finite loss or skipped the update for non-finite "
+                            "gradients at the minimum loss scale"),
+            std::string::npos)
+      << h.r.output;
   // 0 turns the stop off: the run finishes (every update from step 3 on skipped).
   const std::string off = temp_dir("diverge_off");
   Result r = run_kiri("train" + tiny_run(off) +

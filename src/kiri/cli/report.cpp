@@ -35,6 +35,7 @@ void print_and_end_job(const std::string& text, bool printer, int code) {
     std::this_thread::sleep_for(kPrinterGrace);
     print(text);
   }
+  std::fflush(stdout);  // the progress lines before the abort, which flushes nothing
   comm::end_mpi_job_after_error(code);
 }
 }  // namespace
