@@ -1,5 +1,7 @@
 #include "kiri/comm/agree.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -33,8 +35,11 @@ void run_agreed(Communicator& group, const std::function<void()>& body) {
   } catch (const std::exception& e) {
     failure = Error(ErrorKind::kInternal, str("unexpected error: ", e.what()), __FILE__, __LINE__);
   }
-  // What travels: the where and the message, one buffer.
-  const std::string text = failure ? failure->where() + "\n" + failure->message() : std::string();
+  // What travels: the where and the message, one buffer, bounded (a message quoting a
+  // hostile file need not be short).
+  constexpr size_t kMaxText = 64 * 1024;
+  std::string text = failure ? failure->where() + "\n" + failure->message() : std::string();
+  if (text.size() > kMaxText) text = text.substr(0, kMaxText) + "... (cut)";
   Allocator allocator;
   Tensor mine = Tensor::empty({3}, DType::kI32, Category::kBuffers, allocator);
   mine.data<int32_t>()[0] = failure ? 1 : 0;
