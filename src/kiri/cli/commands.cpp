@@ -490,7 +490,10 @@ int cmd_sample(const std::vector<std::string>& argv) {
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
   ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(dir + "/model.safetensors");
-  for (nn::Parameter* p : store.parameters()) file.read_into(p->name, p->value);
+  for (nn::Parameter* p : store.parameters()) {
+    file.read_into(p->name, p->value);
+    train::check_finite(p->value, dir + "/model.safetensors: tensor " + p->name);
+  }
 
   train::SampleOptions o;
   o.tokens = a.get_int("tokens", 100);

@@ -254,6 +254,12 @@ std::vector<Field> make_fields() {
                         "fp16, dynamic: clean steps in a row before the scale doubles."));
   f.push_back(float_field("train.min_loss_scale", KIRI_FIELD(train.min_loss_scale), 1e-30, 1e30,
                           "fp16, dynamic: the scale never backs off below this."));
+  f.push_back(int_field(
+      "train.max_nonfinite_steps", KIRI_FIELD(train.max_nonfinite_steps), 0, kBig,
+      "Consecutive steps without progress that stop the run with an error (before any "
+      "checkpoint of their weights): a non-finite loss, or an update skipped for non-finite "
+      "gradients, which under fp16 counts only once the dynamic loss scale is at "
+      "train.min_loss_scale (or static). 0: never stop."));
   f.push_back(int_field("train.eval_every", KIRI_FIELD(train.eval_every), 0, kBig,
                         "Steps between validation evaluations; 0: only at the end."));
   f.push_back(int_field("train.eval_batches", KIRI_FIELD(train.eval_batches), 1, 1 << 20,

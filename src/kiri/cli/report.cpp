@@ -1,9 +1,12 @@
 #include "kiri/cli/report.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "kiri/cli/world.h"
+#include "kiri/comm/agree.h"
 
 namespace kiri::cli {
 
@@ -17,6 +20,23 @@ void print(const std::string& text) {
 
 std::string rank_prefix(int rank) {
   return rank >= 0 ? str("rank ", rank, ": ") : std::string();
+}
+
+// How long a rank that leaves its error to the printing rank waits for that rank to end the
+// job before it prints the error itself and ends the job (the printing rank may be healthy,
+// the error this rank's alone).
+constexpr std::chrono::seconds kPrinterGrace{10};
+
+// Prints `text` if this rank is the printer, then ends an MPI job so that no rank waits for
+// this one: the printer aborts it (after the line is flushed), the others wait to be ended.
+void print_and_end_job(const std::string& text, bool printer, int code) {
+  if (printer) print(text);
+  if (!printer && comm::mpi_job_running()) {
+    std::this_thread::sleep_for(kPrinterGrace);
+    print(text);
+  }
+  std::fflush(stdout);  // the progress lines before the abort, which flushes nothing
+  comm::end_mpi_job_after_error(code);
 }
 }  // namespace
 
@@ -41,16 +61,21 @@ std::string error_text(const Error& e, int rank, bool verbose) {
 int report_error(const Error& e) {
   const int code = e.kind() == ErrorKind::kConfig ? 2 : 1;
   const int rank = job_rank();
-  if (same_on_every_rank(e.kind())) {
-    if (rank <= 0) print(error_text(e, -1, verbose()));
+  if (const auto* agreed = dynamic_cast<const comm::AgreedError*>(&e)) {
+    // Every rank holds it: rank 0 prints it, naming the rank that failed.
+    const int named = same_on_every_rank(e.kind()) ? -1 : agreed->failed_rank();
+    print_and_end_job(error_text(e, named, verbose()), rank <= 0, code);
+  } else if (same_on_every_rank(e.kind())) {
+    print_and_end_job(error_text(e, -1, verbose()), rank <= 0, code);
   } else {
-    print(error_text(e, rank, verbose()));
+    print_and_end_job(error_text(e, rank, verbose()), true, code);
   }
   return code;
 }
 
 int report_unexpected(const std::exception& e) {
-  print(str("kiri: ", rank_prefix(job_rank()), "unexpected error: ", e.what()));
+  print_and_end_job(str("kiri: ", rank_prefix(job_rank()), "unexpected error: ", e.what()), true,
+                    1);
   return 1;
 }
 

@@ -20,10 +20,15 @@ bool same_on_every_rank(ErrorKind kind);
 // an error of one rank of a job (rank >= 0) and " [file:line]" at the end when verbose.
 std::string error_text(const Error& e, int rank, bool verbose);
 
-// Prints the error to stderr unless another rank of the job prints it; returns the exit
-// code: 2 for a config error (bad input), 1 otherwise.
+// Prints the error to stderr unless another rank of the job prints it (rank 0 prints a
+// config error and an error every rank agreed on, comm::AgreedError, naming the rank that
+// failed); returns the exit code: 2 for a config error (bad input), 1 otherwise. Under MPI it
+// then ends the job, so that no rank waits for this one until a timeout: the printing rank
+// aborts it (mpirun exits with the code); the others wait up to 10 s for that, then print
+// the error themselves and abort.
 int report_error(const Error& e);
-// The same for an exception that is not a kiri::Error (a bug): exit code 1.
+// The same for an exception that is not a kiri::Error (a bug), printed by the raising rank:
+// exit code 1.
 int report_unexpected(const std::exception& e);
 
 }  // namespace kiri::cli

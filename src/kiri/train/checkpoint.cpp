@@ -11,6 +11,7 @@
 // Everything goes into a temporary step directory that rank 0 renames into
 // place only when every file is complete.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -19,6 +20,7 @@
 #include "kiri/base/atomic_file.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/comm/agree.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -50,6 +52,17 @@ std::string optimizer_file_name(int index, int count) {
   return buf;
 }
 }  // namespace
+
+void check_finite(const Tensor& t, const std::string& what) {
+  KIRI_CHECK_KIND(kCheckpoint, t.dtype() == DType::kF32, what, " is ", dtype_name(t.dtype()),
+                  ", expected F32");
+  const float* x = t.data<float>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      KIRI_RAISE(kCheckpoint, what, " holds a non-finite value (", x[i], ") at element ", i, " of ",
+                 n, ": the run that wrote it diverged, or the file is corrupt");
+}
 
 int Trainer::optimizer_writers_per_stage() const {
   return parallel_->zero_stage() == 0                 ? 1
@@ -158,6 +171,14 @@ std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
 
 std::string Trainer::save_checkpoint() {
   const std::string& root = cfg_.checkpoint.dir;
+  // A checkpoint of non-finite weights would only spread the divergence to every resume:
+  // each rank checks its master weights, and all stop together before anything is written.
+  comm::run_agreed(*world_, [&] {
+    const auto& segs = optimizer_->segments();
+    for (size_t i = 0; i < segs.size(); ++i)
+      check_finite(optimizer_->weights(i), str("refusing to save the checkpoint of step ", step_,
+                                               ": parameter ", segs[i].param->name));
+  });
   const auto model = gather_model();  // collective under sharding
   if (is_rank0()) ckpt::begin_checkpoint(root, step_);
   world_->barrier();
@@ -228,6 +249,7 @@ std::string Trainer::save_checkpoint() {
   return done;
 }
 
+// Into the master weights only: load_checkpoint writes them back once every rank has read.
 void Trainer::load_model(const std::string& path) {
   ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
   const auto& segs = optimizer_->segments();
@@ -237,17 +259,17 @@ void Trainer::load_model(const std::string& path) {
     if (p->tp.dim < 0 && segs[i].begin == 0 && segs[i].numel() == p->numel()) {
       Tensor whole = w.view(p->shape);
       file.read_into(p->name, whole);
+      check_finite(whole, path + ": tensor " + p->name);
       continue;
     }
     // A piece of the whole parameter (the file holds it whole): read it, take ours.
     Tensor whole = Tensor::empty(p->full, DType::kF32, Category::kBuffers, allocator_);
     file.read_into(p->name, whole);
+    check_finite(whole, path + ": tensor " + p->name);
     for (const GlobalPiece& g : global_pieces(segs[i]))
       w.flat_range(g.state - segs[i].state_offset, g.length)
           .copy_from(whole.flat_range(g.global, g.length));
   }
-  optimizer_->write_back();
-  parallel_->synchronize_parameters();
 }
 
 void Trainer::load_optimizer_states(const std::string& dir, const std::vector<std::string>& files) {
@@ -270,6 +292,8 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
       KIRI_RAISE(kCheckpoint, path, " has no valid 'segments' metadata: ", e.what());
     }
     const Tensor m = file.get("exp_avg"), v = file.get("exp_avg_sq");
+    check_finite(m, path + ": tensor exp_avg");
+    check_finite(v, path + ": tensor exp_avg_sq");
     for (const json& s : segs) {
       const std::string pname = s.at(0).get<std::string>();
       const int64_t begin = s.at(1).get<int64_t>(), count = s.at(2).get<int64_t>(),
@@ -300,6 +324,15 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
+  // Every rank reads its part, then all agree: a bad file on one rank stops every rank here
+  // with that rank's error, instead of the others waiting in their first collective until
+  // parallel.timeout_s while it exits.
+  comm::run_agreed(*world_, [&] { read_checkpoint(path); });
+  optimizer_->write_back();
+  parallel_->synchronize_parameters();
+}
+
+void Trainer::read_checkpoint(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
   json state;
   std::vector<std::string> files;

@@ -45,6 +45,9 @@ struct TrainConfig {
   int initial_scale_power = 16;
   int64_t loss_scale_window = 1000;
   double min_loss_scale = 1;
+  // Consecutive steps with a non-finite loss (or a skipped update the loss scaler cannot
+  // cure) that stop the run; 0: never stop.
+  int64_t max_nonfinite_steps = 10;
 };
 
 enum class ActivationCheckpointing { kNone, kFull, kEveryK };

@@ -33,12 +33,16 @@ using nlohmann::json;
 namespace {
 // KIRI_FAULT=inf:R:S multiplies rank R's loss by +inf in step S (1-based, as
 // printed): every gradient of that rank overflows, as in an fp16 overflow.
+// KIRI_FAULT=nan:R:S multiplies it by NaN in step S and every step after, as in a run
+// that diverged.
 double fault_scale_for(int rank, int64_t step_index) {
   const char* spec = std::getenv("KIRI_FAULT");
   int r = -1;
   long long s = -1;
   if (spec && std::sscanf(spec, "inf:%d:%lld", &r, &s) == 2 && r == rank && s == step_index + 1)
     return HUGE_VAL;
+  if (spec && std::sscanf(spec, "nan:%d:%lld", &r, &s) == 2 && r == rank && s <= step_index + 1)
+    return std::nan("");
   return 1.0;
 }
 
@@ -100,6 +104,7 @@ void Trainer::build_detaching_tracer() {
 }
 
 void Trainer::build() {
+  check_same_config();  // first: everything after it assumes the ranks agree
   const TrainConfig& t = cfg_.train;
   if (auto note = resolve_layout(cfg_.parallel, world_->size());
       note && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
@@ -398,13 +403,19 @@ double Trainer::evaluate(int64_t n_batches) {
   nn::Context ctx{allocator_, /*training=*/false};
   const int64_t b = cfg_.train.micro_batch, dp = mesh_->shape().dp, rank = mesh_->dp_index();
   n_batches = std::min<int64_t>(n_batches, (val_stream_->num_samples() + b - 1) / b);
-  // Batch i is evaluated by dp rank i % dp; the sums meet in one all-reduce.
+  // Batch i is evaluated by dp rank i % dp; the sums meet in one all-reduce. Every rank
+  // runs the same number of forwards (ZeRO-3's forward all-gathers over dp): a rank past
+  // the last batch runs batch 0 again and drops its loss.
   Tensor sums = Tensor::zeros({2}, DType::kF64, Category::kBuffers, allocator_);
-  for (int64_t i = rank; i < n_batches; i += dp) {
-    fill_batch(eval_inputs_, eval_targets_, *val_stream_, static_cast<uint64_t>(i * b), true);
+  for (int64_t first = 0; first < n_batches; first += dp) {
+    const int64_t i = first + rank;
+    fill_batch(eval_inputs_, eval_targets_, *val_stream_,
+               i < n_batches ? static_cast<uint64_t>(i * b) : 0, true);
     // One stage: a compute span here; a pipeline records its own forwards.
     Tracer::Span span(mesh_->shape().pp > 1 ? nullptr : tracer_.get(), "eval forward", "compute");
-    sums.data<double>()[0] += parallel_->forward_only(ctx, eval_inputs_, eval_targets_);
+    const double loss = parallel_->forward_only(ctx, eval_inputs_, eval_targets_);
+    if (i >= n_batches) continue;
+    sums.data<double>()[0] += loss;
     sums.data<double>()[1] += static_cast<double>(eval_inputs_.numel());
   }
   if (mesh_->shape().pp > 1) {  // only the last stage has the loss; every stage counted the tokens
@@ -417,8 +428,9 @@ double Trainer::evaluate(int64_t n_batches) {
 
 namespace {
 // Failure injection for the tests of failure handling: KIRI_FAULT=kill:R:S
-// (rank R dies by SIGKILL before step S) or hang:R:S (rank R stops
-// communicating before step S, as a rank stuck in a loop would).
+// (rank R dies by SIGKILL before step S), hang:R:S (rank R stops
+// communicating before step S, as a rank stuck in a loop would) or raise:R:S
+// (rank R raises a kData error before step S, as a bad read on one rank would).
 void inject_fault(int rank, int64_t step) {
   const char* spec = std::getenv("KIRI_FAULT");
   if (!spec || !*spec) return;
@@ -426,10 +438,13 @@ void inject_fault(int rank, int64_t step) {
   int r = -1;
   long long s = -1;
   if (std::sscanf(spec, "%15[a-z]:%d:%lld", kind, &r, &s) != 3 || r != rank || s != step) return;
+  if (std::string(kind) == "inf" || std::string(kind) == "nan") return;  // fault_scale_for's
   log::warn("KIRI_FAULT: injecting '", kind, "' on rank ", rank, " before step ", step + 1);
   if (std::string(kind) == "kill") std::raise(SIGKILL);
   if (std::string(kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (std::string(kind) == "raise")
+    KIRI_RAISE(kData, "KIRI_FAULT: the error injected on rank ", rank, " before step ", step + 1);
 }
 }  // namespace
 
@@ -467,8 +482,9 @@ void Trainer::run() {
       log::info("metrics: dropped ", dropped, " row(s) of ", cfg_.log.metrics, " past step ", step_,
                 " (an earlier attempt's)");
   MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
-  LossHistory history;  // this run's steps: the plot's when there is no metrics file
-  StepClock clock;      // elapsed and ETA from here (rank 0 measured its peak above)
+  LossHistory history;    // this run's steps: the plot's when there is no metrics file
+  StepClock clock;        // elapsed and ETA from here (rank 0 measured its peak above)
+  int64_t nonfinite = 0;  // consecutive steps that made no progress (count_nonfinite)
   while (step_ < t.steps) {
     inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
@@ -487,6 +503,7 @@ void Trainer::run() {
         std::printf("%s\n", progress_line(m).c_str());
       std::fflush(stdout);
     }
+    count_nonfinite(m, nonfinite);  // raises before a diverged run saves a checkpoint
     if (!cfg_.checkpoint.dir.empty() &&
         ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last)) {
       const std::string dir = save_checkpoint();

@@ -38,6 +38,10 @@ using OomAdvisor =
     std::function<std::string(const RunConfig& cfg, int world_size, const MemoryStats& stats,
                               Category category, int64_t bytes)>;
 
+// kCheckpoint unless `t` (F32) holds only finite values: names `what`, the first bad
+// element and its value. Checkpoint loading runs it on every tensor it reads.
+void check_finite(const Tensor& t, const std::string& what);
+
 class Trainer {
  public:
   // Builds everything on this rank of `world` (resolving and validating the layout
@@ -68,7 +72,9 @@ class Trainer {
 
   // Writes <checkpoint.dir>/step_N atomically and returns its path.
   std::string save_checkpoint();
-  // Restores parameters, optimizer state, step and data position.
+  // Restores parameters, optimizer state, step and data position. Collective: every rank
+  // reads its part, then all agree, so that a failure on any rank raises
+  // comm::AgreedError (that rank's error) on every rank. Refuses non-finite values.
   void load_checkpoint(const std::string& path);
 
   int64_t step() const { return step_; }
@@ -102,8 +108,16 @@ class Trainer {
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
 
   void build();
+  // Every rank resolved the same config: compares a hash of config_json over the world
+  // (kConfig naming the ranks that differ and the first differing key).
+  void check_same_config();
+  // Counts the consecutive steps without progress (a non-finite loss, or an update skipped
+  // for non-finite gradients that no loss-scale back-off can cure); kConfig at
+  // train.max_nonfinite_steps of them.
+  void count_nonfinite(const StepMetrics& m, int64_t& count) const;
   void build_detaching_tracer();  // build(); on failure unsets the world's tracer
   void add_comm_stats(StepMetrics& m);
+  void read_checkpoint(const std::string& path);  // this rank's part of load_checkpoint
   void load_model(const std::string& path);
   void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);
   // Whether this rank writes its optimizer states (one copy per shard).

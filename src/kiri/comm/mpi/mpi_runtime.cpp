@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <exception>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -50,12 +51,33 @@ MpiRuntime::MpiRuntime() {
 
 MpiRuntime::~MpiRuntime() {
   if (!owner_ || detail::mpi_finalized()) return;
+  if (std::uncaught_exceptions() > 0) return;  // end_mpi_job_after_error's to end
   detail::release_mpi_types();
   if (const int left = detail::abandoned_operations(); left > 0) {
     // Finalising waits for the other ranks; one of them is stuck.
     log::warn("skipping MPI_Finalize: ", left, " operation(s) never completed");
     return;
   }
+  MPI_Finalize();
+}
+
+bool mpi_job_running() {
+  int initialized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  if (!initialized || detail::mpi_finalized()) return false;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size > 1;
+}
+
+void end_mpi_job_after_error(int code) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || detail::mpi_finalized()) return;
+  if (mpi_job_running()) {
+    MPI_Abort(MPI_COMM_WORLD, code);  // does not return
+    return;
+  }
+  detail::release_mpi_types();
   MPI_Finalize();
 }
 

@@ -19,7 +19,9 @@ class MpiRuntime {
   // stay mapped between collectives (docs/comm.md has the numbers).
   MpiRuntime();
   // Finalises MPI if it initialised it; skips MPI_Finalize (logging why) when an
-  // operation never completed, because finalising would wait for the stuck rank.
+  // operation never completed, because finalising would wait for the stuck rank, and
+  // while an exception unwinds (the other ranks may be mid-collective: finalising would
+  // wait for them); end_mpi_job_after_error() then ends the job.
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
@@ -31,6 +33,14 @@ class MpiRuntime {
   bool owner_ = false;
   int rank_ = 0, size_ = 1;
 };
+
+// After an error has been printed (or left to another rank to print): ends the job so
+// that no rank waits for this one. With MPI initialised and not finalised, a world of
+// more than one rank is aborted (MPI_Abort with `code`: mpirun ends every rank and exits
+// with it); one rank finalises. Without MPI, nothing.
+void end_mpi_job_after_error(int code);
+// MPI is initialised and not finalised, in a world of more than one rank.
+bool mpi_job_running();
 
 // The world of all MPI ranks ("world"), on a duplicate of MPI_COMM_WORLD.
 // Collective over all ranks; needs an MpiRuntime.

@@ -1,0 +1,106 @@
+// The trainer's checks that the ranks agree and that the run makes progress: every rank
+// resolved the same config (at start), and the loss has not stayed non-finite.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/comm/agree.h"
+#include "kiri/train/trainer.h"
+
+namespace kiri::train {
+
+using nlohmann::json;
+
+namespace {
+// FNV-1a: the config's fingerprint that the ranks compare.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// A value for a message, bounded (a config value is short; a hostile one need not be).
+std::string bounded_dump(const json& j) {
+  std::string s = j.dump();
+  if (s.size() > 80) s = s.substr(0, 80) + "...";
+  return s;
+}
+
+// "train.lr is 0.002 here and 0.001 on rank 0": the first key where `mine` differs from
+// `rank0`'s (both config JSON); "" when they cannot be compared.
+std::string first_difference(const std::string& mine, const std::string& rank0) {
+  try {
+    const json a = json::parse(rank0), b = json::parse(mine);
+    const json patch = json::diff(a, b);
+    if (patch.empty()) return "";
+    const json::json_pointer at(patch.front().at("path").get<std::string>());
+    std::string key = at.to_string().substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    return str(key, " is ", b.contains(at) ? bounded_dump(b.at(at)) : "unset", " here and ",
+               a.contains(at) ? bounded_dump(a.at(at)) : "unset", " on rank 0");
+  } catch (const json::exception&) {
+    return "";
+  }
+}
+
+}  // namespace
+
+void Trainer::check_same_config() {
+  if (world_->size() == 1) return;
+  const uint64_t hash = fnv1a(config_json_);
+  Tensor mine = Tensor::empty({2}, DType::kI32, Category::kBuffers, allocator_);
+  std::memcpy(mine.data<int32_t>(), &hash, sizeof hash);
+  Tensor all =
+      Tensor::empty({2 * int64_t{world_->size()}}, DType::kI32, Category::kBuffers, allocator_);
+  world_->all_gather(mine, all);
+  std::vector<uint64_t> hashes(static_cast<size_t>(world_->size()));
+  std::memcpy(hashes.data(), all.data<int32_t>(), hashes.size() * sizeof(uint64_t));
+  std::string differ;
+  for (size_t r = 1; r < hashes.size(); ++r)
+    if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (differ.empty()) return;
+  // Rank 0's config, so that the ranks that differ can name the first key.
+  Tensor length = Tensor::empty({1}, DType::kI32, Category::kBuffers, allocator_);
+  length.data<int32_t>()[0] = static_cast<int32_t>(config_json_.size());
+  world_->broadcast(length, 0);
+  Tensor text = Tensor::empty({std::max<int64_t>(1, length.data<int32_t>()[0])}, DType::kU8,
+                              Category::kBuffers, allocator_);
+  if (world_->rank() == 0)
+    std::memcpy(text.data<uint8_t>(), config_json_.data(), config_json_.size());
+  world_->broadcast(text, 0);
+  const std::string rank0(reinterpret_cast<const char*>(text.data<uint8_t>()),
+                          static_cast<size_t>(length.data<int32_t>()[0]));
+  comm::run_agreed(*world_, [&] {
+    if (hash == hashes[0]) return;
+    const std::string diff = first_difference(config_json_, rank0);
+    KIRI_RAISE(kConfig, "the ranks resolved different configs: rank ", world_->rank(),
+               diff.empty() ? std::string(" differs from rank 0") : "'s " + diff,
+               " (ranks that differ from rank 0: ", differ,
+               "); every rank must run the same command line, config file and --set flags");
+  });
+}
+
+void Trainer::count_nonfinite(const StepMetrics& m, int64_t& count) const {
+  // fp16's dynamic scaler skips overflowed steps and halves the scale: that is progress,
+  // until the scale reaches min_loss_scale (or is static) and cannot back off further.
+  const bool scaler_can_back_off = scaler_ && cfg_.train.loss_scale == 0 && m.loss_scale &&
+                                   *m.loss_scale > cfg_.train.min_loss_scale;
+  const bool stuck = !std::isfinite(m.loss) || (m.skipped && !scaler_can_back_off);
+  count = stuck ? count + 1 : 0;
+  const int64_t limit = cfg_.train.max_nonfinite_steps;
+  // The loss is all-reduced and the skip decided over the shard group, so every rank
+  // raises at the same step; rank 0 prints it.
+  KIRI_CHECK_KIND(kConfig, limit == 0 || count < limit, "the run diverged: ", count,
+                  " steps in a row (steps ", step_ - count + 1, "-", step_,
+                  ") had a non-finite loss or skipped the update for non-finite gradients",
+                  !scaler_                     ? ""
+                  : cfg_.train.loss_scale == 0 ? " at the minimum loss scale"
+                                               : " at the static loss scale",
+                  " (train.max_nonfinite_steps = ", limit,
+                  "); stopping without saving these weights: lower train.lr, raise "
+                  "train.warmup, or resume from an earlier checkpoint");
+}
+
+}  // namespace kiri::train
