@@ -473,6 +473,10 @@ json parse_config_json(std::string_view text, const std::string& where) {
   if (json_nesting_depth(text, kMaxConfigDepth + 1) > kMaxConfigDepth)
     KIRI_RAISE(kConfig, "config file '", where, "' nests more than ", kMaxConfigDepth,
                " levels deep (a config nests 2)");
+  // nlohmann stops at a NUL byte and would ignore whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    KIRI_RAISE(kConfig, "config file '", where, "' holds a NUL byte at offset ", nul,
+               ": it is not a text file");
   json j;
   try {
     j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
@@ -596,7 +600,10 @@ std::string config_markdown() {
         "`src/kiri/cli/config_schema.cpp` (a test keeps this file in sync).\n\n"
         "A config file is JSON, nested (`{\"model\": {\"n_layer\": 4}}`) or flat "
         "(`{\"model.n_layer\": 4}`); `--set key=value` overrides any key after the file. "
-        "An unknown key or a bad value is an error naming the key.\n\n"
+        "An unknown key or a bad value is an error naming the key. The file may hold "
+        "`//` and `/* */` comments; it must be a regular file of at most 16 MiB, nest at "
+        "most 64 levels and give no key twice (in one object, or once flat and once "
+        "nested): each is a `config error` naming the file (and the key).\n\n"
         "`kiri train --resume` starts from the config in the checkpoint's `state.json` and "
         "applies the keys a file or `--set` gives on top (steps, schedule, evaluation, "
         "logging, checkpoint cadence, layout, dtype, ...); a given `model.*`, "

@@ -90,8 +90,13 @@ PreparedCorpus prepare_corpus(const std::string& text_path, const Tokenizer& tok
              " must lie strictly between 0 and 1");
   // read_small_file refuses a FIFO or device (open() would block on it) and caps the size:
   // the text, its tokens and the shards are all held in memory while preparing.
-  const std::string text =
-      read_small_file(text_path, kMaxCorpusBytes, ErrorKind::kData, "corpus text");
+  std::string text;
+  try {
+    text = read_small_file(text_path, kMaxCorpusBytes, ErrorKind::kData, "corpus text");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kData) throw;
+    KIRI_RAISE(kData, e.message());  // a missing or unreadable text is bad data
+  }
   if (text.empty()) KIRI_RAISE(kData, "corpus text ", text_path, " is empty");
   Timer timer;
   const std::vector<int32_t> tokens = tokenizer.encode(text);

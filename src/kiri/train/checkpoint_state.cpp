@@ -164,6 +164,11 @@ CheckpointState parse_checkpoint_state(std::string_view text, const std::string&
   if (json_nesting_depth(text, kMaxStateDepth + 1) > kMaxStateDepth)
     KIRI_RAISE(kCheckpoint, where, " nests more than ", kMaxStateDepth,
                " levels deep (kiri writes 4)");
+  // nlohmann stops at a NUL byte and would accept whatever follows (a file a crash left
+  // half zeroes, say): no JSON text holds one outside a string's escapes.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    KIRI_RAISE(kCheckpoint, where, " holds a NUL byte at offset ", nul, " of ", text.size(),
+               ": it is damaged");
   json state;
   try {
     state = json::parse(text.begin(), text.end());
