@@ -40,7 +40,7 @@ int64_t as_int(const json& v, const std::string& key) {
     } catch (const std::exception&) {
     }
   }
-  KIRI_RAISE(kConfig, key, " must be an integer, got ", v.dump());
+  KIRI_RAISE(kConfig, key, " must be an integer, got ", quote_bounded(v.dump(), 80));
 }
 
 double as_float(const json& v, const std::string& key) {
@@ -54,13 +54,13 @@ double as_float(const json& v, const std::string& key) {
     } catch (const std::exception&) {
     }
   }
-  KIRI_RAISE(kConfig, key, " must be a number, got ", v.dump());
+  KIRI_RAISE(kConfig, key, " must be a number, got ", quote_bounded(v.dump(), 80));
 }
 
 std::string as_string(const json& v, const std::string& key) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number()) return v.dump();
-  KIRI_RAISE(kConfig, key, " must be a string, got ", v.dump());
+  KIRI_RAISE(kConfig, key, " must be a string, got ", quote_bounded(v.dump(), 80));
 }
 
 template <typename Access>
@@ -119,7 +119,7 @@ Field bool_field(std::string key, Access acc, std::string doc) {
     else if (s == "false" || s == "0")
       acc(c) = false;
     else
-      KIRI_RAISE(kConfig, key, " must be true or false, got ", v.dump());
+      KIRI_RAISE(kConfig, key, " must be true or false, got ", quote_bounded(v.dump(), 80));
   };
   f.get = [=](const RunConfig& c) { return json(acc(const_cast<RunConfig&>(c))); };
   return f;
@@ -139,7 +139,7 @@ Field enum_field(std::string key, Access acc, std::vector<std::pair<std::string,
         acc(c) = e;
         return;
       }
-    KIRI_RAISE(kConfig, key, " must be ", type.substr(8), ", got '", s, "'");
+    KIRI_RAISE(kConfig, key, " must be ", type.substr(8), ", got '", quote_bounded(s, 80), "'");
   };
   f.get = [=](const RunConfig& c) -> json {
     for (auto& [n, e] : names)
@@ -386,22 +386,26 @@ const Field& find_field(const std::string& key) {
     if (f.doc.key == key) return f;
   std::vector<std::string> keys;
   for (const Field& f : fields()) keys.push_back(f.doc.key);
-  if (auto best = closest(key, keys))
-    KIRI_RAISE(kConfig, "unknown key '", key, "'; did you mean ", *best, "?");
+  // No key is longer than 40 characters: a longer name gets no suggestion, whose edit
+  // distance would take minutes for a 10 MB key.
+  constexpr size_t kMaxSuggestedLength = 100;
+  if (auto best = key.size() > kMaxSuggestedLength ? std::nullopt : closest(key, keys))
+    KIRI_RAISE(kConfig, "unknown key '", quote_bounded(key, 120), "'; did you mean ", *best, "?");
   std::string section = key.substr(0, key.find('.'));
   std::string known;
   for (const Field& f : fields())
     if (f.doc.key.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + f.doc.key;
-  KIRI_RAISE(kConfig, "unknown key '", key, "'",
+  KIRI_RAISE(kConfig, "unknown key '", quote_bounded(key, 120), "'",
              known.empty()
                  ? std::string(" (sections: run, model, data, train, parallel, checkpoint, log)")
-                 : " (keys of '" + section + "': " + known + ")");
+                 : " (keys of '" + quote_bounded(section, 40) + "': " + known + ")");
 }
 
 std::pair<std::string, json> split_set(const std::string& kv) {
   const size_t eq = kv.find('=');
   KIRI_CHECK_KIND(kConfig, eq != std::string::npos && eq > 0,
-                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", kv, "'");
+                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", quote_bounded(kv, 120),
+                  "'");
   return {kv.substr(0, eq), json(kv.substr(eq + 1))};
 }
 
@@ -480,7 +484,7 @@ json parse_config_json(std::string_view text, const std::string& where) {
   json j;
   try {
     j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a huge number
     KIRI_RAISE(kConfig, "config file '", where,
                "' is not valid JSON: ", quote_bounded(e.what(), 300));
   }
