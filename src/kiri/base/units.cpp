@@ -5,8 +5,14 @@
 #include <cstdio>
 
 #include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
 
 namespace kiri {
+
+namespace {
+// 1 EiB: far beyond any machine's memory or disk, and far from int64's end.
+constexpr int64_t kMaxBytes = int64_t{1} << 60;
+}  // namespace
 
 int64_t parse_bytes(const std::string& text) {
   size_t pos = 0;
@@ -14,7 +20,7 @@ int64_t parse_bytes(const std::string& text) {
   try {
     value = std::stod(text, &pos);
   } catch (const std::exception&) {
-    KIRI_RAISE(kInvalidArgument, "cannot read a byte size from '", text,
+    KIRI_RAISE(kInvalidArgument, "cannot read a byte size from '", quote_bounded(text, 80),
                "' (expected e.g. 512MiB, 2GiB, 1e9)");
   }
   std::string unit = text.substr(pos);
@@ -39,8 +45,12 @@ int64_t parse_bytes(const std::string& text) {
   else if (unit == "TB")
     scale = 1e12;
   if (scale == 0 || !(value >= 0) || !std::isfinite(value))
-    KIRI_RAISE(kInvalidArgument, "cannot read a byte size from '", text,
+    KIRI_RAISE(kInvalidArgument, "cannot read a byte size from '", quote_bounded(text, 80),
                "' (expected a non-negative number with B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+  // Checked before the conversion: a double past int64's range converts to garbage.
+  if (value * scale > static_cast<double>(kMaxBytes))
+    KIRI_RAISE(kInvalidArgument, "byte size '", quote_bounded(text, 80),
+               "' is more than the 1 EiB (2^60 bytes) kiri accepts");
   return static_cast<int64_t>(std::llround(value * scale));
 }
 

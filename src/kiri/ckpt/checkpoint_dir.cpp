@@ -12,6 +12,7 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
 
 namespace kiri::ckpt {
 
@@ -25,6 +26,8 @@ namespace {
 
 constexpr const char* kLatest = "latest";
 constexpr const char* kState = "state.json";
+// `latest` holds one step directory's name and a newline.
+constexpr uint64_t kMaxLatestBytes = 4096;
 
 void remove_tree(const fs::path& path) {
   std::error_code ec;
@@ -78,6 +81,12 @@ bool is_protocol_entry(const std::string& name) {
   if (name.rfind(".step_", 0) != 0 || name.size() < 10) return false;
   const std::string ext = name.substr(name.size() - 4);
   return (ext == ".tmp" || ext == ".old") && digits(6, name.size() - 4);
+}
+
+// step_ and 1 to 18 digits: the names step_dir_name gives (and list_checkpoints reads).
+bool is_step_dir_name(const std::string& name) {
+  return name.size() > 5 && name.size() <= 5 + 18 && name.rfind("step_", 0) == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
 void prune(const std::string& root, int64_t committed, int keep_last) {
@@ -135,22 +144,42 @@ std::string commit_checkpoint(const std::string& root, int64_t step, int keep_la
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
   std::error_code ec;
-  if (fs::is_regular_file(p / kState, ec)) return path;
+  // A state.json that is not a regular file (a FIFO, a directory) is still this step's:
+  // reading it names what it is.
+  if (fs::exists(p / kState, ec)) return path;
   if (!fs::exists(p / kLatest, ec)) {
     if (!fs::exists(p, ec))
       KIRI_RAISE(kCheckpoint, "no checkpoint in ", path, ": it does not exist");
     KIRI_RAISE(kCheckpoint, "no checkpoint in ", path, ": neither ", kState, " nor ", kLatest);
   }
-  std::string name = read_file((p / kLatest).string());
+  const std::string latest = (p / kLatest).string();
+  std::string name =
+      read_small_file(latest, kMaxLatestBytes, ErrorKind::kCheckpoint, "checkpoint pointer");
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-    KIRI_RAISE(kCheckpoint, (p / kLatest).string(), " holds '", name,
-               "', not the name of a step directory");
+  // Only a committed step directory: never a temporary one (.step_N.tmp), a path or '..'.
+  if (!is_step_dir_name(name))
+    KIRI_RAISE(kCheckpoint, latest, " holds '", quote_bounded(name, 80),
+               "', not the name of a step directory (step_NNNNNNNN)");
   const fs::path dir = p / name;
-  if (!fs::is_regular_file(dir / kState, ec))
-    KIRI_RAISE(kCheckpoint, (p / kLatest).string(), " names ", name, ", but ",
-               (dir / kState).string(), " does not exist");
+  if (!fs::exists(dir / kState, ec))
+    KIRI_RAISE(kCheckpoint, latest, " names ", name, ", but ", (dir / kState).string(),
+               " does not exist");
   return dir.string();
+}
+
+std::vector<std::string> remove_stale_temp_dirs(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (is_protocol_entry(name) && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
+      removed.push_back(it->path().string());
+  }
+  if (ec) KIRI_RAISE(kIo, "cannot list checkpoint root ", root, ": ", ec.message());
+  std::sort(removed.begin(), removed.end());
+  for (const std::string& p : removed) remove_tree(p);
+  return removed;
 }
 
 std::vector<int64_t> list_checkpoints(const std::string& root) {

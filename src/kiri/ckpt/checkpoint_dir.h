@@ -36,8 +36,16 @@ std::string commit_checkpoint(const std::string& root, int64_t step, int keep_la
 
 // Given a step directory (it contains state.json) returns it; given a root
 // (it contains `latest`) returns the step directory `latest` names. Anything
-// else is a kCheckpoint error naming the path.
+// else is a kCheckpoint error naming the path: among them a `latest` that is not
+// a regular file of at most 4 KiB, or that names anything but a step_NNNNNNNN
+// directory (a temporary .step_N.tmp one included).
 std::string resolve_checkpoint(const std::string& path);
+
+// Removes the temporary directories (.step_N.tmp) a save killed midway left under root,
+// nothing else (a .step_N.old set aside by a replace may hold the only copy of a step).
+// For the start of a run that owns root, before its first save. Returns the removed
+// paths, sorted.
+std::vector<std::string> remove_stale_temp_dirs(const std::string& root);
 
 // The steps of the step_NNNNNNNN directories under root, ascending (empty if
 // root does not exist). Temporary directories are not listed.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "kiri/parallel/mesh.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
+#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
@@ -52,17 +54,9 @@ train::RunConfig config_of(const Args& a, size_t max_positional) {
 // parallel.dp, the learning rates and the {run.dir} paths before their resolution).
 train::RunConfig checkpoint_config(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
-  std::ifstream in(dir + "/state.json");
-  KIRI_CHECK_KIND(kCheckpoint, in.good(), "cannot read ", dir, "/state.json");
-  json state;
-  try {
-    state = json::parse(in);
-  } catch (const json::exception& e) {
-    KIRI_RAISE(kCheckpoint, dir, "/state.json is not valid JSON: ", e.what());
-  }
-  KIRI_CHECK_KIND(kCheckpoint, state.contains("config") && state["config"].is_object(), dir,
-                  "/state.json has no config");
-  return config_from_json(state["config"]);
+  const train::CheckpointState state = train::read_checkpoint_state(dir);
+  KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
+  return config_from_json(state.config);
 }
 
 // The keys that a resumed run keeps from its checkpoint: they fix the parameters'
@@ -448,6 +442,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   const train::RunConfig paths = train::resolve_run_paths(cfg);
   const train::RunLock lock = train::lock_run_folder(paths, *world.comm);  // one run per folder
   prepare_run_folder(paths, resume.has_value(), a.flag("overwrite"), from, rank0);
+  // Saves killed midway leave .step_N.tmp folders that no later save of another step
+  // reuses: this run owns the folder now, so they go before its first save.
+  if (rank0 && !paths.checkpoint.dir.empty())
+    for (const std::string& tmp : ckpt::remove_stale_temp_dirs(paths.checkpoint.dir))
+      log::info("removed ", tmp, ", left by a save that did not finish");
   if (a.flag("auto")) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
     validate(cfg);
@@ -479,6 +478,10 @@ int cmd_config(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// The bounds of sample's --tokens and eval's --batches (train.eval_batches' own).
+constexpr int64_t kMaxSampleTokens = int64_t{1} << 20;
+constexpr int64_t kMaxEvalBatches = int64_t{1} << 20;
+
 int cmd_sample(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("sample"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri sample takes one CKPT_DIR");
@@ -498,10 +501,18 @@ int cmd_sample(const std::vector<std::string>& argv) {
   train::SampleOptions o;
   o.tokens = a.get_int("tokens", 100);
   o.temperature = a.get_double("temperature", 0.8);
-  o.top_k = static_cast<int>(a.get_int("top-k", 0));
-  o.seed = static_cast<uint64_t>(a.get_int("seed", 0));
-  KIRI_CHECK_KIND(kConfig, o.tokens >= 0 && o.temperature >= 0 && o.top_k >= 0,
-                  "--tokens, --temperature and --top-k must not be negative");
+  const int64_t top_k = a.get_int("top-k", 0), seed = a.get_int("seed", 0);
+  // Checked before the narrowing casts: 2^40 would wrap to a small top-k, -1 to a huge seed.
+  KIRI_CHECK_KIND(kConfig, o.tokens >= 0 && o.tokens <= kMaxSampleTokens,
+                  "--tokens must be in [0, ", kMaxSampleTokens, "], got ", o.tokens);
+  KIRI_CHECK_KIND(kConfig, o.temperature >= 0 && std::isfinite(o.temperature),
+                  "--temperature must be a finite number >= 0, got ", o.temperature);
+  KIRI_CHECK_KIND(kConfig, top_k >= 0 && top_k <= tokenizer->vocab_size(),
+                  "--top-k must be in [0, ", tokenizer->vocab_size(),
+                  "] (0: all; the vocabulary's size), got ", top_k);
+  KIRI_CHECK_KIND(kConfig, seed >= 0, "--seed must not be negative, got ", seed);
+  o.top_k = static_cast<int>(top_k);
+  o.seed = static_cast<uint64_t>(seed);
   std::string prompt = a.get("prompt").value_or("\n");
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   KIRI_CHECK_KIND(kConfig, !ids.empty(), "--prompt must not be empty");
@@ -514,6 +525,10 @@ int cmd_eval(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("eval"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri eval takes one CKPT_DIR");
   train::RunConfig cfg = checkpoint_config(a.positional()[0]);
+  // Zero batches averaged nothing and printed val_loss -nan: train.eval_batches' range.
+  const int64_t batches = a.get_int("batches", cfg.train.eval_batches);
+  KIRI_CHECK_KIND(kConfig, batches >= 1 && batches <= kMaxEvalBatches, "--batches must be in [1, ",
+                  kMaxEvalBatches, "], got ", batches);
   cfg.log.metrics.clear();
   // A checkpoint holds the full model whatever layout wrote it: evaluate on one process.
   cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
@@ -522,7 +537,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   cfg.train.lr_scaling = train::LrScaling::kNone;  // no optimizer step
   train::Trainer trainer(cfg, "");
   trainer.load_checkpoint(a.positional()[0]);
-  const double loss = trainer.evaluate(a.get_int("batches", cfg.train.eval_batches));
+  const double loss = trainer.evaluate(batches);
   std::printf("val_loss %.6f (step %lld)\n", loss, static_cast<long long>(trainer.step()));
   return 0;
 }

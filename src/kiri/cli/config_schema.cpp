@@ -1,12 +1,14 @@
 #include "kiri/cli/config_schema.h"
 
-#include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
+#include "kiri/base/file_read.h"
 #include "kiri/base/suggest.h"
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/checkpoint_state.h"
 
 namespace kiri::cli {
 
@@ -38,7 +40,7 @@ int64_t as_int(const json& v, const std::string& key) {
     } catch (const std::exception&) {
     }
   }
-  KIRI_RAISE(kConfig, key, " must be an integer, got ", v.dump());
+  KIRI_RAISE(kConfig, key, " must be an integer, got ", quote_bounded(v.dump(), 80));
 }
 
 double as_float(const json& v, const std::string& key) {
@@ -52,13 +54,13 @@ double as_float(const json& v, const std::string& key) {
     } catch (const std::exception&) {
     }
   }
-  KIRI_RAISE(kConfig, key, " must be a number, got ", v.dump());
+  KIRI_RAISE(kConfig, key, " must be a number, got ", quote_bounded(v.dump(), 80));
 }
 
 std::string as_string(const json& v, const std::string& key) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number()) return v.dump();
-  KIRI_RAISE(kConfig, key, " must be a string, got ", v.dump());
+  KIRI_RAISE(kConfig, key, " must be a string, got ", quote_bounded(v.dump(), 80));
 }
 
 template <typename Access>
@@ -117,7 +119,7 @@ Field bool_field(std::string key, Access acc, std::string doc) {
     else if (s == "false" || s == "0")
       acc(c) = false;
     else
-      KIRI_RAISE(kConfig, key, " must be true or false, got ", v.dump());
+      KIRI_RAISE(kConfig, key, " must be true or false, got ", quote_bounded(v.dump(), 80));
   };
   f.get = [=](const RunConfig& c) { return json(acc(const_cast<RunConfig&>(c))); };
   return f;
@@ -137,7 +139,7 @@ Field enum_field(std::string key, Access acc, std::vector<std::pair<std::string,
         acc(c) = e;
         return;
       }
-    KIRI_RAISE(kConfig, key, " must be ", type.substr(8), ", got '", s, "'");
+    KIRI_RAISE(kConfig, key, " must be ", type.substr(8), ", got '", quote_bounded(s, 80), "'");
   };
   f.get = [=](const RunConfig& c) -> json {
     for (auto& [n, e] : names)
@@ -390,22 +392,26 @@ const Field& find_field(const std::string& key) {
     if (f.doc.key == key) return f;
   std::vector<std::string> keys;
   for (const Field& f : fields()) keys.push_back(f.doc.key);
-  if (auto best = closest(key, keys))
-    KIRI_RAISE(kConfig, "unknown key '", key, "'; did you mean ", *best, "?");
+  // No key is longer than 40 characters: a longer name gets no suggestion, whose edit
+  // distance would take minutes for a 10 MB key.
+  constexpr size_t kMaxSuggestedLength = 100;
+  if (auto best = key.size() > kMaxSuggestedLength ? std::nullopt : closest(key, keys))
+    KIRI_RAISE(kConfig, "unknown key '", quote_bounded(key, 120), "'; did you mean ", *best, "?");
   std::string section = key.substr(0, key.find('.'));
   std::string known;
   for (const Field& f : fields())
     if (f.doc.key.rfind(section + ".", 0) == 0) known += (known.empty() ? "" : ", ") + f.doc.key;
-  KIRI_RAISE(kConfig, "unknown key '", key, "'",
+  KIRI_RAISE(kConfig, "unknown key '", quote_bounded(key, 120), "'",
              known.empty()
                  ? std::string(" (sections: run, model, data, train, parallel, checkpoint, log)")
-                 : " (keys of '" + section + "': " + known + ")");
+                 : " (keys of '" + quote_bounded(section, 40) + "': " + known + ")");
 }
 
 std::pair<std::string, json> split_set(const std::string& kv) {
   const size_t eq = kv.find('=');
   KIRI_CHECK_KIND(kConfig, eq != std::string::npos && eq > 0,
-                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", kv, "'");
+                  "--set takes key=value (e.g. --set train.lr=3e-4), got '", quote_bounded(kv, 120),
+                  "'");
   return {kv.substr(0, eq), json(kv.substr(eq + 1))};
 }
 
@@ -418,6 +424,20 @@ void flatten(const json& j, const std::string& prefix,
     else
       out.emplace_back(key, *it);
   }
+}
+
+// The flattened (key, value) pairs, refusing a key given twice: a flat and a nested
+// spelling ({"train.lr": 1, "train": {"lr": 2}}) that the parser cannot see. `where`
+// names the file ("" for none).
+std::vector<std::pair<std::string, json>> flat_entries(const json& j, const std::string& where) {
+  std::vector<std::pair<std::string, json>> flat;
+  flatten(j, "", flat);
+  std::set<std::string> seen;
+  for (const auto& [key, value] : flat)
+    if (!seen.insert(key).second)
+      KIRI_RAISE(kConfig, where.empty() ? "" : "config file '" + where + "': ", "key '",
+                 quote_bounded(key, 120), "' is given twice (once flat, once nested)");
+  return flat;
 }
 
 }  // namespace
@@ -446,32 +466,74 @@ void apply_set(RunConfig& cfg, const std::string& kv) {
 RunConfig config_from_json(const json& j) {
   KIRI_CHECK_KIND(kConfig, j.is_object(), "a config must be a JSON object, got ", j.type_name());
   RunConfig cfg = train::default_run_config();
-  std::vector<std::pair<std::string, json>> flat;
-  flatten(j, "", flat);
-  for (auto& [k, v] : flat) apply_key(cfg, k, v);
+  for (auto& [k, v] : flat_entries(j, "")) apply_key(cfg, k, v);
   return cfg;
 }
 
 namespace {
-json read_config_file(const std::string& file) {
-  std::ifstream in(file);
-  KIRI_CHECK_KIND(kConfig, in.good(), "cannot open config file '", file, "'");
+// A config file is a few KiB of keys; the cap keeps a huge or endless file out of memory.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+// The schema nests 2 levels ({"train": {"lr": ...}}); 64 refuses hostile nesting before a
+// recursive parser or dump() can exhaust the stack.
+constexpr int kMaxConfigDepth = 64;
+
+// The object a config file's text holds: JSON with comments, no key twice in one object,
+// nested at most kMaxConfigDepth levels.
+json parse_config_json(std::string_view text, const std::string& where) {
+  if (json_nesting_depth(text, kMaxConfigDepth + 1) > kMaxConfigDepth)
+    KIRI_RAISE(kConfig, "config file '", where, "' nests more than ", kMaxConfigDepth,
+               " levels deep (a config nests 2)");
+  // nlohmann stops at a NUL byte and would ignore whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    KIRI_RAISE(kConfig, "config file '", where, "' holds a NUL byte at offset ", nul,
+               ": it is not a text file");
+  json j;
   try {
-    return json::parse(in, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    KIRI_RAISE(kConfig, "config file '", file, "' is not valid JSON: ", e.what());
+    j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a huge number
+    KIRI_RAISE(kConfig, "config file '", where,
+               "' is not valid JSON: ", quote_bounded(e.what(), 300));
+  }
+  if (const std::string dup = train::json_duplicate_key(text, /*ignore_comments=*/true);
+      !dup.empty())
+    KIRI_RAISE(kConfig, "config file '", where, "': key '", quote_bounded(dup, 120),
+               "' appears twice (which one applies would be a guess)");
+  KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", where, "' must be a JSON object, got ",
+                  j.type_name());
+  return j;
+}
+
+// The file's text: a regular file (a FIFO or a directory is refused, never waited on)
+// of at most kMaxConfigBytes.
+std::string read_config_text(const std::string& file) {
+  try {
+    return read_small_file(file, kMaxConfigBytes, ErrorKind::kConfig, "config file");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kConfig) throw;
+    KIRI_RAISE(kConfig, "cannot open config file '", file, "': ", e.message());
   }
 }
+
+json read_config_file(const std::string& file) {
+  return parse_config_json(read_config_text(file), file);
+}
+
 }  // namespace
+
+RunConfig parse_config_text(std::string_view text, const std::string& where) {
+  const json j = parse_config_json(text, where);
+  try {
+    return config_from_json(j);
+  } catch (const Error& e) {
+    KIRI_RAISE(kConfig, "in '", where, "': ", e.message());
+  }
+}
 
 std::vector<std::pair<std::string, json>> config_entries(const std::string& file,
                                                          const std::vector<std::string>& sets) {
   std::vector<std::pair<std::string, json>> out;
   if (!file.empty()) {
-    const json j = read_config_file(file);
-    KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", file, "' must be a JSON object, got ",
-                    j.type_name());
-    flatten(j, "", out);
+    out = flat_entries(read_config_file(file), file);
   }
   for (const std::string& s : sets) out.push_back(split_set(s));
   for (const auto& [key, value] : out) find_field(key);  // unknown keys are named here
@@ -484,14 +546,7 @@ json get_key(const RunConfig& cfg, const std::string& key) {
 
 RunConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
   RunConfig cfg = train::default_run_config();
-  if (!file.empty()) {
-    const json j = read_config_file(file);
-    try {
-      cfg = config_from_json(j);
-    } catch (const Error& e) {
-      KIRI_RAISE(kConfig, "in '", file, "': ", e.message());
-    }
-  }
+  if (!file.empty()) cfg = parse_config_text(read_config_text(file), file);
   for (const std::string& s : sets) apply_set(cfg, s);
   return cfg;
 }
@@ -555,7 +610,10 @@ std::string config_markdown() {
         "`src/kiri/cli/config_schema.cpp` (a test keeps this file in sync).\n\n"
         "A config file is JSON, nested (`{\"model\": {\"n_layer\": 4}}`) or flat "
         "(`{\"model.n_layer\": 4}`); `--set key=value` overrides any key after the file. "
-        "An unknown key or a bad value is an error naming the key.\n\n"
+        "An unknown key or a bad value is an error naming the key. The file may hold "
+        "`//` and `/* */` comments; it must be a regular file of at most 16 MiB, nest at "
+        "most 64 levels and give no key twice (in one object, or once flat and once "
+        "nested): each is a `config error` naming the file (and the key).\n\n"
         "`kiri train --resume` starts from the config in the checkpoint's `state.json` and "
         "applies the keys a file or `--set` gives on top (steps, schedule, evaluation, "
         "logging, checkpoint cadence, layout, dtype, ...); a given `model.*`, "

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/data/io.h"
@@ -18,6 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kManifestFormat = 1;
+// 4 GiB of text: about 20 GiB in memory while it is tokenized (docs/data.md).
+constexpr uint64_t kMaxCorpusBytes = uint64_t{4} << 30;
 
 // What a set of shards was made from; ensure_prepared compares it.
 nlohmann::json describe(const std::string& text_path, const Tokenizer& tokenizer,
@@ -85,7 +88,15 @@ PreparedCorpus prepare_corpus(const std::string& text_path, const Tokenizer& tok
                               const std::string& out_dir, double val_fraction) {
   KIRI_CHECK(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction ", val_fraction,
              " must lie strictly between 0 and 1");
-  const std::string text = read_file(text_path, "corpus text");
+  // read_small_file refuses a FIFO or device (open() would block on it) and caps the size:
+  // the text, its tokens and the shards are all held in memory while preparing.
+  std::string text;
+  try {
+    text = read_small_file(text_path, kMaxCorpusBytes, ErrorKind::kData, "corpus text");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kData) throw;
+    KIRI_RAISE(kData, e.message());  // a missing or unreadable text is bad data
+  }
   if (text.empty()) KIRI_RAISE(kData, "corpus text ", text_path, " is empty");
   Timer timer;
   const std::vector<int32_t> tokens = tokenizer.encode(text);

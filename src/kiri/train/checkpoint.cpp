@@ -13,14 +13,15 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/atomic_file.h"
+#include "kiri/base/file_read.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
+#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -28,7 +29,6 @@ namespace kiri::train {
 using nlohmann::json;
 
 namespace {
-constexpr int kFormatVersion = 2;
 
 // A segment's elements as runs of the whole parameter: `length` elements
 // from `global` whose optimizer state starts at `state`.
@@ -44,6 +44,32 @@ std::vector<GlobalPiece> global_pieces(const nn::ParameterSegment& s) {
       out.push_back({r.global + (lo - r.local), hi - lo, s.state_offset + (lo - s.begin)});
   }
   return out;
+}
+
+// One entry of an optimizer file's 'segments': [parameter, first element, count, offset in
+// the flat state], checked so that no sum below can overflow int64 and every range lies
+// inside the file's `states` elements.
+struct Segment {
+  std::string name;
+  int64_t begin, count, offset;
+};
+Segment parse_segment(const json& s, int64_t states, const std::string& path) {
+  const auto bad = [&](const char* why) {
+    KIRI_RAISE(kCheckpoint, path, ": segment ", quote_bounded(s.dump(), 120), " ", why);
+  };
+  if (!s.is_array() || s.size() != 4 || !s[0].is_string())
+    bad("is not [name, begin, count, offset]");
+  for (int i = 1; i < 4; ++i)
+    if (!s[i].is_number_integer() ||
+        (s[i].is_number_unsigned() && s[i].get<uint64_t>() > uint64_t(INT64_MAX)))
+      bad("holds a number that is not an int64");
+  const Segment g{s[0].get<std::string>(), s[1].get<int64_t>(), s[2].get<int64_t>(),
+                  s[3].get<int64_t>()};
+  if (g.begin < 0 || g.count < 0 || g.offset < 0) bad("holds a negative number");
+  if (g.begin > INT64_MAX - g.count) bad("ends past the largest int64 (begin + count overflows)");
+  if (g.offset > states || g.count > states - g.offset)
+    bad(str("lies outside its states of ", states, " elements").c_str());
+  return g;
 }
 
 std::string optimizer_file_name(int index, int count) {
@@ -222,7 +248,7 @@ std::string Trainer::save_checkpoint() {
                          {{"format", "pt"}, {"kiri_model", "gpt2"}});
   json files = json::array();
   for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
-  json state = {{"format_version", kFormatVersion},
+  json state = {{"format_version", kCheckpointFormatVersion},
                 {"step", step_},
                 {"optimizer_step", optimizer_->step_count()},
                 {"optimizer_files", files},
@@ -285,24 +311,28 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
     KIRI_CHECK_KIND(kCheckpoint, std::filesystem::exists(path), dir, "/state.json lists ", name,
                     " but the file is missing");
     ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
+    const auto meta = file.metadata().find("segments");
+    KIRI_CHECK_KIND(kCheckpoint, meta != file.metadata().end(), path,
+                    " has no 'segments' metadata");
+    // A list of 4-element lists: anything deeper is refused before it is parsed.
+    KIRI_CHECK_KIND(kCheckpoint, json_nesting_depth(meta->second, 3) <= 2, path,
+                    ": 'segments' metadata nests deeper than a list of lists");
     json segs;
     try {
-      segs = json::parse(file.metadata().at("segments"));
+      segs = json::parse(meta->second);
     } catch (const std::exception& e) {
-      KIRI_RAISE(kCheckpoint, path, " has no valid 'segments' metadata: ", e.what());
+      KIRI_RAISE(kCheckpoint, path,
+                 " has no valid 'segments' metadata: ", quote_bounded(e.what(), 300));
     }
     const Tensor m = file.get("exp_avg"), v = file.get("exp_avg_sq");
+    KIRI_CHECK_KIND(kCheckpoint, segs.is_array() && m.numel() == v.numel(), path,
+                    ": 'segments' must be a list and exp_avg and exp_avg_sq the same size");
     check_finite(m, path + ": tensor exp_avg");
     check_finite(v, path + ": tensor exp_avg_sq");
     for (const json& s : segs) {
-      const std::string pname = s.at(0).get<std::string>();
-      const int64_t begin = s.at(1).get<int64_t>(), count = s.at(2).get<int64_t>(),
-                    offset = s.at(3).get<int64_t>();
-      KIRI_CHECK_KIND(
-          kCheckpoint,
-          offset >= 0 && count >= 0 && offset + count <= m.numel() && m.numel() == v.numel(), path,
-          ": segment of ", pname, " at ", offset, " + ", count, " lies outside its states of ",
-          m.numel(), " elements");
+      const Segment seg = parse_segment(s, m.numel(), path);
+      const std::string& pname = seg.name;
+      const int64_t begin = seg.begin, count = seg.count, offset = seg.offset;
       for (size_t i = 0; i < mine.size(); ++i) {
         if (mine[i].param->name != pname) continue;
         for (const GlobalPiece& g : pieces[i]) {  // both in the whole parameter's coordinates
@@ -334,31 +364,13 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 void Trainer::read_checkpoint(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
-  json state;
-  std::vector<std::string> files;
-  {
-    std::ifstream in(dir + "/state.json");
-    KIRI_CHECK_KIND(kCheckpoint, in.good(), "cannot read ", dir, "/state.json");
-    try {
-      state = json::parse(in);
-      KIRI_CHECK_KIND(kCheckpoint, state.value("format_version", 0) == kFormatVersion, dir,
-                      "/state.json has format_version ", state.value("format_version", 0),
-                      ", this kiri reads ", kFormatVersion);
-      step_ = state.at("step").get<int64_t>();
-      data_position_ = state.at("data").at("position").get<uint64_t>();
-      optimizer_->set_step_count(state.at("optimizer_step").get<int64_t>());
-      files = state.at("optimizer_files").get<std::vector<std::string>>();
-      if (scaler_ && state.contains("loss_scaler")) {
-        const json& ls = state.at("loss_scaler");
-        scaler_->set_state({ls.at("scale").get<double>(), ls.at("clean_steps").get<int64_t>(),
-                            ls.at("skipped_steps").get<int64_t>()});
-      }
-    } catch (const json::exception& e) {
-      KIRI_RAISE(kCheckpoint, dir, "/state.json is malformed: ", e.what());
-    }
-  }
+  const CheckpointState state = read_checkpoint_state(dir);
+  step_ = state.step;
+  data_position_ = state.data_position;
+  optimizer_->set_step_count(state.optimizer_step);
+  if (scaler_ && state.loss_scaler) scaler_->set_state(*state.loss_scaler);
   load_model(dir + "/model.safetensors");
-  load_optimizer_states(dir, files);
+  load_optimizer_states(dir, state.optimizer_files);
 }
 
 }  // namespace kiri::train
