@@ -24,6 +24,7 @@
 #include "kiri/parallel/mesh.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
+#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
@@ -52,17 +53,9 @@ train::RunConfig config_of(const Args& a, size_t max_positional) {
 // parallel.dp, the learning rates and the {run.dir} paths before their resolution).
 train::RunConfig checkpoint_config(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
-  std::ifstream in(dir + "/state.json");
-  KIRI_CHECK_KIND(kCheckpoint, in.good(), "cannot read ", dir, "/state.json");
-  json state;
-  try {
-    state = json::parse(in);
-  } catch (const json::exception& e) {
-    KIRI_RAISE(kCheckpoint, dir, "/state.json is not valid JSON: ", e.what());
-  }
-  KIRI_CHECK_KIND(kCheckpoint, state.contains("config") && state["config"].is_object(), dir,
-                  "/state.json has no config");
-  return config_from_json(state["config"]);
+  const train::CheckpointState state = train::read_checkpoint_state(dir);
+  KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
+  return config_from_json(state.config);
 }
 
 // The keys that a resumed run keeps from its checkpoint: they fix the parameters'

@@ -1,12 +1,14 @@
 #include "kiri/cli/config_schema.h"
 
-#include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
+#include "kiri/base/file_read.h"
 #include "kiri/base/suggest.h"
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/checkpoint_state.h"
 
 namespace kiri::cli {
 
@@ -414,6 +416,20 @@ void flatten(const json& j, const std::string& prefix,
   }
 }
 
+// The flattened (key, value) pairs, refusing a key given twice: a flat and a nested
+// spelling ({"train.lr": 1, "train": {"lr": 2}}) that the parser cannot see. `where`
+// names the file ("" for none).
+std::vector<std::pair<std::string, json>> flat_entries(const json& j, const std::string& where) {
+  std::vector<std::pair<std::string, json>> flat;
+  flatten(j, "", flat);
+  std::set<std::string> seen;
+  for (const auto& [key, value] : flat)
+    if (!seen.insert(key).second)
+      KIRI_RAISE(kConfig, where.empty() ? "" : "config file '" + where + "': ", "key '",
+                 quote_bounded(key, 120), "' is given twice (once flat, once nested)");
+  return flat;
+}
+
 }  // namespace
 
 std::vector<KeyDoc> config_keys() {
@@ -440,32 +456,70 @@ void apply_set(RunConfig& cfg, const std::string& kv) {
 RunConfig config_from_json(const json& j) {
   KIRI_CHECK_KIND(kConfig, j.is_object(), "a config must be a JSON object, got ", j.type_name());
   RunConfig cfg = train::default_run_config();
-  std::vector<std::pair<std::string, json>> flat;
-  flatten(j, "", flat);
-  for (auto& [k, v] : flat) apply_key(cfg, k, v);
+  for (auto& [k, v] : flat_entries(j, "")) apply_key(cfg, k, v);
   return cfg;
 }
 
 namespace {
-json read_config_file(const std::string& file) {
-  std::ifstream in(file);
-  KIRI_CHECK_KIND(kConfig, in.good(), "cannot open config file '", file, "'");
+// A config file is a few KiB of keys; the cap keeps a huge or endless file out of memory.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+// The schema nests 2 levels ({"train": {"lr": ...}}); 64 refuses hostile nesting before a
+// recursive parser or dump() can exhaust the stack.
+constexpr int kMaxConfigDepth = 64;
+
+// The object a config file's text holds: JSON with comments, no key twice in one object,
+// nested at most kMaxConfigDepth levels.
+json parse_config_json(std::string_view text, const std::string& where) {
+  if (json_nesting_depth(text, kMaxConfigDepth + 1) > kMaxConfigDepth)
+    KIRI_RAISE(kConfig, "config file '", where, "' nests more than ", kMaxConfigDepth,
+               " levels deep (a config nests 2)");
+  json j;
   try {
-    return json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
-    KIRI_RAISE(kConfig, "config file '", file, "' is not valid JSON: ", e.what());
+    KIRI_RAISE(kConfig, "config file '", where,
+               "' is not valid JSON: ", quote_bounded(e.what(), 300));
+  }
+  if (const std::string dup = train::json_duplicate_key(text, /*ignore_comments=*/true);
+      !dup.empty())
+    KIRI_RAISE(kConfig, "config file '", where, "': key '", quote_bounded(dup, 120),
+               "' appears twice (which one applies would be a guess)");
+  KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", where, "' must be a JSON object, got ",
+                  j.type_name());
+  return j;
+}
+
+// The file's text: a regular file (a FIFO or a directory is refused, never waited on)
+// of at most kMaxConfigBytes.
+std::string read_config_text(const std::string& file) {
+  try {
+    return read_small_file(file, kMaxConfigBytes, ErrorKind::kConfig, "config file");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kConfig) throw;
+    KIRI_RAISE(kConfig, "cannot open config file '", file, "': ", e.message());
   }
 }
+
+json read_config_file(const std::string& file) {
+  return parse_config_json(read_config_text(file), file);
+}
+
 }  // namespace
+
+RunConfig parse_config_text(std::string_view text, const std::string& where) {
+  const json j = parse_config_json(text, where);
+  try {
+    return config_from_json(j);
+  } catch (const Error& e) {
+    KIRI_RAISE(kConfig, "in '", where, "': ", e.message());
+  }
+}
 
 std::vector<std::pair<std::string, json>> config_entries(const std::string& file,
                                                          const std::vector<std::string>& sets) {
   std::vector<std::pair<std::string, json>> out;
   if (!file.empty()) {
-    const json j = read_config_file(file);
-    KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", file, "' must be a JSON object, got ",
-                    j.type_name());
-    flatten(j, "", out);
+    out = flat_entries(read_config_file(file), file);
   }
   for (const std::string& s : sets) out.push_back(split_set(s));
   for (const auto& [key, value] : out) find_field(key);  // unknown keys are named here
@@ -478,14 +532,7 @@ json get_key(const RunConfig& cfg, const std::string& key) {
 
 RunConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
   RunConfig cfg = train::default_run_config();
-  if (!file.empty()) {
-    const json j = read_config_file(file);
-    try {
-      cfg = config_from_json(j);
-    } catch (const Error& e) {
-      KIRI_RAISE(kConfig, "in '", file, "': ", e.message());
-    }
-  }
+  if (!file.empty()) cfg = parse_config_text(read_config_text(file), file);
   for (const std::string& s : sets) apply_set(cfg, s);
   return cfg;
 }

@@ -5,6 +5,7 @@
 // --set key=value overrides any key. An unknown key or a bad value is a
 // kConfig error naming the key.
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct KeyDoc {
 // All keys, in documentation order.
 std::vector<KeyDoc> config_keys();
 
+// What load_config makes of a config file's text (`where` names it in messages): JSON
+// with comments, nested or flat keys over the defaults. Nesting deeper than 64 levels, a
+// key given twice (in one object, or flat and nested) and any key or value load_config
+// refuses are kConfig errors.
+train::RunConfig parse_config_text(std::string_view text, const std::string& where);
 // Defaults, then the file (if any), then each "key=value" of --set, in order.
 train::RunConfig load_config(const std::string& file, const std::vector<std::string>& sets);
 // The (key, value) pairs the file (flattened) and --set give, in order, without

@@ -12,13 +12,13 @@
 // place only when every file is complete.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -26,7 +26,6 @@ namespace kiri::train {
 using nlohmann::json;
 
 namespace {
-constexpr int kFormatVersion = 2;
 
 // A segment's elements as runs of the whole parameter: `length` elements
 // from `global` whose optimizer state starts at `state`.
@@ -201,7 +200,7 @@ std::string Trainer::save_checkpoint() {
                          {{"format", "pt"}, {"kiri_model", "gpt2"}});
   json files = json::array();
   for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
-  json state = {{"format_version", kFormatVersion},
+  json state = {{"format_version", kCheckpointFormatVersion},
                 {"step", step_},
                 {"optimizer_step", optimizer_->step_count()},
                 {"optimizer_files", files},
@@ -301,31 +300,13 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
 
 void Trainer::load_checkpoint(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
-  json state;
-  std::vector<std::string> files;
-  {
-    std::ifstream in(dir + "/state.json");
-    KIRI_CHECK_KIND(kCheckpoint, in.good(), "cannot read ", dir, "/state.json");
-    try {
-      state = json::parse(in);
-      KIRI_CHECK_KIND(kCheckpoint, state.value("format_version", 0) == kFormatVersion, dir,
-                      "/state.json has format_version ", state.value("format_version", 0),
-                      ", this kiri reads ", kFormatVersion);
-      step_ = state.at("step").get<int64_t>();
-      data_position_ = state.at("data").at("position").get<uint64_t>();
-      optimizer_->set_step_count(state.at("optimizer_step").get<int64_t>());
-      files = state.at("optimizer_files").get<std::vector<std::string>>();
-      if (scaler_ && state.contains("loss_scaler")) {
-        const json& ls = state.at("loss_scaler");
-        scaler_->set_state({ls.at("scale").get<double>(), ls.at("clean_steps").get<int64_t>(),
-                            ls.at("skipped_steps").get<int64_t>()});
-      }
-    } catch (const json::exception& e) {
-      KIRI_RAISE(kCheckpoint, dir, "/state.json is malformed: ", e.what());
-    }
-  }
+  const CheckpointState state = read_checkpoint_state(dir);
+  step_ = state.step;
+  data_position_ = state.data_position;
+  optimizer_->set_step_count(state.optimizer_step);
+  if (scaler_ && state.loss_scaler) scaler_->set_state(*state.loss_scaler);
   load_model(dir + "/model.safetensors");
-  load_optimizer_states(dir, files);
+  load_optimizer_states(dir, state.optimizer_files);
 }
 
 }  // namespace kiri::train

@@ -1,0 +1,50 @@
+#pragma once
+// state.json of a checkpoint step directory (docs/checkpoints.md), parsed and checked
+// without touching the model: the trainer, `kiri eval` / `sample` and the fuzz target
+// share it. Every value that could not have been written by kiri is a kCheckpoint error
+// naming the file, the key and the value (quoted within bounds).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/optim/loss_scaler.h"
+
+namespace kiri::train {
+
+inline constexpr int kCheckpointFormatVersion = 2;
+// Nothing kiri writes nests deeper than 4 levels (config.parallel.*); 64 leaves room and
+// keeps a recursive parser or dump() far from the stack's end.
+inline constexpr int kMaxStateDepth = 64;
+// state.json is a few KiB; a bigger one is damaged or hostile.
+inline constexpr uint64_t kMaxStateBytes = uint64_t{64} << 20;
+// The largest step and optimizer step accepted (train.steps' own bound).
+inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 40;
+
+struct CheckpointState {
+  int format_version = 0;
+  int64_t step = 0;
+  uint64_t data_position = 0;  // sequences consumed
+  int64_t optimizer_step = 0;
+  std::vector<std::string> optimizer_files;  // plain names in the step directory
+  std::optional<optim::DynamicLossScaler::State> loss_scaler;
+  nlohmann::json layout;  // as written ({dp, tp, pp, zero_stage, ...}); null when absent
+  nlohmann::json config;  // the run's config (an object), null when absent
+};
+
+// Parses state.json's `text`; `where` names it in messages ("runs/x/step_00000010/state.json").
+CheckpointState parse_checkpoint_state(std::string_view text, const std::string& where);
+
+// Reads and parses dir/state.json (a regular file of at most kMaxStateBytes; a FIFO or a
+// directory there is an error, not a hang).
+CheckpointState read_checkpoint_state(const std::string& dir);
+
+// The first key that appears twice in one object of JSON `text`, as a dotted path
+// ("train.lr"), or "" when none does or the text does not parse (the caller's parse
+// reports that). nlohmann keeps the last of duplicates silently.
+std::string json_duplicate_key(std::string_view text, bool ignore_comments);
+
+}  // namespace kiri::train
