@@ -476,7 +476,7 @@ json parse_config_json(std::string_view text, const std::string& where) {
   json j;
   try {
     j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
     KIRI_RAISE(kConfig, "config file '", where,
                "' is not valid JSON: ", quote_bounded(e.what(), 300));
   }
