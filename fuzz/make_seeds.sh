@@ -62,6 +62,15 @@ hdr+='"shape":[0,5],"data_offsets":[25,25]}}'
   printf '\x00\x00\x00\x00\x00\x00\xf0\x3f\x05\x00'
 } >"$corpus/safetensors/every-dtype.safetensors"
 
+# The findings so far (docs/fuzzing.md), so every run checks them again.
+printf '{"train": {"lr": 1e400}}' >"$corpus/config/finding-number-overflow.json"
+hdr='{"x":{"dtype":"U8","shape":[4611686018427387904,3,0],"data_offsets":[0,0]}}'
+{
+  printf "$(printf '\\x%02x' ${#hdr})"
+  printf '\0\0\0\0\0\0\0'
+  printf '%s' "$hdr"
+} >"$corpus/safetensors/finding-numel-overflow.safetensors"
+
 # Dictionaries: the JSON tokens, every key, section and enum value kiri's config prints.
 "$kiri" config >"$tmp/config.json"
 {
