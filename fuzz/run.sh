@@ -23,6 +23,7 @@ for t in $targets; do
   findings=$build/findings/$t
   corpus=$build/corpus/$t  # the seeds plus what the fuzzer keeps; not committed
   mkdir -p "$findings" "$corpus"
+  touch "$findings/.start"  # what this run found is newer; earlier runs' findings stay
   dict=()
   [ -f "$root/fuzz/$t.dict" ] && dict=(-dict="$root/fuzz/$t.dict")
   log=$findings/fuzz.log
@@ -37,7 +38,8 @@ for t in $targets; do
     grep -h '^stat::number_of_executed_units' "$log" | sed "s/^/fuzz: $t: /" || true
   else
     echo "fuzz: FAILED: fuzz_$t found a crash, hang, leak or sanitizer report" >&2
-    ls "$findings" | grep -v '^fuzz.log$' | sed "s|^|fuzz:   input: $findings/|" >&2 || true
+    find "$findings" -type f -newer "$findings/.start" ! -name fuzz.log |
+      sed "s|^|fuzz:   input: |" >&2
     echo "fuzz:   reproduce: $build/fuzz_$t <input>; the end of $log:" >&2
     tail -n 40 "$log" >&2
     failed+=("$t")
