@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo test test-asan bench format clean
+.PHONY: all setup build demo test test-asan fuzz bench format clean
 
 all: build
 
@@ -34,6 +34,11 @@ test-asan: setup
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
 
+# The libFuzzer targets (clang++, ASan + UBSan) in $(BUILD)-fuzz, each run for
+# FUZZ_SECONDS (default 60); a finding fails with its input in $(BUILD)-fuzz/findings/.
+fuzz: setup
+	FUZZ_BUILD=$(BUILD)-fuzz JOBS=$(JOBS) bash fuzz/run.sh
+
 bench: build
 	bash bench/run.sh $(BUILD)
 
@@ -41,4 +46,4 @@ format:
 	git ls-files '*.h' '*.cpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz

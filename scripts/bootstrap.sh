@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
-  openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format)
+  openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <filesystem>
 
 #include "data/test_util.h"
@@ -139,6 +142,40 @@ TEST_F(ShardRefusal, WidthDisagreesWithVocab) {
   std::string b = bytes;
   b[32] = 4;
   expect_refused(b, {"token width 4", "vocab size 256"});
+}
+
+// A FIFO as a shard used to block read_shard_header's open() forever (issue 12): both
+// readers refuse it by name, at once.
+TEST_F(ShardRefusal, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = dir.file("fifo.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  expect_error([&] { read_shard_header(fifo); }, ErrorKind::kData, {fifo, "FIFO"});
+  expect_error([&] { read_shard(fifo); }, ErrorKind::kData, {fifo, "FIFO"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(ShardRefusal, DirectoryIsRefused) {
+  expect_error([&] { read_shard_header(dir.str()); }, ErrorKind::kData, {"directory"});
+  expect_error([&] { read_shard(dir.str()); }, ErrorKind::kData, {"directory"});
+}
+
+// parse_shard is read_shard over bytes in memory (the fuzz target's entry point).
+TEST_F(ShardRefusal, ParseFromBytesMatchesTheFile) {
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  const TokenShard shard = parse_shard({b, bytes.size()}, "mem");
+  EXPECT_EQ(shard.tokens, (Ids{10, 20, 30, 40}));
+  EXPECT_EQ(shard.header.tokenizer, "byte");
+  expect_error(
+      [&] {
+        parse_shard({b, 63}, "mem");
+      },
+      ErrorKind::kData, {"mem", "63 bytes", "64-byte header"});
+  expect_error(
+      [&] {
+        parse_shard({b, bytes.size() - 1}, "mem");
+      },
+      ErrorKind::kData, {"mem", "truncated"});
 }
 
 }  // namespace

@@ -127,13 +127,16 @@ std::pair<Shape, uint64_t> parse_shape(const Ctx& c, const std::string& name, co
     KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has no \"shape\" array");
   std::vector<int64_t> dims;
   uint64_t bytes = dtype_size(dtype);
+  int64_t elements = 1;  // as Shape::numel multiplies: left to right, in int64
   for (const Json& d : *it) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
       KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ",
                  quote_bounded(it->dump()), ": dimension ", quote_bounded(d.dump()),
                  " is not an integer in [0, 2^62]");
     const uint64_t v = d.get<uint64_t>();
-    if (__builtin_mul_overflow(bytes, v, &bytes))
+    // [2^62, 3, 0] holds 0 bytes, but its element count overflows on the way (fuzz finding).
+    if (__builtin_mul_overflow(bytes, v, &bytes) ||
+        __builtin_mul_overflow(elements, static_cast<int64_t>(v), &elements))
       KIRI_RAISE(kCheckpoint, c.prefix(), "tensor '", name, "' has shape ",
                  quote_bounded(it->dump()), ", too large to address");
     dims.push_back(static_cast<int64_t>(v));

@@ -1,10 +1,16 @@
 #include "kiri/data/shard.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <string_view>
 
 #include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
 #include "kiri/data/io.h"
 
 namespace kiri::data {
@@ -55,6 +61,48 @@ ShardHeader parse_header(const std::string& path, const unsigned char* h, uint64
   return header;
 }
 
+// An open shard: a regular file (a FIFO or device as a shard would block open() or read
+// forever, so it is refused without blocking) and its size at open.
+struct ShardFile {
+  int fd = -1;
+  uint64_t size = 0;
+  const std::string& path;
+
+  explicit ShardFile(const std::string& p) : path(p) {
+    try {
+      fd = open_regular_file(path, ErrorKind::kData, "token shard");
+    } catch (const Error& e) {
+      // A missing or unreadable shard is a data problem for the caller, as before.
+      if (e.kind() != ErrorKind::kIo) throw;
+      KIRI_RAISE(kData, e.message());
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      KIRI_RAISE(kData, "cannot stat token shard ", path, ": ", std::strerror(err));
+    }
+    size = static_cast<uint64_t>(st.st_size);
+  }
+  ~ShardFile() { ::close(fd); }
+  ShardFile(const ShardFile&) = delete;
+  ShardFile& operator=(const ShardFile&) = delete;
+
+  void read_at(uint64_t offset, size_t n, unsigned char* dst) const {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd, dst + done, std::min<size_t>(n - done, size_t{1} << 30),
+                                static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) KIRI_RAISE(kData, "read of token shard ", path, " failed: ", std::strerror(errno));
+      if (r == 0)
+        KIRI_RAISE(kData, "token shard ", path, " shrank while being read: ", offset + done,
+                   " of the ", size, " bytes it had at open");
+      done += static_cast<size_t>(r);
+    }
+  }
+};
+
 }  // namespace
 
 uint32_t token_width_for(uint32_t vocab_size) {
@@ -93,42 +141,45 @@ void write_shard(const std::string& path, const std::string& tokenizer_name, uin
                            std::string_view(payload)});
 }
 
-TokenShard read_shard(const std::string& path) {
-  const std::string bytes = read_file(path, "token shard");
+TokenShard parse_shard(std::span<const unsigned char> bytes, const std::string& label) {
   if (bytes.size() < kShardHeaderBytes)
-    KIRI_RAISE(kData, "token shard ", path, " is truncated: ", bytes.size(),
+    KIRI_RAISE(kData, "token shard ", label, " is truncated: ", bytes.size(),
                " bytes, shorter than the ", kShardHeaderBytes, "-byte header");
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   TokenShard shard;
-  shard.header = parse_header(path, b, bytes.size());
+  shard.header = parse_header(label, bytes.data(), bytes.size());
   const ShardHeader& h = shard.header;
-  const unsigned char* payload = b + kShardHeaderBytes;
-  const uint64_t sum = fnv1a64({payload, bytes.size() - kShardHeaderBytes});
+  const std::span<const unsigned char> payload = bytes.subspan(kShardHeaderBytes);
+  const uint64_t sum = fnv1a64(payload);
   if (sum != h.checksum)
-    KIRI_RAISE(kData, "token shard ", path, " fails its checksum: header says ", h.checksum,
+    KIRI_RAISE(kData, "token shard ", label, " fails its checksum: header says ", h.checksum,
                ", payload hashes to ", sum);
   shard.tokens.resize(h.token_count);
   const int width = static_cast<int>(h.token_width);
   for (uint64_t i = 0; i < h.token_count; ++i) {
-    const uint64_t t = get_le(payload + i * width, width);
+    const uint64_t t = get_le(payload.data() + i * width, width);
     if (t >= h.vocab_size)
-      KIRI_RAISE(kData, "token shard ", path, ": token ", t, " at position ", i,
+      KIRI_RAISE(kData, "token shard ", label, ": token ", t, " at position ", i,
                  " is not below the vocab size ", h.vocab_size);
     shard.tokens[i] = static_cast<int32_t>(t);
   }
   return shard;
 }
 
+TokenShard read_shard(const std::string& path) {
+  ShardFile file(path);
+  std::vector<unsigned char> bytes(file.size);
+  file.read_at(0, bytes.size(), bytes.data());
+  return parse_shard(bytes, path);
+}
+
 ShardHeader read_shard_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) KIRI_RAISE(kData, "token shard ", path, " does not exist or cannot be opened");
-  const auto size = static_cast<uint64_t>(in.tellg());
+  ShardFile file(path);
   unsigned char h[kShardHeaderBytes];
-  in.seekg(0);
-  if (size < kShardHeaderBytes || !in.read(reinterpret_cast<char*>(h), sizeof(h)))
-    KIRI_RAISE(kData, "token shard ", path, " is truncated: ", size, " bytes, shorter than the ",
-               kShardHeaderBytes, "-byte header");
-  return parse_header(path, h, size);
+  if (file.size < kShardHeaderBytes)
+    KIRI_RAISE(kData, "token shard ", path, " is truncated: ", file.size,
+               " bytes, shorter than the ", kShardHeaderBytes, "-byte header");
+  file.read_at(0, sizeof(h), h);
+  return parse_header(path, h, file.size);
 }
 
 }  // namespace kiri::data

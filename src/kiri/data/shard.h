@@ -49,9 +49,13 @@ void write_shard(const std::string& path, const std::string& tokenizer_name, uin
                  std::span<const int32_t> tokens);
 
 // Reads and checks the whole shard. Raises kData naming the path and the
-// numbers on a bad magic or version, a truncated or overlong file, a checksum
-// mismatch or a token >= vocab size.
+// numbers on a missing file, one that is not a regular file (a FIFO or device,
+// refused without blocking), a bad magic or version, a truncated or overlong
+// file, a checksum mismatch or a token >= vocab size.
 TokenShard read_shard(const std::string& path);
+
+// The same checks over a shard's bytes in memory; `label` stands for the path in messages.
+TokenShard parse_shard(std::span<const unsigned char> bytes, const std::string& label);
 
 // Reads and checks only the header (cheap: to decide whether a shard is current).
 ShardHeader read_shard_header(const std::string& path);
