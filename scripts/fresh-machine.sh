@@ -192,6 +192,9 @@ main() {
   cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    if [ "$rc" = 130 ] || [ "$rc" = 143 ]; then
+      echo "fresh-machine: FAILED: interrupted; stopping the root's processes and removing it" >&2
+    fi
     # unshare ignores SIGTERM; SIGKILL takes its namespace (processes and mounts) with it.
     if [ -n "$inner" ] && kill -0 "$inner" 2> /dev/null; then
       kill -KILL "$inner" 2> /dev/null || true
