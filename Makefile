@@ -21,7 +21,8 @@ build: setup $(BUILD)/Makefile
 
 # Train the default small model on Moby-Dick for a couple of minutes, save a
 # checkpoint and sample from it.
-demo: build
+demo: setup $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS) --target kiri  # the binary only: the tests are make test's
 	bash scripts/demo.sh $(BUILD)/kiri
 
 test: build
@@ -36,7 +37,8 @@ test-asan: setup
 
 # The libFuzzer targets (clang++, ASan + UBSan) in $(BUILD)-fuzz, each run for
 # FUZZ_SECONDS (default 60); a finding fails with its input in $(BUILD)-fuzz/findings/.
-fuzz: setup
+fuzz:
+	@bash scripts/bootstrap.sh fuzz
 	FUZZ_BUILD=$(BUILD)-fuzz JOBS=$(JOBS) bash fuzz/run.sh
 
 bench: build

