@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -39,22 +40,36 @@ TEST(SafetensorsHostile, DeeplyNestedHeaderIsRefused) {
   }
 }
 
-// 80k zero-size tensors took 25-31 s (ordered_json's linear key search); 200k now parse in
-// well under the bound, and the file order of the names is kept.
-TEST(SafetensorsHostile, ManyTensorsParseInLinearishTime) {
-  const int n = 200'000;
+// A header of n zero-size tensors, named in reverse order.
+std::string many_tensors(int n) {
   std::string json = "{";
   for (int i = n - 1; i >= 0; --i)  // reverse order: names() must follow the file
     json += R"("t)" + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})" +
             (i > 0 ? "," : "}");
-  const std::string bytes = make_file(json, "");
-  std::optional<SafetensorsFile> f;
-  const double s =
-      seconds_of([&] { f.emplace(SafetensorsFile::parse(bytes, "many.safetensors")); });
-  EXPECT_LT(s, 10.0);
-  ASSERT_EQ(f->names().size(), static_cast<size_t>(n));
-  EXPECT_EQ(f->names().front(), "t199999");
-  EXPECT_EQ(f->names().back(), "t0");
+  return make_file(json, "");
+}
+
+// The best of two parses of `bytes`, in seconds.
+double parse_seconds(const std::string& bytes) {
+  double best = 1e9;
+  for (int k = 0; k < 2; ++k)
+    best = std::min(best, seconds_of([&] { SafetensorsFile::parse(bytes, "many.safetensors"); }));
+  return best;
+}
+
+// 80k zero-size tensors took 25-31 s (quadratic key handling). The parse is O(n log n) now:
+// four times the tensors take well under the 16 times a quadratic parse would (a ratio, so
+// it holds on a slow or sanitized build alike), 80k stay under 10 s, and the file order of
+// the names is kept.
+TEST(SafetensorsHostile, ManyTensorsParseInLinearishTime) {
+  const std::string small = many_tensors(20'000), large = many_tensors(80'000);
+  const double t_small = parse_seconds(small), t_large = parse_seconds(large);
+  EXPECT_LT(t_large, 10.0);
+  EXPECT_LT(t_large / t_small, 8.0) << t_small << " s for 20k tensors, " << t_large << " s for 80k";
+  const SafetensorsFile f = SafetensorsFile::parse(large, "many.safetensors");
+  ASSERT_EQ(f.names().size(), 80'000u);
+  EXPECT_EQ(f.names().front(), "t79999");
+  EXPECT_EQ(f.names().back(), "t0");
 }
 
 // A FIFO as model.safetensors blocked forever in open().
