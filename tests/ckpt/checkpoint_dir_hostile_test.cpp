@@ -19,13 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_refused;
 using testing::list_dir;
+using testing::save_step;
 using testing::TempDir;
-
-std::string save_step(const std::string& root, int64_t step) {
-  const std::string dir = begin_checkpoint(root, step);
-  write_file_atomic(dir + "/state.json", "{}");
-  return commit_checkpoint(root, step);
-}
 
 TEST(CheckpointDirHostile, LatestNamesOnlyStepDirectories) {
   TempDir tmp;

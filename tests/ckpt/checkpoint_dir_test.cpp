@@ -14,15 +14,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::expect_refused;
 using testing::list_dir;
+using testing::save_step;
 using testing::TempDir;
-
-// A complete checkpoint for `step` whose state.json says which step it is.
-std::string save_step(const std::string& root, int64_t step, int keep_last = 0) {
-  const std::string dir = begin_checkpoint(root, step);
-  write_file_atomic(dir + "/model.safetensors", "weights " + std::to_string(step));
-  write_file_atomic(dir + "/state.json", "{\"step\": " + std::to_string(step) + "}");
-  return commit_checkpoint(root, step, keep_last);
-}
 
 TEST(CheckpointDir, StepNames) {
   EXPECT_EQ(step_dir_name(100), "step_00000100");

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
+#include "kiri/ckpt/checkpoint_dir.h"
 
 namespace kiri::ckpt::testing {
 
@@ -67,6 +69,14 @@ inline void expect_refused(const std::function<void()>& fn, const std::vector<st
       EXPECT_NE(e.message().find(part), std::string::npos)
           << "'" << part << "' not in: " << e.message();
   }
+}
+
+// A complete checkpoint for `step` under root whose state.json says which step it is.
+inline std::string save_step(const std::string& root, int64_t step, int keep_last = 0) {
+  const std::string dir = begin_checkpoint(root, step);
+  write_file_atomic(dir + "/model.safetensors", "weights " + std::to_string(step));
+  write_file_atomic(dir + "/state.json", "{\"step\": " + std::to_string(step) + "}");
+  return commit_checkpoint(root, step, keep_last);
 }
 
 }  // namespace kiri::ckpt::testing
