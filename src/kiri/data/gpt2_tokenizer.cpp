@@ -85,7 +85,9 @@ struct Gpt2Tokenizer::Regex {
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json_path,
                              const std::string& vocab_bpe_path)
-    : regex_(std::make_unique<Regex>()) {
+    : regex_(std::make_unique<Regex>()),
+      encoder_json_path_(encoder_json_path),
+      vocab_bpe_path_(vocab_bpe_path) {
   std::unordered_map<std::string, int32_t> by_unicode;
   load_encoder(encoder_json_path, by_unicode);
   load_merges(vocab_bpe_path, by_unicode);

@@ -28,6 +28,9 @@ class Gpt2Tokenizer : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(id_bytes_.size()); }
   std::string name() const override { return "gpt2"; }
   int32_t eot_token() const override { return eot_; }
+  std::vector<TokenizerFile> files() const override {
+    return {{"vocab.json", encoder_json_path_}, {"merges.txt", vocab_bpe_path_}};
+  }
 
   // The pre-tokens of text as (offset, length) byte spans that tile it. Bytes
   // that are not valid UTF-8 (which the regex never matches) become pieces of
@@ -55,6 +58,7 @@ class Gpt2Tokenizer : public Tokenizer {
   std::array<int32_t, 256> byte_id_{};          // byte -> its single-byte token
   std::unordered_map<uint64_t, Merge> merges_;  // (left << 32 | right) -> merge
   int32_t eot_ = -1;
+  std::string encoder_json_path_, vocab_bpe_path_;
 };
 
 // GPT-2's reversible map from bytes to printable code points (encoder.py's

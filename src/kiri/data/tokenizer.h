@@ -10,6 +10,13 @@
 
 namespace kiri::data {
 
+// A file a tokenizer was read from, and its name in a Hugging Face model folder
+// (GPT-2's encoder.json is HF's vocab.json, vocab.bpe its merges.txt).
+struct TokenizerFile {
+  std::string hf_name;  // "vocab.json", "merges.txt", "tokenizer.json", ...
+  std::string path;     // where this tokenizer read it
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -21,6 +28,9 @@ class Tokenizer {
   virtual std::string name() const = 0;
   // The end-of-text token, or -1 when the tokenizer has none.
   virtual int32_t eot_token() const = 0;
+  // The files to copy into a model folder so that transformers' AutoTokenizer
+  // loads this tokenizer; empty when it has none (byte).
+  virtual std::vector<TokenizerFile> files() const { return {}; }
 };
 
 // One token per byte: id == byte value. Has no end-of-text token.
