@@ -238,8 +238,35 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("train.base_batch", KIRI_FIELD(train.base_batch), 0, kBig,
                         "The global batch in sequences at which train.lr and train.min_lr are "
                         "given (train.lr_scaling); 0: this run's own batch (no change)."));
+  f.push_back(int_field("train.warmup", KIRI_FIELD(train.warmup), 0, kBig,
+                        "Steps of warm-up (the DeepSpeed schedules: at least 2)."));
+  f.push_back(enum_field(
+      "train.lr_schedule", KIRI_FIELD(train.lr_schedule),
+      std::vector<std::pair<std::string, train::LrSchedule>>{
+          {"cosine", train::LrSchedule::kCosine},
+          {"linear", train::LrSchedule::kLinear},
+          {"constant", train::LrSchedule::kConstant},
+          {"ds_warmup", train::LrSchedule::kDsWarmup},
+          {"ds_warmup_decay", train::LrSchedule::kDsWarmupDecay},
+          {"ds_warmup_cosine", train::LrSchedule::kDsWarmupCosine}},
+      "The learning rate per step. `cosine`, `linear`, `constant`: train.lr x (step+1) / "
+      "train.warmup during warm-up, then a cosine or linear decay to train.min_lr at "
+      "train.decay_steps, or none. `ds_warmup`, `ds_warmup_decay`, `ds_warmup_cosine`: "
+      "DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR, formula for formula "
+      "(docs/deepspeed.md): from train.warmup_lr to train.lr (train.warmup_type), then "
+      "constant, linear or cosine to train.min_lr."));
+  f.push_back(int_field("train.decay_steps", KIRI_FIELD(train.decay_steps), 0, kBig,
+                        "The step at which the decay reaches train.min_lr (DeepSpeed's "
+                        "total_num_steps); 0: train.steps."));
   f.push_back(
-      int_field("train.warmup", KIRI_FIELD(train.warmup), 0, kBig, "Steps of linear warm-up."));
+      enum_field("train.warmup_type", KIRI_FIELD(train.warmup_type),
+                 std::vector<std::pair<std::string, train::WarmupType>>{
+                     {"linear", train::WarmupType::kLinear}, {"log", train::WarmupType::kLog}},
+                 "The ds_* schedules' warm-up curve: `linear` or DeepSpeed's `log` (log(i+1) / "
+                 "log(warmup)). kiri's own schedules warm up linearly."));
+  f.push_back(float_field("train.warmup_lr", KIRI_FIELD(train.warmup_lr), 0, 10,
+                          "The ds_* schedules' first learning rate, where warm-up starts "
+                          "(DeepSpeed's warmup_min_lr; WarmupCosineLR: warmup_min_ratio x lr)."));
   f.push_back(
       float_field("train.weight_decay", KIRI_FIELD(train.optimizer.weight_decay), 0, 10,
                   "AdamW decoupled weight decay, applied to matrices and embeddings only."));

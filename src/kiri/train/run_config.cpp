@@ -72,6 +72,7 @@ std::string scale_learning_rate(TrainConfig& t, int64_t batch) {
   const double lr = t.optimizer.lr, min_lr = t.min_lr;
   t.optimizer.lr = lr * factor;
   t.min_lr = min_lr * factor;
+  t.warmup_lr *= factor;  // the DeepSpeed schedules' warm-up start keeps its ratio to lr
   t.base_batch = batch;
   return str("lr ", num(lr), " x ", sqrt ? "sqrt" : "", "(", batch, "/", base,
              ") = ", num(t.optimizer.lr), ", min_lr ", num(min_lr), " -> ", num(t.min_lr),

@@ -8,6 +8,7 @@
 
 #include "kiri/model/gpt.h"
 #include "kiri/optim/adamw.h"
+#include "kiri/train/lr_schedule.h"
 
 namespace kiri::train {
 
@@ -33,6 +34,12 @@ struct TrainConfig {
   LrScaling lr_scaling = LrScaling::kNone;
   int64_t base_batch = 0;  // sequences at which lr/min_lr are given; 0: this run's batch
   int64_t warmup = 20;
+  // train.lr_schedule (lr_schedule.h): the decay after warm-up, ending at decay_steps
+  // (0: steps); warmup_type and warmup_lr shape the DeepSpeed schedules' warm-up.
+  LrSchedule lr_schedule = LrSchedule::kCosine;
+  int64_t decay_steps = 0;
+  WarmupType warmup_type = WarmupType::kLinear;
+  double warmup_lr = 0;
   uint64_t seed = 1337;
   ComputeDType dtype = ComputeDType::kF32;
   int64_t eval_every = 50;  // 0: only at the end

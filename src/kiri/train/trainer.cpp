@@ -325,7 +325,7 @@ StepMetrics Trainer::train_step() {
         ctx, inputs_, targets_, weight * loss_scale * fault_scale_for(world_->rank(), step_),
         accum + 1 == t.grad_accum);
   }
-  const double lr = optim::lr_at(step_, t.optimizer.lr, t.warmup, t.steps, t.min_lr);
+  const double lr = lr_at_step(t, step_);
   double norm = 0;
   {
     Tracer::Span span(tracer_.get(), "optimizer", "compute");
