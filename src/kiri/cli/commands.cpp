@@ -19,6 +19,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/config_schema.h"
+#include "kiri/cli/deepspeed_config.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
@@ -42,10 +43,28 @@ std::string config_file(const Args& a, size_t max_positional) {
   return a.positional().empty() ? "" : a.positional()[0];
 }
 
-// The config of a train-like command: file, --set overrides, --mem-limit.
+// --deepspeed FILE: the DeepSpeed config's keys over `cfg` (the kiri file's and --set's,
+// which a key of the file must agree with); the keys it accepts with no effect are logged
+// (rank 0, stderr). Returns the kiri keys it set: a resumed run applies them again.
+std::vector<std::pair<std::string, json>> apply_deepspeed_option(
+    const Args& a, const std::string& file, const std::vector<std::string>& sets,
+    train::RunConfig& cfg) {
+  const std::optional<std::string> path = a.get("deepspeed");
+  if (!path) return {};
+  DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), job_size());
+  if (job_rank() <= 0)
+    for (const std::string& note : ds.notes) log::info("--deepspeed ", *path, ": ", note);
+  cfg = ds.config;
+  return ds.entries;
+}
+
+// The config of kiri config: file, --set overrides, --mem-limit, --deepspeed.
 train::RunConfig config_of(const Args& a, size_t max_positional) {
-  train::RunConfig cfg = load_config(config_file(a, max_positional), a.all("set"));
-  if (auto m = a.get("mem-limit")) apply_key(cfg, "train.mem_limit", *m);
+  const std::string file = config_file(a, max_positional);
+  std::vector<std::string> sets = a.all("set");
+  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  train::RunConfig cfg = load_config(file, sets);
+  apply_deepspeed_option(a, file, sets, cfg);
   validate(cfg);
   return cfg;
 }
@@ -423,12 +442,18 @@ int cmd_train(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, !resume || !a.flag("overwrite"),
                   "--overwrite starts the run over and --resume continues it: give one of them");
   train::RunConfig cfg = load_config(file, sets);
+  const std::vector<std::pair<std::string, json>> deepspeed =
+      apply_deepspeed_option(a, file, sets, cfg);
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string from;
   if (resume)
     from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
                              : ckpt::resolve_checkpoint(*resume);
-  if (!from.empty()) cfg = resumed_config(from, config_entries(file, sets));
+  if (!from.empty()) {
+    std::vector<std::pair<std::string, json>> given = config_entries(file, sets);
+    given.insert(given.end(), deepspeed.begin(), deepspeed.end());
+    cfg = resumed_config(from, given);
+  }
   validate(cfg);
   std::optional<double> peak;  // checked before the trainer's set-up
   if (a.get("peak-flops")) peak = train::check_peak_flops(a.get_double("peak-flops", 0));

@@ -12,6 +12,10 @@ using K = OptionKind;
 // The config of a run: a file, then --set in order (docs/config.md).
 const OptionSpec kSet = {"--set", K::kRepeated, "KEY=VALUE", "",
                          "set a config key after the file, e.g. --set train.lr=3e-4"};
+// A DeepSpeed config's keys over kiri's (docs/deepspeed.md).
+const OptionSpec kDeepSpeed = {"--deepspeed", K::kValue, "DS_CONFIG.json", "",
+                               "a DeepSpeed JSON config (as the HF Trainer takes it) mapped "
+                               "onto kiri's keys (docs/deepspeed.md)"};
 const OptionSpec kMemLimit = {"--mem-limit", K::kValue, "BYTES", "the config's train.mem_limit",
                               "the allocator's limit per rank (2GiB, 300MB); sets train.mem_limit"};
 
@@ -22,6 +26,7 @@ VerbSpec train_verb() {
           1,
           "Train a model (one process, or one rank of kiri launch / mpirun / srun).",
           {kSet,
+           kDeepSpeed,
            {"--resume", K::kValue, "auto|CKPT_DIR", "",
             "continue a run: from a checkpoint (its folder or checkpoint.dir) with its saved "
             "config, or `auto`: from the run folder's latest checkpoint, fresh if it has none"},
@@ -56,6 +61,7 @@ VerbSpec config_verb() {
           1,
           "Print the resolved config as JSON (or every key's documentation).",
           {kSet,
+           kDeepSpeed,
            kMemLimit,
            {"--markdown", K::kFlag, "", "", "print every key's documentation (docs/config.md)"}}};
 }

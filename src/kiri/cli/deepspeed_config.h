@@ -1,0 +1,43 @@
+#pragma once
+// `--deepspeed ds_config.json`: a DeepSpeed JSON config (as the Hugging Face Trainer's users
+// have it) mapped onto kiri's config keys, key by key (docs/deepspeed.md). Every key is
+// mapped, accepted as having no effect in kiri (with the reason, in `notes`), or named in
+// one kConfig error that lists every key kiri cannot run with its JSON path. HF's "auto"
+// takes kiri's own value (its default, or what the kiri config file or --set gave); so does
+// a key the file leaves out, except the parameters of a given scheduler, which take
+// DeepSpeed's defaults. A key that the file and an explicit kiri key (file or --set) both
+// give must agree: a contradiction is named with both values.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/train/run_config.h"
+
+namespace kiri::cli {
+
+struct DeepSpeedConfig {
+  train::RunConfig config;  // the given config with the DeepSpeed file's keys applied
+  // The kiri keys the file set, in order, as (key, value): what a resumed run applies on
+  // its checkpoint's config.
+  std::vector<std::pair<std::string, nlohmann::json>> entries;
+  // The keys accepted with no effect in kiri, each with the reason ("path: why").
+  std::vector<std::string> notes;
+};
+
+// Maps `ds` (the object of the file `where`) onto `cfg`, the config from kiri's defaults,
+// its config file and --set; `given` are the keys those gave explicitly (config_entries),
+// `world` the number of processes (train_batch_size = micro x accumulation x dp, with dp
+// from the world and the layout).
+DeepSpeedConfig apply_deepspeed(const nlohmann::json& ds, const std::string& where,
+                                const train::RunConfig& cfg,
+                                const std::vector<std::pair<std::string, nlohmann::json>>& given,
+                                int world);
+
+// The same from a file (read as a config file: regular, at most 16 MiB, no key twice).
+DeepSpeedConfig load_deepspeed(const std::string& file, const train::RunConfig& cfg,
+                               const std::vector<std::pair<std::string, nlohmann::json>>& given,
+                               int world);
+
+}  // namespace kiri::cli

@@ -1,0 +1,141 @@
+// kiri config --deepspeed and kiri train --deepspeed, end to end: the resolved config is
+// printed, the keys with no effect are said on stderr, an unsupported key fails the command
+// before any work, and a short run of a tiny model trains with the DeepSpeed file's batch,
+// ZeRO stage and WarmupDecayLR rates (read back from its metrics).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run_kiri.h"
+
+namespace {
+
+using kiri::testing::fresh_temp_dir;
+using kiri::testing::Result;
+using kiri::testing::run_kiri;
+using nlohmann::json;
+
+bool has(const Result& r, const std::string& needle) {
+  return r.output.find(needle) != std::string::npos;
+}
+
+std::string write(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The JSON that `kiri config` printed: from its first line "{" to its last "}" (the notes
+// are [kiri] lines on stderr).
+json printed_config(const std::string& output) {
+  const size_t begin = output.find("{\n"), end = output.rfind("\n}");
+  EXPECT_NE(begin, std::string::npos) << output;
+  return json::parse(output.substr(begin, end + 2 - begin));
+}
+
+const char* kRunConfig = R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 2,
+  "train_batch_size": 4,
+  "gradient_clipping": 0.5,
+  "steps_per_print": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.99], "eps": 1e-8,
+                                            "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                "warmup_num_steps": 2, "total_num_steps": 4, "warmup_type": "linear"}},
+  "zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_bucket_size": "auto"},
+  "wall_clock_breakdown": false
+})";
+
+TEST(DeepSpeedCli, ConfigPrintsTheResolvedConfig) {
+  const std::string dir = fresh_temp_dir("kiri_deepspeed", "config");
+  const std::string ds = write(dir, "ds.json", kRunConfig);
+  const Result r = run_kiri("config --deepspeed " + ds + " --set train.seq_len=64");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json c = printed_config(r.output);
+  EXPECT_EQ(c["train"]["micro_batch"], 2);
+  EXPECT_EQ(c["train"]["grad_accum"], 2);
+  EXPECT_EQ(c["train"]["grad_clip"], 0.5);
+  EXPECT_EQ(c["train"]["lr"], 1e-3);
+  EXPECT_EQ(c["train"]["beta2"], 0.99);
+  EXPECT_EQ(c["train"]["weight_decay"], 0.01);
+  EXPECT_EQ(c["train"]["lr_schedule"], "ds_warmup_decay");
+  EXPECT_EQ(c["train"]["warmup"], 2);
+  EXPECT_EQ(c["train"]["decay_steps"], 4);
+  EXPECT_EQ(c["train"]["warmup_type"], "linear");
+  EXPECT_EQ(c["train"]["seq_len"], 64);  // --set
+  EXPECT_EQ(c["parallel"]["zero_stage"], 1);
+  EXPECT_EQ(c["log"]["every"], 1);
+  EXPECT_TRUE(has(r, "--deepspeed " + ds + ": zero_optimization.overlap_comm: no effect in kiri"))
+      << r.output;
+}
+
+TEST(DeepSpeedCli, AnUnsupportedKeyOrAContradictionFailsBeforeAnyWork) {
+  const std::string dir = fresh_temp_dir("kiri_deepspeed", "unsupported");
+  const std::string ds =
+      write(dir, "ds.json",
+            R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+          "fp16": {"enabled": true, "hysteresis": 2}})");
+  Result r = run_kiri("train --deepspeed " + ds + " --set run.dir=" + dir + "/run");
+  EXPECT_EQ(r.code, 2) << r.output;  // a config error
+  EXPECT_TRUE(has(r, "DeepSpeed config '" + ds + "': 2 key(s) kiri cannot run as given"))
+      << r.output;
+  EXPECT_TRUE(has(r, "zero_optimization.offload_param.device = \"cpu\"")) << r.output;
+  EXPECT_TRUE(has(r, "fp16.hysteresis = 2")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << "refused before the run folder";
+  r = run_kiri("config --deepspeed " + write(dir, "z.json", R"({"zero_optimization":
+               {"stage": 2}})") +
+               " --set parallel.zero_stage=1");
+  EXPECT_EQ(r.code, 2) << r.output;  // a config error
+  EXPECT_TRUE(has(r,
+                  "zero_optimization.stage gives parallel.zero_stage = 2, but kiri's config "
+                  "or --set gives parallel.zero_stage = 1"))
+      << r.output;
+  r = run_kiri("config --deepspeed " + dir + "/missing.json");
+  EXPECT_EQ(r.code, 2) << r.output;  // a config error
+  EXPECT_TRUE(has(r, "DeepSpeed config")) << r.output;
+  r = run_kiri("config --deepspeed " + write(dir, "bad.json", "{\"fp16\": {\"enabled\": tru"));
+  EXPECT_EQ(r.code, 2) << r.output;  // a config error
+  EXPECT_TRUE(has(r, "is not valid JSON")) << r.output;
+}
+
+TEST(DeepSpeedCli, TrainRunsTheDeepSpeedFilesBatchStageAndSchedule) {
+  const std::string dir = fresh_temp_dir("kiri_deepspeed", "train");
+  const std::string ds = write(dir, "ds.json", kRunConfig);
+  const Result r =
+      run_kiri("train --deepspeed " + ds +
+               " --set data.tokenizer=byte --set model.n_layer=1 --set model.n_head=2"
+               " --set model.n_embd=16 --set model.block_size=16 --set train.seq_len=16"
+               " --set train.steps=5 --set train.eval_every=0 --set train.eval_batches=1"
+               " --set run.dir=" +
+               dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json config = json::parse(std::ifstream(dir + "/run/config.json"));
+  EXPECT_EQ(config["parallel"]["zero_stage"], 1);
+  EXPECT_EQ(config["train"]["micro_batch"], 2);
+  auto lrs = [&] {
+    std::ifstream in(dir + "/run/metrics.jsonl");
+    std::vector<double> out;
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line)["lr"]);
+    return out;
+  };
+  // WarmupDecayLR(0 -> 1e-3 over 2 steps, linear; 0 at step 4), iteration = step - 1.
+  std::vector<double> want = {0, 0, 5e-4, 1e-3, 5e-4};
+  std::vector<double> got = lrs();
+  ASSERT_EQ(got.size(), want.size()) << r.output;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << "step " << i + 1;
+  // Resumed with the same file, the schedule goes on: step 6 is iteration 5, past the end.
+  const Result resumed = run_kiri("train --deepspeed " + ds + " --resume auto --set train.steps=6" +
+                                  " --set run.dir=" + dir + "/run");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  want.push_back(0);
+  got = lrs();
+  ASSERT_EQ(got.size(), want.size()) << resumed.output;
+  EXPECT_NEAR(got.back(), 0, 1e-12);
+}
+
+}  // namespace
