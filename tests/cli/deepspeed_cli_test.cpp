@@ -138,4 +138,27 @@ TEST(DeepSpeedCli, TrainRunsTheDeepSpeedFilesBatchStageAndSchedule) {
   EXPECT_NEAR(got.back(), 0, 1e-12);
 }
 
+TEST(DeepSpeedCli, TheBatchIsCheckedAgainstTheJobsWorld) {
+  const std::string dir = fresh_temp_dir("kiri_deepspeed", "world");
+  const std::string ds = write(dir, "ds.json",
+                               R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                                   "gradient_accumulation_steps": 2,
+                                   "zero_optimization": {"stage": 2}})");
+  const std::string args = " --deepspeed " + ds + " --set run.dir=" + dir + "/run --dry-run";
+  Result r = run_kiri("launch -n 2 -- train" + args);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r, "\"zero_stage\": 2")) << r.output;
+  r = run_kiri("train" + args);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(has(r,
+                  "train_batch_size = 8 but train_micro_batch_size_per_gpu 2 x "
+                  "gradient_accumulation_steps 2 x dp 1 = 4 (dp = world 1 / (tp 1 x pp 1))"))
+      << r.output;
+  r = run_kiri("launch -n 2 -- train" + args + " --auto");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(
+      has(r, "--auto chooses the layout, and --deepspeed " + ds + " sets parallel.zero_stage = 2"))
+      << r.output;
+}
+
 }  // namespace

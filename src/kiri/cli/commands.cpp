@@ -444,6 +444,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   train::RunConfig cfg = load_config(file, sets);
   const std::vector<std::pair<std::string, json>> deepspeed =
       apply_deepspeed_option(a, file, sets, cfg);
+  // --auto sets the layout keys itself: the file's would be overridden unseen.
+  for (const auto& [key, value] : deepspeed)
+    KIRI_CHECK_KIND(kConfig, !a.flag("auto") || key.rfind("parallel.", 0) != 0,
+                    "--auto chooses the layout, and --deepspeed ", *a.get("deepspeed"), " sets ",
+                    key, " = ", value.dump(),
+                    ": drop --auto, or the layout keys (zero_optimization, "
+                    "activation_checkpointing) from the DeepSpeed file");
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string from;
   if (resume)
