@@ -1,9 +1,7 @@
 #include "kiri/cli/deepspeed_config.h"
 
-#include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
