@@ -27,6 +27,7 @@
 #include "kiri/plan/planner.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
+#include "kiri/train/hf_model.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
 
@@ -86,6 +87,38 @@ train::RunConfig resumed_config(const std::string& dir,
                " you give, or start a new run (another run.name, or --overwrite)");
   }
   return cfg;
+}
+
+// --init-from: the model folder's config.json decides model.*; a given model key that says
+// otherwise is a kConfig error naming both values. data.tokenizer, when not given, is the
+// one a kiri model folder was trained with.
+train::RunConfig init_config(train::RunConfig cfg, const std::string& dir,
+                             const std::vector<std::pair<std::string, json>>& given) {
+  const train::HfConfig hf = train::read_hf_config(dir);
+  train::RunConfig from = cfg;
+  from.model = hf.model;
+  bool tokenizer_given = false;
+  for (const auto& [key, value] : given) {
+    tokenizer_given = tokenizer_given || key == "data.tokenizer";
+    if (key.rfind("model.", 0) != 0) continue;
+    train::RunConfig probe = from;
+    apply_key(probe, key, value);
+    if (key == "model.vocab_size" && get_key(probe, key) == 0) continue;  // "the tokenizer's"
+    KIRI_CHECK_KIND(
+        kConfig, get_key(probe, key) == get_key(from, key), key, " = ", get_key(probe, key).dump(),
+        " contradicts ", dir, "/config.json (", key, " = ", get_key(from, key).dump(),
+        "): --init-from takes the model's shape from its config.json; drop the ", key, " you give");
+  }
+  const bool rank0 = job_rank() <= 0;
+  if (!tokenizer_given && !hf.tokenizer.empty() && hf.tokenizer != from.data.tokenizer) {
+    if (rank0)
+      log::info("--init-from: data.tokenizer = ", hf.tokenizer, " (the model's, from ", dir,
+                "/config.json)");
+    from.data.tokenizer = hf.tokenizer;
+  }
+  if (rank0)
+    for (const std::string& n : hf.notes) log::info("--init-from: ", n);
+  return from;
 }
 
 // --resume auto: the run folder's latest checkpoint, or "" when it holds none.
@@ -422,7 +455,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   const std::optional<std::string> resume = a.get("resume");
   KIRI_CHECK_KIND(kConfig, !resume || !a.flag("overwrite"),
                   "--overwrite starts the run over and --resume continues it: give one of them");
+  const std::optional<std::string> init = a.get("init-from");
+  KIRI_CHECK_KIND(kConfig, !init || !resume,
+                  "--init-from starts a new run from a model's weights and --resume continues a "
+                  "run: give one of them");
   train::RunConfig cfg = load_config(file, sets);
+  const std::string init_dir = init ? train::resolve_model_folder(*init) : "";
+  if (init) cfg = init_config(cfg, init_dir, config_entries(file, sets));
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string from;
   if (resume)
@@ -460,6 +499,10 @@ int cmd_train(const std::vector<std::string>& argv) {
               train::write_run_config(trainer.config(), config_to_json(trainer.config()).dump(2)),
               paths.log.metrics.empty() ? "" : ", metrics " + paths.log.metrics,
               paths.checkpoint.dir.empty() ? "" : ", checkpoints " + paths.checkpoint.dir);
+  if (!init_dir.empty()) {
+    trainer.init_from(init_dir);
+    if (rank0) log::info("initialized the weights from ", init_dir, " (a fresh optimizer, step 0)");
+  }
   if (!from.empty()) {
     trainer.load_checkpoint(from);
     if (rank0) log::info("resumed from ", from, " at step ", trainer.step());
@@ -492,10 +535,10 @@ int cmd_sample(const std::vector<std::string>& argv) {
   Allocator allocator;
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
-  ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(dir + "/model.safetensors");
+  train::HfWeights file = train::HfWeights::open(dir);
   for (nn::Parameter* p : store.parameters()) {
-    file.read_into(p->name, p->value);
-    train::check_finite(p->value, dir + "/model.safetensors: tensor " + p->name);
+    file.read(p->name, p->value);
+    train::check_finite(p->value, dir + ": tensor " + p->name);
   }
 
   train::SampleOptions o;

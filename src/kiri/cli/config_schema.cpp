@@ -12,6 +12,7 @@
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/checkpoint_state.h"
+#include "kiri/train/hf_model.h"
 
 namespace kiri::cli {
 
@@ -370,6 +371,12 @@ std::vector<Field> make_fields() {
                         "Steps between checkpoints; 0: only at the end of the run."));
   f.push_back(int_field("checkpoint.keep_last", KIRI_FIELD(checkpoint.keep_last), 0, 1 << 20,
                         "Step directories to keep; 0 keeps all."));
+  f.push_back(string_field(
+      "checkpoint.max_shard_size", KIRI_FIELD(checkpoint.max_shard_size),
+      "Largest model file of a checkpoint, as transformers' save_pretrained reads it (5GB = "
+      "5e9 bytes, 2GiB = 2^31): a bigger model is written as model-0000k-of-0000n.safetensors "
+      "with model.safetensors.index.json (docs/checkpoints.md).",
+      [](const std::string& s) { train::parse_max_shard_size(s, "checkpoint.max_shard_size"); }));
   // log
   f.push_back(
       string_field("log.metrics", KIRI_FIELD(log.metrics),
