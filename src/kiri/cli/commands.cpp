@@ -538,7 +538,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
   train::HfWeights file = train::HfWeights::open(dir);
   for (nn::Parameter* p : store.parameters()) {
     file.read(p->name, p->value);
-    train::check_finite(p->value, dir + ": tensor " + p->name);
+    train::check_finite(p->value, file.path_of(p->name) + ": tensor " + p->name);
   }
 
   train::SampleOptions o;

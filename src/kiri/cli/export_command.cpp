@@ -65,7 +65,7 @@ int cmd_export(const std::vector<std::string>& argv) {
   for (nn::Parameter* p : model.parameters()) {
     Tensor t = Tensor::empty(p->shape, DType::kF32, Category::kBuffers, alloc);
     weights.read(p->name, t);
-    train::check_finite(t, dir + ": tensor " + p->name);
+    train::check_finite(t, weights.path_of(p->name) + ": tensor " + p->name);
     tensors.push_back({p->name, t});
   }
   // Written beside --out and renamed into place: a failed export leaves no half folder.

@@ -297,13 +297,13 @@ void Trainer::load_model(const std::string& dir) {
     if (p->tp.dim < 0 && segs[i].begin == 0 && segs[i].numel() == p->numel()) {
       Tensor whole = w.view(p->shape);
       file.read(p->name, whole);
-      check_finite(whole, dir + ": tensor " + p->name);
+      check_finite(whole, file.path_of(p->name) + ": tensor " + p->name);
       continue;
     }
     // A piece of the whole parameter (the file holds it whole): read it, take ours.
     Tensor whole = Tensor::empty(p->full, DType::kF32, Category::kBuffers, allocator_);
     file.read(p->name, whole);
-    check_finite(whole, dir + ": tensor " + p->name);
+    check_finite(whole, file.path_of(p->name) + ": tensor " + p->name);
     for (const GlobalPiece& g : global_pieces(segs[i]))
       w.flat_range(g.state - segs[i].state_offset, g.length)
           .copy_from(whole.flat_range(g.global, g.length));

@@ -348,6 +348,11 @@ void HfWeights::read(const std::string& name, Tensor& dst) {
   if (name == "transformer.wte.weight" && !head_file_.empty()) check_tied_head(dst);
 }
 
+std::string HfWeights::path_of(const std::string& name) const {
+  const auto it = file_.find(name);
+  return it == file_.end() ? dir_ : dir_ + "/" + it->second;
+}
+
 void HfWeights::check_tied_head(const Tensor& wte) {
   const ckpt::SafetensorsFile& f = file_of(head_file_);
   const ckpt::TensorInfo& info = f.info("lm_head.weight");

@@ -86,6 +86,8 @@ class HfWeights {
   // shape other than dst's is kCheckpoint naming the tensor and both shapes.
   void read(const std::string& name, Tensor& dst);
   const std::string& dir() const { return dir_; }
+  // The file that holds tensor `name` (dir/model-00002-of-00003.safetensors), for messages.
+  std::string path_of(const std::string& name) const;
 
  private:
   const ckpt::SafetensorsFile& file_of(const std::string& file);
