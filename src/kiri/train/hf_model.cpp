@@ -296,7 +296,7 @@ HfWeights HfWeights::open(const std::string& dir) {
                     kWeightsName, " nor ", kIndexName, ": not a model folder");
     // Kept open: the reads that follow use it.
     w.open_ = std::make_unique<ckpt::SafetensorsFile>(
-        ckpt::SafetensorsFile::open(dir + "/" + kWeightsName));
+        ckpt::SafetensorsFile::map(dir + "/" + kWeightsName));
     w.open_name_ = kWeightsName;
     for (const std::string& name : w.open_->names()) stored_file[name] = kWeightsName;
   }
@@ -329,7 +329,7 @@ void HfWeights::check_names(const std::vector<std::string>& names) const {
 const ckpt::SafetensorsFile& HfWeights::file_of(const std::string& file) {
   if (!open_ || open_name_ != file) {
     open_.reset();  // one shard in memory at a time
-    open_ = std::make_unique<ckpt::SafetensorsFile>(ckpt::SafetensorsFile::open(dir_ + "/" + file));
+    open_ = std::make_unique<ckpt::SafetensorsFile>(ckpt::SafetensorsFile::map(dir_ + "/" + file));
     open_name_ = file;
   }
   return *open_;
