@@ -275,5 +275,56 @@ TEST(HfModel, InitFromAFolderOfAnotherShapeNamesTheTensor) {
   fs::remove_all(dir);
 }
 
+TEST(HfModel, BadIndexesAndFoldersAreNamed) {
+  const std::string dir = temp_dir("index");
+  Allocator alloc;
+  const Tensor t = Tensor::zeros({4}, DType::kF32, Category::kBuffers, alloc);
+  ckpt::save_safetensors(dir + "/model-00001-of-00001.safetensors", {{"wte.weight", t}});
+  const auto refused = [&](const std::string& index, const std::string& needle) {
+    write_file_atomic(dir + "/model.safetensors.index.json", index);
+    ErrorKind kind{};
+    const std::string e = error_of([&] { HfWeights::open(dir); }, &kind);
+    EXPECT_EQ(kind, ErrorKind::kCheckpoint) << index;
+    EXPECT_NE(e.find(needle), std::string::npos) << e;
+  };
+  refused(R"({"metadata": {}})", "has no 'weight_map' object");
+  refused(R"({"weight_map": []})", "has no 'weight_map' object");
+  refused(R"({"weight_map": {"wte.weight": "../model-00001-of-00001.safetensors"}})",
+          "maps to \"../model-00001-of-00001.safetensors\", not a file name");
+  refused(R"({"weight_map": {"wte.weight": 7}})", "maps to 7, not a file name");
+  refused(R"({"weight_map": {"wte.weight": "model-00002-of-00002.safetensors"}})",
+          "names model-00002-of-00002.safetensors (for tensor wte.weight) but the file is missing");
+  refused("{\"weight_map\": " + std::string(40, '[') + std::string(40, ']') + "}",
+          "nests deeper than 16 levels");
+  refused("not json", "is not valid JSON");
+  // One tensor under both of its names.
+  ckpt::save_safetensors(dir + "/model-00001-of-00001.safetensors",
+                         {{"wte.weight", t}, {"transformer.wte.weight", t}});
+  refused(R"({"weight_map": {"wte.weight": "model-00001-of-00001.safetensors",
+                             "transformer.wte.weight": "model-00001-of-00001.safetensors"}})",
+          "one tensor under two names");
+  fs::remove(dir + "/model.safetensors.index.json");
+  ErrorKind kind{};
+  EXPECT_NE(error_of([&] { HfWeights::open(dir); }, &kind)
+                .find("holds neither model.safetensors nor model.safetensors.index.json"),
+            std::string::npos);
+  EXPECT_EQ(kind, ErrorKind::kCheckpoint);
+  fs::remove_all(dir);
+}
+
+TEST(HfModel, AFoldersTokenizerIsItsKiriBlocksOrItsOwnFiles) {
+  const std::string dir = temp_dir("tokenizer");
+  HfConfig c;
+  EXPECT_EQ(model_folder_tokenizer(dir, c), "");  // no files: the run's data.tokenizer
+  c.tokenizer = "byte";
+  EXPECT_EQ(model_folder_tokenizer(dir, c), "byte");
+  c.tokenizer = "some/path/of/another/machine";
+  write_file_atomic(dir + "/vocab.json", "{}");
+  EXPECT_EQ(model_folder_tokenizer(dir, c), "");  // merges.txt missing
+  write_file_atomic(dir + "/merges.txt", "");
+  EXPECT_EQ(model_folder_tokenizer(dir, c), dir);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kiri::train

@@ -91,7 +91,7 @@ train::RunConfig resumed_config(const std::string& dir,
 
 // --init-from: the model folder's config.json decides model.*; a given model key that says
 // otherwise is a kConfig error naming both values. data.tokenizer, when not given, is the
-// one a kiri model folder was trained with.
+// model folder's (train::model_folder_tokenizer).
 train::RunConfig init_config(train::RunConfig cfg, const std::string& dir,
                              const std::vector<std::pair<std::string, json>>& given) {
   const train::HfConfig hf = train::read_hf_config(dir);
@@ -110,11 +110,10 @@ train::RunConfig init_config(train::RunConfig cfg, const std::string& dir,
         "): --init-from takes the model's shape from its config.json; drop the ", key, " you give");
   }
   const bool rank0 = job_rank() <= 0;
-  if (!tokenizer_given && !hf.tokenizer.empty() && hf.tokenizer != from.data.tokenizer) {
-    if (rank0)
-      log::info("--init-from: data.tokenizer = ", hf.tokenizer, " (the model's, from ", dir,
-                "/config.json)");
-    from.data.tokenizer = hf.tokenizer;
+  const std::string tokenizer = train::model_folder_tokenizer(dir, hf);
+  if (!tokenizer_given && !tokenizer.empty() && tokenizer != from.data.tokenizer) {
+    if (rank0) log::info("--init-from: data.tokenizer = ", tokenizer, " (the model folder's)");
+    from.data.tokenizer = tokenizer;
   }
   if (rank0)
     for (const std::string& n : hf.notes) log::info("--init-from: ", n);

@@ -268,6 +268,15 @@ HfConfig read_hf_config(const std::string& dir) {
   return out;
 }
 
+std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config) {
+  if (config.tokenizer == "byte" || config.tokenizer == "gpt2") return config.tokenizer;
+  std::error_code ec;
+  if (fs::exists(dir + "/tokenizer.json", ec) ||
+      (fs::exists(dir + "/vocab.json", ec) && fs::exists(dir + "/merges.txt", ec)))
+    return dir;
+  return "";
+}
+
 HfWeights HfWeights::open(const std::string& dir) {
   HfWeights w;
   w.dir_ = dir;

@@ -70,6 +70,12 @@ struct HfConfig {
 // cross-attention; a missing or malformed file.
 HfConfig read_hf_config(const std::string& dir);
 
+// The tokenizer a run started from the folder uses when data.tokenizer is not given: the
+// "kiri" block's "byte" or "gpt2"; else the folder itself when it holds a Hugging Face
+// tokenizer (tokenizer.json, or vocab.json + merges.txt; data.tokenizer takes such a path);
+// else "" (the config's data.tokenizer).
+std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config);
+
 // The weights of a model folder, whole or sharded, under kiri's parameter names: a name
 // without the `transformer.` prefix is taken with it; the attention-mask buffers of old GPT-2
 // files (attn.bias, attn.masked_bias) are skipped; lm_head.weight must equal the token
