@@ -179,6 +179,10 @@ TEST_F(HfExport, BadRequestsAreNamedErrors) {
   r = run_kiri("export " + ckpt() + " --out " + dir_ + "/e --max-shard-size 0");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--max-shard-size must be a positive size"), std::string::npos);
+  r = run_kiri("train --set checkpoint.max_shard_size=0 --set run.dir=" + dir_ + "/x");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.max_shard_size must be a positive size"), std::string::npos)
+      << r.output;
   r = run_kiri("train --init-from " + ckpt() + " --resume auto --set run.dir=" + dir_ + "/x");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--init-from starts a new run"), std::string::npos) << r.output;

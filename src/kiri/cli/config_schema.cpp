@@ -12,7 +12,6 @@
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/checkpoint_state.h"
-#include "kiri/train/hf_model.h"
 
 namespace kiri::cli {
 
@@ -376,7 +375,13 @@ std::vector<Field> make_fields() {
       "Largest model file of a checkpoint, as transformers' save_pretrained reads it (5GB = "
       "5e9 bytes, 2GiB = 2^31): a bigger model is written as model-0000k-of-0000n.safetensors "
       "with model.safetensors.index.json (docs/checkpoints.md).",
-      [](const std::string& s) { train::parse_max_shard_size(s, "checkpoint.max_shard_size"); }));
+      // As train::parse_max_shard_size reads it (not called: the fuzz build's readers link
+      // no checkpoint code).
+      [](const std::string& s) {
+        KIRI_CHECK_KIND(kConfig, parse_bytes(s) > 0,
+                        "checkpoint.max_shard_size must be a positive size (e.g. 5GB, 2GiB), got '",
+                        quote_bounded(s, 80), "'");
+      }));
   // log
   f.push_back(
       string_field("log.metrics", KIRI_FIELD(log.metrics),
