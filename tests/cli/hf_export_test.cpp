@@ -191,6 +191,11 @@ TEST_F(HfExport, BadRequestsAreNamedErrors) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("model.n_embd = 128 contradicts"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model.n_embd = 64"), std::string::npos) << r.output;
+  r = run_kiri("train --init-from " + ckpt() + " --set run.dir=" + dir_ + "/x");
+  EXPECT_EQ(r.code, 2) << r.output;  // train.seq_len's default of 128
+  EXPECT_NE(r.output.find("train.seq_len = 128 exceeds the model's n_positions = 64"),
+            std::string::npos)
+      << r.output;
   r = run_kiri("train --init-from " + used + " --set run.dir=" + dir_ + "/x");
   EXPECT_EQ(r.code, 1) << r.output;  // a checkpoint error
   EXPECT_NE(r.output.find("holds no config.json"), std::string::npos) << r.output;

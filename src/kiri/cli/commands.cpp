@@ -109,6 +109,10 @@ train::RunConfig init_config(train::RunConfig cfg, const std::string& dir,
         " contradicts ", dir, "/config.json (", key, " = ", get_key(from, key).dump(),
         "): --init-from takes the model's shape from its config.json; drop the ", key, " you give");
   }
+  KIRI_CHECK_KIND(kConfig, from.train.seq_len <= hf.model.block_size,
+                  "train.seq_len = ", from.train.seq_len,
+                  " exceeds the model's n_positions = ", hf.model.block_size, " (", dir,
+                  "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
   const bool rank0 = job_rank() <= 0;
   const std::string tokenizer = train::model_folder_tokenizer(dir, hf);
   if (!tokenizer_given && !tokenizer.empty() && tokenizer != from.data.tokenizer) {
