@@ -19,6 +19,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/config_schema.h"
+#include "kiri/cli/init_from.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
@@ -87,41 +88,6 @@ train::RunConfig resumed_config(const std::string& dir,
                " you give, or start a new run (another run.name, or --overwrite)");
   }
   return cfg;
-}
-
-// --init-from: the model folder's config.json decides model.*; a given model key that says
-// otherwise is a kConfig error naming both values. data.tokenizer, when not given, is the
-// model folder's (train::model_folder_tokenizer).
-train::RunConfig init_config(train::RunConfig cfg, const std::string& dir,
-                             const std::vector<std::pair<std::string, json>>& given) {
-  const train::HfConfig hf = train::read_hf_config(dir);
-  train::RunConfig from = cfg;
-  from.model = hf.model;
-  bool tokenizer_given = false;
-  for (const auto& [key, value] : given) {
-    tokenizer_given = tokenizer_given || key == "data.tokenizer";
-    if (key.rfind("model.", 0) != 0) continue;
-    train::RunConfig probe = from;
-    apply_key(probe, key, value);
-    if (key == "model.vocab_size" && get_key(probe, key) == 0) continue;  // "the tokenizer's"
-    KIRI_CHECK_KIND(
-        kConfig, get_key(probe, key) == get_key(from, key), key, " = ", get_key(probe, key).dump(),
-        " contradicts ", dir, "/config.json (", key, " = ", get_key(from, key).dump(),
-        "): --init-from takes the model's shape from its config.json; drop the ", key, " you give");
-  }
-  KIRI_CHECK_KIND(kConfig, from.train.seq_len <= hf.model.block_size,
-                  "train.seq_len = ", from.train.seq_len,
-                  " exceeds the model's n_positions = ", hf.model.block_size, " (", dir,
-                  "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
-  const bool rank0 = job_rank() <= 0;
-  const std::string tokenizer = train::model_folder_tokenizer(dir, hf);
-  if (!tokenizer_given && !tokenizer.empty() && tokenizer != from.data.tokenizer) {
-    if (rank0) log::info("--init-from: data.tokenizer = ", tokenizer, " (the model folder's)");
-    from.data.tokenizer = tokenizer;
-  }
-  if (rank0)
-    for (const std::string& n : hf.notes) log::info("--init-from: ", n);
-  return from;
 }
 
 // --resume auto: the run folder's latest checkpoint, or "" when it holds none.
@@ -464,7 +430,7 @@ int cmd_train(const std::vector<std::string>& argv) {
                   "run: give one of them");
   train::RunConfig cfg = load_config(file, sets);
   const std::string init_dir = init ? train::resolve_model_folder(*init) : "";
-  if (init) cfg = init_config(cfg, init_dir, config_entries(file, sets));
+  if (init) cfg = init_from_config(cfg, init_dir, config_entries(file, sets));
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string from;
   if (resume)
@@ -502,10 +468,7 @@ int cmd_train(const std::vector<std::string>& argv) {
               train::write_run_config(trainer.config(), config_to_json(trainer.config()).dump(2)),
               paths.log.metrics.empty() ? "" : ", metrics " + paths.log.metrics,
               paths.checkpoint.dir.empty() ? "" : ", checkpoints " + paths.checkpoint.dir);
-  if (!init_dir.empty()) {
-    trainer.init_from(init_dir);
-    if (rank0) log::info("initialized the weights from ", init_dir, " (a fresh optimizer, step 0)");
-  }
+  if (!init_dir.empty()) trainer.init_from(init_dir);
   if (!from.empty()) {
     trainer.load_checkpoint(from);
     if (rank0) log::info("resumed from ", from, " at step ", trainer.step());

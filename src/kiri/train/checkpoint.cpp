@@ -20,6 +20,7 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/file_read.h"
+#include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
@@ -390,6 +391,7 @@ void Trainer::init_from(const std::string& path) {
   comm::run_agreed(*world_, [&] { load_model(dir); });
   optimizer_->write_back();
   parallel_->synchronize_parameters();
+  if (is_rank0()) log::info("initialized the weights from ", dir, " (a fresh optimizer, step 0)");
 }
 
 }  // namespace kiri::train
