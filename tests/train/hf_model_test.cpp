@@ -326,5 +326,21 @@ TEST(HfModel, AFoldersTokenizerIsItsKiriBlocksOrItsOwnFiles) {
   fs::remove_all(dir);
 }
 
+// A checkpoint cut into shards (checkpoint.max_shard_size) resumes across layouts like a
+// whole one: dp 2 ZeRO-3 -> one process -> dp 2 ZeRO-3, the losses continuing.
+TEST(HfModel, ShardedCheckpointsResumeAcrossLayouts) {
+  omp_set_num_threads(1);
+  const std::string root = temp_dir("sharded_resume");
+  comm::run_local(2, [&](comm::Communicator& world) {
+    RunConfig parallel = small(2), single = small(4);
+    parallel.parallel.dp = 2;
+    parallel.parallel.zero_stage = 3;
+    parallel.train.steps = single.train.steps = 6;
+    parallel.checkpoint.max_shard_size = single.checkpoint.max_shard_size = "20KB";
+    checkpoint_round_trip(world, parallel, single, root, 2, 2, 2);
+  });
+  EXPECT_FALSE(fs::exists(root));  // removed by the round trip when it completed
+}
+
 }  // namespace
 }  // namespace kiri::train
