@@ -1,6 +1,7 @@
 #include "kiri/ckpt/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -298,7 +299,7 @@ void SafetensorsFile::check_layout(uint64_t data_size) const {
 
 // Validates the prefix and the header before reading the (possibly large)
 // data into a 64-byte aligned buffer.
-void SafetensorsFile::load(uint64_t total, const ReadAt& read_at) {
+void SafetensorsFile::load(uint64_t total, const ReadAt& read_at, int map_fd) {
   if (total < 8)
     KIRI_RAISE(kCheckpoint, "safetensors file ", path_, " is ", total,
                " bytes, too short for the 8-byte header length");
@@ -315,6 +316,15 @@ void SafetensorsFile::load(uint64_t total, const ReadAt& read_at) {
   const uint64_t data_size = total - 8 - n;
   load_header(header.data(), header.size(), data_size);
   check_layout(data_size);
+  if (map_fd >= 0 && data_size > 0 && (8 + n) % 8 == 0) {
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE, map_fd, 0);
+    if (p != MAP_FAILED) {
+      buffer_ =
+          std::shared_ptr<char[]>(static_cast<char*>(p), [total](char* q) { ::munmap(q, total); });
+      data_ = buffer_.get() + 8 + n;
+      return;
+    }
+  }
   buffer_ = aligned_buffer(data_size);
   read_at(8 + n, data_size, buffer_.get());
   data_ = buffer_.get();
@@ -329,6 +339,14 @@ SafetensorsFile SafetensorsFile::parse(const std::string& bytes, const std::stri
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  return open_file(path, false);
+}
+
+SafetensorsFile SafetensorsFile::map(const std::string& path) {
+  return open_file(path, true);
+}
+
+SafetensorsFile SafetensorsFile::open_file(const std::string& path, bool mapped) {
   // A FIFO or device as the file would block open() or read forever.
   const int fd = open_regular_file(path, ErrorKind::kCheckpoint, "safetensors file");
   struct Closer {
@@ -352,7 +370,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   };
   SafetensorsFile f;
   f.path_ = path;
-  f.load(static_cast<uint64_t>(st.st_size), read_at);
+  f.load(static_cast<uint64_t>(st.st_size), read_at, mapped ? fd : -1);
   return f;
 }
 

@@ -53,6 +53,12 @@ class SafetensorsFile {
   // data or leave trailing bytes, duplicate names) is a kCheckpoint error
   // naming the file and the tensor. Unreadable files are kIo errors.
   static SafetensorsFile open(const std::string& path);
+  // The same checks, with the data memory-mapped (private, copy-on-write) instead of read:
+  // only the pages of the tensors read are touched, so a rank that loads its part of a large
+  // model reads only that part. Falls back to open()'s read when the data start is not 8-byte
+  // aligned (never so in kiri's or Python's files) or mmap fails. The file must not shrink
+  // while mapped (a read past its new end is SIGBUS).
+  static SafetensorsFile map(const std::string& path);
   // The same over bytes in memory; `label` stands for the path in messages.
   static SafetensorsFile parse(const std::string& bytes, const std::string& label);
 
@@ -79,13 +85,15 @@ class SafetensorsFile {
   using ReadAt = std::function<void(uint64_t offset, size_t bytes, char* dst)>;
 
   SafetensorsFile() = default;
-  void load(uint64_t total, const ReadAt& read_at);
+  static SafetensorsFile open_file(const std::string& path, bool mapped);
+  // map_fd >= 0: map the data from that descriptor rather than read it.
+  void load(uint64_t total, const ReadAt& read_at, int map_fd = -1);
   void load_header(const char* json, size_t json_size, uint64_t data_size);
   void check_layout(uint64_t data_size) const;
   const char* data_of(const TensorInfo& info) const { return data_ + info.begin; }
 
   std::string path_;
-  std::shared_ptr<char[]> buffer_;  // 64-byte aligned at the data start
+  std::shared_ptr<char[]> buffer_;  // 64-byte aligned at the data start (read), or the mapping
   const char* data_ = nullptr;      // start of the tensor data inside buffer_
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorInfo> infos_;

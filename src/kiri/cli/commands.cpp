@@ -20,6 +20,7 @@
 #include "kiri/cli/args.h"
 #include "kiri/cli/config_schema.h"
 #include "kiri/cli/deepspeed_config.h"
+#include "kiri/cli/init_from.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
@@ -28,6 +29,7 @@
 #include "kiri/plan/planner.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
+#include "kiri/train/hf_model.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
 
@@ -441,6 +443,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   const std::optional<std::string> resume = a.get("resume");
   KIRI_CHECK_KIND(kConfig, !resume || !a.flag("overwrite"),
                   "--overwrite starts the run over and --resume continues it: give one of them");
+  const std::optional<std::string> init = a.get("init-from");
+  KIRI_CHECK_KIND(kConfig, !init || !resume,
+                  "--init-from starts a new run from a model's weights and --resume continues a "
+                  "run: give one of them");
   train::RunConfig cfg = load_config(file, sets);
   const std::vector<std::pair<std::string, json>> deepspeed =
       apply_deepspeed_option(a, file, sets, cfg);
@@ -451,6 +457,8 @@ int cmd_train(const std::vector<std::string>& argv) {
                     key, " = ", value.dump(),
                     ": drop --auto, or the layout keys (zero_optimization, "
                     "activation_checkpointing) from the DeepSpeed file");
+  const std::string init_dir = init ? train::resolve_model_folder(*init) : "";
+  if (init) cfg = init_from_config(cfg, init_dir, config_entries(file, sets));
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string from;
   if (resume)
@@ -492,6 +500,7 @@ int cmd_train(const std::vector<std::string>& argv) {
               train::write_run_config(trainer.config(), config_to_json(trainer.config()).dump(2)),
               paths.log.metrics.empty() ? "" : ", metrics " + paths.log.metrics,
               paths.checkpoint.dir.empty() ? "" : ", checkpoints " + paths.checkpoint.dir);
+  if (!init_dir.empty()) trainer.init_from(init_dir);
   if (!from.empty()) {
     trainer.load_checkpoint(from);
     if (rank0) log::info("resumed from ", from, " at step ", trainer.step());
@@ -524,10 +533,10 @@ int cmd_sample(const std::vector<std::string>& argv) {
   Allocator allocator;
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
-  ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(dir + "/model.safetensors");
+  train::HfWeights file = train::HfWeights::open(dir);
   for (nn::Parameter* p : store.parameters()) {
-    file.read_into(p->name, p->value);
-    train::check_finite(p->value, dir + "/model.safetensors: tensor " + p->name);
+    file.read(p->name, p->value);
+    train::check_finite(p->value, file.path_of(p->name) + ": tensor " + p->name);
   }
 
   train::SampleOptions o;

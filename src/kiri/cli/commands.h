@@ -16,6 +16,7 @@ int cmd_data(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_launch(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
+int cmd_export(const std::vector<std::string>& args);
 // The mpirun command line of `kiri launch` (exposed for tests).
 std::vector<std::string> launch_argv(const std::vector<std::string>& args);
 

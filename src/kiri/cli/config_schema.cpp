@@ -398,6 +398,18 @@ std::vector<Field> make_fields() {
                         "Steps between checkpoints; 0: only at the end of the run."));
   f.push_back(int_field("checkpoint.keep_last", KIRI_FIELD(checkpoint.keep_last), 0, 1 << 20,
                         "Step directories to keep; 0 keeps all."));
+  f.push_back(string_field(
+      "checkpoint.max_shard_size", KIRI_FIELD(checkpoint.max_shard_size),
+      "Largest model file of a checkpoint, as transformers' save_pretrained reads it (5GB = "
+      "5e9 bytes, 2GiB = 2^31): a bigger model is written as model-0000k-of-0000n.safetensors "
+      "with model.safetensors.index.json (docs/checkpoints.md).",
+      // As train::parse_max_shard_size reads it (not called: the fuzz build's readers link
+      // no checkpoint code).
+      [](const std::string& s) {
+        KIRI_CHECK_KIND(kConfig, parse_bytes(s) > 0,
+                        "checkpoint.max_shard_size must be a positive size (e.g. 5GB, 2GiB), got '",
+                        quote_bounded(s, 80), "'");
+      }));
   // log
   f.push_back(
       string_field("log.metrics", KIRI_FIELD(log.metrics),

@@ -87,6 +87,7 @@ int run_verb(const std::string& verb, const std::vector<std::string>& rest) {
   if (verb == "bench") return cmd_bench(rest);
   if (verb == "launch") return cmd_launch(rest);
   if (verb == "plan") return cmd_plan(rest);
+  if (verb == "export") return cmd_export(rest);
   Args a(rest, verb_spec("help"));  // kiri help [VERB]
   std::cout << (a.positional().empty() ? overview() : help_text(verb_spec(a.positional()[0])));
   return 0;

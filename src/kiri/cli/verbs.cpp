@@ -32,6 +32,9 @@ VerbSpec train_verb() {
             "config, or `auto`: from the run folder's latest checkpoint, fresh if it has none"},
            {"--peak-flops", K::kValue, "FLOPS", "measured (FMA loop)",
             "MFU's peak per rank in FLOP/s, e.g. 2.5e12 (docs/metrics.md)"},
+           {"--init-from", K::kValue, "MODEL_DIR", "",
+            "start from a model's weights (a Hugging Face GPT-2 folder, or a kiri checkpoint) "
+            "with a fresh optimizer at step 0; the model config comes from its config.json"},
            {"--overwrite", K::kFlag, "", "",
             "start over in a run folder that holds another run (removes kiri's files there)"},
            kMemLimit,
@@ -100,6 +103,19 @@ VerbSpec data_verb() {
            {"--val-fraction", K::kValue, "F", "0.1", "the share of the text held out"},
            {"--data-dir", K::kValue, "DIR", "$KIRI_DATA_DIR or the build's data/",
             "where the GPT-2 tokenizer's files are"}}};
+}
+
+VerbSpec export_verb() {
+  return {"export",
+          "CKPT_DIR",
+          1,
+          1,
+          "Write a checkpoint as a Hugging Face model folder (docs/checkpoints.md).",
+          {{"--out", K::kValue, "DIR", "", "the new folder (required; must not hold files)"},
+           {"--dtype", K::kValue, "fp32|bf16|fp16", "fp32", "the weights' dtype on disk"},
+           {"--max-shard-size", K::kValue, "BYTES", "5GB",
+            "largest model file; above it model-0000k-of-0000n.safetensors + index (2GB, "
+            "2GiB)"}}};
 }
 
 VerbSpec bench_verb() {
@@ -206,9 +222,9 @@ const std::vector<OptionSpec> kCommon = {
 
 const std::vector<VerbSpec>& verb_specs() {
   static const std::vector<VerbSpec> verbs = [] {
-    std::vector<VerbSpec> v = {train_verb(),  launch_verb(), config_verb(),
-                               sample_verb(), eval_verb(),   data_verb(),
-                               bench_verb(),  plan_verb(),   help_verb()};
+    std::vector<VerbSpec> v = {train_verb(), launch_verb(), config_verb(), sample_verb(),
+                               eval_verb(),  export_verb(), data_verb(),   bench_verb(),
+                               plan_verb(),  help_verb()};
     for (VerbSpec& s : v) s.options.insert(s.options.end(), kCommon.begin(), kCommon.end());
     return v;
   }();

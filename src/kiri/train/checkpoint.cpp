@@ -1,7 +1,9 @@
 // Trainer checkpoints, the same under every ZeRO stage and dtype:
-//  - model.safetensors: the whole model in fp32 with Hugging Face GPT-2
-//    names (the master weights; gathered to rank 0 under sharding), so a
-//    checkpoint loads on any layout and in transformers;
+//  - model.safetensors (or model-0000k-of-0000n.safetensors and its index
+//    above checkpoint.max_shard_size): the whole model in fp32 with Hugging
+//    Face GPT-2 names (the master weights; gathered to rank 0 under
+//    sharding), with config.json and the tokenizer files, so a checkpoint
+//    loads on any layout and in transformers (hf_model.h);
 //  - optimizer-RRRRR-of-NNNNN.safetensors: AdamW's m and v as one flat
 //    tensor each per shard, written by the ranks of one replica (stage 0:
 //    rank 0 alone), with the segments they hold in the metadata
@@ -18,10 +20,12 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/file_read.h"
+#include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
 #include "kiri/train/checkpoint_state.h"
+#include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -244,8 +248,9 @@ std::string Trainer::save_checkpoint() {
       if (name == p->name) tensors.push_back({name, t});
   KIRI_CHECK(tensors.size() == model.size(), "gathered ", model.size(),
              " parameters, the model has ", tensors.size());
-  ckpt::save_safetensors(tmp + "/model.safetensors", tensors,
-                         {{"format", "pt"}, {"kiri_model", "gpt2"}});
+  write_hf_folder(
+      tmp, cfg_.model, *tokenizer_, cfg_.data.tokenizer, tensors, DType::kF32,
+      parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size"));
   json files = json::array();
   for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
   json state = {{"format_version", kCheckpointFormatVersion},
@@ -276,22 +281,30 @@ std::string Trainer::save_checkpoint() {
 }
 
 // Into the master weights only: load_checkpoint writes them back once every rank has read.
-void Trainer::load_model(const std::string& path) {
-  ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
+// Each rank reads the tensors it holds (a shard file only when one of them lies in it).
+void Trainer::load_model(const std::string& dir) {
+  HfWeights file = HfWeights::open(dir);
+  {
+    std::vector<std::string> names;
+    const model::GPT<float> whole(cfg_.model);
+    for (nn::Parameter* p : const_cast<model::GPT<float>&>(whole).parameters())
+      names.push_back(p->name);
+    file.check_names(names);
+  }
   const auto& segs = optimizer_->segments();
   for (size_t i = 0; i < segs.size(); ++i) {
     nn::Parameter* p = segs[i].param;
     Tensor w = optimizer_->weights(i);
     if (p->tp.dim < 0 && segs[i].begin == 0 && segs[i].numel() == p->numel()) {
       Tensor whole = w.view(p->shape);
-      file.read_into(p->name, whole);
-      check_finite(whole, path + ": tensor " + p->name);
+      file.read(p->name, whole);
+      check_finite(whole, file.path_of(p->name) + ": tensor " + p->name);
       continue;
     }
     // A piece of the whole parameter (the file holds it whole): read it, take ours.
     Tensor whole = Tensor::empty(p->full, DType::kF32, Category::kBuffers, allocator_);
-    file.read_into(p->name, whole);
-    check_finite(whole, path + ": tensor " + p->name);
+    file.read(p->name, whole);
+    check_finite(whole, file.path_of(p->name) + ": tensor " + p->name);
     for (const GlobalPiece& g : global_pieces(segs[i]))
       w.flat_range(g.state - segs[i].state_offset, g.length)
           .copy_from(whole.flat_range(g.global, g.length));
@@ -369,8 +382,16 @@ void Trainer::read_checkpoint(const std::string& path) {
   data_position_ = state.data_position;
   optimizer_->set_step_count(state.optimizer_step);
   if (scaler_ && state.loss_scaler) scaler_->set_state(*state.loss_scaler);
-  load_model(dir + "/model.safetensors");
+  load_model(dir);
   load_optimizer_states(dir, state.optimizer_files);
+}
+
+void Trainer::init_from(const std::string& path) {
+  const std::string dir = resolve_model_folder(path);
+  comm::run_agreed(*world_, [&] { load_model(dir); });
+  optimizer_->write_back();
+  parallel_->synchronize_parameters();
+  if (is_rank0()) log::info("initialized the weights from ", dir, " (a fresh optimizer, step 0)");
 }
 
 }  // namespace kiri::train

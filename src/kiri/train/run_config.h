@@ -105,6 +105,8 @@ struct CheckpointConfig {
   std::string dir = "{run.dir}/checkpoints";
   int64_t every = 0;  // steps between checkpoints; 0: only at the end
   int keep_last = 2;  // step directories kept; 0 keeps all
+  // Above it the model is written as model-0000k-of-0000n.safetensors + index (as HF does)
+  std::string max_shard_size = "5GB";
 };
 
 struct LogConfig {

@@ -77,6 +77,11 @@ class Trainer {
   // comm::AgreedError (that rank's error) on every rank. Refuses non-finite values.
   void load_checkpoint(const std::string& path);
 
+  // --init-from: the weights only (fresh optimizer, step 0, data position 0) from a model
+  // folder (hf_model.h: a Hugging Face GPT-2 folder, or a kiri checkpoint root or step).
+  // Collective and agreed like load_checkpoint; the folder's model must be this run's.
+  void init_from(const std::string& path);
+
   int64_t step() const { return step_; }
   // The config the run uses: {run.dir} paths resolved, dp inferred, lr scaled.
   const RunConfig& config() const { return cfg_; }
@@ -118,7 +123,7 @@ class Trainer {
   void build_detaching_tracer();  // build(); on failure unsets the world's tracer
   void add_comm_stats(StepMetrics& m);
   void read_checkpoint(const std::string& path);  // this rank's part of load_checkpoint
-  void load_model(const std::string& path);
+  void load_model(const std::string& dir);        // a model folder's weights (hf_model.h)
   void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);
   // Whether this rank writes its optimizer states (one copy per shard).
   bool writes_optimizer_states() const;

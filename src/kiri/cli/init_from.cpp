@@ -1,0 +1,44 @@
+#include "kiri/cli/init_from.h"
+
+#include "kiri/base/log.h"
+#include "kiri/cli/config_schema.h"
+#include "kiri/cli/world.h"
+#include "kiri/train/hf_model.h"
+
+namespace kiri::cli {
+
+using nlohmann::json;
+
+train::RunConfig init_from_config(train::RunConfig cfg, const std::string& dir,
+                                  const std::vector<std::pair<std::string, json>>& given) {
+  const train::HfConfig hf = train::read_hf_config(dir);
+  train::RunConfig from = cfg;
+  from.model = hf.model;
+  bool tokenizer_given = false;
+  for (const auto& [key, value] : given) {
+    tokenizer_given = tokenizer_given || key == "data.tokenizer";
+    if (key.rfind("model.", 0) != 0) continue;
+    train::RunConfig probe = from;
+    apply_key(probe, key, value);
+    if (key == "model.vocab_size" && get_key(probe, key) == 0) continue;  // "the tokenizer's"
+    KIRI_CHECK_KIND(
+        kConfig, get_key(probe, key) == get_key(from, key), key, " = ", get_key(probe, key).dump(),
+        " contradicts ", dir, "/config.json (", key, " = ", get_key(from, key).dump(),
+        "): --init-from takes the model's shape from its config.json; drop the ", key, " you give");
+  }
+  KIRI_CHECK_KIND(kConfig, from.train.seq_len <= hf.model.block_size,
+                  "train.seq_len = ", from.train.seq_len,
+                  " exceeds the model's n_positions = ", hf.model.block_size, " (", dir,
+                  "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
+  const bool rank0 = job_rank() <= 0;
+  const std::string tokenizer = train::model_folder_tokenizer(dir, hf);
+  if (!tokenizer_given && !tokenizer.empty() && tokenizer != from.data.tokenizer) {
+    if (rank0) log::info("--init-from: data.tokenizer = ", tokenizer, " (the model folder's)");
+    from.data.tokenizer = tokenizer;
+  }
+  if (rank0)
+    for (const std::string& n : hf.notes) log::info("--init-from: ", n);
+  return from;
+}
+
+}  // namespace kiri::cli

@@ -1,0 +1,20 @@
+#pragma once
+// kiri train --init-from's config: the model folder's config.json decides the model.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/train/run_config.h"
+
+namespace kiri::cli {
+
+// `cfg` with model.* from dir/config.json (train::read_hf_config; dir from
+// train::resolve_model_folder). A model key in `given` (the file's and --set's keys) that
+// differs is a kConfig error naming both values, as is a train.seq_len past n_positions;
+// data.tokenizer, when not given, becomes the folder's (train::model_folder_tokenizer).
+train::RunConfig init_from_config(train::RunConfig cfg, const std::string& dir,
+                                  const std::vector<std::pair<std::string, nlohmann::json>>& given);
+
+}  // namespace kiri::cli

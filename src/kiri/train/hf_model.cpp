@@ -1,0 +1,399 @@
+#include "kiri/train/hf_model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "kiri/base/atomic_file.h"
+#include "kiri/base/file_read.h"
+#include "kiri/base/units.h"
+#include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/train/checkpoint_state.h"
+
+namespace kiri::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kWeightsName = "model.safetensors";
+// config.json and the index are a few KiB (GPT-2 XL's index: 60 KiB).
+constexpr uint64_t kMaxJsonBytes = uint64_t{64} << 20;
+
+std::string shard_name(size_t k, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k, n);
+  return buf;
+}
+
+const char* torch_dtype_name(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kF32:
+      return "float32";
+    default:
+      KIRI_RAISE(kConfig, "a model folder holds F32, BF16 or F16 weights, not ", dtype_name(d));
+  }
+}
+
+// A JSON file of a model folder, parsed (bounded in size and nesting).
+json read_json_file(const std::string& path, const std::string& what) {
+  const std::string text = read_small_file(path, kMaxJsonBytes, ErrorKind::kCheckpoint, what);
+  KIRI_CHECK_KIND(kCheckpoint, json_nesting_depth(text, 17) <= 16, path,
+                  " nests deeper than 16 levels: not a ", what);
+  try {
+    return json::parse(text);
+  } catch (const std::exception& e) {
+    KIRI_RAISE(kCheckpoint, path, " is not valid JSON: ", quote_bounded(e.what(), 300));
+  }
+}
+
+// config.json's integer `key` in [lo, hi]; `alt`, when given, is read if `key` is absent.
+int config_int(const json& c, const std::string& path, const std::string& key, int64_t lo,
+               int64_t hi, const char* alt = nullptr) {
+  const std::string k = c.contains(key) || !alt ? key : std::string(alt);
+  KIRI_CHECK_KIND(kCheckpoint, c.contains(k), path, " has no '", key,
+                  "': not the config.json of a GPT-2");
+  const json& v = c[k];
+  KIRI_CHECK_KIND(
+      kCheckpoint, v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, path,
+      ": '", k, "' must be an integer in [", lo, ", ", hi, "], got ", quote_bounded(v.dump(), 80));
+  return static_cast<int>(v.get<int64_t>());
+}
+
+// Refuses config.json values that kiri's GPT-2 cannot honour (the key, its value and why).
+void refuse_unsupported(const json& c, const std::string& path, const model::GPTConfig& m) {
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    KIRI_RAISE(kCheckpoint, path, ": ", key, " = ", quote_bounded(c[key].dump(), 80),
+               " is not supported: ", why);
+  };
+  if (c.contains("model_type") && c["model_type"] != "gpt2")
+    refuse("model_type", "kiri trains GPT-2 (model_type \"gpt2\") only");
+  if (c.contains("layer_norm_epsilon") &&
+      !(c["layer_norm_epsilon"].is_number() &&
+        std::fabs(c["layer_norm_epsilon"].get<double>() - 1e-5) <= 1e-12))
+    refuse("layer_norm_epsilon", "kiri's LayerNorm uses eps 1e-05");
+  if (c.contains("activation_function") && c["activation_function"] != "gelu_new" &&
+      c["activation_function"] != "gelu_pytorch_tanh")
+    refuse("activation_function", "kiri's MLP uses GELU's tanh form (\"gelu_new\")");
+  if (c.contains("n_inner") && !c["n_inner"].is_null() && c["n_inner"] != int64_t{4} * m.n_embd)
+    refuse("n_inner", str("kiri's MLP is 4 x n_embd = ", 4 * int64_t{m.n_embd}, " wide"));
+  if (c.contains("scale_attn_weights") && c["scale_attn_weights"] != true)
+    refuse("scale_attn_weights", "kiri scales attention by 1/sqrt(head size)");
+  if (c.contains("scale_attn_by_inverse_layer_idx") &&
+      c["scale_attn_by_inverse_layer_idx"] != false)
+    refuse("scale_attn_by_inverse_layer_idx", "kiri does not scale attention by layer");
+  if (c.contains("tie_word_embeddings") && c["tie_word_embeddings"] != true)
+    refuse("tie_word_embeddings", "kiri ties the LM head to the token embedding");
+  if (c.contains("add_cross_attention") && c["add_cross_attention"] != false)
+    refuse("add_cross_attention", "kiri's GPT-2 is a decoder without cross-attention");
+  if (c.contains("architectures") && c["architectures"].is_array()) {
+    bool known = c["architectures"].empty();
+    for (const json& a : c["architectures"])
+      known = known || a == "GPT2LMHeadModel" || a == "GPT2Model";
+    if (!known) refuse("architectures", "kiri reads GPT2LMHeadModel (or GPT2Model) weights");
+  }
+}
+
+// The kiri name of a tensor stored as `name` ("" for a buffer to skip).
+std::string kiri_name(const std::string& name) {
+  const auto ends_with = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) return "";
+  if (name == "lm_head.weight" || name.rfind("transformer.", 0) == 0) return name;
+  return "transformer." + name;
+}
+
+}  // namespace
+
+int64_t parse_max_shard_size(const std::string& text, const std::string& what) {
+  int64_t bytes = 0;
+  try {
+    bytes = parse_bytes(text);
+  } catch (const Error& e) {
+    KIRI_RAISE(kConfig, what, ": ", e.what());
+  }
+  KIRI_CHECK_KIND(kConfig, bytes > 0, what, " must be a positive size (e.g. 5GB, 2GiB), got '",
+                  quote_bounded(text, 80), "'");
+  return bytes;
+}
+
+json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
+                    const std::string& tokenizer) {
+  json c = {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.n_embd},
+            {"n_positions", m.block_size},
+            {"n_ctx", m.block_size},
+            {"n_inner", nullptr},
+            {"vocab_size", m.vocab_size},
+            {"layer_norm_epsilon", 1e-5},
+            {"activation_function", "gelu_new"},
+            // kiri trains without dropout: fine-tuning in transformers then matches it.
+            {"resid_pdrop", 0.0},
+            {"embd_pdrop", 0.0},
+            {"attn_pdrop", 0.0},
+            {"initializer_range", 0.02},
+            {"scale_attn_weights", true},
+            {"scale_attn_by_inverse_layer_idx", false},
+            {"reorder_and_upcast_attn", false},
+            {"tie_word_embeddings", true},
+            {"use_cache", true},
+            {"torch_dtype", torch_dtype_name(dtype)},
+            {"kiri", {{"format_version", 1}, {"tokenizer", tokenizer}}}};
+  if (eot >= 0) {
+    c["bos_token_id"] = eot;
+    c["eos_token_id"] = eot;
+  }
+  return c;
+}
+
+std::vector<std::string> write_hf_weights(const std::string& dir,
+                                          const std::vector<ckpt::NamedTensor>& tensors,
+                                          DType dtype, int64_t max_shard_bytes) {
+  torch_dtype_name(dtype);  // refuses other dtypes
+  Allocator alloc;
+  std::vector<ckpt::NamedTensor> converted;
+  for (const ckpt::NamedTensor& t : tensors) {
+    if (t.tensor.dtype() == dtype) {
+      converted.push_back(t);
+      continue;
+    }
+    Tensor c = Tensor::empty(t.tensor.shape(), dtype, Category::kBuffers, alloc);
+    c.copy_from(t.tensor);
+    converted.push_back({t.name, c});
+  }
+  // transformers' cut: in order, a new shard when the next tensor would overflow this one.
+  std::vector<std::vector<ckpt::NamedTensor>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const ckpt::NamedTensor& t : converted) {
+    const auto bytes = static_cast<int64_t>(t.tensor.nbytes());
+    if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(t);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  if (shards.size() == 1) {
+    ckpt::save_safetensors(dir + "/" + kWeightsName, converted, meta);
+    return {kWeightsName};
+  }
+  std::vector<std::string> names;
+  json map = json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    names.push_back(shard_name(k + 1, shards.size()));
+    ckpt::save_safetensors(dir + "/" + names.back(), shards[k], meta);
+    for (const ckpt::NamedTensor& t : shards[k]) map[t.name] = names.back();
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  write_file_atomic(dir + "/" + kIndexName, index.dump(2) + "\n");
+  names.push_back(kIndexName);
+  return names;
+}
+
+void write_hf_tokenizer(const std::string& dir, const data::Tokenizer& tokenizer,
+                        int64_t model_max_length) {
+  bool has_config = false, has_map = false;
+  for (const data::TokenizerFile& f : tokenizer.files()) {
+    KIRI_CHECK_KIND(kData, f.hf_name.find('/') == std::string::npos, "tokenizer file name '",
+                    f.hf_name, "' is not a plain name");
+    write_file_atomic(dir + "/" + f.hf_name, read_small_file(f.path, uint64_t{1} << 30,
+                                                             ErrorKind::kData, "tokenizer file"));
+    has_config = has_config || f.hf_name == "tokenizer_config.json";
+    has_map = has_map || f.hf_name == "special_tokens_map.json";
+  }
+  const int32_t eot = tokenizer.eot_token();
+  if (eot < 0 || tokenizer.files().empty()) return;
+  const std::string eot_text = tokenizer.decode(std::vector<int32_t>{eot});
+  const json specials = {{"bos_token", eot_text}, {"eos_token", eot_text}, {"unk_token", eot_text}};
+  if (!has_map) write_file_atomic(dir + "/special_tokens_map.json", specials.dump(2) + "\n");
+  if (!has_config) {
+    bool fast = false;  // a tokenizer.json alone loads as the fast tokenizer
+    for (const data::TokenizerFile& f : tokenizer.files())
+      fast = fast || f.hf_name == "tokenizer.json";
+    json c = specials;
+    c["model_max_length"] = model_max_length;
+    c["add_prefix_space"] = false;
+    c["tokenizer_class"] = fast ? "PreTrainedTokenizerFast" : "GPT2Tokenizer";
+    write_file_atomic(dir + "/tokenizer_config.json", c.dump(2) + "\n");
+  }
+}
+
+void write_hf_folder(const std::string& dir, const model::GPTConfig& model,
+                     const data::Tokenizer& tokenizer, const std::string& tokenizer_name,
+                     const std::vector<ckpt::NamedTensor>& tensors, DType dtype,
+                     int64_t max_shard_bytes) {
+  write_hf_weights(dir, tensors, dtype, max_shard_bytes);
+  write_hf_tokenizer(dir, tokenizer, model.block_size);
+  write_file_atomic(
+      dir + "/config.json",
+      hf_config_json(model, tokenizer.eot_token(), dtype, tokenizer_name).dump(2) + "\n");
+}
+
+HfConfig read_hf_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  const json c = read_json_file(path, "model config (config.json)");
+  KIRI_CHECK_KIND(kCheckpoint, c.is_object(), path, " is not a JSON object");
+  constexpr int64_t kMax = int64_t{1} << 20;
+  HfConfig out;
+  out.model.n_layer = config_int(c, path, "n_layer", 1, kMax);
+  out.model.n_head = config_int(c, path, "n_head", 1, kMax);
+  out.model.n_embd = config_int(c, path, "n_embd", 1, kMax);
+  out.model.vocab_size = config_int(c, path, "vocab_size", 1, int64_t{1} << 30);
+  out.model.block_size = config_int(c, path, "n_positions", 1, kMax, "n_ctx");
+  refuse_unsupported(c, path, out.model);
+  try {
+    out.model.validate();
+  } catch (const Error& e) {
+    KIRI_RAISE(kCheckpoint, path, ": ", e.what());
+  }
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"})
+    if (c.contains(key) && c[key].is_number() && c[key].get<double>() != 0)
+      out.notes.push_back(str(path, ": ", key, " = ", c[key].get<double>(),
+                              " ignored: kiri trains without dropout"));
+  if (c.contains("kiri") && c["kiri"].is_object() && c["kiri"].contains("tokenizer") &&
+      c["kiri"]["tokenizer"].is_string())
+    out.tokenizer = c["kiri"]["tokenizer"].get<std::string>();
+  return out;
+}
+
+std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config) {
+  if (config.tokenizer == "byte" || config.tokenizer == "gpt2") return config.tokenizer;
+  std::error_code ec;
+  if (fs::exists(dir + "/tokenizer.json", ec) ||
+      (fs::exists(dir + "/vocab.json", ec) && fs::exists(dir + "/merges.txt", ec)))
+    return dir;
+  return "";
+}
+
+HfWeights HfWeights::open(const std::string& dir) {
+  HfWeights w;
+  w.dir_ = dir;
+  std::map<std::string, std::string> stored_file;  // stored name -> file
+  if (fs::exists(dir + "/" + kIndexName)) {
+    const std::string path = dir + "/" + kIndexName;
+    const json index = read_json_file(path, "safetensors index");
+    KIRI_CHECK_KIND(
+        kCheckpoint,
+        index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), path,
+        " has no 'weight_map' object");
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      KIRI_CHECK_KIND(kCheckpoint,
+                      file.is_string() && !file.get<std::string>().empty() &&
+                          file.get<std::string>().find('/') == std::string::npos &&
+                          file.get<std::string>() != "." && file.get<std::string>() != "..",
+                      path, ": tensor '", quote_bounded(name, 200), "' maps to ",
+                      quote_bounded(file.dump(), 80), ", not a file name");
+      const std::string f = file.get<std::string>();
+      KIRI_CHECK_KIND(kCheckpoint, fs::exists(dir + "/" + f), path, " names ", f, " (for tensor ",
+                      name, ") but the file is missing");
+      stored_file[name] = f;
+    }
+  } else {
+    KIRI_CHECK_KIND(kCheckpoint, fs::exists(dir + "/" + kWeightsName), dir, " holds neither ",
+                    kWeightsName, " nor ", kIndexName, ": not a model folder");
+    // Kept open: the reads that follow use it.
+    w.open_ = std::make_unique<ckpt::SafetensorsFile>(
+        ckpt::SafetensorsFile::map(dir + "/" + kWeightsName));
+    w.open_name_ = kWeightsName;
+    for (const std::string& name : w.open_->names()) stored_file[name] = kWeightsName;
+  }
+  for (const auto& [name, file] : stored_file) {
+    const std::string k = kiri_name(name);
+    if (k.empty()) continue;
+    if (k == "lm_head.weight") {
+      w.head_file_ = file;
+      continue;
+    }
+    KIRI_CHECK_KIND(kCheckpoint, !w.stored_.count(k), dir, " holds both '", w.stored_[k], "' and '",
+                    name, "': one tensor under two names");
+    w.stored_[k] = name;
+    w.file_[k] = file;
+  }
+  return w;
+}
+
+void HfWeights::check_names(const std::vector<std::string>& names) const {
+  std::map<std::string, bool> wanted;
+  for (const std::string& n : names) wanted[n] = true;
+  for (const auto& [k, stored] : stored_)
+    KIRI_CHECK_KIND(kCheckpoint, wanted.count(k), dir_, ": tensor '", quote_bounded(stored, 200),
+                    "' (", file_.at(k), ") has no place in kiri's GPT-2 of this config");
+  for (const std::string& n : names)
+    KIRI_CHECK_KIND(kCheckpoint, stored_.count(n), dir_, ": the model's tensor '", n,
+                    "' is missing");
+}
+
+const ckpt::SafetensorsFile& HfWeights::file_of(const std::string& file) {
+  if (!open_ || open_name_ != file) {
+    open_.reset();  // one shard in memory at a time
+    open_ = std::make_unique<ckpt::SafetensorsFile>(ckpt::SafetensorsFile::map(dir_ + "/" + file));
+    open_name_ = file;
+  }
+  return *open_;
+}
+
+void HfWeights::read(const std::string& name, Tensor& dst) {
+  const auto it = stored_.find(name);
+  KIRI_CHECK_KIND(kCheckpoint, it != stored_.end(), dir_, ": the model's tensor '", name,
+                  "' is missing");
+  const ckpt::SafetensorsFile& f = file_of(file_.at(name));
+  const ckpt::TensorInfo& info = f.info(it->second);
+  KIRI_CHECK_KIND(kCheckpoint, info.shape == dst.shape(), f.path(), ": tensor '", it->second,
+                  "' has shape ", info.shape.str(), ", the model's ", name, " is ",
+                  dst.shape().str());
+  f.read_into_converting(it->second, dst);
+  if (name == "transformer.wte.weight" && !head_file_.empty()) check_tied_head(dst);
+}
+
+std::string HfWeights::path_of(const std::string& name) const {
+  const auto it = file_.find(name);
+  return it == file_.end() ? dir_ : dir_ + "/" + it->second;
+}
+
+void HfWeights::check_tied_head(const Tensor& wte) {
+  const ckpt::SafetensorsFile& f = file_of(head_file_);
+  const ckpt::TensorInfo& info = f.info("lm_head.weight");
+  KIRI_CHECK_KIND(kCheckpoint, info.shape == wte.shape(), f.path(), ": lm_head.weight has shape ",
+                  info.shape.str(), ", the token embedding ", wte.shape().str(),
+                  ": kiri ties the LM head to the token embedding");
+  Allocator alloc;
+  Tensor head = Tensor::empty(wte.shape(), wte.dtype(), Category::kBuffers, alloc);
+  f.read_into_converting("lm_head.weight", head);
+  const auto* a = static_cast<const unsigned char*>(head.raw());
+  const auto* b = static_cast<const unsigned char*>(wte.raw());
+  for (size_t i = 0; i < head.nbytes(); ++i)
+    if (a[i] != b[i]) {
+      const int64_t e = static_cast<int64_t>(i / dtype_size(wte.dtype()));
+      KIRI_RAISE(kCheckpoint, f.path(), ": lm_head.weight differs from transformer.wte.weight at ",
+                 "element ", e, " (", head.item(e), " against ", wte.item(e),
+                 "): kiri ties the LM head to the token embedding and cannot load an untied one");
+    }
+}
+
+std::string resolve_model_folder(const std::string& path) {
+  std::error_code ec;
+  KIRI_CHECK_KIND(kCheckpoint, fs::is_directory(path, ec), path, " is not a folder");
+  if (fs::exists(path + "/config.json", ec)) return path;
+  if (fs::exists(path + "/latest", ec) || fs::exists(path + "/state.json", ec)) {
+    const std::string dir = ckpt::resolve_checkpoint(path);
+    KIRI_CHECK_KIND(kCheckpoint, fs::exists(dir + "/config.json", ec), dir,
+                    " has no config.json (a checkpoint of an older kiri): kiri export it first");
+    return dir;
+  }
+  KIRI_RAISE(kCheckpoint, path,
+             " holds no config.json: not a Hugging Face model folder nor a kiri checkpoint");
+}
+
+}  // namespace kiri::train
