@@ -39,7 +39,7 @@ TEST(Corpus, SplitsTheLastFractionIntoValidation) {
   EXPECT_EQ(byte.decode(train.tokens), "abcdefghijklmno");
   EXPECT_EQ(byte.decode(val.tokens), "pqrst");
   EXPECT_EQ(train.header.tokenizer, "byte");
-  EXPECT_EQ(val.header.vocab_size, 256u);
+  EXPECT_EQ(val.header.vocab_size, 257u);
   EXPECT_TRUE(fs::exists(dir.file("out/corpus.json")));
 }
 

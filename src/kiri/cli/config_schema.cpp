@@ -10,6 +10,7 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/suggest.h"
 #include "kiri/base/units.h"
+#include "kiri/cli/config_text.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/checkpoint_state.h"
 
@@ -190,23 +191,27 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("model.n_embd", KIRI_FIELD(model.n_embd), 1, 1 << 20, "Hidden size."));
   f.push_back(int_field("model.vocab_size", KIRI_FIELD(model.vocab_size), 0, 1 << 24,
                         "Rows of the token embedding; 0 takes the tokenizer's (50257 for gpt2, "
-                        "256 for byte). Must be at least the tokenizer's."));
+                        "257 for byte). Must be at least the tokenizer's."));
   f.push_back(int_field("model.block_size", KIRI_FIELD(model.block_size), 1, 1 << 20,
                         "Longest sequence the model takes (rows of the position embedding); "
                         "must be at least train.seq_len."));
   // data
   f.push_back(
       string_field("data.corpus", KIRI_FIELD(data.corpus),
-                   "Training text: `moby-dick` (the default corpus under data.dir) or a path "
-                   "to a UTF-8 text file. It is tokenized once into shards beside it."));
+                   "Training text: `moby-dick` (under data.assets) or a UTF-8 text or JSON Lines "
+                   "file, tokenized once into shards beside it."));
   f.push_back(enum_field(
       "data.tokenizer", KIRI_FIELD(data.tokenizer),
       std::vector<std::pair<std::string, std::string>>{{"gpt2", "gpt2"}, {"byte", "byte"}},
       "`gpt2`: GPT-2's byte-level BPE (vocab 50257); `byte`: one token per "
-      "byte (vocab 256)."));
+      "byte and end-of-text 256 (vocab 257)."));
   f.push_back(string_field("data.dir", KIRI_FIELD(data.dir),
-                           "Folder of the tokenizer files and corpora; empty: the folder "
-                           "scripts/bootstrap.sh fills (the repository's data/)."));
+                           "Folder of token shards to train on: `kiri data --out`'s, nanoGPT's "
+                           "train.bin/val.bin or llm.c's .bin shards (docs/data.md). Excludes "
+                           "data.corpus."));
+  f.push_back(string_field("data.assets", KIRI_FIELD(data.assets),
+                           "Folder of the tokenizer files and the default corpus; empty: "
+                           "$KIRI_DATA_DIR, else the folder scripts/bootstrap.sh fills (data/)."));
   f.push_back(float_field("data.val_fraction", KIRI_FIELD(data.val_fraction), 1e-6, 0.5,
                           "Fraction of the tokens (the last ones) held out for validation."));
   // train
@@ -483,56 +488,6 @@ RunConfig config_from_json(const json& j) {
   for (auto& [k, v] : flat_entries(j, "")) apply_key(cfg, k, v);
   return cfg;
 }
-
-namespace {
-// A config file is a few KiB of keys; the cap keeps a huge or endless file out of memory.
-constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
-// The schema nests 2 levels ({"train": {"lr": ...}}); 64 refuses hostile nesting before a
-// recursive parser or dump() can exhaust the stack.
-constexpr int kMaxConfigDepth = 64;
-
-// The object a config file's text holds: JSON with comments, no key twice in one object,
-// nested at most kMaxConfigDepth levels.
-json parse_config_json(std::string_view text, const std::string& where) {
-  if (json_nesting_depth(text, kMaxConfigDepth + 1) > kMaxConfigDepth)
-    KIRI_RAISE(kConfig, "config file '", where, "' nests more than ", kMaxConfigDepth,
-               " levels deep (a config nests 2)");
-  // nlohmann stops at a NUL byte and would ignore whatever follows it.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
-    KIRI_RAISE(kConfig, "config file '", where, "' holds a NUL byte at offset ", nul,
-               ": it is not a text file");
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a huge number
-    KIRI_RAISE(kConfig, "config file '", where,
-               "' is not valid JSON: ", quote_bounded(e.what(), 300));
-  }
-  if (const std::string dup = train::json_duplicate_key(text, /*ignore_comments=*/true);
-      !dup.empty())
-    KIRI_RAISE(kConfig, "config file '", where, "': key '", quote_bounded(dup, 120),
-               "' appears twice (which one applies would be a guess)");
-  KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", where, "' must be a JSON object, got ",
-                  j.type_name());
-  return j;
-}
-
-// The file's text: a regular file (a FIFO or a directory is refused, never waited on)
-// of at most kMaxConfigBytes.
-std::string read_config_text(const std::string& file) {
-  try {
-    return read_small_file(file, kMaxConfigBytes, ErrorKind::kConfig, "config file");
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kConfig) throw;
-    KIRI_RAISE(kConfig, "cannot open config file '", file, "': ", e.message());
-  }
-}
-
-json read_config_file(const std::string& file) {
-  return parse_config_json(read_config_text(file), file);
-}
-
-}  // namespace
 
 RunConfig parse_config_text(std::string_view text, const std::string& where) {
   const json j = parse_config_json(text, where);

@@ -1,0 +1,60 @@
+#include "kiri/cli/config_text.h"
+
+#include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
+#include "kiri/train/checkpoint_state.h"
+
+namespace kiri::cli {
+
+using nlohmann::json;
+
+namespace {
+// A config file is a few KiB of keys; the cap keeps a huge or endless file out of memory.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+// The schema nests 2 levels ({"train": {"lr": ...}}); 64 refuses hostile nesting before a
+// recursive parser or dump() can exhaust the stack.
+constexpr int kMaxConfigDepth = 64;
+}  // namespace
+
+// The object a config file's text holds: JSON with comments, no key twice in one object,
+// nested at most kMaxConfigDepth levels.
+json parse_config_json(std::string_view text, const std::string& where) {
+  if (json_nesting_depth(text, kMaxConfigDepth + 1) > kMaxConfigDepth)
+    KIRI_RAISE(kConfig, "config file '", where, "' nests more than ", kMaxConfigDepth,
+               " levels deep (a config nests 2)");
+  // nlohmann stops at a NUL byte and would ignore whatever follows it.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    KIRI_RAISE(kConfig, "config file '", where, "' holds a NUL byte at offset ", nul,
+               ": it is not a text file");
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end(), nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a huge number
+    KIRI_RAISE(kConfig, "config file '", where,
+               "' is not valid JSON: ", quote_bounded(e.what(), 300));
+  }
+  if (const std::string dup = train::json_duplicate_key(text, /*ignore_comments=*/true);
+      !dup.empty())
+    KIRI_RAISE(kConfig, "config file '", where, "': key '", quote_bounded(dup, 120),
+               "' appears twice (which one applies would be a guess)");
+  KIRI_CHECK_KIND(kConfig, j.is_object(), "config file '", where, "' must be a JSON object, got ",
+                  j.type_name());
+  return j;
+}
+
+// The file's text: a regular file (a FIFO or a directory is refused, never waited on)
+// of at most kMaxConfigBytes.
+std::string read_config_text(const std::string& file) {
+  try {
+    return read_small_file(file, kMaxConfigBytes, ErrorKind::kConfig, "config file");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kConfig) throw;
+    KIRI_RAISE(kConfig, "cannot open config file '", file, "': ", e.message());
+  }
+}
+
+json read_config_file(const std::string& file) {
+  return parse_config_json(read_config_text(file), file);
+}
+
+}  // namespace kiri::cli
