@@ -557,9 +557,8 @@ int cmd_data(const std::vector<std::string>& argv) {
   const double val_fraction = a.get_double("val-fraction", 0.1);
   KIRI_CHECK_KIND(kConfig, val_fraction > 0 && val_fraction < 1,
                   "--val-fraction must lie strictly between 0 and 1, got ", val_fraction);
-  const data::PreparedCorpus p =
-      data::build_corpus(data::expand_inputs(a.positional()), *tokenizer, *a.get("out"),
-                         val_fraction, opts);
+  const data::PreparedCorpus p = data::build_corpus(data::expand_inputs(a.positional()), *tokenizer,
+                                                    *a.get("out"), val_fraction, opts);
   std::printf("%s: %lld tokens\n%s: %lld tokens\n%lld documents\n", p.train_path.c_str(),
               static_cast<long long>(p.train_tokens), p.val_path.c_str(),
               static_cast<long long>(p.val_tokens), static_cast<long long>(p.documents));
