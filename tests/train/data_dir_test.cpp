@@ -168,7 +168,7 @@ TEST(DataDir, BadShardsAreNamedBeforeTheFirstStep) {
   };
   const std::string val = u16(text_of(100, 1));
   std::string big = u16(text_of(5000, 1));
-  big[2 * 4321 + 1] = 1;  // token 256 + the byte: at or above the vocab of 257 unless ' '
+  big[2 * 4321 + 1] = 1;  // token 256 + 'x' = 376, past the vocab of 257
   big[2 * 4321] = 'x';
   expect_data_error(folder("vocab", big, val), {"token 376", "position 4321", "vocab size 257"});
   expect_data_error(folder("empty", "", val), {"training split", "empty"});

@@ -586,8 +586,8 @@ std::string config_markdown() {
         "`kiri train --resume` starts from the config in the checkpoint's `state.json` and "
         "applies the keys a file or `--set` gives on top (steps, schedule, evaluation, "
         "logging, checkpoint cadence, layout, dtype, ...); a given `model.*`, "
-        "`data.corpus`, `data.tokenizer`, `data.val_fraction` or `train.seq_len` that differs "
-        "from the checkpoint's is an error naming the key and both values.\n";
+        "`data.corpus`, `data.dir`, `data.tokenizer`, `data.val_fraction` or `train.seq_len` "
+        "that differs from the checkpoint's is an error naming the key and both values.\n";
   std::string section;
   for (const Field& f : fields()) {
     const std::string s = f.doc.key.substr(0, f.doc.key.find('.'));

@@ -198,7 +198,7 @@ SourceInfo append_documents(const std::string& path, const Tokenizer& tokenizer,
   const uint64_t before = tokens.size();
   InputFormat format = opts.format;
   {
-    const MappedFile file(path);
+    const MappedFile file(path, "corpus text");
     info.bytes = file.size();
     const std::string_view bytes(reinterpret_cast<const char*>(file.data()), file.size());
     if (format == InputFormat::kAuto) {

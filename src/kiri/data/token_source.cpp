@@ -49,10 +49,10 @@ TokenSegment llmc_segment(const MappedFile& f) {
 
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
   int fd = -1;
   try {
-    fd = open_regular_file(path, ErrorKind::kData, "token file");
+    fd = open_regular_file(path, ErrorKind::kData, what);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kIo) throw;
     KIRI_RAISE(kData, e.message());  // a missing token file is bad data
@@ -61,7 +61,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    KIRI_RAISE(kData, "cannot stat token file ", path, ": ", std::strerror(err));
+    KIRI_RAISE(kData, "cannot stat ", what, " ", path, ": ", std::strerror(err));
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ > 0) {
@@ -69,7 +69,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     const int err = errno;
     ::close(fd);
     if (p == MAP_FAILED)
-      KIRI_RAISE(kData, "cannot map token file ", path, ": ", std::strerror(err));
+      KIRI_RAISE(kData, "cannot map ", what, " ", path, ": ", std::strerror(err));
     data_ = static_cast<const unsigned char*>(p);
   } else {
     ::close(fd);

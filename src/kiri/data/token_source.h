@@ -16,7 +16,8 @@ namespace kiri::data {
 // or a failed mmap.
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path);
+  // `what` names the file in messages ("token file", "corpus text").
+  explicit MappedFile(const std::string& path, const std::string& what = "token file");
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
