@@ -203,6 +203,23 @@ TEST(Dataset, OpensKiriNanoGptAndLlmcFolders) {
   EXPECT_EQ(l.train.at(2), 'c');
 }
 
+// What an older kiri's data.corpus left beside a text: corpus.json format 1, no shard list.
+TEST(Dataset, OpensAnOlderKirisFolder) {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("old"));
+  write_shard(dir.file("old/train.bin"), "byte", 256, bytes_of("older train"));
+  write_shard(dir.file("old/val.bin"), "byte", 256, bytes_of("val"));
+  testing::write_text(dir.file("old/corpus.json"),
+                      R"({"format": 1, "tokenizer": "byte", "vocab_size": 256})");
+  const Dataset d = open_dataset(dir.file("old"));
+  EXPECT_EQ(d.layout, "kiri");
+  EXPECT_EQ(d.tokenizer, "byte");
+  EXPECT_EQ(d.train.size(), 11u);
+  EXPECT_EQ(d.val.at(2), 'l');
+  testing::write_text(dir.file("old/corpus.json"), R"({"format": 1, "tokenizer": 7})");
+  expect_error([&] { open_dataset(dir.file("old")); }, ErrorKind::kData, {"names no tokenizer"});
+}
+
 TEST(Dataset, RefusesWhatIsNotAShardFolder) {
   testing::TempDir dir;
   expect_error([&] { open_dataset(dir.file("none")); }, ErrorKind::kData,

@@ -20,9 +20,7 @@ namespace {
 
 constexpr uint64_t kMaxManifestBytes = uint64_t{16} << 20;
 
-// The manifest's shards, each checked against its header.
-void open_kiri(const std::string& dir, Dataset& ds) {
-  const std::string path = (fs::path(dir) / kManifestName).string();
+json read_manifest(const std::string& path) {
   const std::string text =
       read_small_file(path, kMaxManifestBytes, ErrorKind::kData, "corpus manifest");
   if (json_nesting_depth(text, 65) > 64)
@@ -30,10 +28,34 @@ void open_kiri(const std::string& dir, Dataset& ds) {
   const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object())
     KIRI_RAISE(kData, "corpus manifest ", path, " is not a JSON object");
+  if (!m.contains("tokenizer") || !m["tokenizer"].is_string())
+    KIRI_RAISE(kData, "corpus manifest ", path, " names no tokenizer");
+  return m;
+}
+
+// An older kiri's folder (manifest format 1, no shard list): its train.bin and val.bin.
+void open_kiri_v1(const std::string& dir, Dataset& ds) {
+  for (TokenSource* split : {&ds.train, &ds.val}) {
+    const std::string file =
+        (fs::path(dir) / (split == &ds.train ? "train.bin" : "val.bin")).string();
+    TokenSource src = TokenSource::open_file(file);
+    if (src.segments().front().format != TokenFormat::kKiri)
+      KIRI_RAISE(kData, "token shard ", file, " has no kiri header (KIRITOK1)");
+    split->append(src);
+  }
+}
+
+// The manifest's shards, each checked against its header.
+void open_kiri(const std::string& dir, Dataset& ds) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  const json m = read_manifest(path);
+  ds.tokenizer = m["tokenizer"].get<std::string>();
+  ds.layout = "kiri";
+  if (!m.contains("shards") && m.contains("format") && m["format"] == 1)
+    return open_kiri_v1(dir, ds);
   if (!m.contains("shards") || !m["shards"].is_array() || m["shards"].empty())
     KIRI_RAISE(kData, "corpus manifest ", path, " lists no shards (format ",
                m.value("format", json()).dump(), "; make it again with `kiri data`)");
-  ds.tokenizer = m.value("tokenizer", "");
   for (const json& s : m["shards"]) {
     if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !s.contains("split") ||
         !s.contains("tokens") || !s["tokens"].is_number_unsigned() || !s.contains("fnv1a64"))
@@ -66,7 +88,6 @@ void open_kiri(const std::string& dir, Dataset& ds) {
       KIRI_RAISE(kData, "corpus manifest ", path, ": shard ", file, " has split ", split.dump(),
                  " (want \"train\" or \"val\")");
   }
-  ds.layout = "kiri";
 }
 
 // nanoGPT's or llm.c's *.bin files, by the split in their names.
