@@ -153,6 +153,16 @@ TEST_F(Build, TokenFilesAreReadByTheirHeader) {
                {"big.bin", "token 300", "257"});
 }
 
+TEST_F(Build, ShardsInsideAnInputFolderAreNotReadAgain) {
+  out = dir.file("in/shards");
+  fs::create_directories(dir.file("in"));
+  testing::write_text(dir.file("in/a.txt"), "abcdefgh");
+  EXPECT_EQ(build({dir.file("in")}).train_tokens, 6u);
+  const PreparedCorpus again = build({dir.file("in")});  // in/shards/*.bin are skipped
+  EXPECT_EQ(again.train_tokens + again.val_tokens, 8u);
+  EXPECT_EQ(manifest()["sources"].size(), 1u);
+}
+
 TEST_F(Build, EmptyCorporaAreNamed) {
   testing::write_text(dir.file("e.txt"), "");
   testing::write_text(dir.file("e.jsonl"), "\n\n");

@@ -157,7 +157,19 @@ PreparedCorpus build_corpus(const std::vector<std::string>& files, const Tokeniz
                              {"tokenizer", tokenizer.name()},
                              {"vocab_size", tokenizer.vocab_size()},
                              {"val_fraction", val_fraction}};
-  return build_with(files, tokenizer, out_dir, val_fraction, opts, std::move(manifest));
+  // An earlier run's shards inside an input folder are not inputs: a second run of
+  // `kiri data docs --out docs/shards` would read them as tokens and double the corpus.
+  const fs::path out = fs::weakly_canonical(fs::absolute(out_dir));
+  std::vector<std::string> inputs;
+  for (const std::string& f : files) {
+    const fs::path p = fs::weakly_canonical(fs::absolute(f));
+    const auto [o, q] = std::mismatch(out.begin(), out.end(), p.begin(), p.end());
+    if (o == out.end())
+      log::info("data: skipping ", f, ", which is inside the output folder ", out_dir);
+    else
+      inputs.push_back(f);
+  }
+  return build_with(inputs, tokenizer, out_dir, val_fraction, opts, std::move(manifest));
 }
 
 PreparedCorpus prepare_corpus(const std::string& text_path, const Tokenizer& tokenizer,
