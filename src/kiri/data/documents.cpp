@@ -190,6 +190,29 @@ void check_text(std::string_view bytes, const std::string& path) {
                " bytes are not valid UTF-8 (the limit is 1%)");
 }
 
+void append_text_documents(std::string_view bytes, const std::string& label, bool jsonl,
+                           const Tokenizer& tokenizer, const DocumentOptions& opts,
+                           std::vector<int32_t>& tokens, uint64_t& documents, SourceInfo& info) {
+  check_text(bytes, label);
+  if (jsonl) {
+    append_jsonl(bytes, label, tokenizer, opts, tokens, documents, info);
+  } else if (opts.separator.empty()) {
+    if (bytes.empty()) return;
+    append_text(bytes, tokenizer, tokens, documents, label);
+    info.documents = 1;
+  } else {
+    for (size_t pos = 0; pos <= bytes.size();) {
+      size_t end = bytes.find(opts.separator, pos);
+      if (end == std::string_view::npos) end = bytes.size();
+      const std::string_view doc = bytes.substr(pos, end - pos);
+      pos = end + opts.separator.size();
+      if (doc.find_first_not_of(" \t\r\n") == std::string_view::npos) continue;
+      append_text(doc, tokenizer, tokens, documents, label);
+      ++info.documents;
+    }
+  }
+}
+
 SourceInfo append_documents(const std::string& path, const Tokenizer& tokenizer,
                             const DocumentOptions& opts, std::vector<int32_t>& tokens,
                             uint64_t& documents) {
@@ -200,34 +223,17 @@ SourceInfo append_documents(const std::string& path, const Tokenizer& tokenizer,
   {
     const MappedFile file(path, "corpus text");
     info.bytes = file.size();
-    const std::string_view bytes(reinterpret_cast<const char*>(file.data()), file.size());
     if (format == InputFormat::kAuto) {
       const std::string ext = fs::path(path).extension().string();
       format = has_token_magic(file)                 ? InputFormat::kTokens
                : ext == ".jsonl" || ext == ".ndjson" ? InputFormat::kJsonl
                                                      : InputFormat::kText;
     }
-    if (format == InputFormat::kText || format == InputFormat::kJsonl) {
-      check_text(bytes, path);
+    if (format != InputFormat::kTokens) {
       info.format = input_format_name(format);
-    }
-    if (format == InputFormat::kJsonl) {
-      append_jsonl(bytes, path, tokenizer, opts, tokens, documents, info);
-    } else if (format == InputFormat::kText && opts.separator.empty()) {
-      if (!bytes.empty()) {
-        append_text(bytes, tokenizer, tokens, documents, path);
-        info.documents = 1;
-      }
-    } else if (format == InputFormat::kText) {
-      for (size_t pos = 0; pos <= bytes.size();) {
-        size_t end = bytes.find(opts.separator, pos);
-        if (end == std::string_view::npos) end = bytes.size();
-        const std::string_view doc = bytes.substr(pos, end - pos);
-        pos = end + opts.separator.size();
-        if (doc.find_first_not_of(" \t\r\n") == std::string_view::npos) continue;
-        append_text(doc, tokenizer, tokens, documents, path);
-        ++info.documents;
-      }
+      append_text_documents({reinterpret_cast<const char*>(file.data()), file.size()}, path,
+                            format == InputFormat::kJsonl, tokenizer, opts, tokens, documents,
+                            info);
     }
   }
   if (format == InputFormat::kTokens) append_tokens(path, tokenizer, tokens, documents, info);

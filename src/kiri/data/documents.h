@@ -51,4 +51,11 @@ SourceInfo append_documents(const std::string& path, const Tokenizer& tokenizer,
                             const DocumentOptions& opts, std::vector<int32_t>& tokens,
                             uint64_t& documents);
 
+// The text or JSON Lines part of append_documents over bytes in memory (`label` names
+// them in messages; the fuzz target's entry point): checks they are text, then appends
+// their documents and counts them in info.documents.
+void append_text_documents(std::string_view bytes, const std::string& label, bool jsonl,
+                           const Tokenizer& tokenizer, const DocumentOptions& opts,
+                           std::vector<int32_t>& tokens, uint64_t& documents, SourceInfo& info);
+
 }  // namespace kiri::data

@@ -27,17 +27,16 @@ uint32_t token_at(const TokenSegment& s, uint64_t i) {
   return s.width == 2 ? static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 : get_u32(p);
 }
 
-TokenSegment llmc_segment(const MappedFile& f) {
-  const unsigned char* h = f.data();
+TokenSegment llmc_segment(const unsigned char* h, uint64_t size, const std::string& path) {
   const uint32_t version = get_u32(h + 4);
   const uint64_t count = get_u32(h + 8);
   if (version != 1)
-    KIRI_RAISE(kData, "llm.c token shard ", f.path(), " has version ", version,
+    KIRI_RAISE(kData, "llm.c token shard ", path, " has version ", version,
                "; kiri reads version 1 (uint16 tokens)");
-  const uint64_t payload = f.size() - kLlmcHeaderBytes;
+  const uint64_t payload = size - kLlmcHeaderBytes;
   if (count * 2 != payload)
-    KIRI_RAISE(kData, "llm.c token shard ", f.path(), " has the wrong token count: header says ",
-               count, " tokens of 2 bytes = ", count * 2, " payload bytes, file holds ", payload);
+    KIRI_RAISE(kData, "llm.c token shard ", path, " has the wrong token count: header says ", count,
+               " tokens of 2 bytes = ", count * 2, " payload bytes, file holds ", payload);
   TokenSegment s;
   s.format = TokenFormat::kLlmc;
   s.data = h + kLlmcHeaderBytes;
@@ -111,14 +110,21 @@ TokenSource::TokenSource(std::vector<int32_t> tokens) {
 
 TokenSource TokenSource::open_file(const std::string& path) {
   auto file = std::make_shared<const MappedFile>(path);
-  const unsigned char* d = file->data();
-  const uint64_t n = file->size();
+  TokenSource src = from_bytes({file->data(), file->size()}, path);
+  src.storage_.push_back(file);
+  return src;
+}
+
+TokenSource TokenSource::from_bytes(std::span<const unsigned char> bytes,
+                                    const std::string& label) {
+  const unsigned char* d = bytes.data();
+  const uint64_t n = bytes.size();
   TokenSegment s;
   if (has_shard_magic(d, n)) {
     if (n < kShardHeaderBytes)
-      KIRI_RAISE(kData, "token shard ", path, " is truncated: ", n, " bytes, shorter than the ",
+      KIRI_RAISE(kData, "token shard ", label, " is truncated: ", n, " bytes, shorter than the ",
                  kShardHeaderBytes, "-byte header");
-    const ShardHeader h = parse_header(path, d, n);
+    const ShardHeader h = parse_header(label, d, n);
     s.format = TokenFormat::kKiri;
     s.data = d + kShardHeaderBytes;
     s.width = h.token_width;
@@ -128,10 +134,10 @@ TokenSource TokenSource::open_file(const std::string& path) {
     s.has_checksum = true;
     s.tokenizer = h.tokenizer;
   } else if (n >= kLlmcHeaderBytes && static_cast<int32_t>(get_u32(d)) == kLlmcMagic) {
-    s = llmc_segment(*file);
+    s = llmc_segment(d, n, label);
   } else {
     if (n % 2 != 0)
-      KIRI_RAISE(kData, "token file ", path, " has no kiri or llm.c header and an odd size (", n,
+      KIRI_RAISE(kData, "token file ", label, " has no kiri or llm.c header and an odd size (", n,
                  " bytes), so it is not nanoGPT's raw uint16 tokens either");
     s.format = TokenFormat::kNanoGpt;
     s.data = d;
@@ -139,12 +145,11 @@ TokenSource TokenSource::open_file(const std::string& path) {
     s.count = n / 2;
     s.vocab_size = 65536;
   }
-  s.label = path;
+  s.label = label;
   TokenSource src;
   src.segments_.push_back(s);
   src.starts_.push_back(0);
   src.size_ = s.count;
-  src.storage_.push_back(file);
   return src;
 }
 
@@ -166,6 +171,7 @@ int32_t TokenSource::at(uint64_t i) const {
 void TokenSource::read(uint64_t first, uint64_t n, int32_t* out) const {
   KIRI_CHECK(first <= size_ && n <= size_ - first, "tokens [", first, ", ", first + n,
              ") are past the end of ", size_);
+  if (n == 0) return;  // also for a source with no segments
   // The segment holding `first`: the last start <= first.
   size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) -
                                  starts_.begin()) -

@@ -6,6 +6,7 @@
 // samples it reads and the corpus never counts against the tensor allocator.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ class TokenSource {
   // nanoGPT's raw uint16 (an odd size is refused). Raises kData naming the file
   // and the numbers on a header that does not fit the file.
   static TokenSource open_file(const std::string& path);
+  // The same over bytes in memory, which the caller keeps alive (the fuzz target's
+  // entry point); `label` stands for the path in messages.
+  static TokenSource from_bytes(std::span<const unsigned char> bytes, const std::string& label);
 
   // Appends other's segments (and keeps its storage alive).
   void append(const TokenSource& other);
