@@ -12,7 +12,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 corpus=$root/fuzz/corpus
 rm -rf "$corpus"
-mkdir -p "$corpus"/{safetensors,config,state,shard}
+mkdir -p "$corpus"/{safetensors,config,state,shard,tokens}
 
 # 2,000 bytes of Moby-Dick: shards of a few KB, a model of 1 layer of width 4 (6.7 KB).
 head -c 3000 "$root/data/moby-dick.txt" 2>/dev/null | tail -c 2000 >"$tmp/text.txt" ||
@@ -41,6 +41,16 @@ for t in byte gpt2; do
   cp "$tmp/text.txt.kiri-$t/train.bin" "$corpus/shard/$t-train.bin"
   cp "$tmp/text.txt.kiri-$t/val.bin" "$corpus/shard/$t-val.bin"
 done
+# tokens: the first byte picks the reader (0 token file, 1 JSON Lines, 2 text on "\n\n").
+{ printf '\0'; cat "$corpus/shard/byte-val.bin"; } >"$corpus/tokens/kiri-val.bin"
+{ printf '\0'; printf '\x88\xd8\x34\x01\x01\0\0\0\x03\0\0\0'; head -c 1012 /dev/zero
+  printf 'a\0b\0c\0'; } >"$corpus/tokens/llmc.bin"
+{ printf '\0'; head -c 64 "$tmp/text.txt" | od -An -v -tu1 | tr -s ' ' '\n' | grep . |
+  while read -r b; do printf "$(printf '\\x%02x\\0' "$b")"; done; } >"$corpus/tokens/nanogpt.bin"
+{ printf '\1{"text": "Call me Ishmael."}\n\n{"text": "Some years ago"}\n'; } \
+  >"$corpus/tokens/docs.jsonl"
+{ printf '\2'; head -c 300 "$tmp/text.txt"; printf '\n\n'; tail -c 300 "$tmp/text.txt"; } \
+  >"$corpus/tokens/text.txt"
 cp "$root"/configs/*.json "$corpus/config/"
 # The flat form ({"model.n_layer": 2}), comments, and the smallest inputs.
 printf '// flat keys\n{"model.n_layer": 2, "train.lr": "3e-3", "train.mem_limit": "1GiB"}\n' \

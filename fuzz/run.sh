@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
 case $build in /*) ;; *) build=$root/$build ;; esac
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-safetensors config state shard}
+targets=${FUZZ_TARGETS:-safetensors config state shard tokens}
 jobs=${JOBS:-2}
 
 start=$(date +%s)

@@ -25,7 +25,7 @@ inline RunConfig byte_test_config(int n_layer, int n_head, int n_embd, int64_t m
   c.model.n_embd = n_embd;
   c.model.block_size = 32;
   c.data.tokenizer = "byte";
-  c.data.dir = KIRI_TEST_DATA_DIR;
+  c.data.assets = KIRI_TEST_DATA_DIR;
   c.train.micro_batch = micro_batch;
   c.train.seq_len = 32;
   c.checkpoint.dir.clear();

@@ -90,15 +90,15 @@ TEST_F(HfExport, CheckpointIsAShardedModelFolder) {
   EXPECT_EQ(c["n_head"], 2);
   EXPECT_EQ(c["n_embd"], 64);
   EXPECT_EQ(c["n_positions"], 64);
-  EXPECT_EQ(c["vocab_size"], 256);
+  EXPECT_EQ(c["vocab_size"], 257);
   EXPECT_EQ(c["layer_norm_epsilon"], 1e-5);
   EXPECT_EQ(c["activation_function"], "gelu_new");
   EXPECT_EQ(c["torch_dtype"], "float32");
   EXPECT_EQ(c["tie_word_embeddings"], true);
-  EXPECT_FALSE(c.contains("eos_token_id"));  // the byte tokenizer has no end-of-text token
-  // 2 x (64 + 64 + 3 x 64^2 ...) fp32: 482,304 bytes of weights over 100 KB shards.
+  EXPECT_EQ(c["eos_token_id"], 256);  // the byte tokenizer's end-of-text token
+  // 2 x (64 + 64 + 3 x 64^2 ...) fp32 (wte 257 x 64): 482,560 bytes over 100 KB shards.
   const json index = read_json(ckpt() + "/model.safetensors.index.json");
-  EXPECT_EQ(index["metadata"]["total_size"], 482304);
+  EXPECT_EQ(index["metadata"]["total_size"], 482560);
   EXPECT_EQ(index["weight_map"].size(), 4u + 2 * 12u);
   EXPECT_EQ(index["weight_map"]["transformer.wte.weight"], "model-00001-of-00007.safetensors");
   EXPECT_TRUE(fs::exists(ckpt() + "/model-00007-of-00007.safetensors"));
@@ -162,7 +162,7 @@ TEST_F(HfExport, InitFromTheExportGivesTheSameFirstStepLoss) {
     losses[i++] = loss_at(run + "/metrics.jsonl", 1);
   }
   EXPECT_NEAR(losses[0], losses[1], 1e-6 * losses[1]);
-  // A trained model: well under the 5.55 nats of a uniform guess over 256 bytes.
+  // A trained model: well under the 5.55 nats of a uniform guess over 257 tokens.
   EXPECT_LT(losses[0], 4.5);
 }
 

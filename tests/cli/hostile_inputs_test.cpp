@@ -220,7 +220,7 @@ TEST_F(HostileInputs, OutOfRangeOptionsAreConfigErrors) {
   expect_exit("eval " + step_ + " --batches 99999999999999999999", 2,
               {"--batches must be an integer"});
   expect_exit("eval " + step_ + " --batches 2", 0, {"val_loss"});
-  expect_exit("sample " + step_ + " --top-k 1099511627776", 2, {"--top-k must be in [0, 256]"});
+  expect_exit("sample " + step_ + " --top-k 1099511627776", 2, {"--top-k must be in [0, 257]"});
   expect_exit("sample " + step_ + " --seed -1", 2, {"--seed must not be negative"});
   expect_exit("sample " + step_ + " --seed 99999999999999999999", 2, {"--seed must be an integer"});
   expect_exit("sample " + step_ + " --tokens 1099511627776", 2, {"--tokens must be in [0, "});
@@ -267,7 +267,7 @@ TEST_F(HostileInputs, CorpusTextsThatAreNotRegularFilesAndEmptySplitsAreNamed) {
   expect_exit("train" + kTiny + " --set data.corpus=" + small +
                   " --set data.val_fraction=0.05 --set train.steps=1 --set run.dir=" + root_ +
                   "/small_run",
-              1, {"17 tokens hold no sample of seq_len 32"});
+              1, {"validation split", "17 tokens", "shorter than one sample", "33"});
 }
 
 }  // namespace

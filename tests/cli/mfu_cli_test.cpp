@@ -17,13 +17,13 @@ namespace {
 using kiri::testing::Result;
 using kiri::testing::run_kiri;
 
-// configs/tiny-byte.json's model: 2 x 64, 4 heads, the byte vocabulary, T 64.
+// configs/tiny-byte.json's model: 2 x 64, 4 heads, the byte vocabulary (257), T 64.
 double tiny_byte_flops_per_token() {
   kiri::model::GPTConfig m;
   m.n_layer = 2;
   m.n_head = 4;
   m.n_embd = 64;
-  m.vocab_size = 256;
+  m.vocab_size = 257;  // 256 bytes and the end-of-text token
   m.block_size = 64;
   return m.flops_per_token(64);
 }

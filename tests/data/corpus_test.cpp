@@ -39,7 +39,7 @@ TEST(Corpus, SplitsTheLastFractionIntoValidation) {
   EXPECT_EQ(byte.decode(train.tokens), "abcdefghijklmno");
   EXPECT_EQ(byte.decode(val.tokens), "pqrst");
   EXPECT_EQ(train.header.tokenizer, "byte");
-  EXPECT_EQ(val.header.vocab_size, 256u);
+  EXPECT_EQ(val.header.vocab_size, 257u);
   EXPECT_TRUE(fs::exists(dir.file("out/corpus.json")));
 }
 
@@ -73,6 +73,24 @@ TEST(Corpus, RefusesMissingOrEmptyTextAndBadFraction) {
   for (double f : {0.0, 1.0, -0.5, 1.5})
     expect_error([&] { prepare_corpus(dir.file("t.txt"), byte, dir.file("out"), f); },
                  ErrorKind::kInvalidArgument, {"val_fraction"});
+}
+
+TEST(Corpus, AJsonLinesCorpusHasTheEndOfTextTokenBetweenItsDocuments) {
+  testing::TempDir dir;
+  ByteTokenizer byte;
+  testing::write_text(dir.file("c.jsonl"), "{\"text\": \"first doc\"}\n{\"text\": \"second\"}\n");
+  const PreparedCorpus c = prepare_corpus(dir.file("c.jsonl"), byte, dir.file("out"), 0.2);
+  EXPECT_EQ(c.documents, 2u);
+  Ids all = read_shard(c.train_path).tokens;
+  const Ids val = read_shard(c.val_path).tokens;
+  all.insert(all.end(), val.begin(), val.end());
+  EXPECT_EQ(all.size(), 16u);
+  EXPECT_EQ(all[9], 256);
+  EXPECT_EQ(byte.decode(all), "first doc<|endoftext|>second");
+  // A corpus file is text, never tokens: a shard given as one is binary.
+  write_shard(dir.file("s.bin"), "byte", 257, Ids{1, 2, 3});
+  expect_error([&] { prepare_corpus(dir.file("s.bin"), byte, dir.file("o2"), 0.2); },
+               ErrorKind::kData, {"s.bin is not text"});
 }
 
 class EnsurePrepared : public ::testing::Test {

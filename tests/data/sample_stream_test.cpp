@@ -42,7 +42,8 @@ TEST(SampleStream, WindowsAreNonOverlappingWithShiftedTargets) {
 TEST(SampleStream, RefusesTooFewTokens) {
   expect_error([] { SampleStream(iota_tokens(5), 5, 0); }, ErrorKind::kInvalidArgument,
                {"5 tokens", "seq_len 5"});
-  expect_error([] { SampleStream({}, 4, 0); }, ErrorKind::kInvalidArgument, {"0 tokens"});
+  expect_error([] { SampleStream(std::vector<int32_t>{}, 4, 0); }, ErrorKind::kInvalidArgument,
+               {"0 tokens"});
   expect_error([] { SampleStream(iota_tokens(10), 0, 0); }, ErrorKind::kInvalidArgument,
                {"seq_len 0"});
 }

@@ -17,13 +17,14 @@ using Ids = std::vector<int32_t>;
 TEST(ByteTokenizer, IsIdentityOnBytes) {
   auto tok = make_tokenizer("byte", KIRI_TEST_DATA_DIR);
   EXPECT_EQ(tok->name(), "byte");
-  EXPECT_EQ(tok->vocab_size(), 256);
-  EXPECT_EQ(tok->eot_token(), -1);
+  EXPECT_EQ(tok->vocab_size(), 257);  // 256 bytes and the end-of-text token
+  EXPECT_EQ(tok->eot_token(), 256);
   const std::string text("a\0\xff\n", 4);
   EXPECT_EQ(tok->encode(text), (Ids{97, 0, 255, 10}));
   const Ids ids = tok->encode(text);
   EXPECT_EQ(tok->decode(ids), text);
-  expect_error([&] { tok->decode(Ids{1, 256}); }, ErrorKind::kInvalidArgument, {"256"});
+  EXPECT_EQ(tok->decode(Ids{97, 256, 98}), "a<|endoftext|>b");
+  expect_error([&] { tok->decode(Ids{1, 257}); }, ErrorKind::kInvalidArgument, {"257", "[0, 257)"});
 }
 
 TEST(MakeTokenizer, RefusesUnknownNameAndMissingFiles) {

@@ -54,7 +54,11 @@ void layout_equivalence(comm::Communicator& world, LayoutCase k) {
     }
     const auto pa = params_of(ref), pb = params_of(t);
     if (world.rank() == 0) {
-      EXPECT_LT(max_abs_diff(pa, pb), 1e-5);
+      // Adam turns the layouts' fp32 reassociation of a near-zero gradient into up to
+      // lr/100 on single weights (measured 1.1e-5 to 2.3e-5, the same few elements of
+      // c_attn, c_fc and c_proj in Dp4, Tp2 and Tp4, once the byte vocabulary grew to 257
+      // and shifted the init); a wrong sample or a lost gradient moves weights by ~lr.
+      EXPECT_LT(max_abs_diff(pa, pb), 3e-5);
     }
     // Evaluation through the pipeline equals the reference's on the same
     // samples (the reference's one batch is the layout's m x dp batches).

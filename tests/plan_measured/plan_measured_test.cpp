@@ -44,7 +44,7 @@ RunConfig config_of(const Case& k, const Shape& s) {
   c.model.block_size = static_cast<int>(s.block_size);
   if (s.vocab > 0) c.model.vocab_size = static_cast<int>(s.vocab);
   c.data.tokenizer = "byte";
-  c.data.dir = KIRI_TEST_DATA_DIR;
+  c.data.assets = KIRI_TEST_DATA_DIR;
   c.train.micro_batch = s.micro_batch;
   c.train.seq_len = s.seq;
   c.train.steps = 10;

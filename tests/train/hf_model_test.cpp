@@ -39,7 +39,7 @@ std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr)
 
 RunConfig small(int64_t micro_batch = 4) {
   RunConfig c = equivalence_config(2, 2, 32, micro_batch);
-  c.model.vocab_size = 256;  // the byte tokenizer's
+  c.model.vocab_size = 257;  // the byte tokenizer's
   c.train.steps = 2;
   return c;
 }

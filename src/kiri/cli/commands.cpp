@@ -84,7 +84,7 @@ train::RunConfig checkpoint_config(const std::string& path) {
 // shapes and what the data position counts (samples of seq_len tokens of one corpus).
 bool is_saved_shape_key(const std::string& key) {
   return key.rfind("model.", 0) == 0 || key == "data.tokenizer" || key == "data.corpus" ||
-         key == "data.val_fraction" || key == "train.seq_len";
+         key == "data.dir" || key == "data.val_fraction" || key == "train.seq_len";
 }
 
 // --resume: the checkpoint's config with the given keys on top. A given key that
@@ -585,17 +585,24 @@ int cmd_eval(const std::vector<std::string>& argv) {
 
 int cmd_data(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("data"));
-  KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri data takes one INPUT text file");
   KIRI_CHECK_KIND(kConfig, a.get("out").has_value(), "kiri data needs --out DIR");
   train::DataConfig dc;
-  dc.dir = a.get("data-dir").value_or("");
+  dc.assets = a.get("assets").value_or("");
   auto tokenizer =
       data::make_tokenizer(a.get("tokenizer").value_or("gpt2"), train::resolve_data_dir(dc));
-  data::PreparedCorpus p = data::prepare_corpus(a.positional()[0], *tokenizer, *a.get("out"),
-                                                a.get_double("val-fraction", 0.1));
-  std::printf("%s: %lld tokens\n%s: %lld tokens\n", p.train_path.c_str(),
+  data::DocumentOptions opts;
+  opts.format = data::parse_input_format(a.get("format").value_or("auto"));
+  opts.separator = a.get("separator").value_or("");
+  opts.text_key = a.get("text-key").value_or("text");
+  KIRI_CHECK_KIND(kConfig, !opts.text_key.empty(), "--text-key must not be empty");
+  const double val_fraction = a.get_double("val-fraction", 0.1);
+  KIRI_CHECK_KIND(kConfig, val_fraction > 0 && val_fraction < 1,
+                  "--val-fraction must lie strictly between 0 and 1, got ", val_fraction);
+  const data::PreparedCorpus p = data::build_corpus(data::expand_inputs(a.positional()), *tokenizer,
+                                                    *a.get("out"), val_fraction, opts);
+  std::printf("%s: %lld tokens\n%s: %lld tokens\n%lld documents\n", p.train_path.c_str(),
               static_cast<long long>(p.train_tokens), p.val_path.c_str(),
-              static_cast<long long>(p.val_tokens));
+              static_cast<long long>(p.val_tokens), static_cast<long long>(p.documents));
   return 0;
 }
 

@@ -191,23 +191,27 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("model.n_embd", KIRI_FIELD(model.n_embd), 1, 1 << 20, "Hidden size."));
   f.push_back(int_field("model.vocab_size", KIRI_FIELD(model.vocab_size), 0, 1 << 24,
                         "Rows of the token embedding; 0 takes the tokenizer's (50257 for gpt2, "
-                        "256 for byte). Must be at least the tokenizer's."));
+                        "257 for byte). Must be at least the tokenizer's."));
   f.push_back(int_field("model.block_size", KIRI_FIELD(model.block_size), 1, 1 << 20,
                         "Longest sequence the model takes (rows of the position embedding); "
                         "must be at least train.seq_len."));
   // data
   f.push_back(
       string_field("data.corpus", KIRI_FIELD(data.corpus),
-                   "Training text: `moby-dick` (the default corpus under data.dir) or a path "
-                   "to a UTF-8 text file. It is tokenized once into shards beside it."));
+                   "Training text: `moby-dick` (under data.assets) or a UTF-8 text or JSON Lines "
+                   "file, tokenized once into shards beside it."));
   f.push_back(enum_field(
       "data.tokenizer", KIRI_FIELD(data.tokenizer),
       std::vector<std::pair<std::string, std::string>>{{"gpt2", "gpt2"}, {"byte", "byte"}},
       "`gpt2`: GPT-2's byte-level BPE (vocab 50257); `byte`: one token per "
-      "byte (vocab 256)."));
+      "byte and end-of-text 256 (vocab 257)."));
   f.push_back(string_field("data.dir", KIRI_FIELD(data.dir),
-                           "Folder of the tokenizer files and corpora; empty: the folder "
-                           "scripts/bootstrap.sh fills (the repository's data/)."));
+                           "Folder of token shards to train on: `kiri data --out`'s, nanoGPT's "
+                           "train.bin/val.bin or llm.c's .bin shards (docs/data.md). Excludes "
+                           "data.corpus."));
+  f.push_back(string_field("data.assets", KIRI_FIELD(data.assets),
+                           "Folder of the tokenizer files and the default corpus; empty: "
+                           "$KIRI_DATA_DIR, else the folder scripts/bootstrap.sh fills (data/)."));
   f.push_back(float_field("data.val_fraction", KIRI_FIELD(data.val_fraction), 1e-6, 0.5,
                           "Fraction of the tokens (the last ones) held out for validation."));
   // train
@@ -621,8 +625,8 @@ std::string config_markdown() {
         "`kiri train --resume` starts from the config in the checkpoint's `state.json` and "
         "applies the keys a file or `--set` gives on top (steps, schedule, evaluation, "
         "logging, checkpoint cadence, layout, dtype, ...); a given `model.*`, "
-        "`data.corpus`, `data.tokenizer`, `data.val_fraction` or `train.seq_len` that differs "
-        "from the checkpoint's is an error naming the key and both values.\n";
+        "`data.corpus`, `data.dir`, `data.tokenizer`, `data.val_fraction` or `train.seq_len` "
+        "that differs from the checkpoint's is an error naming the key and both values.\n";
   std::string section;
   for (const Field& f : fields()) {
     const std::string s = f.doc.key.substr(0, f.doc.key.find('.'));

@@ -94,14 +94,21 @@ VerbSpec eval_verb() {
 
 VerbSpec data_verb() {
   return {"data",
-          "INPUT.txt",
+          "INPUT...",
           1,
-          1,
-          "Tokenize a text file into train and validation token shards (docs/data.md).",
-          {{"--out", K::kValue, "DIR", "", "the folder for the shards (required)"},
+          1 << 20,
+          "Tokenize files, folders and globs of text, JSON Lines or tokens into train and "
+          "validation shards (docs/data.md).",
+          {{"--out", K::kValue, "DIR", "", "the folder for the shards and corpus.json (required)"},
            {"--tokenizer", K::kValue, "gpt2|byte", "gpt2", "the tokenizer"},
-           {"--val-fraction", K::kValue, "F", "0.1", "the share of the text held out"},
-           {"--data-dir", K::kValue, "DIR", "$KIRI_DATA_DIR or the build's data/",
+           {"--format", K::kValue, "auto|text|jsonl|tokens", "auto",
+            "how inputs are read; auto: tokens by their header, jsonl by .jsonl/.ndjson, else "
+            "text"},
+           {"--separator", K::kValue, "STR", "none: one document per file",
+            "split text files into documents on STR"},
+           {"--text-key", K::kValue, "KEY", "text", "the JSON Lines member holding the text"},
+           {"--val-fraction", K::kValue, "F", "0.1", "the share of the tokens held out"},
+           {"--assets", K::kValue, "DIR", "$KIRI_DATA_DIR or the build's data/",
             "where the GPT-2 tokenizer's files are"}}};
 }
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
-#include "kiri/base/file_read.h"
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/data/io.h"
@@ -17,10 +17,6 @@ namespace kiri::data {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kManifestFormat = 1;
-// 4 GiB of text: about 20 GiB in memory while it is tokenized (docs/data.md).
-constexpr uint64_t kMaxCorpusBytes = uint64_t{4} << 30;
 
 // What a set of shards was made from; ensure_prepared compares it.
 nlohmann::json describe(const std::string& text_path, const Tokenizer& tokenizer,
@@ -35,6 +31,12 @@ nlohmann::json describe(const std::string& text_path, const Tokenizer& tokenizer
           {"val_fraction", val_fraction}};
 }
 
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 PreparedCorpus paths_in(const std::string& out_dir) {
   PreparedCorpus c;
   c.train_path = (fs::path(out_dir) / "train.bin").string();
@@ -43,7 +45,7 @@ PreparedCorpus paths_in(const std::string& out_dir) {
 }
 
 std::string manifest_path(const std::string& out_dir) {
-  return (fs::path(out_dir) / "corpus.json").string();
+  return (fs::path(out_dir) / kManifestName).string();
 }
 
 // Returns why the shards in out_dir cannot be reused, or "" when they can
@@ -68,10 +70,74 @@ std::string stale_reason(const std::string& text_path, const nlohmann::json& wan
       return str(*path, " holds tokenizer ", h.tokenizer, " with vocab ", h.vocab_size);
     (path == &c.train_path ? c.train_tokens : c.val_tokens) = h.token_count;
   }
+  c.documents = have.value("documents", uint64_t{0});
   if (have.value("train_tokens", uint64_t{0}) != c.train_tokens ||
       have.value("val_tokens", uint64_t{0}) != c.val_tokens)
     return str("shard token counts ", c.train_tokens, "/", c.val_tokens, " differ from ", manifest);
   return "";
+}
+
+// Encodes the files and writes the shards and, last, the manifest (base's keys
+// plus the counts, checksums and sources): without it, a half-written set is
+// never reused.
+PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer& tokenizer,
+                          const std::string& out_dir, double val_fraction,
+                          const DocumentOptions& opts, nlohmann::json manifest) {
+  KIRI_CHECK(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction ", val_fraction,
+             " must lie strictly between 0 and 1");
+  if (files.empty()) KIRI_RAISE(kData, "no input files for ", out_dir);
+  Timer timer;
+  std::vector<int32_t> tokens;
+  uint64_t documents = 0, bytes = 0;
+  nlohmann::json sources = nlohmann::json::array();
+  for (const std::string& f : files) {
+    const SourceInfo s = append_documents(f, tokenizer, opts, tokens, documents);
+    bytes += s.bytes;
+    sources.push_back({{"path", s.path},
+                       {"bytes", s.bytes},
+                       {"format", s.format},
+                       {"documents", s.documents},
+                       {"tokens", s.tokens}});
+  }
+  const std::string what = files.size() == 1 ? files[0] : str(files.size(), " input files");
+  if (tokens.empty()) KIRI_RAISE(kData, "corpus ", what, " is empty: it holds no tokens");
+  if (tokens.size() < 2)
+    KIRI_RAISE(kData, "corpus ", what, " encodes to ", tokens.size(),
+               " tokens; a train/val split needs at least 2");
+  const uint64_t n_val = val_token_count(tokens.size(), val_fraction);
+  const uint64_t n_train = tokens.size() - n_val;
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) KIRI_RAISE(kIo, "cannot create ", out_dir, ": ", ec.message());
+  PreparedCorpus c = paths_in(out_dir);
+  const auto vocab = static_cast<uint32_t>(tokenizer.vocab_size());
+  const std::span<const int32_t> all(tokens);
+  std::filesystem::remove(manifest_path(out_dir), ec);
+  write_shard(c.train_path, tokenizer.name(), vocab, all.first(n_train));
+  write_shard(c.val_path, tokenizer.name(), vocab, all.subspan(n_train));
+  nlohmann::json shards = nlohmann::json::array();
+  for (const std::string* path : {&c.train_path, &c.val_path}) {
+    const ShardHeader h = read_shard_header(*path);
+    shards.push_back({{"file", fs::path(*path).filename().string()},
+                      {"split", path == &c.train_path ? "train" : "val"},
+                      {"tokens", h.token_count},
+                      {"fnv1a64", hex64(h.checksum)}});
+  }
+  manifest["eot_token"] = tokenizer.eot_token();
+  manifest["documents"] = documents;
+  manifest["train_tokens"] = n_train;
+  manifest["val_tokens"] = n_val;
+  manifest["shards"] = std::move(shards);
+  manifest["sources"] = std::move(sources);
+  write_file_atomic(manifest_path(out_dir), {manifest.dump(2) + "\n"});
+  c.train_tokens = n_train;
+  c.val_tokens = n_val;
+  c.documents = documents;
+  log::info("data: ", what, " (", bytes, " bytes, ", documents, " documents) -> ", n_train,
+            " train + ", n_val, " val ", tokenizer.name(), " tokens in ", out_dir, " (",
+            timer.seconds(), " s)");
+  return c;
 }
 
 }  // namespace
@@ -84,53 +150,52 @@ uint64_t val_token_count(uint64_t n, double val_fraction) {
   return std::clamp<uint64_t>(v, 1, n - 1);
 }
 
+PreparedCorpus build_corpus(const std::vector<std::string>& files, const Tokenizer& tokenizer,
+                            const std::string& out_dir, double val_fraction,
+                            const DocumentOptions& opts) {
+  nlohmann::json manifest = {{"format", kManifestFormat},
+                             {"tokenizer", tokenizer.name()},
+                             {"vocab_size", tokenizer.vocab_size()},
+                             {"val_fraction", val_fraction}};
+  // An earlier run's shards inside an input folder are not inputs: a second run of
+  // `kiri data docs --out docs/shards` would read them as tokens and double the corpus.
+  const fs::path out = fs::weakly_canonical(fs::absolute(out_dir));
+  std::vector<std::string> inputs;
+  for (const std::string& f : files) {
+    const fs::path p = fs::weakly_canonical(fs::absolute(f));
+    const auto [o, q] = std::mismatch(out.begin(), out.end(), p.begin(), p.end());
+    if (o == out.end())
+      log::info("data: skipping ", f, ", which is inside the output folder ", out_dir);
+    else
+      inputs.push_back(f);
+  }
+  return build_with(inputs, tokenizer, out_dir, val_fraction, opts, std::move(manifest));
+}
+
 PreparedCorpus prepare_corpus(const std::string& text_path, const Tokenizer& tokenizer,
                               const std::string& out_dir, double val_fraction) {
   KIRI_CHECK(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction ", val_fraction,
              " must lie strictly between 0 and 1");
-  // read_small_file refuses a FIFO or device (open() would block on it) and caps the size:
-  // the text, its tokens and the shards are all held in memory while preparing.
-  std::string text;
-  try {
-    text = read_small_file(text_path, kMaxCorpusBytes, ErrorKind::kData, "corpus text");
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kData) throw;
-    KIRI_RAISE(kData, e.message());  // a missing or unreadable text is bad data
-  }
-  if (text.empty()) KIRI_RAISE(kData, "corpus text ", text_path, " is empty");
-  Timer timer;
-  const std::vector<int32_t> tokens = tokenizer.encode(text);
-  if (tokens.size() < 2)
-    KIRI_RAISE(kData, "corpus text ", text_path, " encodes to ", tokens.size(),
-               " tokens; a train/val split needs at least 2");
-  const uint64_t n_val = val_token_count(tokens.size(), val_fraction);
-  const uint64_t n_train = tokens.size() - n_val;
-
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) KIRI_RAISE(kIo, "cannot create ", out_dir, ": ", ec.message());
-  PreparedCorpus c = paths_in(out_dir);
-  const auto vocab = static_cast<uint32_t>(tokenizer.vocab_size());
-  const std::span<const int32_t> all(tokens);
-  // The manifest goes last: without it, a half-written set is never reused.
-  std::filesystem::remove(manifest_path(out_dir), ec);
-  write_shard(c.train_path, tokenizer.name(), vocab, all.first(n_train));
-  write_shard(c.val_path, tokenizer.name(), vocab, all.subspan(n_train));
-  nlohmann::json manifest = describe(text_path, tokenizer, val_fraction);
-  manifest["train_tokens"] = n_train;
-  manifest["val_tokens"] = n_val;
-  write_file_atomic(manifest_path(out_dir), {manifest.dump(2) + "\n"});
-  c.train_tokens = n_train;
-  c.val_tokens = n_val;
-  log::info("data: ", text_path, " (", text.size(), " bytes) -> ", n_train, " train + ", n_val,
-            " val ", tokenizer.name(), " tokens in ", out_dir, " (", timer.seconds(), " s)");
-  return c;
+  if (!fs::exists(text_path, ec)) KIRI_RAISE(kData, "corpus text ", text_path, " does not exist");
+  if (fs::is_regular_file(text_path, ec) && fs::file_size(text_path, ec) == 0)
+    KIRI_RAISE(kData, "corpus text ", text_path, " is empty");
+  // A corpus file is text (JSON Lines by its extension), never tokens: shards are data.dir's.
+  DocumentOptions opts;
+  const std::string ext = fs::path(text_path).extension().string();
+  opts.format = ext == ".jsonl" || ext == ".ndjson" ? InputFormat::kJsonl : InputFormat::kText;
+  return build_with({text_path}, tokenizer, out_dir, val_fraction, opts,
+                    describe(text_path, tokenizer, val_fraction));
 }
 
 PreparedCorpus ensure_prepared(const std::string& text_path, const Tokenizer& tokenizer,
                                const std::string& out_dir, double val_fraction) {
   KIRI_CHECK(val_fraction > 0.0 && val_fraction < 1.0, "val_fraction ", val_fraction,
              " must lie strictly between 0 and 1");
+  if (fs::is_directory(text_path))
+    KIRI_RAISE(kData, "corpus text ", text_path,
+               " is a folder: train on the shards in it with data.dir=", text_path,
+               ", or make shards of its files with `kiri data ", text_path, " --out DIR`");
   if (!fs::is_regular_file(text_path))
     KIRI_RAISE(kData, "corpus text ", text_path, " does not exist or is not a regular file");
   PreparedCorpus c = paths_in(out_dir);

@@ -3,7 +3,9 @@
 // the shards of an earlier run so a trainer does not re-tokenize on every start.
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "kiri/data/documents.h"
 #include "kiri/data/tokenizer.h"
 
 namespace kiri::data {
@@ -13,17 +15,30 @@ struct PreparedCorpus {
   std::string val_path;    // out_dir/val.bin
   uint64_t train_tokens = 0;
   uint64_t val_tokens = 0;
+  uint64_t documents = 0;
   bool reused = false;  // ensure_prepared found current shards and wrote nothing
 };
+
+// The manifest beside the shards (docs/data.md, "Manifest").
+inline constexpr const char* kManifestName = "corpus.json";
+inline constexpr int kManifestFormat = 2;
 
 // How many of n tokens go to validation: round(n * val_fraction), at least 1
 // and leaving at least 1 for training. Raises kInvalidArgument unless
 // 0 < val_fraction < 1 and n >= 2.
 uint64_t val_token_count(uint64_t n, double val_fraction);
 
-// Reads the UTF-8 text file (missing or empty: kData naming it), encodes it,
-// and writes the first tokens to out_dir/train.bin and the last val_fraction
-// of them to out_dir/val.bin, plus out_dir/corpus.json describing the source.
+// `kiri data`: reads the files (expand_inputs) as documents (append_documents),
+// joins them with the end-of-text token, and writes the first tokens to
+// out_dir/train.bin and the last val_fraction of them to out_dir/val.bin, then
+// out_dir/corpus.json: tokenizer, vocab, counts, documents, per-shard checksums
+// and the sources. No files or no tokens is kData.
+PreparedCorpus build_corpus(const std::vector<std::string>& files, const Tokenizer& tokenizer,
+                            const std::string& out_dir, double val_fraction,
+                            const DocumentOptions& opts);
+
+// build_corpus of one text (or, by its extension, JSON Lines) file; missing or
+// empty: kData naming it. The manifest also records the text's path and size.
 PreparedCorpus prepare_corpus(const std::string& text_path, const Tokenizer& tokenizer,
                               const std::string& out_dir, double val_fraction);
 

@@ -16,6 +16,9 @@ const uint64_t kShuffleStream = hash_string("kiri.data.epoch_shuffle");
 }  // namespace
 
 SampleStream::SampleStream(std::vector<int32_t> tokens, int64_t seq_len, uint64_t seed)
+    : SampleStream(TokenSource(std::move(tokens)), seq_len, seed) {}
+
+SampleStream::SampleStream(TokenSource tokens, int64_t seq_len, uint64_t seed)
     : tokens_(std::move(tokens)), seq_len_(seq_len), seed_(seed) {
   KIRI_CHECK(seq_len >= 1, "seq_len ", seq_len, " must be at least 1");
   const uint64_t n = tokens_.size();
@@ -60,9 +63,12 @@ uint64_t SampleStream::sample_index(uint64_t position) const {
 }
 
 void SampleStream::fill_sample(uint64_t sample, int32_t* inputs, int32_t* targets) const {
-  const int32_t* window = tokens_.data() + sample * static_cast<uint64_t>(seq_len_);
-  std::copy(window, window + seq_len_, inputs);
-  std::copy(window + 1, window + 1 + seq_len_, targets);
+  // Inputs are the window's first T tokens, targets the same shifted by one.
+  const uint64_t first = sample * static_cast<uint64_t>(seq_len_);
+  const auto t = static_cast<uint64_t>(seq_len_);
+  tokens_.read(first, t, inputs);
+  std::copy(inputs + 1, inputs + t, targets);
+  tokens_.read(first + t, 1, targets + t - 1);
 }
 
 void SampleStream::fill(uint64_t position, int32_t* inputs, int32_t* targets) const {

@@ -1,5 +1,5 @@
 #pragma once
-// Deterministic batching over a token sequence. Sample i is the window
+// Deterministic batching over a token sequence (in memory or memory-mapped). Sample i is the window
 // tokens[i*T, i*T + T + 1): inputs are its first T tokens, targets the last T.
 // The training stream is infinite: position p falls in epoch p / num_samples,
 // and each epoch visits the samples in a permutation drawn from (seed, epoch).
@@ -10,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "kiri/data/token_source.h"
+
 namespace kiri::data {
 
 class SampleStream {
@@ -17,13 +19,16 @@ class SampleStream {
   // Raises kInvalidArgument when seq_len < 1 or the tokens hold no whole
   // sample ((n - 1) / seq_len == 0), naming n and seq_len.
   SampleStream(std::vector<int32_t> tokens, int64_t seq_len, uint64_t seed);
+  // The same over tokens read in place (mapped shards): each window is converted
+  // to int32 as it is filled.
+  SampleStream(TokenSource tokens, int64_t seq_len, uint64_t seed);
   // Movable (the cache's mutex is not moved but made anew); not copyable.
   SampleStream(SampleStream&& other) noexcept;
 
   int64_t seq_len() const { return seq_len_; }
   uint64_t seed() const { return seed_; }
   uint64_t num_samples() const { return num_samples_; }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const TokenSource& tokens() const { return tokens_; }
 
   // Which sample the stream yields at this position (shuffled per epoch).
   uint64_t sample_index(uint64_t position) const;
@@ -44,7 +49,7 @@ class SampleStream {
  private:
   void fill_sample(uint64_t sample, int32_t* inputs, int32_t* targets) const;
 
-  std::vector<int32_t> tokens_;
+  TokenSource tokens_;
   int64_t seq_len_;
   uint64_t seed_;
   uint64_t num_samples_;

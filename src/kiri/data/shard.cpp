@@ -29,7 +29,12 @@ uint64_t get_le(const unsigned char* p, int bytes) {
   return v;
 }
 
-// Parses and checks the 64 header bytes against the file's size.
+}  // namespace
+
+bool has_shard_magic(const unsigned char* bytes, uint64_t size) {
+  return size >= sizeof(kMagic) && std::memcmp(bytes, kMagic, sizeof(kMagic)) == 0;
+}
+
 ShardHeader parse_header(const std::string& path, const unsigned char* h, uint64_t file_bytes) {
   if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0)
     KIRI_RAISE(kData, "token shard ", path, " has a bad magic (want KIRITOK1)");
@@ -60,6 +65,8 @@ ShardHeader parse_header(const std::string& path, const unsigned char* h, uint64
                payload, " payload bytes");
   return header;
 }
+
+namespace {
 
 // An open shard: a regular file (a FIFO or device as a shard would block open() or read
 // forever, so it is refused without blocking) and its size at open.

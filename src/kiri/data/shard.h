@@ -57,6 +57,13 @@ TokenShard read_shard(const std::string& path);
 // The same checks over a shard's bytes in memory; `label` stands for the path in messages.
 TokenShard parse_shard(std::span<const unsigned char> bytes, const std::string& label);
 
+// Whether bytes start with the shard magic "KIRITOK1".
+bool has_shard_magic(const unsigned char* bytes, uint64_t size);
+
+// Parses and checks the 64 header bytes at h against the file's size (kData
+// naming `path` and the numbers).
+ShardHeader parse_header(const std::string& path, const unsigned char* h, uint64_t file_bytes);
+
 // Reads and checks only the header (cheap: to decide whether a shard is current).
 ShardHeader read_shard_header(const std::string& path);
 

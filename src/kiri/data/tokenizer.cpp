@@ -12,12 +12,16 @@ std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
 }
 
 std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
-  std::string text(ids.size(), '\0');
+  std::string text;
+  text.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] > 255)
+    if (ids[i] < 0 || ids[i] > kEot)
       KIRI_RAISE(kInvalidArgument, "byte tokenizer: id ", ids[i], " at position ", i,
-                 " is outside [0, 256)");
-    text[i] = static_cast<char>(ids[i]);
+                 " is outside [0, ", kEot + 1, ")");
+    if (ids[i] == kEot)
+      text += "<|endoftext|>";
+    else
+      text += static_cast<char>(ids[i]);
   }
   return text;
 }

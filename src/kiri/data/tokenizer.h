@@ -1,6 +1,7 @@
 #pragma once
 // Tokenizers turn text into token ids and back. Two exist: "byte" (one token
-// per byte, vocab 256) and "gpt2" (GPT-2's byte-level BPE, vocab 50257).
+// per byte, plus an end-of-text token: vocab 257) and "gpt2" (GPT-2's
+// byte-level BPE, vocab 50257).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,14 +34,16 @@ class Tokenizer {
   virtual std::vector<TokenizerFile> files() const { return {}; }
 };
 
-// One token per byte: id == byte value. Has no end-of-text token.
+// One token per byte: id == byte value; id 256 is the end-of-text token that
+// separates documents (never produced by encode; decoded as "<|endoftext|>").
 class ByteTokenizer : public Tokenizer {
  public:
+  static constexpr int32_t kEot = 256;
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
-  int vocab_size() const override { return 256; }
+  int vocab_size() const override { return kEot + 1; }
   std::string name() const override { return "byte"; }
-  int32_t eot_token() const override { return -1; }
+  int32_t eot_token() const override { return kEot; }
 };
 
 // "byte", or "gpt2" (reads data_dir/gpt2/encoder.json and data_dir/gpt2/vocab.bpe).

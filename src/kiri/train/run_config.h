@@ -18,11 +18,12 @@ enum class ComputeDType { kF32, kBF16, kF16 };
 enum class LrScaling { kNone, kLinear, kSqrt };
 
 struct DataConfig {
-  std::string corpus =
-      "moby-dick";  // a name under data.dir ("moby-dick") or a path to a UTF-8 text file
-  std::string tokenizer = "gpt2";  // "gpt2" (BPE, vocab 50257) or "byte" (vocab 256)
-  std::string dir;                 // tokenizer files and corpora; default: the bootstrap's data/
-  double val_fraction = 0.1;       // the last fraction of the tokens is the validation split
+  // A name under data.assets ("moby-dick") or a path to a UTF-8 text or JSON Lines file.
+  std::string corpus = "moby-dick";
+  std::string tokenizer = "gpt2";  // "gpt2" (BPE, vocab 50257) or "byte" (vocab 257)
+  std::string dir;  // a folder of token shards to train on (kiri, nanoGPT, llm.c); excludes corpus
+  std::string assets;  // tokenizer files and the default corpus; default: the bootstrap's data/
+  double val_fraction = 0.1;  // the last fraction of the tokens is the validation split
 };
 
 struct TrainConfig {

@@ -49,25 +49,56 @@ double fault_scale_for(int rank, int64_t step_index) {
 }  // namespace
 
 std::string resolve_data_dir(const DataConfig& cfg) {
-  if (!cfg.dir.empty()) return cfg.dir;
+  if (!cfg.assets.empty()) return cfg.assets;
   if (const char* env = std::getenv("KIRI_DATA_DIR"); env && *env) return env;
   return KIRI_DEFAULT_DATA_DIR;
 }
 
-CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer) {
+std::string prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer) {
+  if (!cfg.dir.empty()) {
+    // corpus keeps its default when dir is given: anything else names two corpora.
+    KIRI_CHECK_KIND(kConfig, cfg.corpus == "moby-dick" || cfg.corpus.empty(),
+                    "data.corpus = ", cfg.corpus, " and data.dir = ", cfg.dir,
+                    " both name a corpus: give one (a text file, or a folder of shards)");
+    return cfg.dir;
+  }
   const std::string dir = resolve_data_dir(cfg);
   std::string text, out;
   if (cfg.corpus == "moby-dick") {
     text = dir + "/moby-dick.txt";
     KIRI_CHECK_KIND(kData, fs::exists(text), "the default corpus ", text,
-                    " is missing: run scripts/bootstrap.sh (make setup) or set data.dir");
+                    " is missing: run scripts/bootstrap.sh (make setup) or set data.assets");
     out = dir + "/tokens/moby-dick." + tokenizer.name();
   } else {
     text = cfg.corpus;
     out = cfg.corpus + ".kiri-" + tokenizer.name();
   }
-  data::PreparedCorpus p = data::ensure_prepared(text, tokenizer, out, cfg.val_fraction);
-  return {p.train_path, p.val_path};
+  data::ensure_prepared(text, tokenizer, out, cfg.val_fraction);
+  return out;
+}
+
+data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg, int64_t vocab_size,
+                               int64_t seq_len, bool verify) {
+  data::Dataset ds = data::open_dataset(dir);
+  if (!ds.tokenizer.empty() && ds.tokenizer != cfg.tokenizer)
+    KIRI_RAISE(kData, "the shards in ", dir, " were made with tokenizer ", ds.tokenizer,
+               ", this run's data.tokenizer is ", cfg.tokenizer,
+               " (set data.tokenizer=", ds.tokenizer, ")");
+  for (const auto* split : {&ds.train, &ds.val}) {
+    const char* name = split == &ds.train ? "training" : "validation";
+    if (split->size() == 0) KIRI_RAISE(kData, "the ", name, " split of ", dir, " is empty");
+    if (split->size() < static_cast<uint64_t>(seq_len) + 1)
+      KIRI_RAISE(kData, "the ", name, " split of ", dir, " holds ", split->size(),
+                 " tokens, shorter than one sample of train.seq_len + 1 = ", seq_len + 1);
+  }
+  if (verify) {
+    Timer timer;
+    ds.train.verify(static_cast<uint32_t>(vocab_size));
+    ds.val.verify(static_cast<uint32_t>(vocab_size));
+    log::info("data: ", dir, " (", ds.layout, "): ", ds.train.size(), " train + ", ds.val.size(),
+              " val tokens, checked below vocab ", vocab_size, " in ", timer.seconds(), " s");
+  }
+  return ds;
 }
 
 std::string trace_path_for_rank(const std::string& path, int rank, int world_size) {
@@ -146,20 +177,26 @@ void Trainer::build() {
       }
     });
 
-  // Rank 0 tokenizes the corpus once; the others then reuse its shards.
-  CorpusShards shards;
-  if (world_->rank() == 0) shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
+  // Rank 0 tokenizes the corpus once and checks every token; the others then map the
+  // checked shards and read only their own samples.
+  std::string shard_dir;
+  data::Dataset ds;
+  if (world_->rank() == 0) {
+    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
+    ds = open_run_dataset(shard_dir, cfg_.data, cfg_.model.vocab_size, t.seq_len, true);
+  }
   world_->barrier();
-  if (world_->rank() != 0) shards = prepare_corpus_shards(cfg_.data, *tokenizer_);
+  if (world_->rank() != 0) {
+    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
+    ds = open_run_dataset(shard_dir, cfg_.data, cfg_.model.vocab_size, t.seq_len, false);
+  }
   if (!cfg_.log.trace.empty()) {
     // Right after a barrier: the ranks' epochs agree to within its skew.
     tracer_ = std::make_unique<Tracer>(world_->rank());
     world_->set_tracer(tracer_.get());  // split() passes it on to the mesh's groups
   }
-  train_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.train_path).tokens,
-                                                       t.seq_len, t.seed);
-  val_stream_ = std::make_unique<data::SampleStream>(data::read_shard(shards.val_path).tokens,
-                                                     t.seq_len, t.seed);
+  train_stream_ = std::make_unique<data::SampleStream>(std::move(ds.train), t.seq_len, t.seed);
+  val_stream_ = std::make_unique<data::SampleStream>(std::move(ds.val), t.seq_len, t.seed);
 
   mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
   if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it

@@ -8,6 +8,7 @@
 
 #include "kiri/base/trace.h"
 #include "kiri/comm/communicator.h"
+#include "kiri/data/dataset.h"
 #include "kiri/data/sample_stream.h"
 #include "kiri/data/tokenizer.h"
 #include "kiri/model/gpt.h"
@@ -20,13 +21,18 @@
 
 namespace kiri::train {
 
-// The data folder: data.dir, else $KIRI_DATA_DIR, else the bootstrap's data/.
+// The assets folder (tokenizer files, the default corpus): data.assets, else
+// $KIRI_DATA_DIR, else the bootstrap's data/.
 std::string resolve_data_dir(const DataConfig& cfg);
-// Token shards of the corpus (tokenized on first use, reused after).
-struct CorpusShards {
-  std::string train_path, val_path;
-};
-CorpusShards prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer);
+// The folder of the run's token shards: data.dir as given, else the shards of
+// data.corpus (tokenized on first use, reused after). Both set is kConfig.
+std::string prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer);
+// The shards of `dir` (data::open_dataset) checked for this run: the tokenizer
+// that made kiri shards is data.tokenizer, and (when `verify`: one pass over
+// every token) checksums hold and every token is below vocab_size; each split
+// holds a sample of seq_len + 1 tokens. kData naming the file and the numbers.
+data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg, int64_t vocab_size,
+                               int64_t seq_len, bool verify);
 // The trace file of `rank` for log.trace = path: the path itself in a world
 // of one rank, else ".rank<R>" before the extension (runs/trace.rank3.json).
 std::string trace_path_for_rank(const std::string& path, int rank, int world_size);
