@@ -1,0 +1,274 @@
+#include "kiri/data/bpe_core.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <queue>
+
+#include "kiri/base/error.h"
+
+namespace kiri::data {
+
+namespace {
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+}  // namespace
+
+struct BpeCore::Regex {
+  pcre2_code* code = nullptr;
+  ~Regex() {
+    if (code) pcre2_code_free(code);
+  }
+};
+
+BpeCore::BpeCore(const std::string& pattern, std::string what)
+    : what_(std::move(what)), regex_(std::make_unique<Regex>()) {
+  byte_id_.fill(-1);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  // MATCH_INVALID_UTF: invalid UTF-8 is skipped over instead of failing the match.
+  regex_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
+  if (!regex_->code) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    KIRI_RAISE(kData, what_, ": the pre-tokenizer regex does not compile at offset ", offset, ": ",
+               reinterpret_cast<const char*>(message));
+  }
+  pcre2_jit_compile(regex_->code, PCRE2_JIT_COMPLETE);  // without JIT it is slower, still right
+}
+
+BpeCore::~BpeCore() = default;
+
+void BpeCore::set_token(int32_t id, std::string bytes) {
+  KIRI_CHECK_KIND(kInternal, id >= 0, what_, ": negative id ", id);
+  if (static_cast<size_t>(id) >= id_bytes_.size()) {
+    id_bytes_.resize(id + 1);
+    used_.resize(id + 1, 0);
+  }
+  if (used_[id]) KIRI_RAISE(kData, what_, ": id ", id, " is given to two tokens");
+  used_[id] = 1;
+  if (bytes.size() == 1) {
+    const auto b = static_cast<unsigned char>(bytes[0]);
+    if (byte_id_[b] < 0) byte_id_[b] = id;
+  }
+  by_bytes_.emplace(bytes, id);
+  id_bytes_[id] = std::move(bytes);
+}
+
+bool BpeCore::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank) {
+  return merges_.emplace(pair_key(left, right), Merge{rank, merged}).second;
+}
+
+void BpeCore::add_special(std::string bytes, int32_t id) {
+  KIRI_CHECK_KIND(kData, !bytes.empty(), what_, ": added token ", id, " is empty");
+  if (static_cast<size_t>(id) >= id_bytes_.size()) {
+    id_bytes_.resize(id + 1);
+    used_.resize(id + 1, 0);
+  }
+  if (!used_[id]) {
+    used_[id] = 1;
+    id_bytes_[id] = bytes;
+  }
+  special_first_[static_cast<unsigned char>(bytes[0])] = true;
+  specials_.emplace_back(std::move(bytes), id);
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+}
+
+void BpeCore::finish() {
+  for (int b = 0; b < 256; ++b)
+    if (byte_id_[b] < 0) KIRI_RAISE(kData, what_, " has no token for byte ", b);
+}
+
+int32_t BpeCore::find(std::string_view bytes) const {
+  const auto it = by_bytes_.find(bytes);
+  if (it != by_bytes_.end()) return it->second;
+  for (const auto& [s, id] : specials_)
+    if (s == bytes) return id;
+  return -1;
+}
+
+void BpeCore::pretokenize_into(std::string_view text, size_t base, std::vector<Piece>& out) const {
+  thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      nullptr, &pcre2_match_data_free);
+  // Match data sized for the largest pattern seen on this thread (ovector of 64 pairs).
+  if (!md) md.reset(pcre2_match_data_create(64, nullptr));
+  if (!md) KIRI_RAISE(kOutOfMemory, "cannot allocate PCRE2 match data");
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const int rc = pcre2_match(regex_->code, subject, text.size(), pos, 0, md.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) {  // only invalid UTF-8 is left
+      out.push_back({base + pos, text.size() - pos, -1});
+      break;
+    }
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      KIRI_RAISE(kData, what_, " pre-tokenization failed at byte ", base + pos, ": ",
+                 reinterpret_cast<const char*>(message));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+    if (ov[1] <= ov[0])  // a pattern that matches the empty string would loop forever
+      KIRI_RAISE(kData, what_, ": the pre-tokenizer regex matches the empty string at byte ",
+                 base + ov[0]);
+    if (ov[0] > pos) out.push_back({base + pos, ov[0] - pos, -1});  // what the regex skipped
+    out.push_back({base + ov[0], ov[1] - ov[0], -1});
+    pos = ov[1];
+  }
+}
+
+std::vector<BpeCore::Piece> BpeCore::split(std::string_view text) const {
+  std::vector<Piece> pieces;
+  pieces.reserve(text.size() / 4 + 1);
+  size_t start = 0;  // of the text not yet pre-tokenized
+  for (size_t i = 0; i < text.size() && !specials_.empty(); ++i) {
+    if (!special_first_[static_cast<unsigned char>(text[i])]) continue;
+    // The longest added token that starts here (specials_ is longest first).
+    const auto it = std::find_if(specials_.begin(), specials_.end(), [&](const auto& s) {
+      return text.compare(i, s.first.size(), s.first) == 0;
+    });
+    if (it == specials_.end()) continue;
+    if (i > start) pretokenize_into(text.substr(start, i - start), start, pieces);
+    pieces.push_back({i, it->first.size(), it->second});
+    i += it->first.size() - 1;
+    start = i + 1;
+  }
+  if (start < text.size()) pretokenize_into(text.substr(start), start, pieces);
+  return pieces;
+}
+
+std::vector<std::pair<size_t, size_t>> BpeCore::pretokenize(std::string_view text) const {
+  std::vector<Piece> pieces;
+  pretokenize_into(text, 0, pieces);
+  std::vector<std::pair<size_t, size_t>> spans;
+  spans.reserve(pieces.size());
+  for (const auto& p : pieces) spans.emplace_back(p.offset, p.length);
+  return spans;
+}
+
+void BpeCore::bpe(std::string_view piece, std::vector<int32_t>& out) const {
+  // Symbols form a linked list over byte positions; a heap holds candidate
+  // merges ordered by (rank, position): Hugging Face's merge order. When every
+  // merge uses tokens that lower-rank merges made (GPT-2's files, checked at
+  // load), it is also encoder.py's "merge every occurrence of the best pair,
+  // left to right", in O(n log n) instead of O(n^2).
+  const auto n = static_cast<int32_t>(piece.size());
+  std::vector<int32_t> id(n), prev(n), next(n);
+  for (int32_t i = 0; i < n; ++i) {
+    id[i] = byte_id_[static_cast<unsigned char>(piece[i])];
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    uint32_t rank;
+    int32_t pos, left, right, merged;
+  };
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> heap(later);
+  auto consider = [&](int32_t p) {
+    if (p < 0 || next[p] < 0) return;
+    const auto it = merges_.find(pair_key(id[p], id[next[p]]));
+    if (it != merges_.end()) heap.push({it->second.rank, p, id[p], id[next[p]], it->second.id});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) consider(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int32_t q = next[c.pos];
+    if (id[c.pos] != c.left || q < 0 || id[q] != c.right) continue;  // stale
+    id[c.pos] = c.merged;
+    id[q] = -1;
+    next[c.pos] = next[q];
+    if (next[q] >= 0) prev[next[q]] = c.pos;
+    consider(prev[c.pos]);
+    consider(c.pos);
+  }
+  for (int32_t p = 0; p >= 0; p = next[p]) out.push_back(id[p]);
+}
+
+struct BpeCore::Cache {
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> ids;
+};
+
+void BpeCore::encode_pieces(std::string_view text, std::span<const Piece> pieces, Cache& cache,
+                            std::vector<int32_t>& out) const {
+  constexpr size_t kMaxCached = 1 << 20;  // bounds memory on huge, varied inputs
+  for (const Piece& p : pieces) {
+    if (p.id >= 0) {
+      out.push_back(p.id);
+      continue;
+    }
+    const std::string_view piece = text.substr(p.offset, p.length);
+    if (p.length == 1) {
+      out.push_back(byte_id_[static_cast<unsigned char>(piece[0])]);
+      continue;
+    }
+    if (ignore_merges_) {
+      const auto whole = by_bytes_.find(piece);
+      if (whole != by_bytes_.end()) {
+        out.push_back(whole->second);
+        continue;
+      }
+    }
+    const auto it = cache.ids.find(piece);
+    if (it != cache.ids.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      continue;
+    }
+    const size_t first = out.size();
+    bpe(piece, out);
+    if (cache.ids.size() >= kMaxCached) cache.ids.clear();
+    cache.ids.emplace(std::string(piece), std::vector<int32_t>(out.begin() + first, out.end()));
+  }
+}
+
+std::vector<int32_t> BpeCore::encode(std::string_view text) const {
+  const auto pieces = split(text);
+  // Blocks of pieces are encoded in parallel and joined in order.
+  constexpr size_t kBlock = 8192;
+  const auto blocks = static_cast<int64_t>((pieces.size() + kBlock - 1) / kBlock);
+  std::vector<std::vector<int32_t>> outs(blocks);
+#pragma omp parallel if (blocks > 1)
+  {
+    Cache cache;
+#pragma omp for schedule(dynamic)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const size_t begin = static_cast<size_t>(b) * kBlock;
+      const size_t count = std::min(kBlock, pieces.size() - begin);
+      outs[b].reserve(count * 2);
+      encode_pieces(text, std::span(pieces).subspan(begin, count), cache, outs[b]);
+    }
+  }
+  size_t total = 0;
+  for (const auto& o : outs) total += o.size();
+  std::vector<int32_t> ids;
+  ids.reserve(total);
+  for (const auto& o : outs) ids.insert(ids.end(), o.begin(), o.end());
+  return ids;
+}
+
+std::string BpeCore::decode(std::span<const int32_t> ids) const {
+  std::string text;
+  text.reserve(ids.size() * 4);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size())
+      KIRI_RAISE(kInvalidArgument, what_, " tokenizer: id ", ids[i], " at position ", i,
+                 " is outside [0, ", vocab_size(), ")");
+    if (!used_[ids[i]])
+      KIRI_RAISE(kInvalidArgument, what_, " tokenizer: id ", ids[i], " at position ", i,
+                 " is no token (the vocabulary skips it)");
+    text += id_bytes_[ids[i]];
+  }
+  return text;
+}
+
+}  // namespace kiri::data
