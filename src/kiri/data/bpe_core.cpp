@@ -41,6 +41,12 @@ BpeCore::BpeCore(const std::string& pattern, std::string what)
                reinterpret_cast<const char*>(message));
   }
   pcre2_jit_compile(regex_->code, PCRE2_JIT_COMPLETE);  // without JIT it is slower, still right
+  // A pattern that matches the empty string would split nothing off.
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      pcre2_match_data_create_from_pattern(regex_->code, nullptr), &pcre2_match_data_free);
+  if (md &&
+      pcre2_match(regex_->code, reinterpret_cast<PCRE2_SPTR>(""), 0, 0, 0, md.get(), nullptr) >= 0)
+    KIRI_RAISE(kData, what_, ": the pre-tokenizer regex matches the empty string");
 }
 
 BpeCore::~BpeCore() = default;
@@ -61,20 +67,29 @@ void BpeCore::set_token(int32_t id, std::string bytes) {
   id_bytes_[id] = std::move(bytes);
 }
 
-bool BpeCore::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank) {
+bool BpeCore::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank, bool replace) {
+  if (replace) return merges_.insert_or_assign(pair_key(left, right), Merge{rank, merged}).second;
   return merges_.emplace(pair_key(left, right), Merge{rank, merged}).second;
 }
 
 void BpeCore::add_special(std::string bytes, int32_t id) {
   KIRI_CHECK_KIND(kData, !bytes.empty(), what_, ": added token ", id, " is empty");
+  KIRI_CHECK_KIND(kInternal, id >= 0, what_, ": negative id ", id);
   if (static_cast<size_t>(id) >= id_bytes_.size()) {
     id_bytes_.resize(id + 1);
     used_.resize(id + 1, 0);
   }
-  if (!used_[id]) {
-    used_[id] = 1;
-    id_bytes_[id] = bytes;
-  }
+  if (used_[id] && id_bytes_[id] != bytes)
+    KIRI_RAISE(kData, what_, ": added token '", bytes, "' has id ", id,
+               ", which the vocabulary gives to '", id_bytes_[id], "'");
+  for (const auto& [s, other] : specials_)
+    if (s == bytes) {
+      if (other != id)
+        KIRI_RAISE(kData, what_, ": added token '", bytes, "' has two ids, ", other, " and ", id);
+      return;
+    }
+  used_[id] = 1;
+  id_bytes_[id] = bytes;
   special_first_[static_cast<unsigned char>(bytes[0])] = true;
   specials_.emplace_back(std::move(bytes), id);
   std::stable_sort(specials_.begin(), specials_.end(),

@@ -35,8 +35,9 @@ class BpeCore {
   // Building (by the loaders): the vocabulary, then merges, then finish().
   // set_token raises kData on a repeated id.
   void set_token(int32_t id, std::string bytes);
-  // left + right -> merged at this rank; false when the pair is already there.
-  bool add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank);
+  // left + right -> merged at this rank; false when the pair is already there
+  // (then `replace` says whether this merge takes its place).
+  bool add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank, bool replace = false);
   // A pre-token found whole in the vocabulary is that one token (tokenizer.json's
   // ignore_merges, which Llama 3 sets).
   void set_ignore_merges(bool on) { ignore_merges_ = on; }
