@@ -4,6 +4,8 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <queue>
 
 #include "kiri/base/error.h"
@@ -16,6 +18,11 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
+uint64_t next_serial() {
+  static std::atomic<uint64_t> serial{0};
+  return ++serial;
+}
+
 }  // namespace
 
 struct BpeCore::Regex {
@@ -26,7 +33,7 @@ struct BpeCore::Regex {
 };
 
 BpeCore::BpeCore(const std::string& pattern, std::string what)
-    : what_(std::move(what)), regex_(std::make_unique<Regex>()) {
+    : what_(std::move(what)), serial_(next_serial()), regex_(std::make_unique<Regex>()) {
   byte_id_.fill(-1);
   int error = 0;
   PCRE2_SIZE offset = 0;
@@ -67,9 +74,48 @@ void BpeCore::set_token(int32_t id, std::string bytes) {
   id_bytes_[id] = std::move(bytes);
 }
 
+size_t BpeCore::MergeMap::slot(uint64_t key) const {
+  return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);  // Fibonacci hashing
+}
+
+const BpeCore::Merge* BpeCore::MergeMap::find(uint64_t key) const {
+  if (keys_.empty()) return nullptr;
+  const size_t mask = keys_.size() - 1;
+  for (size_t i = slot(key);; i = (i + 1) & mask) {
+    if (keys_[i] == key) return &values_[i];
+    if (keys_[i] == kEmpty) return nullptr;
+  }
+}
+
+bool BpeCore::MergeMap::insert(uint64_t key, Merge m, bool replace) {
+  if (2 * (size_ + 1) > keys_.size()) {  // at most half full
+    std::vector<uint64_t> keys = std::move(keys_);
+    std::vector<Merge> values = std::move(values_);
+    const size_t capacity = std::max<size_t>(64, 2 * keys.size());
+    keys_.assign(capacity, kEmpty);
+    values_.assign(capacity, Merge{});
+    shift_ = 64 - std::countr_zero(capacity);
+    size_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] != kEmpty) insert(keys[i], values[i], false);
+  }
+  const size_t mask = keys_.size() - 1;
+  for (size_t i = slot(key);; i = (i + 1) & mask) {
+    if (keys_[i] == key) {
+      if (replace) values_[i] = m;
+      return false;
+    }
+    if (keys_[i] == kEmpty) {
+      keys_[i] = key;
+      values_[i] = m;
+      ++size_;
+      return true;
+    }
+  }
+}
+
 bool BpeCore::add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank, bool replace) {
-  if (replace) return merges_.insert_or_assign(pair_key(left, right), Merge{rank, merged}).second;
-  return merges_.emplace(pair_key(left, right), Merge{rank, merged}).second;
+  return merges_.insert(pair_key(left, right), Merge{rank, merged}, replace);
 }
 
 void BpeCore::add_special(std::string bytes, int32_t id) {
@@ -191,8 +237,8 @@ void BpeCore::bpe(std::string_view piece, std::vector<int32_t>& out) const {
   std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> heap(later);
   auto consider = [&](int32_t p) {
     if (p < 0 || next[p] < 0) return;
-    const auto it = merges_.find(pair_key(id[p], id[next[p]]));
-    if (it != merges_.end()) heap.push({it->second.rank, p, id[p], id[next[p]], it->second.id});
+    if (const Merge* m = merges_.find(pair_key(id[p], id[next[p]])))
+      heap.push({m->rank, p, id[p], id[next[p]], m->id});
   };
   for (int32_t i = 0; i + 1 < n; ++i) consider(i);
   while (!heap.empty()) {
@@ -211,12 +257,22 @@ void BpeCore::bpe(std::string_view piece, std::vector<int32_t>& out) const {
 }
 
 struct BpeCore::Cache {
+  uint64_t owner = 0;
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> ids;
 };
 
+BpeCore::Cache& BpeCore::thread_cache() const {
+  thread_local Cache cache;
+  if (cache.owner != serial_) {
+    cache.ids.clear();
+    cache.owner = serial_;
+  }
+  return cache;
+}
+
 void BpeCore::encode_pieces(std::string_view text, std::span<const Piece> pieces, Cache& cache,
                             std::vector<int32_t>& out) const {
-  constexpr size_t kMaxCached = 1 << 20;  // bounds memory on huge, varied inputs
+  constexpr size_t kMaxCached = 1 << 18;  // bounds memory (it outlives the call) on varied inputs
   for (const Piece& p : pieces) {
     if (p.id >= 0) {
       out.push_back(p.id);
@@ -254,7 +310,7 @@ std::vector<int32_t> BpeCore::encode(std::string_view text) const {
   std::vector<std::vector<int32_t>> outs(blocks);
 #pragma omp parallel if (blocks > 1)
   {
-    Cache cache;
+    Cache& cache = thread_cache();
 #pragma omp for schedule(dynamic)
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t begin = static_cast<size_t>(b) * kBlock;

@@ -65,6 +65,21 @@ class BpeCore {
     uint32_t rank;
     int32_t id;
   };
+  // (left << 32 | right) -> merge, open addressing: the lookup BPE spends its time in.
+  class MergeMap {
+   public:
+    const Merge* find(uint64_t key) const;
+    // false when the key was there (then `replace` says whether to overwrite).
+    bool insert(uint64_t key, Merge m, bool replace);
+
+   private:
+    size_t slot(uint64_t key) const;
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // no pair of ids >= 0 makes it
+    std::vector<uint64_t> keys_;
+    std::vector<Merge> values_;
+    size_t size_ = 0;
+    int shift_ = 64;
+  };
   struct Piece {
     size_t offset;
     size_t length;
@@ -72,6 +87,9 @@ class BpeCore {
   };
   struct Regex;
   struct Cache;  // pre-token -> ids, one per thread
+  // This thread's cache, kept across encode() calls (documents share most
+  // words); emptied when another tokenizer used it last.
+  Cache& thread_cache() const;
 
   void pretokenize_into(std::string_view text, size_t base, std::vector<Piece>& out) const;
   std::vector<Piece> split(std::string_view text) const;
@@ -80,12 +98,13 @@ class BpeCore {
                      std::vector<int32_t>& out) const;
 
   std::string what_;
+  uint64_t serial_;  // unique per BpeCore: which tokenizer a thread's cache holds
   std::unique_ptr<Regex> regex_;
-  std::vector<std::string> id_bytes_;           // id -> the raw bytes it stands for
-  std::vector<uint8_t> used_;                   // id -> whether it is a token
-  BytesToId by_bytes_;                          // the vocabulary's bytes -> id
-  std::array<int32_t, 256> byte_id_{};          // byte -> its single-byte token
-  std::unordered_map<uint64_t, Merge> merges_;  // (left << 32 | right) -> merge
+  std::vector<std::string> id_bytes_;   // id -> the raw bytes it stands for
+  std::vector<uint8_t> used_;           // id -> whether it is a token
+  BytesToId by_bytes_;                  // the vocabulary's bytes -> id
+  std::array<int32_t, 256> byte_id_{};  // byte -> its single-byte token
+  MergeMap merges_;
   bool ignore_merges_ = false;
   std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
   std::array<bool, 256> special_first_{};                  // bytes a special starts with
