@@ -90,7 +90,8 @@ VerbSpec data_verb() {
           1,
           "Tokenize a text file into train and validation token shards (docs/data.md).",
           {{"--out", K::kValue, "DIR", "", "the folder for the shards (required)"},
-           {"--tokenizer", K::kValue, "gpt2|byte", "gpt2", "the tokenizer"},
+           {"--tokenizer", K::kValue, "NAME|PATH", "gpt2",
+            "gpt2, byte, or a Hugging Face tokenizer folder or tokenizer.json"},
            {"--val-fraction", K::kValue, "F", "0.1", "the share of the text held out"},
            {"--data-dir", K::kValue, "DIR", "$KIRI_DATA_DIR or the build's data/",
             "where the GPT-2 tokenizer's files are"}}};

@@ -93,6 +93,11 @@ std::string pre_tokenizer_pattern(const std::string& path, const json& pre) {
 }
 
 void check_pipeline(const std::string& path, const json& j) {
+  // The model's kind first: a WordPiece or Unigram file fails on that, not on a detail.
+  const json& model = j.value("model", json());
+  require(path, !model.is_object() || !model.contains("type") || text_at(model, "type") == "BPE",
+          "model.type", model.is_object() ? model.value("type", json()) : json(),
+          "only BPE is supported");
   only_keys(path, "tokenizer.json", j,
             {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
              "post_processor", "decoder", "model"});
