@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -278,6 +280,8 @@ TEST(HfTokenizer, RefusesWhatItDoesNotDo) {
       {[](json& j) { j["added_tokens"][0]["lstrip"] = true; }, {"added_tokens[0].lstrip"}},
       {[](json& j) { j["added_tokens"][1]["id"] = 256; }, {"<xy>", "256", "ab"}},
       {[](json& j) { j["model"]["dropout"] = 0.1; }, {"model.dropout", "0.1"}},
+      {[](json& j) { j["model"]["vocab"]["zz"] = 1 << 29; }, {"536870912", "65,536"}},
+      {[](json& j) { j["added_tokens"][0]["id"] = 1 << 29; }, {"536870912", "65,536"}},
       {[](json& j) { j["model"]["byte_fallback"] = true; }, {"model.byte_fallback"}},
       {[](json& j) { j["model"]["frobnicate"] = 1; }, {"model.frobnicate"}},
       {[](json& j) { j["chat"] = 1; }, {"tokenizer.json.chat"}},
@@ -319,6 +323,9 @@ TEST(HfTokenizer, RefusesMissingFiles) {
                {"nope/tokenizer.json", "does not exist"});
   expect_error([] { make_tokenizer("llama3", ""); }, ErrorKind::kConfig,
                {"llama3", "byte", "gpt2", "tokenizer.json"});
+  ASSERT_EQ(::mkfifo(dir.file("fifo.json").c_str(), 0600), 0);  // never opened: no hang
+  expect_error([&] { make_tokenizer(dir.file("fifo.json"), ""); }, ErrorKind::kData,
+               {"fifo.json", "neither a folder nor a regular file"});
   testing::write_text(dir.file("merges.txt"), "#version: 0.2\n");
   expect_error([&] { make_tokenizer(dir.str(), ""); }, ErrorKind::kData, {"vocab.json"});
 }

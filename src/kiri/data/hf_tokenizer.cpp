@@ -101,15 +101,17 @@ HfTokenizer::HfTokenizer(const std::string& path) {
     dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   } else {
     KIRI_RAISE(kData, "tokenizer ", path,
-               " does not exist (expected a folder with tokenizer.json or vocab.json + "
-               "merges.txt, or a tokenizer.json file)");
+               fs::exists(p, ec) ? " is neither a folder nor a regular file" : " does not exist",
+               " (expected a folder with tokenizer.json or vocab.json + merges.txt, or a "
+               "tokenizer.json file)");
   }
 
   SpecialConfig special;
   std::vector<std::pair<std::string, std::string>> used;  // (hf name, path) of what was read
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
-    if (!is_file(dir / name)) continue;
     const std::string f = (dir / name).string();
+    if (!fs::exists(dir / name, ec)) continue;
+    if (!is_file(dir / name)) KIRI_RAISE(kData, "tokenizer config ", f, " is not a regular file");
     try {
       read_config(read_json(f, "tokenizer config"), f, special);
     } catch (const json::exception& e) {
@@ -141,7 +143,14 @@ HfTokenizer::HfTokenizer(const std::string& path) {
 
   // Added tokens with their ids; then the configs' named special tokens, which
   // transformers also splits out of the text, found by their content.
-  for (const auto& a : added) core_->add_special(a.content, a.id);
+  const int64_t id_limit =
+      int64_t{core_->vocab_size()} + static_cast<int64_t>(added.size()) + 65536;
+  for (const auto& a : added) {
+    if (a.id >= id_limit)  // ids index arrays: a few gaps are fine, 2^30 is not
+      KIRI_RAISE(kData, "tokenizer ", path, ": added token ", quote_bounded(a.content, 60),
+                 " has id ", a.id, ", beyond the vocabulary's ", core_->vocab_size(), " + 65,536");
+    core_->add_special(a.content, a.id);
+  }
   for (const auto& t : special.named) {
     const int32_t id = core_->find(t);
     if (id < 0)

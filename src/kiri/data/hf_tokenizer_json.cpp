@@ -135,7 +135,7 @@ std::string bytes_of(const std::string& path, const std::string& token, int64_t 
 }
 
 void load_model(const std::string& path, const json& model, const std::vector<HfAddedToken>& added,
-                BpeCore& core) {
+                int64_t id_limit, BpeCore& core) {
   require(path, model.is_object(), "model", model, "expected a BPE model object");
   require(path, !model.contains("type") || text_at(model, "type") == "BPE", "model.type",
           model.value("type", json()), "only BPE is supported");
@@ -156,8 +156,8 @@ void load_model(const std::string& path, const json& model, const std::vector<Hf
   BytesToId by_unicode;
   for (const auto& [token, value] : vocab.items()) {
     const int64_t id = value.is_number_integer() ? value.get<int64_t>() : -1;
-    require(path, id >= 0 && id < (int64_t{1} << 30),
-            "model.vocab[" + quote_bounded(token, 60) + "]", value, "expected an id in [0, 2^30)");
+    require(path, id >= 0 && id < id_limit, "model.vocab[" + quote_bounded(token, 60) + "]", value,
+            "expected an id in [0, " + std::to_string(id_limit) + "): the tokens + 65,536");
     core.set_token(static_cast<int32_t>(id), bytes_of(path, token, id, added));
     by_unicode.emplace(token, static_cast<int32_t>(id));
   }
@@ -202,6 +202,11 @@ std::unique_ptr<BpeCore> load_parsed(const std::string& path, const json& j,
   const json& list = j.value("added_tokens", json::array());
   require(path, list.is_array(), "added_tokens", list, "expected an array");
   std::set<std::string> contents;
+  // Ids index arrays: a few gaps are fine, an id of 2^30 in a small file is not.
+  const json& model = j.value("model", json());
+  const json& vocab = model.is_object() ? model.value("vocab", json()) : json();
+  const int64_t id_limit =
+      static_cast<int64_t>((vocab.is_object() ? vocab.size() : 0) + list.size()) + 65536;
   for (size_t i = 0; i < list.size(); ++i) {
     const json& a = list[i];
     const std::string where = "added_tokens[" + std::to_string(i) + "]";
@@ -217,15 +222,15 @@ std::unique_ptr<BpeCore> load_parsed(const std::string& path, const json& j,
       require(path, !flag(a, key, false), where + "." + key, a.value(key, json()),
               "not supported (kiri needs it false)");
     const int64_t id = a["id"].get<int64_t>();
-    require(path, id >= 0 && id < (int64_t{1} << 30), where + ".id", a["id"],
-            "expected an id in [0, 2^30)");
+    require(path, id >= 0 && id < id_limit, where + ".id", a["id"],
+            "expected an id in [0, " + std::to_string(id_limit) + "): the tokens + 65,536");
     const std::string content = a["content"].get<std::string>();
     require(path, contents.insert(content).second, where + ".content", a["content"], "repeated");
     added.push_back({content, static_cast<int32_t>(id)});
   }
   const std::string pattern = pre_tokenizer_pattern(path, j.value("pre_tokenizer", json()));
   auto core = std::make_unique<BpeCore>(pattern, "tokenizer " + path);
-  load_model(path, j.value("model", json()), added, *core);
+  load_model(path, model, added, id_limit, *core);
   for (const auto& a : added) core->add_special(a.content, a.id);
   return core;
 }
