@@ -332,3 +332,33 @@ TEST(HfTokenizer, RefusesMissingFiles) {
 
 }  // namespace
 }  // namespace kiri::data
+
+namespace kiri::data {
+namespace {
+
+// Large texts are pre-tokenized in chunks on several threads; pieces that run
+// across a chunk's start (a 300 KB whitespace run, invalid UTF-8, a long word)
+// must come out as the serial run has them.
+TEST(HfTokenizer, ChunkedPretokenizationIsTheSerialOne) {
+  std::string text = "start" + std::string(300000, ' ') + "x\n";
+  uint32_t r = 12345;
+  for (int i = 0; i < 400000; ++i) {  // bytes of every kind, often invalid UTF-8
+    r = r * 1103515245u + 12345u;
+    text += static_cast<char>(r >> 24);
+  }
+  text += std::string(200000, 'q') + " " + testing::read_text(kData + "/moby-dick.txt");
+  for (const Tokenizer* tok : {&llama3(), static_cast<const Tokenizer*>(&testing::gpt2())}) {
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Ids one = tok->encode(text);
+    for (int n : {2, 3, 4, 7}) {
+      omp_set_num_threads(n);
+      EXPECT_EQ(tok->encode(text), one) << n << " threads";
+    }
+    omp_set_num_threads(threads);
+    EXPECT_EQ(tok->decode(one), text);
+  }
+}
+
+}  // namespace
+}  // namespace kiri::data

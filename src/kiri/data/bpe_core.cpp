@@ -3,9 +3,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <exception>
 #include <queue>
 
 #include "kiri/base/error.h"
@@ -155,19 +158,19 @@ int32_t BpeCore::find(std::string_view bytes) const {
   return -1;
 }
 
-void BpeCore::pretokenize_into(std::string_view text, size_t base, std::vector<Piece>& out) const {
+size_t BpeCore::scan(std::string_view text, size_t base, size_t pos, size_t stop,
+                     std::vector<Piece>& out) const {
   thread_local std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
       nullptr, &pcre2_match_data_free);
   // Match data sized for the largest pattern seen on this thread (ovector of 64 pairs).
   if (!md) md.reset(pcre2_match_data_create(64, nullptr));
   if (!md) KIRI_RAISE(kOutOfMemory, "cannot allocate PCRE2 match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;
-  while (pos < text.size()) {
+  while (pos < stop) {
     const int rc = pcre2_match(regex_->code, subject, text.size(), pos, 0, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) {  // only invalid UTF-8 is left
       out.push_back({base + pos, text.size() - pos, -1});
-      break;
+      return text.size();
     }
     if (rc < 0) {
       PCRE2_UCHAR message[256];
@@ -182,6 +185,56 @@ void BpeCore::pretokenize_into(std::string_view text, size_t base, std::vector<P
     if (ov[0] > pos) out.push_back({base + pos, ov[0] - pos, -1});  // what the regex skipped
     out.push_back({base + ov[0], ov[1] - ov[0], -1});
     pos = ov[1];
+  }
+  return pos;
+}
+
+void BpeCore::pretokenize_into(std::string_view text, size_t base, std::vector<Piece>& out) const {
+  constexpr size_t kParallelBytes = size_t{1} << 18;
+  const int chunks = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (chunks < 2 || text.size() < kParallelBytes) {
+    scan(text, base, 0, text.size(), out);
+    return;
+  }
+  // Each thread pre-tokenizes from its own start (an ASCII byte, so never inside
+  // a character), matching on the whole text so lookarounds see past its end.
+  // A chunk's pieces are the serial ones from the first place where the serial
+  // run also has a piece boundary: matching from a position does not depend on
+  // how it was reached. Where the previous chunk ran past a chunk's start, the
+  // serial run is continued until it meets one of that chunk's boundaries.
+  std::vector<size_t> start(chunks + 1, text.size());
+  for (int c = 0; c < chunks; ++c) {
+    size_t p = text.size() * c / chunks;
+    while (p < text.size() && static_cast<unsigned char>(text[p]) >= 0x80) ++p;
+    start[c] = std::max(p, c ? start[c - 1] : 0);
+  }
+  std::vector<std::vector<Piece>> part(chunks);
+  std::vector<size_t> end(chunks);
+  std::vector<std::exception_ptr> error(chunks);
+#pragma omp parallel for schedule(static, 1) num_threads(chunks)
+  for (int c = 0; c < chunks; ++c) {
+    try {
+      part[c].reserve((start[c + 1] - start[c]) / 4 + 1);
+      end[c] = scan(text, base, start[c], start[c + 1], part[c]);
+    } catch (...) {
+      error[c] = std::current_exception();
+    }
+  }
+  for (auto& e : error)
+    if (e) std::rethrow_exception(e);
+  size_t at = 0;  // where the serial run has got to
+  for (int c = 0; c < chunks; ++c) {
+    const auto& ps = part[c];
+    while (at < end[c]) {
+      const auto it = std::lower_bound(ps.begin(), ps.end(), base + at,
+                                       [](const Piece& p, size_t off) { return p.offset < off; });
+      if (it != ps.end() && it->offset == base + at) {  // in step: the rest of the chunk is right
+        out.insert(out.end(), it, ps.end());
+        at = end[c];
+        break;
+      }
+      at = scan(text, base, at, at + 1, out);  // one more serial piece
+    }
   }
 }
 

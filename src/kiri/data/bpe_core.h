@@ -91,6 +91,11 @@ class BpeCore {
   // words); emptied when another tokenizer used it last.
   Cache& thread_cache() const;
 
+  // Appends the pre-tokens of text from pos (a boundary) until one ends at or
+  // past stop; returns where the last ends. base is text's offset in the input.
+  size_t scan(std::string_view text, size_t base, size_t pos, size_t stop,
+              std::vector<Piece>& out) const;
+  // All of text's pre-tokens; on large texts, chunks in parallel (the same pieces).
   void pretokenize_into(std::string_view text, size_t base, std::vector<Piece>& out) const;
   std::vector<Piece> split(std::string_view text) const;
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
