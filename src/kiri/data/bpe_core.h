@@ -4,7 +4,8 @@
 // split into pre-tokens by a regex (PCRE2, UTF | UCP, JIT), each pre-token's
 // bytes merged by rank (a heap over a linked list: the lowest rank first, the
 // leftmost on a tie, as Hugging Face's tokenizers do), pre-tokens encoded in
-// parallel with a per-thread cache. The ids do not depend on the thread count.
+// parallel with a per-thread cache. The ids do not depend on the thread count;
+// encode() may be called from several threads at once (documents side by side).
 #include <array>
 #include <cstdint>
 #include <memory>
