@@ -76,6 +76,7 @@ TEST(HfTokenizer, Llama3TokenizerJson) {
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(files[0].hf_name, "tokenizer.json");
   EXPECT_EQ(files[1].hf_name, "tokenizer_config.json");
+  EXPECT_EQ(files[0].path, fs::path(kLlama3 + "/tokenizer.json").lexically_normal().string());
   // The file itself reads the config beside it: the same tokenizer, the same name.
   const auto same = make_tokenizer(kLlama3 + "/tokenizer.json", "");
   EXPECT_EQ(same->name(), tok.name());

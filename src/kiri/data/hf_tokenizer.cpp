@@ -77,6 +77,13 @@ void read_config(const json& c, const std::string& path, SpecialConfig& out) {
   }
 }
 
+// files() are copied later, perhaps from another working directory.
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
 uint64_t fnv1a(uint64_t h, std::string_view s) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
@@ -126,20 +133,20 @@ HfTokenizer::HfTokenizer(const std::string& path) {
     const std::string f = tokenizer_json.string(), text = read_text(f, "tokenizer");
     hash = fnv1a(hash, text);
     core_ = load_tokenizer_json(f, text, added);
-    files_.push_back({"tokenizer.json", f});
+    files_.push_back({"tokenizer.json", absolute(f)});
   } else {
     const std::string vocab = (dir / "vocab.json").string(), merges = (dir / "merges.txt").string();
     hash = fnv1a(fnv1a(hash, read_text(vocab, "tokenizer vocab")),
                  read_text(merges, "tokenizer merges"));
     core_ = std::make_unique<BpeCore>(kGpt2Pattern, "tokenizer " + path);
     load_gpt2_files(*core_, vocab, merges, "tokenizer");
-    files_.push_back({"vocab.json", vocab});
-    files_.push_back({"merges.txt", merges});
+    files_.push_back({"vocab.json", absolute(vocab)});
+    files_.push_back({"merges.txt", absolute(merges)});
     // transformers' GPT2Tokenizer: <|endoftext|> is bos, eos and unk unless configured.
     if (core_->find("<|endoftext|>") >= 0) special.named.push_back("<|endoftext|>");
     added = special.declared;
   }
-  for (const auto& [name, f] : used) files_.push_back({name, f});
+  for (const auto& [name, f] : used) files_.push_back({name, absolute(f)});
 
   // Added tokens with their ids; then the configs' named special tokens, which
   // transformers also splits out of the text, found by their content.
