@@ -89,32 +89,32 @@ uint64_t fnv1a(uint64_t h, std::string_view s) {
   return h;
 }
 
-}  // namespace
+// Where the files are: the folder, and tokenizer.json (empty: vocab.json + merges.txt).
+struct Sources {
+  fs::path dir, tokenizer_json;
+};
 
-HfTokenizer::HfTokenizer(const std::string& path) {
+Sources find_sources(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
-  fs::path dir, tokenizer_json;
   if (fs::is_directory(p, ec)) {
-    dir = p;
-    if (is_file(p / "tokenizer.json")) {
-      tokenizer_json = p / "tokenizer.json";
-    } else if (!is_file(p / "vocab.json") || !is_file(p / "merges.txt")) {
-      KIRI_RAISE(kData, "tokenizer folder ", path,
-                 " holds neither tokenizer.json nor vocab.json + merges.txt");
-    }
-  } else if (is_file(p)) {
-    tokenizer_json = p;
-    dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  } else {
-    KIRI_RAISE(kData, "tokenizer ", path,
-               fs::exists(p, ec) ? " is neither a folder nor a regular file" : " does not exist",
-               " (expected a folder with tokenizer.json or vocab.json + merges.txt, or a "
-               "tokenizer.json file)");
+    if (is_file(p / "tokenizer.json")) return {p, p / "tokenizer.json"};
+    if (is_file(p / "vocab.json") && is_file(p / "merges.txt")) return {p, {}};
+    KIRI_RAISE(kData, "tokenizer folder ", path,
+               " holds neither tokenizer.json nor vocab.json + merges.txt");
   }
+  if (is_file(p)) return {p.parent_path().empty() ? fs::path(".") : p.parent_path(), p};
+  KIRI_RAISE(kData, "tokenizer ", path,
+             fs::exists(p, ec) ? " is neither a folder nor a regular file" : " does not exist",
+             " (expected a folder with tokenizer.json or vocab.json + merges.txt, or a "
+             "tokenizer.json file)");
+}
 
-  SpecialConfig special;
-  std::vector<std::pair<std::string, std::string>> used;  // (hf name, path) of what was read
+// Reads the config files in dir into special; returns (hf name, path) of those read.
+std::vector<std::pair<std::string, std::string>> read_configs(const fs::path& dir,
+                                                              SpecialConfig& special) {
+  std::vector<std::pair<std::string, std::string>> used;
+  std::error_code ec;
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const std::string f = (dir / name).string();
     if (!fs::exists(dir / name, ec)) continue;
@@ -126,16 +126,45 @@ HfTokenizer::HfTokenizer(const std::string& path) {
     }
     used.emplace_back(name, f);
   }
+  return used;
+}
 
+// Added tokens with their ids; then the configs' named special tokens, which
+// transformers also splits out of the text, found by their content.
+void add_specials(BpeCore& core, const std::string& path, const std::vector<HfAddedToken>& added,
+                  const std::vector<std::string>& named) {
+  const int64_t id_limit = int64_t{core.vocab_size()} + static_cast<int64_t>(added.size()) + 65536;
+  for (const auto& a : added) {
+    if (a.id >= id_limit)  // ids index arrays: a few gaps are fine, 2^30 is not
+      KIRI_RAISE(kData, "tokenizer ", path, ": added token ", quote_bounded(a.content, 60),
+                 " has id ", a.id, ", beyond the vocabulary's ", core.vocab_size(), " + 65,536");
+    core.add_special(a.content, a.id);
+  }
+  for (const auto& t : named) {
+    const int32_t id = core.find(t);
+    if (id < 0)
+      KIRI_RAISE(kData, "tokenizer ", path, ": special token ", quote_bounded(t, 60),
+                 " (from its config) is not in the vocabulary");
+    core.add_special(t, id);
+  }
+}
+
+}  // namespace
+
+HfTokenizer::HfTokenizer(const std::string& path) {
+  const Sources src = find_sources(path);
+  SpecialConfig special;
+  const auto used = read_configs(src.dir, special);
   uint64_t hash = 0xcbf29ce484222325ull;
   std::vector<HfAddedToken> added;
-  if (!tokenizer_json.empty()) {
-    const std::string f = tokenizer_json.string(), text = read_text(f, "tokenizer");
+  if (!src.tokenizer_json.empty()) {
+    const std::string f = src.tokenizer_json.string(), text = read_text(f, "tokenizer");
     hash = fnv1a(hash, text);
     core_ = load_tokenizer_json(f, text, added);
     files_.push_back({"tokenizer.json", absolute(f)});
   } else {
-    const std::string vocab = (dir / "vocab.json").string(), merges = (dir / "merges.txt").string();
+    const std::string vocab = (src.dir / "vocab.json").string();
+    const std::string merges = (src.dir / "merges.txt").string();
     hash = fnv1a(fnv1a(hash, read_text(vocab, "tokenizer vocab")),
                  read_text(merges, "tokenizer merges"));
     core_ = std::make_unique<BpeCore>(kGpt2Pattern, "tokenizer " + path);
@@ -147,24 +176,8 @@ HfTokenizer::HfTokenizer(const std::string& path) {
     added = special.declared;
   }
   for (const auto& [name, f] : used) files_.push_back({name, absolute(f)});
+  add_specials(*core_, path, added, special.named);
 
-  // Added tokens with their ids; then the configs' named special tokens, which
-  // transformers also splits out of the text, found by their content.
-  const int64_t id_limit =
-      int64_t{core_->vocab_size()} + static_cast<int64_t>(added.size()) + 65536;
-  for (const auto& a : added) {
-    if (a.id >= id_limit)  // ids index arrays: a few gaps are fine, 2^30 is not
-      KIRI_RAISE(kData, "tokenizer ", path, ": added token ", quote_bounded(a.content, 60),
-                 " has id ", a.id, ", beyond the vocabulary's ", core_->vocab_size(), " + 65,536");
-    core_->add_special(a.content, a.id);
-  }
-  for (const auto& t : special.named) {
-    const int32_t id = core_->find(t);
-    if (id < 0)
-      KIRI_RAISE(kData, "tokenizer ", path, ": special token ", quote_bounded(t, 60),
-                 " (from its config) is not in the vocabulary");
-    core_->add_special(t, id);
-  }
   auto resolve = [&](const std::string& t, std::initializer_list<const char*> fallbacks) {
     if (!t.empty()) return core_->find(t);  // found: every named token was checked above
     for (const char* f : fallbacks)
@@ -175,8 +188,8 @@ HfTokenizer::HfTokenizer(const std::string& path) {
   bos_ = resolve(special.bos, {});
 
   // The name identifies the ids: the vocabulary files and the special tokens.
-  for (const auto& t : special.named) hash = fnv1a(fnv1a(hash, "\0special"), t);
-  hash = fnv1a(hash, "eot=" + std::to_string(eot_));
+  for (const auto& t : special.named) hash = fnv1a(fnv1a(hash, "|special|"), t);
+  hash = fnv1a(hash, "|eot=" + std::to_string(eot_));
   char hex[16];
   std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(hash ^ (hash >> 32)));
   name_ = std::string("hf-") + hex;
