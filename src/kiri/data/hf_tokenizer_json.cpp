@@ -217,7 +217,7 @@ std::unique_ptr<BpeCore> load_parsed(const std::string& path, const json& j,
     only_keys(path, where, a,
               {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
     // Stripping drops the whitespace beside the token (decode(encode(s)) != s);
-    // single_word is matched differently by tokenizers and transformers.js.
+    // single_word is honoured by tokenizers, ignored by transformers.js.
     for (const char* key : {"single_word", "lstrip", "rstrip"})
       require(path, !flag(a, key, false), where + "." + key, a.value(key, json()),
               "not supported (kiri needs it false)");
