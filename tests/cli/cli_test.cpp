@@ -38,8 +38,9 @@ TEST(Cli, BadConfigValuesAreNamed) {
   expect_error("config --set train.lr=abc", 2, "train.lr must be a number, got \"abc\"");
   expect_error("config --set model.n_layer=0", 2, "model.n_layer must be in [1, 4096], got 0");
   expect_error("config --set model.n_head=3", 2, "model.n_head = 3 must divide model.n_embd = 256");
-  expect_error("config --set data.tokenizer=word", 2,
-               "data.tokenizer must be gpt2 | byte, got 'word'");
+  expect_error(
+      "config --set data.tokenizer=word", 2,
+      "data.tokenizer must be gpt2 | byte | the path of a Hugging Face tokenizer, got 'word'");
   expect_error("config --set train.seq_len=512", 2,
                "train.seq_len = 512 exceeds model.block_size = 256");
   expect_error("config --set train.mem_limit=lots", 2, "cannot read a byte size from 'lots'");

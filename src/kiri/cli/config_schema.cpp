@@ -1,6 +1,7 @@
 #include "kiri/cli/config_schema.h"
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -200,11 +201,20 @@ std::vector<Field> make_fields() {
       string_field("data.corpus", KIRI_FIELD(data.corpus),
                    "Training text: `moby-dick` (under data.assets) or a UTF-8 text or JSON Lines "
                    "file, tokenized once into shards beside it."));
-  f.push_back(enum_field(
+  f.push_back(string_field(
       "data.tokenizer", KIRI_FIELD(data.tokenizer),
-      std::vector<std::pair<std::string, std::string>>{{"gpt2", "gpt2"}, {"byte", "byte"}},
-      "`gpt2`: GPT-2's byte-level BPE (vocab 50257); `byte`: one token per "
-      "byte and end-of-text 256 (vocab 257)."));
+      "`gpt2`: GPT-2's byte-level BPE (vocab 50257); `byte`: one token per byte and "
+      "end-of-text 256 (vocab 257); or the path of a Hugging Face tokenizer: a folder with "
+      "tokenizer.json or vocab.json + merges.txt, or a tokenizer.json file (docs/data.md).",
+      [](const std::string& s) {
+        // As make_tokenizer tells a path from a name (the files are read at training).
+        if (s != "gpt2" && s != "byte" && s.find('/') == std::string::npos &&
+            !s.ends_with(".json") && !std::filesystem::exists(s))
+          KIRI_RAISE(kConfig,
+                     "data.tokenizer must be gpt2 | byte | the path of a Hugging Face "
+                     "tokenizer, got '",
+                     quote_bounded(s, 80), "'");
+      }));
   f.push_back(string_field("data.dir", KIRI_FIELD(data.dir),
                            "Folder of token shards to train on: `kiri data --out`'s, nanoGPT's "
                            "train.bin/val.bin or llm.c's .bin shards (docs/data.md). Excludes "

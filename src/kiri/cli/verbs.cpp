@@ -100,7 +100,8 @@ VerbSpec data_verb() {
           "Tokenize files, folders and globs of text, JSON Lines or tokens into train and "
           "validation shards (docs/data.md).",
           {{"--out", K::kValue, "DIR", "", "the folder for the shards and corpus.json (required)"},
-           {"--tokenizer", K::kValue, "gpt2|byte", "gpt2", "the tokenizer"},
+           {"--tokenizer", K::kValue, "NAME|PATH", "gpt2",
+            "gpt2, byte, or a Hugging Face tokenizer folder or tokenizer.json"},
            {"--format", K::kValue, "auto|text|jsonl|tokens", "auto",
             "how inputs are read; auto: tokens by their header, jsonl by .jsonl/.ndjson, else "
             "text"},

@@ -1,7 +1,10 @@
 #include "kiri/data/tokenizer.h"
 
+#include <filesystem>
+
 #include "kiri/base/error.h"
 #include "kiri/data/gpt2_tokenizer.h"
+#include "kiri/data/hf_tokenizer.h"
 
 namespace kiri::data {
 
@@ -31,7 +34,15 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
   if (name == "gpt2")
     return std::make_unique<Gpt2Tokenizer>(data_dir + "/gpt2/encoder.json",
                                            data_dir + "/gpt2/vocab.bpe");
-  KIRI_RAISE(kConfig, "unknown tokenizer '", name, "' (known: byte, gpt2)");
+  // Anything else that names a file or folder (or looks like a path) is a
+  // Hugging Face tokenizer; the names above win over files called so.
+  std::error_code ec;
+  if (std::filesystem::exists(name, ec) || name.find('/') != std::string::npos ||
+      name.ends_with(".json"))
+    return std::make_unique<HfTokenizer>(name);
+  KIRI_RAISE(kConfig, "unknown tokenizer '", name,
+             "' (known: byte, gpt2, or the path of a Hugging Face tokenizer: a folder with "
+             "tokenizer.json or vocab.json + merges.txt, or a tokenizer.json file)");
 }
 
 }  // namespace kiri::data

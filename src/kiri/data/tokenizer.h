@@ -46,8 +46,10 @@ class ByteTokenizer : public Tokenizer {
   int32_t eot_token() const override { return kEot; }
 };
 
-// "byte", or "gpt2" (reads data_dir/gpt2/encoder.json and data_dir/gpt2/vocab.bpe).
-// An unknown name raises kConfig; a missing or malformed file raises kData naming it.
+// "byte", "gpt2" (reads data_dir/gpt2/encoder.json and data_dir/gpt2/vocab.bpe), or the
+// path of a Hugging Face tokenizer (hf_tokenizer.h): a folder with tokenizer.json or
+// vocab.json + merges.txt, or a tokenizer.json file. An unknown name raises kConfig; a
+// missing, malformed or unsupported file raises kData naming it.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir);
 
 }  // namespace kiri::data

@@ -1,0 +1,52 @@
+// `kiri data` and `kiri config` with a Hugging Face tokenizer given by path.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/run_kiri.h"
+
+namespace {
+
+using kiri::testing::run_kiri;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CliHfTokenizer, DataPreparesShardsWithLlama3sTokenizerJson) {
+  const std::string dir = kiri::testing::fresh_temp_dir("kiri_cli", "hf_tokenizer");
+  {
+    std::ofstream out(dir + "/text.txt");
+    out << read(KIRI_TEST_DATA_DIR "/moby-dick.txt").substr(0, 20000);
+  }
+  const std::string llama3 = KIRI_TEST_DATA_DIR "/llama3";
+  auto r = run_kiri("data " + dir + "/text.txt --out " + dir + "/out --tokenizer " + llama3);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string manifest = read(dir + "/out/corpus.json");
+  EXPECT_NE(manifest.find("\"vocab_size\": 128256"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("\"tokenizer\": \"hf-"), std::string::npos) << manifest;
+  // 4,616 + 513 tokens: @lenml/tokenizers' count for this text (the tokenizer tests
+  // check the ids themselves).
+  EXPECT_NE(manifest.find("\"train_tokens\": 4616"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("\"val_tokens\": 513"), std::string::npos) << manifest;
+
+  // A tokenizer.json kiri cannot read is named, with a non-zero exit.
+  std::filesystem::create_directories(dir + "/bad");
+  std::ofstream(dir + "/bad/tokenizer.json") << R"({"model": {"type": "WordPiece"}})";
+  r = run_kiri("data " + dir + "/text.txt --out " + dir + "/out2 --tokenizer " + dir + "/bad");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("model.type = \"WordPiece\""), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out2/train.bin"));
+
+  r = run_kiri("config --set data.tokenizer=" + llama3);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(llama3), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
