@@ -1,13 +1,10 @@
 #include "kiri/cli/commands.h"
 
-#include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 
@@ -21,12 +18,10 @@
 #include "kiri/cli/config_schema.h"
 #include "kiri/cli/deepspeed_config.h"
 #include "kiri/cli/init_from.h"
+#include "kiri/cli/train_planning.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
-#include "kiri/parallel/mesh.h"
-#include "kiri/plan/calibration.h"
-#include "kiri/plan/planner.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/hf_model.h"
@@ -119,305 +114,6 @@ std::string latest_checkpoint(const train::RunConfig& run) {
   return ckpt::resolve_checkpoint(root);
 }
 
-// ---- The planner's view of a run (train --auto, the out-of-memory advice) ----
-
-// kiri's GPT as the planner's model: GPT-2's structure at the config's dimensions.
-plan::ModelSpec plan_model(const train::RunConfig& cfg) {
-  plan::ModelSpec m = plan::model_from_dims(cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head,
-                                            cfg.model.vocab_size, cfg.model.block_size);
-  m.name = str("kiri L", cfg.model.n_layer, " h", cfg.model.n_embd, " V", cfg.model.vocab_size);
-  return m;
-}
-
-plan::Precision plan_dtype(train::ComputeDType d) {
-  switch (d) {
-    case train::ComputeDType::kBF16:
-      return plan::Precision::kBf16;
-    case train::ComputeDType::kF16:
-      return plan::Precision::kFp16;
-    default:
-      return plan::Precision::kFp32;
-  }
-}
-
-// The run's layout: m = pipeline micro-batches x accumulation steps, B = b·m·dp; every_k
-// checkpointing counts as full recomputation (the planner models none and full).
-plan::Layout plan_layout(const train::RunConfig& cfg) {
-  const train::ParallelConfig& p = cfg.parallel;
-  const train::ShardLayout sharding = train::resolve_sharding(p);
-  plan::Layout l;
-  l.dp = p.dp;
-  l.tp = p.tp;
-  l.pp = p.pp;
-  l.zero_stage = sharding.stage;
-  l.shard_group = sharding.group_size;
-  l.dtype = plan_dtype(cfg.train.dtype);
-  l.recompute = p.activation_checkpointing == train::ActivationCheckpointing::kNone
-                    ? plan::Recompute::kNone
-                    : plan::Recompute::kFull;
-  l.schedule = plan::parse_schedule(p.schedule);
-  l.virtual_stages = p.virtual_stages;
-  l.micro_batch = cfg.train.micro_batch;
-  l.global_batch = cfg.train.micro_batch * p.microbatches * cfg.train.grad_accum * p.dp;
-  l.seq_len = cfg.train.seq_len;
-  l.wrap_blocks = p.wrap_blocks;
-  l.form = plan::ActivationForm::kKiri;
-  return l;
-}
-
-// Sets the config's layout keys from a planner layout: pp > 1 runs its m micro-batches
-// through the pipeline, pp = 1 accumulates them.
-void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
-  train::ParallelConfig& p = cfg.parallel;
-  p.dp = l.dp;
-  p.tp = l.tp;
-  p.pp = l.pp;
-  p.zero_stage = l.zero_stage;
-  p.sharding_strategy.clear();
-  p.shard_group_size = 0;
-  p.activation_checkpointing = l.recompute == plan::Recompute::kNone
-                                   ? train::ActivationCheckpointing::kNone
-                                   : train::ActivationCheckpointing::kFull;
-  p.schedule = plan::name(l.schedule);
-  p.virtual_stages = l.virtual_stages;
-  const int64_t m = l.microbatches();
-  p.microbatches = l.pp > 1 ? static_cast<int>(m) : 1;
-  cfg.train.grad_accum = l.pp > 1 ? 1 : m;
-}
-
-// Whether kiri runs the layout (its config rules on top of the planner's).
-bool kiri_runs(train::RunConfig cfg, const plan::Layout& l) {
-  apply_layout(cfg, l);
-  try {
-    validate(cfg);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-// The share of the limit a layout may fill in the planner's model: the rest is headroom for
-// what the model leaves out (transient gathers and copies: kiri's measured peaks run up to
-// ~11% over the model under ZeRO 1-3 on small models, docs/planner.md).
-constexpr double kHeadroom = 0.85;
-
-// This machine (calibrated when runs/calibration/this-machine.json exists) with kHeadroom of
-// `limit` bytes per rank and room for the whole world on its one node.
-plan::ClusterSpec plan_cluster(double limit, int world) {
-  plan::ClusterSpec c = plan::cluster_preset("this-machine");
-  c.memory_bytes = limit * kHeadroom;
-  c.devices_per_node = std::max(c.devices_per_node, world);
-  c.nodes = 1;
-  return c;
-}
-
-// The planner's layouts of the world that kiri runs and that fit, fastest first.
-std::vector<plan::Evaluation> fitting_layouts(const train::RunConfig& cfg, int world, double limit,
-                                              plan::Recommendation* rec) {
-  plan::PlanRequest request{plan_model(cfg), plan_cluster(limit, world), world, plan_layout(cfg)};
-  const std::vector<plan::Evaluation> all = plan::enumerate_layouts(request);
-  if (rec) *rec = plan::recommend(request, all);
-  std::vector<plan::Evaluation> out;
-  for (const plan::Evaluation& e : all)
-    if (e.fits && kiri_runs(cfg, e.layout)) out.push_back(e);
-  return out;
-}
-
-std::string set_flags(const plan::Layout& l) {
-  std::string s =
-      str("--set parallel.dp=", l.dp, " --set parallel.tp=", l.tp, " --set parallel.pp=", l.pp,
-          " --set parallel.zero_stage=", l.zero_stage, " --set parallel.activation_checkpointing=",
-          l.recompute == plan::Recompute::kNone ? "none" : "full");
-  if (l.pp > 1)
-    s += str(" --set parallel.schedule=", plan::name(l.schedule),
-             " --set parallel.microbatches=", l.microbatches());
-  return s;
-}
-
-// What changes from `from` to `to`, in words ("ZeRO stage 1 over dp 2"), and how many of
-// mesh / ZeRO stage / recomputation change (the cheapness of the change).
-std::pair<std::string, int> layout_change(const plan::Layout& from, const plan::Layout& to) {
-  std::vector<std::string> parts;
-  int n = 0;
-  const bool mesh = from.dp != to.dp || from.tp != to.tp || from.pp != to.pp;
-  if (mesh) {
-    ++n;
-    parts.push_back(str("dp ", to.dp, " x tp ", to.tp, " x pp ", to.pp,
-                        to.pp > 1
-                            ? str(" (", plan::name(to.schedule), ", m ", to.microbatches(), ")")
-                            : std::string()));
-  }
-  if (from.zero_stage != to.zero_stage) {
-    ++n;
-    parts.push_back(to.zero_stage == 0 ? std::string("ZeRO stage 0 (DDP)")
-                                       : str("ZeRO stage ", to.zero_stage, " over dp ", to.dp));
-  }
-  if (from.recompute != to.recompute) {
-    ++n;
-    parts.push_back(to.recompute == plan::Recompute::kNone
-                        ? std::string("no activation recomputation")
-                        : std::string("full activation recomputation"));
-  }
-  std::string text;
-  for (size_t i = 0; i < parts.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
-  return {text, n};
-}
-
-std::string mib(double bytes) {
-  return format_bytes(static_cast<int64_t>(bytes));
-}
-
-double category_bytes(const plan::MemoryBreakdown& m, Category c) {
-  switch (c) {
-    case Category::kParameters:
-      return m.parameters;
-    case Category::kGradients:
-      return m.gradients;
-    case Category::kOptimizerStates:
-      return m.optimizer_states;
-    case Category::kActivations:
-      return m.activations;
-    case Category::kBuffers:
-      return m.buffers;
-    default:
-      return 0;
-  }
-}
-
-// The allocator's out-of-memory advice: the category that overflowed and the cheapest
-// layout change on the same world that the planner says fits the limit (fewest of mesh /
-// ZeRO stage / recomputation changed, then the fastest).
-std::string oom_advice(const train::RunConfig& cfg, int world, const MemoryStats& stats,
-                       Category category, int64_t bytes) {
-  const double limit = static_cast<double>(stats.limit);
-  const plan::Layout current = plan_layout(cfg);
-  const plan::ModelSpec model = plan_model(cfg);
-  const plan::Evaluation now = plan::evaluate(model, current, plan_cluster(limit, world));
-  std::string out =
-      str("planner: ", category_name(category), " overflowed (", format_bytes(bytes), " more past ",
-          format_bytes(stats.allocated), " of the ", format_bytes(stats.limit),
-          " limit); this layout (", current.str(), ") needs ", mib(now.memory.memory.total()),
-          " per rank in the planner's model (", category_name(category), " ",
-          mib(category_bytes(now.memory.memory, category)), ").");
-  plan::Recommendation rec;
-  std::vector<plan::Evaluation> fits = fitting_layouts(cfg, world, limit, &rec);
-  const plan::Evaluation* best = nullptr;
-  for (const plan::Evaluation& e : fits) {
-    if (layout_change(current, e.layout).second == 0)
-      continue;  // the model says the current layout fits: suggest a real change
-    // Cheapest: the fewest changes, a mesh change last, then the smallest step in ZeRO
-    // stage (less sharded, fewer collectives), then the modelled step time.
-    auto key = [&](const plan::Evaluation& x) {
-      const bool mesh =
-          x.layout.dp != current.dp || x.layout.tp != current.tp || x.layout.pp != current.pp;
-      return std::make_tuple(layout_change(current, x.layout).second, mesh,
-                             std::abs(x.layout.zero_stage - current.zero_stage), x.time.step_s);
-    };
-    if (!best || key(e) < key(*best)) best = &e;
-  }
-  if (best) {
-    out += str("\n", category_name(category),
-               " overflowed: ", layout_change(current, best->layout).first, " would need ",
-               mib(best->memory.memory.total()), " per rank (", category_name(category), " ",
-               mib(category_bytes(best->memory.memory, category)), "; modelled step ",
-               best->time.step_s, " s; layouts may fill 85% of the limit, ", mib(limit * kHeadroom),
-               "): ", set_flags(best->layout), ", or let kiri train --auto choose");
-  } else {
-    out += str("\n", category_name(category), " overflowed: no layout of ", world, " rank(s) fits ",
-               mib(limit * kHeadroom), " (85% of the limit) per rank in the planner's model");
-    if (rec.min_devices > world)
-      out += str("; ZeRO stage 3 with full recomputation would fit on ", rec.min_devices,
-                 " ranks (kiri launch -n ", rec.min_devices, ")");
-    out += "; or raise --mem-limit";
-  }
-  return out;
-}
-
-// train --auto: the planner's fastest layout of this world that fits the limit.
-void choose_layout(train::RunConfig& cfg, int world, int rank,
-                   const std::optional<std::string>& mem_limit) {
-  if (cfg.model.vocab_size == 0)
-    cfg.model.vocab_size =
-        data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data))->vocab_size();
-  // Start from plain data parallelism over the world: b per rank, B = b x accumulation x
-  // world (the pipeline's and tensor parallelism's m come out of B).
-  const int64_t accum = cfg.train.grad_accum * cfg.parallel.microbatches;
-  cfg.parallel.dp = world;
-  cfg.parallel.tp = cfg.parallel.pp = 1;
-  cfg.parallel.zero_stage = 0;
-  cfg.parallel.sharding_strategy.clear();
-  cfg.parallel.shard_group_size = 0;
-  cfg.parallel.activation_checkpointing = train::ActivationCheckpointing::kNone;
-  cfg.parallel.microbatches = 1;
-  cfg.parallel.virtual_stages = 1;
-  cfg.parallel.schedule = "1f1b";
-  cfg.train.grad_accum = accum;
-  double limit = 0;
-  std::string limit_from;
-  if (mem_limit) {
-    limit = static_cast<double>(parse_bytes(*mem_limit));
-    limit_from = "--mem-limit";
-  } else {
-    limit = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-            static_cast<double>(sysconf(_SC_PAGESIZE)) / world;
-    limit_from = str("this machine's memory / ", world, " rank(s)");
-  }
-  plan::Recommendation rec;
-  const std::vector<plan::Evaluation> fits = fitting_layouts(cfg, world, limit, &rec);
-  if (fits.empty()) {
-    std::string msg =
-        str("kiri train --auto: no layout of ", world, " rank(s) fits 85% of ", mib(limit),
-            " per rank (", limit_from, ") in the planner's model: ", rec.message);
-    if (rec.min_devices > world)
-      msg += str(" (ZeRO stage 3 with full recomputation fits on ", rec.min_devices,
-                 " ranks: kiri launch -n ", rec.min_devices, ")");
-    KIRI_RAISE(kOutOfMemory, msg);
-  }
-  const plan::Evaluation& e = fits.front();
-  apply_layout(cfg, e.layout);
-  if (rank != 0) return;
-  const plan::ClusterSpec cluster = plan_cluster(limit, world);
-  log::info("auto layout: ", e.layout.str(), " on ", world,
-            " rank(s): ", mib(e.memory.memory.total()), " of 85% of ", mib(limit), " per rank (",
-            limit_from, "), modelled step ", e.time.step_s, " s; ", fits.size(), " of the ",
-            "planner's layouts fit and run in kiri");
-  const bool is_best = rec.best && rec.best->layout.str() == e.layout.str();
-  log::info("auto layout: why: bottleneck ", rec.bottleneck, " -> cut ", rec.cut, ": ",
-            is_best
-                ? rec.message
-                : str(rec.message, " (kiri does not run that layout: the fastest one it runs)"));
-  if (is_best)
-    for (const std::string& r : rec.reasons) log::info("auto layout:   - ", r);
-  if (const std::string src = plan::describe_sources(cluster); !src.empty())
-    log::info("auto layout: ", cluster.name, " ", src);
-  log::info("auto layout: the same as ", set_flags(e.layout));
-}
-
-// kiri train --dry-run: the checks a run makes before its first step (the config, the
-// layout against this job's world, --auto's choice), then the resolved config and a layout
-// line from rank 0, without building the model or starting MPI.
-int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit) {
-  const int world = job_size(), rank = std::max(0, job_rank());
-  if (auto_layout) {
-    choose_layout(cfg, world, rank, mem_limit);
-    validate(cfg);
-  }
-  const std::optional<std::string> inferred = train::resolve_layout(cfg.parallel, world);
-  parallel::validate_layout({cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp},
-                            {world, cfg.model.n_head, cfg.model.n_layer, cfg.train.micro_batch});
-  if (rank != 0) return 0;
-  if (inferred) std::printf("%s\n", inferred->c_str());
-  const plan::Layout l = plan_layout(cfg);
-  std::cout << config_to_json(cfg).dump(2) << "\n";
-  std::printf(
-      "dry run: %s on %d rank(s); %lld sequences of %lld tokens per step, %lld steps; the "
-      "config and layout are valid (no training without --dry-run)\n",
-      l.str().c_str(), world, static_cast<long long>(l.global_batch),
-      static_cast<long long>(l.seq_len), static_cast<long long>(cfg.train.steps));
-  return 0;
-}
-
 // The run folder before a run: a fresh one refuses a used folder, or with --overwrite
 // clears kiri's files there (rank 0); a resumed one keeps it.
 void prepare_run_folder(const train::RunConfig& paths, bool resume, bool overwrite,
@@ -435,6 +131,51 @@ void prepare_run_folder(const train::RunConfig& paths, bool resume, bool overwri
 
 }  // namespace
 
+namespace {
+
+// The config a train run starts from (file, --set, --deepspeed, and --init-from's model or
+// --resume's checkpoint on top), validated, with the checkpoint to continue ("" for none)
+// and the model folder to start from ("" for none).
+struct TrainStart {
+  train::RunConfig cfg;
+  std::string from;
+  std::string init_dir;
+};
+TrainStart resolve_train_start(const Args& a, const std::string& file,
+                               const std::vector<std::string>& sets,
+                               const std::optional<std::string>& resume,
+                               const std::optional<std::string>& init) {
+  TrainStart s{load_config(file, sets), "", ""};
+  train::RunConfig& cfg = s.cfg;
+  const std::vector<std::pair<std::string, json>> deepspeed =
+      apply_deepspeed_option(a, file, sets, cfg);
+  // --auto sets the layout keys itself: the file's would be overridden unseen.
+  for (const auto& [key, value] : deepspeed)
+    KIRI_CHECK_KIND(kConfig, !a.flag("auto") || key.rfind("parallel.", 0) != 0,
+                    "--auto chooses the layout, and --deepspeed ", *a.get("deepspeed"), " sets ",
+                    key, " = ", value.dump(),
+                    ": drop --auto, or the layout keys (zero_optimization, "
+                    "activation_checkpointing) from the DeepSpeed file");
+  if (init) {
+    s.init_dir = train::resolve_model_folder(*init);
+    cfg = init_from_config(cfg, s.init_dir, config_entries(file, sets));
+  }
+  // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
+  std::string& from = s.from;
+  if (resume)
+    from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
+                             : ckpt::resolve_checkpoint(*resume);
+  if (!from.empty()) {
+    std::vector<std::pair<std::string, json>> given = config_entries(file, sets);
+    given.insert(given.end(), deepspeed.begin(), deepspeed.end());
+    cfg = resumed_config(from, given);
+  }
+  validate(cfg);
+  return s;
+}
+
+}  // namespace
+
 int cmd_train(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
@@ -447,29 +188,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, !init || !resume,
                   "--init-from starts a new run from a model's weights and --resume continues a "
                   "run: give one of them");
-  train::RunConfig cfg = load_config(file, sets);
-  const std::vector<std::pair<std::string, json>> deepspeed =
-      apply_deepspeed_option(a, file, sets, cfg);
-  // --auto sets the layout keys itself: the file's would be overridden unseen.
-  for (const auto& [key, value] : deepspeed)
-    KIRI_CHECK_KIND(kConfig, !a.flag("auto") || key.rfind("parallel.", 0) != 0,
-                    "--auto chooses the layout, and --deepspeed ", *a.get("deepspeed"), " sets ",
-                    key, " = ", value.dump(),
-                    ": drop --auto, or the layout keys (zero_optimization, "
-                    "activation_checkpointing) from the DeepSpeed file");
-  const std::string init_dir = init ? train::resolve_model_folder(*init) : "";
-  if (init) cfg = init_from_config(cfg, init_dir, config_entries(file, sets));
-  // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
-  std::string from;
-  if (resume)
-    from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
-                             : ckpt::resolve_checkpoint(*resume);
-  if (!from.empty()) {
-    std::vector<std::pair<std::string, json>> given = config_entries(file, sets);
-    given.insert(given.end(), deepspeed.begin(), deepspeed.end());
-    cfg = resumed_config(from, given);
-  }
-  validate(cfg);
+  TrainStart start = resolve_train_start(a, file, sets, resume, init);
+  train::RunConfig& cfg = start.cfg;
+  const std::string& from = start.from;
+  const std::string& init_dir = start.init_dir;
   std::optional<double> peak;  // checked before the trainer's set-up
   if (a.get("peak-flops")) peak = train::check_peak_flops(a.get_double("peak-flops", 0));
   if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"));
