@@ -21,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using kiri::testing::Result;
 using kiri::testing::run_kiri;
+using kiri::testing::run_shell;
 using nlohmann::json;
 
 // A byte-level model of 2 layers of 64 (2 heads), sequences of 32 tokens.
@@ -37,17 +38,6 @@ std::string python() {
   for (const char* p : {"/usr/bin/python3", "python3"})
     if (std::system((std::string(p) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0) return p;
   return "";
-}
-
-Result run_sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
 }
 
 json read_json(const std::string& path) {
@@ -123,8 +113,8 @@ TEST_F(HfExport, NumpyGpt2GivesKiriSamplesGreedyTokens) {
   std::string text = r.output.substr(0, r.output.size() - 1);  // sample's newline
   for (unsigned char ch : text) kiri_ids += (kiri_ids.empty() ? "" : " ") + std::to_string(ch);
   const Result np =
-      run_sh(py + " " + KIRI_SOURCE_DIR + "/tests/cli/hf_gpt2_numpy.py generate " + out +
-             " --prompt-ids 67,97,108,108,32,109,101,32,73,115,104,109,97,101,108 --tokens 40");
+      run_shell(py + " " + KIRI_SOURCE_DIR + "/tests/cli/hf_gpt2_numpy.py generate " + out +
+                " --prompt-ids 67,97,108,108,32,109,101,32,73,115,104,109,97,101,108 --tokens 40");
   ASSERT_EQ(np.code, 0) << np.output;
   EXPECT_EQ(np.output, kiri_ids + "\n");
   // A trained model says something: not one byte repeated.
@@ -136,8 +126,8 @@ TEST_F(HfExport, NumpyGpt2GivesKiriSamplesGreedyTokens) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(read_json(bf16 + "/config.json")["torch_dtype"], "bfloat16");
   EXPECT_TRUE(fs::exists(bf16 + "/model.safetensors"));
-  const Result cmp = run_sh(py + " " + KIRI_SOURCE_DIR + "/tests/cli/hf_gpt2_numpy.py compare " +
-                            out + " " + bf16);
+  const Result cmp = run_shell(py + " " + KIRI_SOURCE_DIR + "/tests/cli/hf_gpt2_numpy.py compare " +
+                               out + " " + bf16);
   ASSERT_EQ(cmp.code, 0) << cmp.output;
   const double diff = std::stod(cmp.output);
   EXPECT_GT(diff, 0);

@@ -14,6 +14,18 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
+// A shell command's exit status and its stdout and stderr together.
+inline Result run_shell(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
 // `env OMP_NUM_THREADS=1 KIRI_BINARY args`, stdout and stderr together. Under `kiri launch`
 // the ASan build's leak check is off: Open MPI leaves its own allocations at exit, which
 // LeakSanitizer reports as leaks and turns into a failed exit code (kiri's own code is
@@ -23,16 +35,7 @@ inline Result run_kiri(const std::string& args, const std::string& env = "") {
   const std::string no_mpi_leaks = launched && env.find("ASAN_OPTIONS") == std::string::npos
                                        ? " ASAN_OPTIONS=detect_leaks=0"
                                        : "";
-  const std::string cmd =
-      env + no_mpi_leaks + " OMP_NUM_THREADS=1 " + KIRI_BINARY + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
+  return run_shell(env + no_mpi_leaks + " OMP_NUM_THREADS=1 " + KIRI_BINARY + " " + args);
 }
 
 // An empty folder <tmp>/<prefix>_<name>_<pid>.

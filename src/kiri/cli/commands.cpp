@@ -1,6 +1,5 @@
 #include "kiri/cli/commands.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
