@@ -282,6 +282,51 @@ std::vector<Field> make_fields() {
                         "checkpoint.max_shard_size must be a positive size (e.g. 5GB, 2GiB), got '",
                         quote_bounded(s, 80), "'");
       }));
+  // offload
+  const std::vector<std::pair<std::string, train::OffloadDevice>> devices{
+      {"none", train::OffloadDevice::kNone},
+      {"cpu", train::OffloadDevice::kCpu},
+      {"nvme", train::OffloadDevice::kNvme}};
+  f.push_back(enum_field(
+      "offload.optimizer", KIRI_FIELD(offload.optimizer), devices,
+      "ZeRO-Offload: `nvme` keeps this rank's fp32 master weights, Adam m and v in swap files "
+      "under offload.path and streams them through offload.buffer_count buffers in each step "
+      "(any ZeRO stage and layout; docs/offload.md). `cpu` is an error on the CPU backend: "
+      "host memory is already where the state is."));
+  f.push_back(enum_field(
+      "offload.parameters", KIRI_FIELD(offload.parameters), devices,
+      "ZeRO-Infinity: `nvme` keeps this rank's parameter shards in swap files, read one unit "
+      "ahead of their all-gather in forward and backward. ZeRO stage 3 with "
+      "offload.optimizer = nvme only."));
+  f.push_back(string_field(
+      "offload.path", KIRI_FIELD(offload.path),
+      "Folder of the swap files (one subfolder per rank, locked against a second run); a "
+      "local disk that takes O_DIRECT. `{run.dir}` is run.dir. Removed at a clean exit."));
+  f.push_back(int_field("offload.buffer_count", KIRI_FIELD(offload.buffer_count), 2, 1024,
+                        "Aligned staging buffers per rank: reads of the next chunk and writes of "
+                        "the last overlap the update of this one from 3 up."));
+  f.push_back(float_field("offload.buffer_mb", KIRI_FIELD(offload.buffer_mb), 0.0625, 1 << 20,
+                          "Size of each staging buffer in MiB: one chunk of every offloaded "
+                          "state of a unit."));
+  f.push_back(string_field(
+      "offload.block_size", KIRI_FIELD(offload.block_size),
+      "Bytes per I/O request and per checksum (DeepSpeed's aio.block_size): a multiple of "
+      "4 KiB, e.g. 1MiB.",
+      [](const std::string& s) {
+        const int64_t b = parse_bytes(s);
+        KIRI_CHECK_KIND(kConfig, b >= 4096 && b % 4096 == 0 && b <= (int64_t{1} << 30),
+                        "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got '",
+                        quote_bounded(s, 80), "'");
+      }));
+  f.push_back(int_field("offload.queue_depth", KIRI_FIELD(offload.queue_depth), 1, 1024,
+                        "I/O requests in flight per rank (DeepSpeed's aio.queue_depth)."));
+  f.push_back(enum_field(
+      "offload.engine", KIRI_FIELD(offload.engine),
+      std::vector<std::pair<std::string, train::IoEngine>>{{"auto", train::IoEngine::kAuto},
+                                                           {"io_uring", train::IoEngine::kIoUring},
+                                                           {"threads", train::IoEngine::kThreads}},
+      "Asynchronous I/O: `io_uring` (liburing), `threads` (pread/pwrite on a "
+      "thread pool), `auto` (io_uring where the kernel allows it)."));
   // log
   f.push_back(
       string_field("log.metrics", KIRI_FIELD(log.metrics),

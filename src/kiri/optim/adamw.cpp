@@ -25,13 +25,22 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store) {
   return out;
 }
 
+namespace {
+bool any_lowp(const std::vector<Segment>& segments) {
+  for (const Segment& s : segments)
+    if (s.value.dtype() != DType::kF32) return true;
+  return false;
+}
+}  // namespace
+
 AdamW::AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConfig& cfg,
-             Allocator& allocator, std::vector<comm::Communicator*> norm_groups)
+             Allocator& allocator, std::vector<comm::Communicator*> norm_groups,
+             const StateOffload& offload)
     : segments_(std::move(segments)),
       cfg_(cfg),
       norm_groups_(std::move(norm_groups)),
-      allocator_(allocator) {
-  bool lowp = false;
+      allocator_(allocator),
+      states_(state_numel, any_lowp(segments_), offload, allocator) {
   for (const Segment& s : segments_) {
     const DType d = s.value.dtype();
     KIRI_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16,
@@ -44,44 +53,90 @@ AdamW::AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConf
                " lies outside the state of ", state_numel, " elements");
     KIRI_CHECK(s.begin >= 0 && s.begin + s.numel() <= s.param->numel(), "segment of ",
                s.param->name, " exceeds the parameter");
-    lowp = lowp || d != DType::kF32;
   }
-  if (lowp)
-    master_ = Tensor::zeros({state_numel}, DType::kF32, Category::kOptimizerStates, allocator);
-  m_ = Tensor::zeros({state_numel}, DType::kF32, Category::kOptimizerStates, allocator);
-  v_ = Tensor::zeros({state_numel}, DType::kF32, Category::kOptimizerStates, allocator);
+  for (size_t i = 0; i < segments_.size(); ++i) by_state_.push_back(i);
+  std::stable_sort(by_state_.begin(), by_state_.end(), [&](size_t a, size_t b) {
+    return segments_[a].state_offset < segments_[b].state_offset;
+  });
 }
 
 AdamW::AdamW(nn::ParameterStore& store, const AdamWConfig& cfg, Allocator& allocator)
     : AdamW(store.numel(), whole_parameters(store), cfg, allocator) {}
 
+template <typename Fn>
+void AdamW::for_pieces(const StateStore::Chunk& chunk, Fn&& fn) {
+  // Segments in state order; those overlapping [chunk.begin, chunk.end).
+  auto it = std::lower_bound(
+      by_state_.begin(), by_state_.end(), chunk.begin,
+      [&](size_t i, int64_t x) { return segments_[i].state_offset + segments_[i].numel() <= x; });
+  for (; it != by_state_.end() && segments_[*it].state_offset < chunk.end; ++it) {
+    const Segment& s = segments_[*it];
+    const int64_t a = std::max(chunk.begin, s.state_offset) - s.state_offset;
+    const int64_t b = std::min(chunk.end, s.state_offset + s.numel()) - s.state_offset;
+    if (a < b) fn(*it, a, b);
+  }
+}
+
 Tensor AdamW::weights(size_t i) {
   const Segment& s = segments_[i];
   if (s.value.dtype() == DType::kF32) return s.value;
-  return master_.flat_range(s.state_offset, s.numel());
+  return master().flat_range(s.state_offset, s.numel());
+}
+
+void AdamW::read_weights(size_t i, int64_t begin, Tensor& dst) {
+  const Segment& s = segments_[i];
+  KIRI_CHECK(begin >= 0 && begin + dst.numel() <= s.numel(), "weights [", begin, ", ",
+             begin + dst.numel(), ") of a segment of ", s.numel());
+  if (s.value.dtype() == DType::kF32)
+    dst.copy_from(s.value.flat_range(begin, dst.numel()));
+  else
+    states_.read(State::kMaster, s.state_offset + begin, dst);
+}
+
+void AdamW::write_weights(size_t i, int64_t begin, const Tensor& src) {
+  const Segment& s = segments_[i];
+  KIRI_CHECK(begin >= 0 && begin + src.numel() <= s.numel(), "weights [", begin, ", ",
+             begin + src.numel(), ") of a segment of ", s.numel());
+  if (s.value.dtype() == DType::kF32)
+    s.value.flat_range(begin, src.numel()).copy_from(src);
+  else
+    states_.write(State::kMaster, s.state_offset + begin, src);
 }
 
 void AdamW::initialize(uint64_t seed) {
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    // Each element is drawn at its index in the whole parameter, so a
-    // tensor-parallel part gets the numbers the whole would have there.
-    const Segment& s = segments_[i];
-    Tensor w = weights(i);
-    w.zero_();  // padding rows of a vocab-parallel table stay 0
-    for (const nn::ElementRun& r : nn::element_runs(*s.param)) {
-      const int64_t lo = std::max(r.local, s.begin),
-                    hi = std::min(r.local + r.length, s.begin + s.numel());
-      if (lo >= hi) continue;
-      Tensor part = w.flat_range(lo - s.begin, hi - lo);
-      nn::init_values(part, s.param->init, seed, s.param->name, r.global + (lo - r.local));
-    }
-  }
-  write_back();
+  // Each element is drawn at its index in the whole parameter, so a tensor-parallel
+  // part (or a shard, or a chunk) gets the numbers the whole would have there.
+  states_.for_each_chunk(false, true, [&](StateStore::Chunk& c) {
+    for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
+      const Segment& s = segments_[i];
+      Tensor w = s.value.dtype() == DType::kF32
+                     ? s.value.flat_range(a, b - a)
+                     : c.state[0].flat_range(s.state_offset + a - c.begin, b - a);
+      w.zero_();  // padding rows of a vocab-parallel table stay 0
+      for (const nn::ElementRun& r : nn::element_runs(*s.param)) {
+        const int64_t lo = std::max(r.local, s.begin + a),
+                      hi = std::min(r.local + r.length, s.begin + b);
+        if (lo >= hi) continue;
+        Tensor part = w.flat_range(lo - s.begin - a, hi - lo);
+        nn::init_values(part, s.param->init, seed, s.param->name, r.global + (lo - r.local));
+      }
+      if (s.value.dtype() != DType::kF32) {
+        Tensor value = s.value.flat_range(a, b - a);
+        kernels::convert(value, w);
+      }
+    });
+  });
 }
 
 void AdamW::write_back() {
-  for (size_t i = 0; i < segments_.size(); ++i)
-    if (segments_[i].value.dtype() != DType::kF32) kernels::convert(segments_[i].value, weights(i));
+  if (!has_master()) return;
+  states_.for_each_chunk(true, false, [&](StateStore::Chunk& c) {
+    for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
+      const Segment& s = segments_[i];
+      Tensor value = s.value.flat_range(a, b - a);
+      kernels::convert(value, c.state[0].flat_range(s.state_offset + a - c.begin, b - a));
+    });
+  });
 }
 
 double AdamW::grad_norm(double grad_divisor) const {
@@ -102,14 +157,18 @@ void AdamW::step(double lr, double grad_scale) {
   hp.eps = static_cast<float>(cfg_.eps);
   hp.step = step_;
   hp.grad_scale = static_cast<float>(grad_scale);
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    Segment& s = segments_[i];
-    hp.weight_decay = s.param->weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    Tensor p = weights(i);
-    Tensor m = m_.flat_range(s.state_offset, s.numel());
-    Tensor v = v_.flat_range(s.state_offset, s.numel());
-    kernels::adamw_update(p, s.grad, m, v, hp, s.value.dtype() == DType::kF32 ? nullptr : &s.value);
-  }
+  states_.for_each_chunk(true, true, [&](StateStore::Chunk& c) {
+    for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
+      const Segment& s = segments_[i];
+      hp.weight_decay = s.param->weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+      const int64_t at = s.state_offset + a - c.begin, n = b - a;
+      const bool lowp = s.value.dtype() != DType::kF32;
+      Tensor value = s.value.flat_range(a, n);
+      Tensor p = lowp ? c.state[0].flat_range(at, n) : value;
+      Tensor m = c.state[1].flat_range(at, n), v = c.state[2].flat_range(at, n);
+      kernels::adamw_update(p, s.grad.flat_range(a, n), m, v, hp, lowp ? &value : nullptr);
+    });
+  });
 }
 
 double AdamW::clip_and_step(double lr, double loss_scale) {

@@ -16,11 +16,18 @@
 // optimizer_states); the update runs on the master and rounds into the
 // 16-bit values. The gradient norm is summed over `norm_group` when the
 // gradients are sharded, so clipping never gathers them.
+//
+// Offload (ZeRO-Offload to NVMe, state_store.h): the master weights, m and v
+// live in swap files instead of memory, and every pass over them (the step,
+// initialize, write_back) streams them chunk by chunk through a small pool of
+// staging buffers, reading ahead and writing behind. The update is elementwise,
+// so a parameter cut at chunk boundaries gets bitwise the update it gets whole.
 #include <cstdint>
 #include <vector>
 
 #include "kiri/comm/communicator.h"
 #include "kiri/nn/parameter_store.h"
+#include "kiri/optim/state_store.h"
 
 namespace kiri::optim {
 
@@ -48,7 +55,8 @@ class AdamW {
   // under ZeRO, the pipeline group; ranks holding the same values are not
   // in one group twice).
   AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConfig& cfg,
-        Allocator& allocator, std::vector<comm::Communicator*> norm_groups = {});
+        Allocator& allocator, std::vector<comm::Communicator*> norm_groups = {},
+        const StateOffload& offload = {});
   AdamW(nn::ParameterStore& store, const AdamWConfig& cfg, Allocator& allocator);
 
   // Draws each segment's initial values (fp32, counter-based from (seed,
@@ -70,22 +78,40 @@ class AdamW {
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
-  bool has_master() const { return master_.defined(); }
-  Tensor& master() { return master_; }  // [state_numel] F32; undefined for fp32 values
-  Tensor& exp_avg() { return m_; }      // [state_numel] F32
-  Tensor& exp_avg_sq() { return v_; }   // [state_numel] F32
+  bool has_master() const { return states_.has(State::kMaster); }
+  // The states as tensors: in memory only (offloaded(): raises; use read_state).
+  Tensor& master() { return states_.tensor(State::kMaster); }        // [state_numel] F32, lowp only
+  Tensor& exp_avg() { return states_.tensor(State::kExpAvg); }       // [state_numel] F32
+  Tensor& exp_avg_sq() { return states_.tensor(State::kExpAvgSq); }  // [state_numel] F32
   const std::vector<Segment>& segments() const { return segments_; }
-  int64_t state_numel() const { return m_.numel(); }
-  // The fp32 weights of segment i: its master slice, or its values when fp32.
+  int64_t state_numel() const { return states_.numel(); }
+  // The fp32 weights of segment i as a tensor: its master slice, or its values when
+  // fp32. In memory only (offloaded lowp masters: raises; use read_weights).
   Tensor weights(size_t i);
+  // Elements [begin, begin + dst.numel()) of segment i's fp32 weights, copied out of
+  // or into wherever they live (memory or swap). Writing a master does not touch the
+  // 16-bit values: write_back() does.
+  void read_weights(size_t i, int64_t begin, Tensor& dst);
+  void write_weights(size_t i, int64_t begin, const Tensor& src);
+  // Elements [offset, offset + n) of a flat state (any tier).
+  void read_state(State s, int64_t offset, Tensor& dst) { states_.read(s, offset, dst); }
+  void write_state(State s, int64_t offset, const Tensor& src) { states_.write(s, offset, src); }
+  bool offloaded() const { return states_.offloaded(); }
+  StateStore& states() { return states_; }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  // Calls fn(i, a, b, chunk) for every piece [a, b) (segment-local) of every segment in
+  // the chunk, in state order.
+  template <typename Fn>
+  void for_pieces(const StateStore::Chunk& chunk, Fn&& fn);
+
   std::vector<Segment> segments_;
+  std::vector<size_t> by_state_;  // segment indices sorted by state_offset
   AdamWConfig cfg_;
   std::vector<comm::Communicator*> norm_groups_;
   Allocator& allocator_;
-  Tensor master_, m_, v_;  // [state_numel] F32
+  StateStore states_;  // master (lowp only), m, v: [state_numel] F32 each
   int64_t step_ = 0;
 };
 

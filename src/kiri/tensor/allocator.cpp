@@ -27,14 +27,42 @@ const char* category_name(Category category) {
   return "?";
 }
 
+const char* tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::kDevice:
+      return "device";
+    case Tier::kHost:
+      return "host";
+    case Tier::kNvme:
+      return "nvme";
+  }
+  return "?";
+}
+
+int64_t MemoryStats::nvme_total() const {
+  int64_t n = 0;
+  for (int64_t b : nvme) n += b;
+  return n;
+}
+
 std::string MemoryStats::breakdown() const {
   std::string s;
+  const bool tiers = nvme_total() > 0;
   for (int i = 0; i < kNumCategories; ++i)
     s += str("  ", category_name(static_cast<Category>(i)), ": ", format_bytes(current[i]),
-             " (peak ", format_bytes(peak[i]), ")\n");
+             " (peak ", format_bytes(peak[i]), ")",
+             tiers ? ", nvme " + format_bytes(nvme[i]) : std::string(), "\n");
   s += str("  allocated: ", format_bytes(allocated), ", reserved: ", format_bytes(reserved),
-           (limit > 0 ? ", limit: " + format_bytes(limit) : std::string()));
+           (limit > 0 ? ", limit: " + format_bytes(limit) : std::string()),
+           tiers ? ", on nvme: " + format_bytes(nvme_total()) : std::string());
   return s;
+}
+
+void AllocatorCore::add_tier_bytes(Tier tier, Category category, int64_t delta) {
+  KIRI_CHECK(tier == Tier::kNvme, "only the nvme tier is counted apart from memory, got ",
+             tier_name(tier));
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.nvme[static_cast<int>(category)] += delta;
 }
 
 AllocatorCore::~AllocatorCore() {
@@ -81,7 +109,8 @@ void* AllocatorCore::allocate(size_t bytes, Category category) {
     if (stats_.limit > 0 && stats_.reserved + static_cast<int64_t>(rounded) > stats_.limit)
       release_cache_locked();
     block = rounded;
-    p = std::aligned_alloc(64, block);
+    // Blocks of whole pages are page-aligned, as O_DIRECT needs (offload's buffers).
+    p = std::aligned_alloc(block % 4096 == 0 ? 4096 : 64, block);
     if (!p)
       KIRI_RAISE(kOutOfMemory, "the operating system refused ", format_bytes(block), " for ",
                  category_name(category), "\n", stats_.breakdown());

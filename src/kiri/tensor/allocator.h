@@ -24,6 +24,13 @@ namespace kiri {
 
 enum class Category { kParameters, kGradients, kOptimizerStates, kActivations, kBuffers, kOther };
 constexpr int kNumCategories = 6;
+// Where bytes live. Allocated tensors are in the memory the kernels compute on: on
+// the CPU backend that is host RAM (kDevice and kHost are the same memory), on a GPU
+// backend device memory, with pinned host memory a tier of its own. kNvme: swap
+// files of the offload engine (offload/swap_space.h), counted as they are created.
+enum class Tier { kDevice, kHost, kNvme };
+// "device", "host", "nvme"
+const char* tier_name(Tier tier);
 // "parameters", "gradients", "optimizer_states", "activations", "buffers", "other"
 const char* category_name(Category category);
 
@@ -35,11 +42,16 @@ struct MemoryStats {
   int64_t reserved = 0;  // allocated plus cached blocks
   int64_t peak_reserved = 0;
   int64_t limit = 0;  // 0: none
+  // Bytes of each category on the NVMe tier (swap files); not in `current`, which
+  // is what the allocator holds in memory.
+  std::array<int64_t, kNumCategories> nvme{};
   int64_t allocations = 0;
   int64_t cache_hits = 0;
 
   int64_t of(Category c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(Category c) const { return peak[static_cast<int>(c)]; }
+  int64_t nvme_of(Category c) const { return nvme[static_cast<int>(c)]; }
+  int64_t nvme_total() const;
   // One line per category, for error messages and reports.
   std::string breakdown() const;
 };
@@ -57,7 +69,8 @@ class AllocatorCore {
   AllocatorCore(const AllocatorCore&) = delete;
   AllocatorCore& operator=(const AllocatorCore&) = delete;
 
-  // 64-byte aligned; raises kOutOfMemory (with the breakdown) past the limit.
+  // 64-byte aligned (4 KiB when the rounded size is whole pages); raises kOutOfMemory (with the
+  // breakdown) past the limit.
   void* allocate(size_t bytes, Category category);
   // Never throws (storage destructors call it); a foreign pointer is logged.
   void deallocate(void* ptr, size_t bytes, Category category) noexcept;
@@ -66,6 +79,9 @@ class AllocatorCore {
   // dropped first when reserved memory would pass it. 0 removes the limit.
   void set_limit(int64_t bytes);
   void set_oom_advice(OomAdvice advice) { advice_ = std::move(advice); }
+  // Accounts `delta` bytes of `category` on another tier than memory (kNvme: a swap
+  // file created, > 0, or removed, < 0); memory itself is counted by allocate.
+  void add_tier_bytes(Tier tier, Category category, int64_t delta);
   // Hands every cached block back to the OS.
   void release_cache();
   void reset_peaks();
@@ -96,6 +112,9 @@ class Allocator {
   }
   void set_limit(int64_t bytes) { core_->set_limit(bytes); }
   void set_oom_advice(OomAdvice advice) { core_->set_oom_advice(std::move(advice)); }
+  void add_tier_bytes(Tier tier, Category category, int64_t delta) {
+    core_->add_tier_bytes(tier, category, delta);
+  }
   void release_cache() { core_->release_cache(); }
   void reset_peaks() { core_->reset_peaks(); }
   MemoryStats stats() const { return core_->stats(); }

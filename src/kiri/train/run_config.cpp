@@ -27,7 +27,8 @@ RunConfig resolve_run_paths(RunConfig c) {
   KIRI_CHECK_KIND(kConfig, !c.run.dir.empty(), "run.dir must not be empty");
   KIRI_CHECK_KIND(kConfig, c.run.dir.find("{run.dir}") == std::string::npos, "run.dir = '",
                   c.run.dir, "' cannot name itself");
-  for (std::string* path : {&c.checkpoint.dir, &c.log.metrics, &c.log.plot, &c.log.trace})
+  for (std::string* path :
+       {&c.checkpoint.dir, &c.log.metrics, &c.log.plot, &c.log.trace, &c.offload.path})
     replace_all(*path, "{run.dir}", c.run.dir);
   return c;
 }

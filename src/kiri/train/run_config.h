@@ -110,6 +110,23 @@ struct CheckpointConfig {
   std::string max_shard_size = "5GB";
 };
 
+// Where the training state lives (docs/offload.md). On the CPU backend device and host
+// memory are the same RAM, so the tier that moves state off is NVMe: files under `path`.
+enum class OffloadDevice { kNone, kCpu, kNvme };
+// The asynchronous direct-I/O mechanism of the swap files (offload/async_io.h).
+enum class IoEngine { kAuto, kIoUring, kThreads };
+
+struct OffloadConfig {
+  OffloadDevice optimizer = OffloadDevice::kNone;   // fp32 master weights, Adam m and v
+  OffloadDevice parameters = OffloadDevice::kNone;  // ZeRO stage 3: the parameter shards
+  std::string path = "{run.dir}/offload";           // swap files: <path>/rank<R>/...
+  int buffer_count = 4;                             // aligned staging buffers per rank
+  double buffer_mb = 64;                            // size of each (MiB)
+  std::string block_size = "1MiB";                  // bytes per I/O request and per checksum
+  int queue_depth = 8;                              // requests in flight per rank
+  IoEngine engine = IoEngine::kAuto;
+};
+
 struct LogConfig {
   std::string metrics = "{run.dir}/metrics.jsonl";  // one JSON line per step; "" disables
   std::string plot;                                 // loss-curve PNG; "" = metrics with .png
@@ -125,6 +142,7 @@ struct RunConfig {
   TrainConfig train;
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
+  OffloadConfig offload;
   LogConfig log;
 };
 

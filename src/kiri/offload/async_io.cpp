@@ -1,0 +1,146 @@
+#include "kiri/offload/async_io.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kiri/base/error.h"
+
+namespace kiri::offload {
+
+const char* io_engine_name(IoEngineKind kind) {
+  switch (kind) {
+    case IoEngineKind::kAuto:
+      return "auto";
+    case IoEngineKind::kIoUring:
+      return "io_uring";
+    case IoEngineKind::kThreads:
+      return "threads";
+  }
+  return "?";
+}
+
+namespace {
+
+// pread/pwrite on queue_depth threads: each piece is one blocking call on a
+// worker, so queue_depth pieces are in flight.
+class ThreadsIo final : public AsyncIo {
+ public:
+  explicit ThreadsIo(const IoOptions& o) : block_(o.block_size) {
+    for (int i = 0; i < o.queue_depth; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~ThreadsIo() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    more_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  Ticket read(int fd, void* buf, int64_t bytes, int64_t offset) override {
+    return submit(fd, static_cast<char*>(buf), bytes, offset, false);
+  }
+  Ticket write(int fd, const void* buf, int64_t bytes, int64_t offset) override {
+    return submit(fd, const_cast<char*>(static_cast<const char*>(buf)), bytes, offset, true);
+  }
+
+  IoResult wait(Ticket ticket) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto it = requests_.find(ticket);
+    KIRI_CHECK(it != requests_.end(), "I/O ticket ", ticket, " is unknown or already waited for");
+    done_.wait(lock, [&] { return it->second.pending == 0; });
+    IoResult r = it->second.result;
+    requests_.erase(it);
+    return r;
+  }
+  const char* name() const override { return "threads"; }
+
+ private:
+  struct Piece {
+    Ticket ticket;
+    int fd;
+    char* buf;
+    int64_t bytes, offset;
+    bool write;
+  };
+  struct Request {
+    int64_t pending = 0;
+    IoResult result;
+  };
+
+  Ticket submit(int fd, char* buf, int64_t bytes, int64_t offset, bool write) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Ticket t = next_++;
+    Request& r = requests_[t];
+    r.result.bytes = bytes;
+    for (int64_t at = 0; at < bytes; at += block_) {
+      queue_.push_back({t, fd, buf + at, std::min(block_, bytes - at), offset + at, write});
+      ++r.pending;
+    }
+    more_.notify_all();
+    return t;
+  }
+
+  void work() {
+    for (;;) {
+      Piece p;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        more_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        p = queue_.front();
+        queue_.pop_front();
+      }
+      int err = 0;
+      int64_t done = 0;
+      while (done < p.bytes) {  // a short transfer continues; EOF or an error stops
+        const ssize_t n = p.write ? ::pwrite(p.fd, p.buf + done, p.bytes - done, p.offset + done)
+                                  : ::pread(p.fd, p.buf + done, p.bytes - done, p.offset + done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) err = errno;
+        if (n <= 0) break;
+        done += n;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      Request& r = requests_[p.ticket];
+      if (r.result.err == 0) r.result.err = err;
+      r.result.done += done;
+      if (--r.pending == 0) done_.notify_all();
+    }
+  }
+
+  const int64_t block_;
+  std::mutex mutex_;
+  std::condition_variable more_, done_;
+  std::deque<Piece> queue_;
+  std::unordered_map<Ticket, Request> requests_;
+  Ticket next_ = 1;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+std::unique_ptr<AsyncIo> make_io_uring(const IoOptions& options);  // async_io_uring.cpp
+
+std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
+  KIRI_CHECK_KIND(kConfig, options.queue_depth >= 1, "offload.queue_depth must be >= 1, got ",
+                  options.queue_depth);
+  KIRI_CHECK_KIND(kConfig, options.block_size >= 4096 && options.block_size % 4096 == 0,
+                  "offload.block_size must be a multiple of 4 KiB, got ", options.block_size);
+  if (options.engine == IoEngineKind::kThreads) return std::make_unique<ThreadsIo>(options);
+  if (auto ring = make_io_uring(options)) return ring;  // nullptr: the kernel refuses io_uring
+  KIRI_CHECK_KIND(kConfig, options.engine == IoEngineKind::kAuto,
+                  "offload.engine = io_uring, but this kernel refuses io_uring (a container's "
+                  "seccomp profile may block it): use offload.engine = threads or auto");
+  return std::make_unique<ThreadsIo>(options);
+}
+
+}  // namespace kiri::offload

@@ -1,0 +1,85 @@
+#pragma once
+// The optimizer's flat fp32 states (master weights, Adam m and v) on their tier:
+// tensors in memory, or swap files on NVMe (ZeRO-Offload; offload/swap_space.h).
+//
+// Offloaded, the state space [0, numel) is cut into units (the sharding
+// engine's units, or the parameter groups without sharding) and each unit's
+// states are files of their own, named stably: unit<KKKKK>.<state>.swp. A pass
+// over the states (for_each_chunk) streams them in chunks of at most
+// buffer_bytes / (4 x states) elements, a multiple of the block, never across
+// a unit: with buffer_count staging buffers, chunk c + 1 .. c + buffer_count - 2
+// are read and chunk c - 1 written while fn runs on chunk c (DeepSpeed's
+// pipelined swapper). In memory, one chunk is the whole state.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiri/offload/swap_space.h"
+#include "kiri/tensor/tensor.h"
+
+namespace kiri::optim {
+
+enum class State { kMaster, kExpAvg, kExpAvgSq };
+constexpr int kNumStates = 3;
+const char* state_name(State s);  // "master", "exp_avg", "exp_avg_sq"
+
+struct StateOffload {
+  offload::SwapSpace* swap = nullptr;  // null: the states are tensors in memory
+  // Where each unit starts in the flat state: ascending, the first 0.
+  std::vector<int64_t> unit_starts;
+  int buffer_count = 4;
+  int64_t buffer_bytes = int64_t{64} << 20;
+};
+
+class StateStore {
+ public:
+  // States master (when `master`), m and v of `numel` elements each, zero.
+  StateStore(int64_t numel, bool master, const StateOffload& offload, Allocator& allocator);
+  ~StateStore();
+
+  int64_t numel() const { return numel_; }
+  bool has(State s) const { return s != State::kMaster || master_; }
+  bool offloaded() const { return swap_ != nullptr; }
+  Tensor& tensor(State s);  // in memory only
+
+  // One chunk: elements [begin, end) of the flat state, each state's values in
+  // memory (undefined for an absent master).
+  struct Chunk {
+    int64_t begin = 0, end = 0;
+    Tensor state[kNumStates];
+  };
+  // Every chunk in order: read from swap (when `read`; else the chunk starts zero),
+  // fn(chunk), written back (when `write`). Returns after every write is done; an I/O
+  // or checksum error is kIo after the outstanding transfers have finished.
+  void for_each_chunk(bool read, bool write, const std::function<void(Chunk&)>& fn);
+
+  // Elements [offset, offset + dst.numel()) of a state, any tier.
+  void read(State s, int64_t offset, Tensor& dst);
+  void write(State s, int64_t offset, const Tensor& src);
+
+  // Bytes moved to and from swap since construction (0 in memory).
+  int64_t bytes_read() const;
+  int64_t bytes_written() const;
+
+ private:
+  struct Unit {
+    int64_t begin, end;
+    int file[kNumStates] = {-1, -1, -1};
+  };
+  struct Slot;
+  int num_states() const { return master_ ? 3 : 2; }
+  int first_state() const { return master_ ? 0 : 1; }
+  void transfer_range(State s, int64_t offset, Tensor& data, bool write);
+
+  int64_t numel_;
+  bool master_;
+  offload::SwapSpace* swap_;
+  Allocator& allocator_;
+  Tensor mem_[kNumStates];  // in memory
+  std::vector<Unit> units_;
+  int64_t chunk_elems_ = 0;
+  std::vector<Tensor> pool_;  // [buffer_count] staging buffers, kBuffers
+};
+
+}  // namespace kiri::optim
