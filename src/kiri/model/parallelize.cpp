@@ -1,5 +1,7 @@
 #include "kiri/model/parallelize.h"
 
+#include <algorithm>
+
 #include "kiri/parallel/pp/partition.h"
 
 namespace kiri::model {
@@ -149,6 +151,21 @@ std::vector<nn::ParameterSegment> ParallelGPT::optimizer_segments() {
 
 int64_t ParallelGPT::optimizer_state_numel() const {
   return sharded_ ? sharded_->state_numel() : store_->numel();
+}
+
+std::vector<int64_t> ParallelGPT::optimizer_unit_starts() const {
+  std::vector<int64_t> out;
+  if (sharded_) {
+    for (const parallel::ShardUnit& u : sharded_->units()) out.push_back(u.shard_offset);
+  } else {
+    for (GPT<float>* c : chunks_)
+      for (const auto& g : c->parameter_groups())
+        if (!g.empty()) out.push_back(g.front()->offset);
+    std::sort(out.begin(), out.end());
+  }
+  if (out.empty() || out.front() != 0) out.insert(out.begin(), 0);
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 std::vector<comm::Communicator*> ParallelGPT::norm_groups() {

@@ -52,6 +52,10 @@ class ParallelGPT {
   // What the optimizer updates on this rank, and the size of its flat state.
   std::vector<nn::ParameterSegment> optimizer_segments();
   int64_t optimizer_state_numel() const;
+  // Where each unit of that flat state starts (ascending, the first 0): the sharding
+  // engine's units (their shards), or under stage 0 the model's parameter groups. The
+  // offloaded optimizer keeps each unit in files of its own.
+  std::vector<int64_t> optimizer_unit_starts() const;
   // Where gradient norms are summed.
   std::vector<comm::Communicator*> norm_groups();
 

@@ -231,9 +231,9 @@ void Trainer::build() {
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
   parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
-  optimizer_ = std::make_unique<optim::AdamW>(parallel_->optimizer_state_numel(),
-                                              parallel_->optimizer_segments(), t.optimizer,
-                                              allocator_, parallel_->norm_groups());
+  optimizer_ = std::make_unique<optim::AdamW>(
+      parallel_->optimizer_state_numel(), parallel_->optimizer_segments(), t.optimizer, allocator_,
+      parallel_->norm_groups(), make_state_offload());
   optimizer_->initialize(t.seed);
   parallel_->synchronize_parameters();
   if (t.dtype == ComputeDType::kF16) {
@@ -253,6 +253,31 @@ void Trainer::build() {
   eval_targets_ =
       Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   gemm_flops_ = measure_gemm_flops_rate();
+}
+
+optim::StateOffload Trainer::make_state_offload() {
+  const OffloadConfig& o = cfg_.offload;
+  KIRI_CHECK_KIND(kConfig,
+                  o.optimizer != OffloadDevice::kCpu && o.parameters != OffloadDevice::kCpu,
+                  "offload to cpu: on the CPU backend host memory is already where the training "
+                  "state is; offload.optimizer/parameters = nvme moves it to disk");
+  optim::StateOffload so;
+  if (o.optimizer != OffloadDevice::kNvme) return so;
+  char rank[32];
+  std::snprintf(rank, sizeof rank, "/rank%05d", world_->rank());
+  offload::SwapOptions swap;
+  swap.dir = o.path + rank;
+  swap.io.engine = o.engine == IoEngine::kIoUring   ? offload::IoEngineKind::kIoUring
+                   : o.engine == IoEngine::kThreads ? offload::IoEngineKind::kThreads
+                                                    : offload::IoEngineKind::kAuto;
+  swap.io.queue_depth = o.queue_depth;
+  swap.io.block_size = parse_bytes(o.block_size);
+  swap_ = std::make_unique<offload::SwapSpace>(swap, allocator_);
+  so.swap = swap_.get();
+  so.unit_starts = parallel_->optimizer_unit_starts();
+  so.buffer_count = o.buffer_count;
+  so.buffer_bytes = static_cast<int64_t>(o.buffer_mb * 1024 * 1024);
+  return so;
 }
 
 void Trainer::set_peak_flops(double flops_per_s) {
@@ -486,6 +511,17 @@ void inject_fault(int rank, int64_t step) {
 }  // namespace
 
 void Trainer::run() {
+  try {
+    run_steps();
+  } catch (...) {
+    // A run stopped by an error keeps its swap files (the state they hold may be the only
+    // trace of what went wrong); a resume rewrites them from the checkpoint.
+    if (swap_) swap_->keep_files(true);
+    throw;
+  }
+}
+
+void Trainer::run_steps() {
   const TrainConfig& t = cfg_.train;
   const bool rank0 = is_rank0();
   if (rank0) {

@@ -14,6 +14,7 @@
 #include "kiri/model/gpt.h"
 #include "kiri/model/parallelize.h"
 #include "kiri/nn/parameter_store.h"
+#include "kiri/offload/swap_space.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/optim/loss_scaler.h"
 #include "kiri/train/metrics.h"
@@ -96,6 +97,8 @@ class Trainer {
   // The flat parameter store (ZeRO stage 0 only; stages 1-3 shard it).
   nn::ParameterStore& store();
   optim::AdamW& optimizer() { return *optimizer_; }
+  // offload.optimizer = nvme: this rank's swap files (else nullptr).
+  offload::SwapSpace* swap_space() { return swap_.get(); }
   Allocator& allocator() { return allocator_; }
   parallel::Mesh& mesh() { return *mesh_; }
   model::ParallelGPT& parallel_model() { return *parallel_; }
@@ -119,6 +122,9 @@ class Trainer {
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
 
   void build();
+  void run_steps();  // run() but for keeping the swap files on an error
+  // The optimizer's states on their tier: offload.* (nothing offloaded: in memory).
+  optim::StateOffload make_state_offload();
   // Every rank resolved the same config: compares a hash of config_json over the world
   // (kConfig naming the ranks that differ and the first differing key).
   void check_same_config();
@@ -151,6 +157,8 @@ class Trainer {
   // (ParallelGPT unhooks itself).
   std::vector<std::unique_ptr<model::GPT<float>>> chunks_;
   std::unique_ptr<model::ParallelGPT> parallel_;
+  // offload.optimizer = nvme: this rank's swap files; outlives the optimizer that uses them.
+  std::unique_ptr<offload::SwapSpace> swap_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32

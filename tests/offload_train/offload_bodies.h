@@ -1,0 +1,31 @@
+#pragma once
+// Optimizer and parameter offload against the same run in memory, on the same ranks
+// and data. The same bodies run on ranks as threads (plain ctest) and on MPI ranks
+// (kiri_offload_train_tests_mpi2/4).
+#include <string>
+
+#include "kiri/comm/communicator.h"
+#include "kiri/train/run_config.h"
+
+namespace kiri::train {
+
+struct OffloadCase {
+  int stage = 0;
+  int tp = 1;
+  int pp = 1;
+  ComputeDType dtype = ComputeDType::kF32;
+  int grad_accum = 1;
+  bool parameters = false;  // offload.parameters = nvme too (stage 3)
+  int buffer_count = 3;
+};
+
+// The run's config: a tiny byte GPT, 10 steps; offloaded with 4 KiB blocks and 64 KiB
+// buffers, so every parameter of any size is cut into chunks at odd places.
+RunConfig offload_config(comm::Communicator& world, const OffloadCase& k, bool offload,
+                         const std::string& path);
+// 10 losses, and every rank's fp32 weights, m and v, bitwise equal with and without
+// offload; RAM per category after the first step equals the run in memory with the
+// offloaded bytes moved to the NVMe tier, exactly.
+void offload_equals_memory(comm::Communicator& world, OffloadCase k);
+
+}  // namespace kiri::train
