@@ -3,7 +3,15 @@
 // on ranks as threads (plain ctest) and on MPI ranks (kiri_offload_train_tests_mpiN).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
 #include "comm/harness.h"
+#include "kiri/base/error.h"
+#include "kiri/train/trainer.h"
 #include "offload_train/offload_bodies.h"
 
 namespace kiri::train {
@@ -61,6 +69,119 @@ TEST(Offload, TwoBuffersNoReadAhead) {
   KIRI_RUN_RANKS(2, [](Communicator& w) {
     offload_equals_memory(w, {.stage = 2, .dtype = D::kBF16, .buffer_count = 2});
   });
+}
+
+}  // namespace
+}  // namespace kiri::train
+
+namespace kiri::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One process, optimizer offload under a fresh folder; `damage` is applied to the swap
+// file of unit 1's exp_avg after step 2, and step 3 must end in a kIo error naming it.
+void expect_damage_named(const std::function<void(const std::string&)>& damage,
+                         const std::string& expected) {
+  const std::string root = ::testing::TempDir() + "kiri_offload_damage_" +
+                           std::to_string(::getpid()) + "_" + expected.substr(0, 8);
+  fs::remove_all(root);
+  comm::testing::run_ranks(1, [&](Communicator& w) {
+    Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, root), w);
+    t.train_step();
+    t.train_step();
+    const std::string file = root + "/rank00000/unit00001.exp_avg.swp";
+    ASSERT_TRUE(fs::exists(file));
+    damage(file);
+    try {
+      t.train_step();
+      ADD_FAILURE() << "a damaged swap file trained on";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("unit00001.exp_avg.swp"), std::string::npos) << e.what();
+    }
+  });
+  fs::remove_all(root);
+}
+
+TEST(OffloadFiles, ABitFlippedIsAChecksumError) {
+  expect_damage_named(
+      [](const std::string& f) {
+        std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+        io.seekg(100);
+        char c = 0;
+        io.read(&c, 1);
+        c ^= 0x10;
+        io.seekp(100);
+        io.write(&c, 1);
+      },
+      "checksum");
+}
+TEST(OffloadFiles, ATruncatedFileIsNamed) {
+  expect_damage_named([](const std::string& f) { fs::resize_file(f, 4096); }, "truncated");
+}
+TEST(OffloadFiles, ADeletedFileIsNamed) {
+  expect_damage_named([](const std::string& f) { fs::remove(f); }, "deleted");
+}
+
+TEST(OffloadFiles, ASecondRunOnTheSamePathIsRefusedAndFilesGoAtExit) {
+  const std::string root = ::testing::TempDir() + "kiri_offload_lock_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  comm::testing::run_ranks(1, [&](Communicator& w) {
+    {
+      Trainer a(offload_config(w, {.stage = 0}, true, root), w);
+      a.train_step();
+      EXPECT_TRUE(fs::exists(root + "/rank00000/unit00000.exp_avg.swp"));
+      try {
+        Trainer b(offload_config(w, {.stage = 0}, true, root), w);
+        ADD_FAILURE() << "two runs share one offload folder";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+        EXPECT_NE(std::string(e.what()).find("in use by another run"), std::string::npos)
+            << e.what();
+      }
+    }
+    EXPECT_FALSE(fs::exists(root + "/rank00000")) << "swap files left after a clean exit";
+  });
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace kiri::train
+
+namespace kiri::train {
+namespace {
+
+// This process's resident set (VmRSS), bytes.
+int64_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+// Memory that grows with the steps (DeepSpeed's users report it under NVMe offload):
+// none here, the staging buffers and the I/O engine's requests are reused.
+TEST(OffloadFiles, ResidentSetStaysFlatOver200Steps) {
+  const std::string root = ::testing::TempDir() + "kiri_offload_rss_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  comm::testing::run_ranks(1, [&](Communicator& w) {
+    RunConfig c = offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, root);
+    c.train.steps = 200;
+    Trainer t(c, w);
+    int64_t at10 = 0;
+    for (int s = 1; s <= 200; ++s) {
+      t.train_step();
+      if (s == 10) at10 = resident_bytes();
+    }
+    const int64_t at200 = resident_bytes();
+    ASSERT_GT(at10, 0);
+    EXPECT_LT(std::abs(static_cast<double>(at200 - at10)), 0.01 * static_cast<double>(at10))
+        << "RSS " << at10 << " bytes after step 10, " << at200 << " after step 200";
+  });
+  fs::remove_all(root);
 }
 
 }  // namespace
