@@ -72,15 +72,19 @@ void offload_equals_memory(comm::Communicator& world, OffloadCase k) {
     // RAM after the first step: the run in memory's, with the optimizer states on NVMe
     // and the staging buffers added.
     const MemoryStats ma = a.mem, mb = b.mem;
-    for (Category c : {Category::kParameters, Category::kGradients, Category::kActivations})
+    for (Category c : {Category::kGradients, Category::kActivations})
       EXPECT_EQ(ma.of(c), mb.of(c)) << category_name(c) << " rank " << world.rank();
     EXPECT_EQ(mb.of(Category::kOptimizerStates), 0) << "rank " << world.rank();
     EXPECT_EQ(mb.nvme_of(Category::kOptimizerStates), ma.of(Category::kOptimizerStates))
         << "rank " << world.rank();
+    // Parameter offload: the parameter shards leave RAM for the NVMe tier, byte for byte.
+    const Category params = Category::kParameters;
+    EXPECT_EQ(mb.of(params), k.parameters ? 0 : ma.of(params)) << "rank " << world.rank();
+    EXPECT_EQ(mb.nvme_of(params), k.parameters ? ma.of(params) : 0) << "rank " << world.rank();
     EXPECT_EQ(ma.nvme_total(), 0);
     const optim::AdamW& o = off.optimizer();
     const int states = o.has_master() ? 3 : 2;
-    EXPECT_EQ(mb.nvme_total(), states * 4 * o.state_numel());
+    EXPECT_EQ(mb.nvme_total(), states * 4 * o.state_numel() + (k.parameters ? ma.of(params) : 0));
   }
   EXPECT_TRUE(bitwise_equal(states_of(ref), states_of(off))) << "rank " << world.rank();
   world.barrier();

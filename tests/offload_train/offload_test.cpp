@@ -65,6 +65,31 @@ TEST(Offload, PipelineTwoStage1Bf16) {
     offload_equals_memory(w, {.stage = 1, .pp = 2, .dtype = D::kBF16, .grad_accum = 2});
   });
 }
+// ZeRO-Infinity: the parameter shards on NVMe too.
+TEST(Offload, ParametersTwoRanksFp32) {
+  KIRI_RUN_RANKS(
+      2, [](Communicator& w) { offload_equals_memory(w, {.stage = 3, .parameters = true}); });
+}
+TEST(Offload, ParametersTwoRanksBf16Accumulation) {
+  KIRI_RUN_RANKS(2, [](Communicator& w) {
+    offload_equals_memory(w, {.stage = 3, .dtype = D::kBF16, .grad_accum = 2, .parameters = true});
+  });
+}
+TEST(Offload, ParametersFourRanksBf16) {
+  KIRI_RUN_RANKS(4, [](Communicator& w) {
+    offload_equals_memory(w, {.stage = 3, .dtype = D::kBF16, .parameters = true});
+  });
+}
+TEST(Offload, ParametersTensorParallelTwoBf16) {
+  KIRI_RUN_RANKS(4, [](Communicator& w) {
+    offload_equals_memory(w, {.stage = 3, .tp = 2, .dtype = D::kBF16, .parameters = true});
+  });
+}
+TEST(Offload, ParametersOneRankBf16) {
+  KIRI_RUN_RANKS(1, [](Communicator& w) {
+    offload_equals_memory(w, {.stage = 3, .dtype = D::kBF16, .parameters = true});
+  });
+}
 TEST(Offload, TwoBuffersNoReadAhead) {
   KIRI_RUN_RANKS(2, [](Communicator& w) {
     offload_equals_memory(w, {.stage = 2, .dtype = D::kBF16, .buffer_count = 2});

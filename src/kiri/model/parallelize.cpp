@@ -61,6 +61,9 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   comm::Communicator& dp = mesh.dp();
   const bool whole = chunks_.size() == 1 && chunks_[0]->whole();
   const bool tensor_parallel = mesh.shape().tp > 1;
+  KIRI_CHECK_KIND(kConfig, !options.param_swap || options.zero_stage == 3,
+                  "offload.parameters = nvme needs ZeRO stage 3 (parallel.zero_stage = ",
+                  options.zero_stage, ")");
   if (options.zero_stage == 0) {
     // 3a. Stage 0 = DDP: whole parameters and gradients in one flat store;
     //     bucketed all-reduce started from backward's grad-ready hook; the
@@ -99,6 +102,7 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   so.stage = options.zero_stage;
   so.dtype = options.dtype;
   so.prefetch = options.prefetch;
+  so.param_swap = options.param_swap;
   std::vector<std::vector<nn::Parameter*>> groups;
   for (GPT<float>* c : chunks_)
     for (auto& g : c->parameter_groups()) groups.push_back(std::move(g));
@@ -166,6 +170,10 @@ std::vector<int64_t> ParallelGPT::optimizer_unit_starts() const {
   if (out.empty() || out.front() != 0) out.insert(out.begin(), 0);
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+std::vector<int> ParallelGPT::optimizer_values_files() const {
+  return sharded_ ? sharded_->param_files() : std::vector<int>{};
 }
 
 std::vector<comm::Communicator*> ParallelGPT::norm_groups() {

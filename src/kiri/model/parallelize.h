@@ -29,6 +29,8 @@ struct ParallelOptions {
   DType dtype = DType::kF32;  // parameters and gradients in compute (bf16/fp16: mixed precision)
   int checkpoint_every = 0;   // activation checkpointing of every k-th block; 0: none
   PipelineOptions pipeline;   // schedule, micro-batches, virtual stages (pp > 1)
+  // Stage 3, offload.parameters = nvme: the swap space of the parameter shards.
+  offload::SwapSpace* param_swap = nullptr;
 };
 
 // This rank's chunks of the model: the whole model without pipeline
@@ -56,6 +58,8 @@ class ParallelGPT {
   // engine's units (their shards), or under stage 0 the model's parameter groups. The
   // offloaded optimizer keeps each unit in files of its own.
   std::vector<int64_t> optimizer_unit_starts() const;
+  // Parameter offload: the swap file of each of those units' values (else empty).
+  std::vector<int> optimizer_values_files() const;
   // Where gradient norms are summed.
   std::vector<comm::Communicator*> norm_groups();
 

@@ -64,13 +64,15 @@ struct ParameterSegment {
   Parameter* param = nullptr;
   int64_t begin = 0;         // first element of the parameter in this segment
   int64_t state_offset = 0;  // where the segment starts in the optimizer's flat states
-  Tensor value;              // [n] the values to update (F32, BF16 or F16)
-  Tensor grad;               // [n] their gradient, same dtype
+  // [n] the values to update (F32, BF16 or F16); undefined when they are offloaded
+  // (the optimizer streams them from swap: optim/state_store.h).
+  Tensor value;
+  Tensor grad;  // [n] their gradient, the values' dtype; always in memory
   // False for a copy that another rank also holds and counts (the last
   // pipeline stage's copy of the tied embedding): the global gradient norm
   // must count every element once.
   bool counted_in_norm = true;
-  int64_t numel() const { return value.numel(); }
+  int64_t numel() const { return grad.numel(); }
 };
 
 }  // namespace kiri::nn

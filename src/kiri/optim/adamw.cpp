@@ -28,7 +28,7 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store) {
 namespace {
 bool any_lowp(const std::vector<Segment>& segments) {
   for (const Segment& s : segments)
-    if (s.value.dtype() != DType::kF32) return true;
+    if (s.grad.dtype() != DType::kF32) return true;
   return false;
 }
 }  // namespace
@@ -42,12 +42,13 @@ AdamW::AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConf
       allocator_(allocator),
       states_(state_numel, any_lowp(segments_), offload, allocator) {
   for (const Segment& s : segments_) {
-    const DType d = s.value.dtype();
+    // The gradient's dtype is the values' (which, offloaded, are not in memory).
+    const DType d = s.grad.dtype();
     KIRI_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16,
                "AdamW updates F32, BF16 or F16 values, got ", dtype_name(d), " for ",
                s.param->name);
-    KIRI_CHECK(s.grad.dtype() == d && s.grad.numel() == s.value.numel(), "the gradient of ",
-               s.param->name, " must match its values' dtype and size");
+    KIRI_CHECK(offloaded_values() || (s.value.dtype() == d && s.grad.numel() == s.value.numel()),
+               "the gradient of ", s.param->name, " must match its values' dtype and size");
     KIRI_CHECK(s.state_offset >= 0 && s.state_offset + s.numel() <= state_numel, "segment of ",
                s.param->name, " at ", s.state_offset, " + ", s.numel(),
                " lies outside the state of ", state_numel, " elements");
@@ -77,9 +78,19 @@ void AdamW::for_pieces(const StateStore::Chunk& chunk, Fn&& fn) {
   }
 }
 
+Tensor AdamW::value_of(const StateStore::Chunk& c, size_t i, int64_t a, int64_t n) {
+  const Segment& s = segments_[i];
+  if (offloaded_values()) return c.state[3].flat_range(s.state_offset + a - c.begin, n);
+  return s.value.flat_range(a, n);
+}
+
 Tensor AdamW::weights(size_t i) {
   const Segment& s = segments_[i];
-  if (s.value.dtype() == DType::kF32) return s.value;
+  if (s.grad.dtype() == DType::kF32) {
+    KIRI_CHECK(!offloaded_values(), "the values of ", s.param->name,
+               " are offloaded: read them with read_weights");
+    return s.value;
+  }
   return master().flat_range(s.state_offset, s.numel());
 }
 
@@ -87,31 +98,33 @@ void AdamW::read_weights(size_t i, int64_t begin, Tensor& dst) {
   const Segment& s = segments_[i];
   KIRI_CHECK(begin >= 0 && begin + dst.numel() <= s.numel(), "weights [", begin, ", ",
              begin + dst.numel(), ") of a segment of ", s.numel());
-  if (s.value.dtype() == DType::kF32)
+  const bool fp32 = s.grad.dtype() == DType::kF32;
+  if (fp32 && !offloaded_values())
     dst.copy_from(s.value.flat_range(begin, dst.numel()));
   else
-    states_.read(State::kMaster, s.state_offset + begin, dst);
+    states_.read(fp32 ? State::kValues : State::kMaster, s.state_offset + begin, dst);
 }
 
 void AdamW::write_weights(size_t i, int64_t begin, const Tensor& src) {
   const Segment& s = segments_[i];
   KIRI_CHECK(begin >= 0 && begin + src.numel() <= s.numel(), "weights [", begin, ", ",
              begin + src.numel(), ") of a segment of ", s.numel());
-  if (s.value.dtype() == DType::kF32)
+  const bool fp32 = s.grad.dtype() == DType::kF32;
+  if (fp32 && !offloaded_values())
     s.value.flat_range(begin, src.numel()).copy_from(src);
   else
-    states_.write(State::kMaster, s.state_offset + begin, src);
+    states_.write(fp32 ? State::kValues : State::kMaster, s.state_offset + begin, src);
 }
 
 void AdamW::initialize(uint64_t seed) {
   // Each element is drawn at its index in the whole parameter, so a tensor-parallel
   // part (or a shard, or a chunk) gets the numbers the whole would have there.
-  states_.for_each_chunk(false, true, [&](StateStore::Chunk& c) {
+  states_.for_each_chunk(0, kAllStates, [&](StateStore::Chunk& c) {
     for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
       const Segment& s = segments_[i];
-      Tensor w = s.value.dtype() == DType::kF32
-                     ? s.value.flat_range(a, b - a)
-                     : c.state[0].flat_range(s.state_offset + a - c.begin, b - a);
+      const bool lowp = s.grad.dtype() != DType::kF32;
+      Tensor value = value_of(c, i, a, b - a);
+      Tensor w = lowp ? c.state[0].flat_range(s.state_offset + a - c.begin, b - a) : value;
       w.zero_();  // padding rows of a vocab-parallel table stay 0
       for (const nn::ElementRun& r : nn::element_runs(*s.param)) {
         const int64_t lo = std::max(r.local, s.begin + a),
@@ -120,20 +133,18 @@ void AdamW::initialize(uint64_t seed) {
         Tensor part = w.flat_range(lo - s.begin - a, hi - lo);
         nn::init_values(part, s.param->init, seed, s.param->name, r.global + (lo - r.local));
       }
-      if (s.value.dtype() != DType::kF32) {
-        Tensor value = s.value.flat_range(a, b - a);
-        kernels::convert(value, w);
-      }
+      if (lowp) kernels::convert(value, w);
     });
   });
 }
 
 void AdamW::write_back() {
   if (!has_master()) return;
-  states_.for_each_chunk(true, false, [&](StateStore::Chunk& c) {
+  const unsigned values = offloaded_values() ? state_bit(State::kValues) : 0;
+  states_.for_each_chunk(state_bit(State::kMaster), values, [&](StateStore::Chunk& c) {
     for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
       const Segment& s = segments_[i];
-      Tensor value = s.value.flat_range(a, b - a);
+      Tensor value = value_of(c, i, a, b - a);
       kernels::convert(value, c.state[0].flat_range(s.state_offset + a - c.begin, b - a));
     });
   });
@@ -157,13 +168,15 @@ void AdamW::step(double lr, double grad_scale) {
   hp.eps = static_cast<float>(cfg_.eps);
   hp.step = step_;
   hp.grad_scale = static_cast<float>(grad_scale);
-  states_.for_each_chunk(true, true, [&](StateStore::Chunk& c) {
+  // 16-bit values are only written (rounded from the master); fp32 values are the weights.
+  const unsigned read = has_master() ? kAllStates & ~state_bit(State::kValues) : kAllStates;
+  states_.for_each_chunk(read, kAllStates, [&](StateStore::Chunk& c) {
     for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
       const Segment& s = segments_[i];
       hp.weight_decay = s.param->weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
       const int64_t at = s.state_offset + a - c.begin, n = b - a;
-      const bool lowp = s.value.dtype() != DType::kF32;
-      Tensor value = s.value.flat_range(a, n);
+      const bool lowp = s.grad.dtype() != DType::kF32;
+      Tensor value = value_of(c, i, a, n);
       Tensor p = lowp ? c.state[0].flat_range(at, n) : value;
       Tensor m = c.state[1].flat_range(at, n), v = c.state[2].flat_range(at, n);
       kernels::adamw_update(p, s.grad.flat_range(a, n), m, v, hp, lowp ? &value : nullptr);

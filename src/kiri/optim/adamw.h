@@ -97,6 +97,8 @@ class AdamW {
   void read_state(State s, int64_t offset, Tensor& dst) { states_.read(s, offset, dst); }
   void write_state(State s, int64_t offset, const Tensor& src) { states_.write(s, offset, src); }
   bool offloaded() const { return states_.offloaded(); }
+  // Parameter offload: the segments' values live in swap too (StateOffload::values_files).
+  bool offloaded_values() const { return states_.has(State::kValues); }
   StateStore& states() { return states_; }
   const AdamWConfig& config() const { return cfg_; }
 
@@ -105,6 +107,8 @@ class AdamW {
   // the chunk, in state order.
   template <typename Fn>
   void for_pieces(const StateStore::Chunk& chunk, Fn&& fn);
+  // The values of piece [a, a + n) of segment i: in the chunk when offloaded, else in memory.
+  Tensor value_of(const StateStore::Chunk& c, size_t i, int64_t a, int64_t n);
 
   std::vector<Segment> segments_;
   std::vector<size_t> by_state_;  // segment indices sorted by state_offset

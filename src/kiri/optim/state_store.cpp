@@ -17,60 +17,83 @@ const char* state_name(State s) {
       return "exp_avg";
     case State::kExpAvgSq:
       return "exp_avg_sq";
+    case State::kValues:
+      return "values";
   }
   return "?";
 }
 
-// A staging buffer and what it holds: chunk `chunk` of units_, its transfers.
+// A staging buffer and what it holds: chunk `chunk`, its transfers.
 struct StateStore::Slot {
   int64_t chunk = -1;
   std::vector<offload::SwapSpace::Ticket> tickets;
-  bool writing = false;
 };
 
 StateStore::StateStore(int64_t numel, bool master, const StateOffload& offload,
                        Allocator& allocator)
     : numel_(numel), master_(master), swap_(offload.swap), allocator_(allocator) {
   KIRI_CHECK(numel >= 0, "optimizer state of ", numel, " elements");
+  values_ = !offload.values_files.empty();
+  values_dtype_ = offload.values_dtype;
+  for (int s = 0; s < kNumStates; ++s)
+    if (has(State(s))) states_.push_back(s);
   if (!swap_) {
-    for (int s = first_state(); s < kNumStates; ++s)
+    KIRI_CHECK(!values_, "offloaded values need a swap space");
+    for (int s : states_)
       mem_[s] = Tensor::zeros({numel}, DType::kF32, Category::kOptimizerStates, allocator);
     return;
   }
-  const int64_t block = swap_->block_size();
-  const int64_t per_block = block / 4;
   KIRI_CHECK_KIND(kConfig, offload.buffer_count >= 2,
                   "offload.buffer_count must be >= 2 (one chunk read while one is written), got ",
                   offload.buffer_count);
-  chunk_elems_ = offload.buffer_bytes / (4 * num_states()) / per_block * per_block;
+  // Chunks are whole granules: every state's offset in its file is then whole blocks.
+  const int64_t block = swap_->block_size();
+  const int64_t granule = block / (values_ ? std::min<int64_t>(4, elem_size(3)) : 4);
+  int64_t per_elem = 0;
+  for (int s : states_) per_elem += elem_size(s);
+  chunk_elems_ = offload.buffer_bytes / per_elem / granule * granule;
   KIRI_CHECK_KIND(kConfig, chunk_elems_ > 0,
                   "offload.buffer_mb = ", static_cast<double>(offload.buffer_bytes) / (1 << 20),
-                  " MiB cannot hold one block of each of the ", num_states(), " offloaded states (",
-                  num_states(), " x offload.block_size = ", format_bytes(num_states() * block),
-                  ")");
+                  " MiB cannot hold one block of each of the ", states_.size(),
+                  " offloaded states (", format_bytes(granule * per_elem),
+                  " at offload.block_size = ", format_bytes(block), ")");
   std::vector<int64_t> starts = offload.unit_starts;
   if (starts.empty()) starts = {0};
   KIRI_CHECK(starts.front() == 0 && std::is_sorted(starts.begin(), starts.end()),
              "offloaded state units must start at 0 and ascend");
+  KIRI_CHECK(!values_ || offload.values_files.size() == starts.size(),
+             "parameter offload: ", offload.values_files.size(), " values files for ",
+             starts.size(), " units");
   starts.push_back(numel);
   for (size_t k = 0; k + 1 < starts.size(); ++k) {
     if (starts[k + 1] <= starts[k]) continue;  // an empty unit (a shard of padding only)
     Unit u{starts[k], starts[k + 1]};
-    for (int s = first_state(); s < kNumStates; ++s) {
+    for (int s : states_) {
+      if (s == static_cast<int>(State::kValues)) {
+        u.file[s] = offload.values_files[k];
+        KIRI_CHECK(swap_->size(u.file[s]) == (u.end - u.begin) * elem_size(s), "values file ",
+                   swap_->path(u.file[s]), " holds ", swap_->size(u.file[s]), " bytes, unit ", k,
+                   " needs ", (u.end - u.begin) * elem_size(s));
+        continue;
+      }
       char name[64];
       std::snprintf(name, sizeof name, "unit%05zu.%s.swp", k, state_name(State(s)));
       u.file[s] = swap_->create(name, (u.end - u.begin) * 4, Category::kOptimizerStates);
     }
     units_.push_back(u);
   }
-  // A small state needs no buffer bigger than itself, but at least one block per state.
+  // A small state needs no buffer bigger than itself.
   const int64_t slot_elems =
-      std::min(chunk_elems_, (std::max<int64_t>(numel, 1) + per_block - 1) / per_block * per_block);
-  const int64_t slot_bytes = slot_elems * 4 * num_states();
+      std::min(chunk_elems_, (std::max<int64_t>(numel, 1) + granule - 1) / granule * granule);
+  int64_t at = 0;
+  for (int s : states_) {
+    region_offset_[s] = at;
+    at += slot_elems * elem_size(s);
+  }
   for (int i = 0; i < offload.buffer_count; ++i)
-    pool_.push_back(Tensor::empty({slot_bytes / 4}, DType::kF32, Category::kBuffers, allocator));
+    pool_.push_back(Tensor::empty({at / 4}, DType::kF32, Category::kBuffers, allocator));
   // Every block starts written (zeros), so that a read never meets a block never written.
-  for_each_chunk(false, true, [](Chunk&) {});
+  for_each_chunk(0, kAllStates, [](Chunk&) {});
 }
 
 StateStore::~StateStore() = default;
@@ -78,16 +101,18 @@ StateStore::~StateStore() = default;
 Tensor& StateStore::tensor(State s) {
   KIRI_CHECK(!swap_, "the optimizer's ", state_name(s),
              " is offloaded to swap files: read it with read_state");
-  KIRI_CHECK(has(s), "this optimizer keeps no master weights (fp32 values)");
+  KIRI_CHECK(has(s) && s != State::kValues, "this optimizer keeps no ", state_name(s),
+             " (fp32 values have no master weights)");
   return mem_[static_cast<int>(s)];
 }
 
-void StateStore::for_each_chunk(bool read, bool write, const std::function<void(Chunk&)>& fn) {
+void StateStore::for_each_chunk(unsigned read, unsigned write,
+                                const std::function<void(Chunk&)>& fn) {
   if (!swap_) {
     Chunk c;
     c.begin = 0;
     c.end = numel_;
-    for (int s = first_state(); s < kNumStates; ++s) c.state[s] = mem_[s];
+    for (int s : states_) c.state[s] = mem_[s];
     fn(c);
     return;
   }
@@ -101,11 +126,11 @@ void StateStore::for_each_chunk(bool read, bool write, const std::function<void(
     for (int64_t b = units_[u].begin; b < units_[u].end; b += chunk_elems_)
       chunks.push_back({u, b, std::min(units_[u].end, b + chunk_elems_)});
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
-  const int64_t slot_stride = pool_.front().numel() / num_states();  // elements per state
   std::vector<Slot> slots(pool_.size());
   std::deque<size_t> writing;  // slots whose writes are in flight, oldest first
   auto view = [&](size_t slot, int s, int64_t n) {
-    return pool_[slot].flat_range((s - first_state()) * slot_stride, n);
+    char* base = static_cast<char*>(pool_[slot].raw()) + region_offset_[s];
+    return Tensor::borrow(base, {n}, dtype_of(s));
   };
   auto finish = [&](Slot& slot) {
     for (auto t : slot.tickets) swap_->wait(t);
@@ -137,11 +162,11 @@ void StateStore::for_each_chunk(bool read, bool write, const std::function<void(
     slots[i].chunk = c;
     const Piece& p = chunks[static_cast<size_t>(c)];
     const Unit& u = units_[p.unit];
-    for (int s = first_state(); s < kNumStates; ++s) {
+    for (int s : states_) {
       Tensor v = view(i, s, p.end - p.begin);
-      if (read)
-        slots[i].tickets.push_back(
-            swap_->read(u.file[s], (p.begin - u.begin) * 4, v.raw(), (p.end - p.begin) * 4));
+      if (read & (1u << s))
+        slots[i].tickets.push_back(swap_->read(u.file[s], (p.begin - u.begin) * elem_size(s),
+                                               v.raw(), (p.end - p.begin) * elem_size(s)));
       else
         v.zero_();
     }
@@ -158,17 +183,18 @@ void StateStore::for_each_chunk(bool read, bool write, const std::function<void(
     Chunk chunk;
     chunk.begin = p.begin;
     chunk.end = p.end;
-    for (int s = first_state(); s < kNumStates; ++s) chunk.state[s] = view(i, s, p.end - p.begin);
+    for (int s : states_) chunk.state[s] = view(i, s, p.end - p.begin);
     fn(chunk);
-    if (!write) {
+    const Unit& u = units_[p.unit];
+    for (int s : states_)
+      if (write & (1u << s))
+        slots[i].tickets.push_back(swap_->write(u.file[s], (p.begin - u.begin) * elem_size(s),
+                                                chunk.state[s].raw(),
+                                                (p.end - p.begin) * elem_size(s)));
+    if (slots[i].tickets.empty()) {
       slots[i] = Slot{};
       continue;
     }
-    const Unit& u = units_[p.unit];
-    for (int s = first_state(); s < kNumStates; ++s)
-      slots[i].tickets.push_back(swap_->write(u.file[s], (p.begin - u.begin) * 4,
-                                              chunk.state[s].raw(), (p.end - p.begin) * 4));
-    slots[i].writing = true;
     writing.push_back(i);
   }
   for (size_t i : writing) finish(slots[i]);
@@ -177,18 +203,18 @@ void StateStore::for_each_chunk(bool read, bool write, const std::function<void(
 
 void StateStore::transfer_range(State s, int64_t offset, Tensor& data, bool write) {
   const int si = static_cast<int>(s);
-  KIRI_CHECK(has(s), "this optimizer keeps no master weights (fp32 values)");
-  KIRI_CHECK(data.dtype() == DType::kF32 && offset >= 0 && offset + data.numel() <= numel_,
+  KIRI_CHECK(has(s), "this optimizer keeps no ", state_name(s));
+  KIRI_CHECK(data.dtype() == dtype_of(si) && offset >= 0 && offset + data.numel() <= numel_,
              "optimizer ", state_name(s), " range [", offset, ", ", offset + data.numel(), ") of ",
-             numel_, " elements (F32)");
+             numel_, " elements (", dtype_name(dtype_of(si)), ")");
   if (!swap_) {
     Tensor mine = mem_[si].flat_range(offset, data.numel());
     write ? mine.copy_from(data) : data.copy_from(mine);
     return;
   }
-  const int64_t per_block = swap_->block_size() / 4;
+  const int64_t es = elem_size(si), per_block = swap_->block_size() / es;
   // Whole blocks through the first staging buffer: read (and, writing, modify and write).
-  const int64_t cap = pool_.front().numel() / per_block * per_block;
+  const int64_t cap = pool_.front().nbytes() / swap_->block_size() * per_block;
   int64_t done = 0;
   const int64_t n = data.numel();
   while (done < n) {
@@ -201,12 +227,12 @@ void StateStore::transfer_range(State s, int64_t offset, Tensor& data, bool writ
     const int64_t end = std::min(
         {u->end, lo + cap, u->begin + (want - u->begin + per_block - 1) / per_block * per_block});
     const int64_t take = std::min(n - done, end - at);
-    Tensor buf = pool_.front().flat_range(0, end - lo);
-    swap_->wait(swap_->read(u->file[si], (lo - u->begin) * 4, buf.raw(), (end - lo) * 4));
+    Tensor buf = Tensor::borrow(pool_.front().raw(), {end - lo}, dtype_of(si));
+    swap_->wait(swap_->read(u->file[si], (lo - u->begin) * es, buf.raw(), (end - lo) * es));
     Tensor part = buf.flat_range(at - lo, take), mine = data.flat_range(done, take);
     if (write) {
       part.copy_from(mine);
-      swap_->wait(swap_->write(u->file[si], (lo - u->begin) * 4, buf.raw(), (end - lo) * 4));
+      swap_->wait(swap_->write(u->file[si], (lo - u->begin) * es, buf.raw(), (end - lo) * es));
     } else {
       mine.copy_from(part);
     }

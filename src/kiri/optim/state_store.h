@@ -20,9 +20,16 @@
 
 namespace kiri::optim {
 
-enum class State { kMaster, kExpAvg, kExpAvgSq };
-constexpr int kNumStates = 3;
-const char* state_name(State s);  // "master", "exp_avg", "exp_avg_sq"
+// kValues: the parameters' own values (compute dtype) when they are offloaded too
+// (ZeRO-Infinity): the sharding engine's files, which the optimizer streams with its
+// states and the engine reads ahead of each all-gather.
+enum class State { kMaster, kExpAvg, kExpAvgSq, kValues };
+constexpr int kNumStates = 4;
+const char* state_name(State s);  // "master", "exp_avg", "exp_avg_sq", "values"
+constexpr unsigned state_bit(State s) {
+  return 1u << static_cast<int>(s);
+}
+constexpr unsigned kAllStates = 0xF;
 
 struct StateOffload {
   offload::SwapSpace* swap = nullptr;  // null: the states are tensors in memory
@@ -30,29 +37,35 @@ struct StateOffload {
   std::vector<int64_t> unit_starts;
   int buffer_count = 4;
   int64_t buffer_bytes = int64_t{64} << 20;
+  // Parameter offload: each unit's file of values (of values_dtype) in `swap`, one per
+  // unit_starts entry; empty: the values are in memory.
+  std::vector<int> values_files;
+  DType values_dtype = DType::kF32;
 };
 
 class StateStore {
  public:
-  // States master (when `master`), m and v of `numel` elements each, zero.
+  // States master (when `master`), m and v of `numel` elements each, zero; the values
+  // too when offload.values_files is given (the engine's files, kept as they are).
   StateStore(int64_t numel, bool master, const StateOffload& offload, Allocator& allocator);
   ~StateStore();
 
   int64_t numel() const { return numel_; }
-  bool has(State s) const { return s != State::kMaster || master_; }
+  bool has(State s) const { return s == State::kMaster ? master_ : s != State::kValues || values_; }
   bool offloaded() const { return swap_ != nullptr; }
   Tensor& tensor(State s);  // in memory only
 
   // One chunk: elements [begin, end) of the flat state, each state's values in
-  // memory (undefined for an absent master).
+  // memory (undefined for a state it does not have; kValues in memory: undefined).
   struct Chunk {
     int64_t begin = 0, end = 0;
     Tensor state[kNumStates];
   };
-  // Every chunk in order: read from swap (when `read`; else the chunk starts zero),
-  // fn(chunk), written back (when `write`). Returns after every write is done; an I/O
-  // or checksum error is kIo after the outstanding transfers have finished.
-  void for_each_chunk(bool read, bool write, const std::function<void(Chunk&)>& fn);
+  // Every chunk in order: the states in `read` (bits of state_bit) read from swap (the
+  // others start zero), fn(chunk), the states in `write` written back. Returns after
+  // every write is done; an I/O or checksum error is kIo after the outstanding
+  // transfers have finished.
+  void for_each_chunk(unsigned read, unsigned write, const std::function<void(Chunk&)>& fn);
 
   // Elements [offset, offset + dst.numel()) of a state, any tier.
   void read(State s, int64_t offset, Tensor& dst);
@@ -65,21 +78,25 @@ class StateStore {
  private:
   struct Unit {
     int64_t begin, end;
-    int file[kNumStates] = {-1, -1, -1};
+    int file[kNumStates] = {-1, -1, -1, -1};
   };
   struct Slot;
-  int num_states() const { return master_ ? 3 : 2; }
-  int first_state() const { return master_ ? 0 : 1; }
+  DType dtype_of(int s) const { return s == 3 ? values_dtype_ : DType::kF32; }
+  int64_t elem_size(int s) const { return static_cast<int64_t>(dtype_size(dtype_of(s))); }
   void transfer_range(State s, int64_t offset, Tensor& data, bool write);
 
   int64_t numel_;
   bool master_;
+  bool values_ = false;
+  DType values_dtype_ = DType::kF32;
+  std::vector<int> states_;  // the states this store has, in order
   offload::SwapSpace* swap_;
   Allocator& allocator_;
   Tensor mem_[kNumStates];  // in memory
   std::vector<Unit> units_;
   int64_t chunk_elems_ = 0;
-  std::vector<Tensor> pool_;  // [buffer_count] staging buffers, kBuffers
+  int64_t region_offset_[kNumStates] = {};  // of each state's region in a staging buffer
+  std::vector<Tensor> pool_;  // [buffer_count] staging buffers (bytes as U8 ... F32), kBuffers
 };
 
 }  // namespace kiri::optim

@@ -78,7 +78,12 @@ size_t AllocatorCore::round_size(size_t bytes) {
 
 std::pair<void*, size_t> AllocatorCore::take_cached(size_t rounded) {
   // Best fit, but never a block more than twice the size asked for.
+  // A request of whole pages takes only a page-aligned block (O_DIRECT buffers).
+  const bool pages = rounded % 4096 == 0;
   auto it = cache_.lower_bound(rounded);
+  while (pages && it != cache_.end() && it->first <= 2 * rounded &&
+         reinterpret_cast<uintptr_t>(it->second) % 4096 != 0)
+    ++it;
   if (it == cache_.end() || it->first > 2 * rounded) return {nullptr, 0};
   std::pair<void*, size_t> hit{it->second, it->first};
   cache_.erase(it);

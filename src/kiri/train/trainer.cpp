@@ -230,6 +230,13 @@ void Trainer::build() {
   }
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
+  open_swap_space();
+  if (cfg_.offload.parameters == OffloadDevice::kNvme) {
+    KIRI_CHECK_KIND(kConfig, swap_,
+                    "offload.parameters = nvme needs offload.optimizer = nvme "
+                    "(the optimizer writes the updated shards back)");
+    po.param_swap = swap_.get();
+  }
   parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
   optimizer_ = std::make_unique<optim::AdamW>(
       parallel_->optimizer_state_numel(), parallel_->optimizer_segments(), t.optimizer, allocator_,
@@ -255,14 +262,13 @@ void Trainer::build() {
   gemm_flops_ = measure_gemm_flops_rate();
 }
 
-optim::StateOffload Trainer::make_state_offload() {
+void Trainer::open_swap_space() {
   const OffloadConfig& o = cfg_.offload;
   KIRI_CHECK_KIND(kConfig,
                   o.optimizer != OffloadDevice::kCpu && o.parameters != OffloadDevice::kCpu,
                   "offload to cpu: on the CPU backend host memory is already where the training "
                   "state is; offload.optimizer/parameters = nvme moves it to disk");
-  optim::StateOffload so;
-  if (o.optimizer != OffloadDevice::kNvme) return so;
+  if (o.optimizer != OffloadDevice::kNvme) return;
   char rank[32];
   std::snprintf(rank, sizeof rank, "/rank%05d", world_->rank());
   offload::SwapOptions swap;
@@ -273,10 +279,18 @@ optim::StateOffload Trainer::make_state_offload() {
   swap.io.queue_depth = o.queue_depth;
   swap.io.block_size = parse_bytes(o.block_size);
   swap_ = std::make_unique<offload::SwapSpace>(swap, allocator_);
+}
+
+optim::StateOffload Trainer::make_state_offload() {
+  const OffloadConfig& o = cfg_.offload;
+  optim::StateOffload so;
+  if (!swap_) return so;
   so.swap = swap_.get();
   so.unit_starts = parallel_->optimizer_unit_starts();
   so.buffer_count = o.buffer_count;
   so.buffer_bytes = static_cast<int64_t>(o.buffer_mb * 1024 * 1024);
+  so.values_files = parallel_->optimizer_values_files();
+  so.values_dtype = compute_dtype();
   return so;
 }
 

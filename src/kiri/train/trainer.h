@@ -123,6 +123,8 @@ class Trainer {
 
   void build();
   void run_steps();  // run() but for keeping the swap files on an error
+  // offload.optimizer = nvme: this rank's swap space (swap_), before the model's cuts.
+  void open_swap_space();
   // The optimizer's states on their tier: offload.* (nothing offloaded: in memory).
   optim::StateOffload make_state_offload();
   // Every rank resolved the same config: compares a hash of config_json over the world

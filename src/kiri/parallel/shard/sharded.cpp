@@ -1,6 +1,7 @@
 #include "kiri/parallel/shard/sharded.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <iterator>
 
@@ -9,6 +10,9 @@
 namespace kiri::parallel {
 
 struct ShardedDataParallel::Runtime {
+  Tensor staged;  // [shard] parameter offload: the shard read from swap (buffers)
+  offload::SwapSpace::Ticket read = 0;
+  bool reading = false;     // `read` is in flight
   Tensor full;              // [padded] gathered parameters (stage 3, category buffers)
   comm::WorkHandle gather;  // its all-gather while outstanding
   bool bound = false;       // the parameters' values point into `full`
@@ -78,10 +82,21 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
   runtime_.resize(units_.size());
 
   const bool full_params = options.stage < 3, full_grads = options.stage < 2;
+  KIRI_CHECK_KIND(kConfig, !options.param_swap || options.stage == 3,
+                  "offload.parameters = nvme needs ZeRO stage 3 (this run shards with stage ",
+                  options.stage, ")");
+  const bool offloaded = options.param_swap != nullptr;
   if (full_params)
     params_full_ = Tensor::zeros({full_total}, d, Category::kParameters, allocator);
-  else
+  else if (!offloaded)
     params_shard_ = Tensor::zeros({state_numel_}, d, Category::kParameters, allocator);
+  for (size_t k = 0; offloaded && k < units_.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "unit%05zu.params.swp", k);
+    param_files_.push_back(options.param_swap->create(
+        name, std::max<int64_t>(units_[k].shard, 1) * static_cast<int64_t>(dtype_size(d)),
+        Category::kParameters));
+  }
   if (full_grads)
     grads_full_ = Tensor::zeros({full_total}, d, Category::kGradients, allocator);
   else
@@ -105,6 +120,7 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
       s.begin = a - off;
       s.state_offset = u.shard_offset + (a - lo);
       s.value = full_params ? params_full_.flat_range(u.full_offset + a, b - a)
+                : offloaded ? Tensor()  // in the swap file: the optimizer streams it
                             : params_shard_.flat_range(s.state_offset, b - a);
       s.grad = full_grads ? grads_full_.flat_range(u.full_offset + a, b - a)
                           : grads_shard_.flat_range(s.state_offset, b - a);
@@ -124,13 +140,34 @@ int ShardedDataParallel::next_unit(int unit, bool backward) const {
   return unit > 1 ? unit - 1 : -1;
 }
 
+void ShardedDataParallel::read_shard(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (!options_.param_swap || rt.bound || rt.gather || rt.reading || rt.staged.defined()) return;
+  const ShardUnit& u = units_[unit];
+  // Whole pages: the allocator aligns them for O_DIRECT, which reads whole pages.
+  const int64_t es = static_cast<int64_t>(dtype_size(options_.dtype));
+  const int64_t room = (u.shard * es + 4095) / 4096 * 4096 / es;
+  rt.staged =
+      Tensor::empty({room}, options_.dtype, Category::kBuffers, allocator_).flat_range(0, u.shard);
+  rt.read = options_.param_swap->read(param_files_[unit], 0, rt.staged.raw(), u.shard * es);
+  rt.reading = true;
+}
+
 void ShardedDataParallel::gather(int unit) {
   Runtime& rt = runtime_[unit];
   if (rt.bound || rt.gather) return;
   const ShardUnit& u = units_[unit];
+  Tensor shard;
+  if (options_.param_swap) {
+    read_shard(unit);
+    rt.reading = false;
+    options_.param_swap->wait(rt.read);  // kIo (checksum, truncation) names the file
+    shard = rt.staged;
+  } else {
+    shard = params_shard_.flat_range(u.shard_offset, u.shard);
+  }
   rt.full = Tensor::empty({u.padded}, options_.dtype, Category::kBuffers, allocator_);
-  rt.gather =
-      shard_group_.all_gather_async(params_shard_.flat_range(u.shard_offset, u.shard), rt.full);
+  rt.gather = shard_group_.all_gather_async(shard, rt.full);
 }
 
 void ShardedDataParallel::wait_gathered(int unit) {
@@ -139,6 +176,7 @@ void ShardedDataParallel::wait_gathered(int unit) {
   gather(unit);
   rt.gather->wait();
   rt.gather.reset();
+  rt.staged = Tensor();
   const ShardUnit& u = units_[unit];
   for (size_t i = 0; i < u.params.size(); ++i)
     u.params[i]->value =
@@ -150,6 +188,9 @@ void ShardedDataParallel::release(int unit) {
   Runtime& rt = runtime_[unit];
   if (rt.gather) rt.gather->wait();  // a prefetch nobody used: let it land first
   rt.gather.reset();
+  if (rt.reading) options_.param_swap->wait(rt.read);
+  rt.reading = false;
+  rt.staged = Tensor();
   for (nn::Parameter* p : units_[unit].params) p->value = Tensor();
   rt.full = Tensor();
   rt.bound = false;
@@ -173,7 +214,10 @@ void ShardedDataParallel::before_forward(int group) {
   if (options_.stage < 3) return;
   wait_gathered(unit);
   if (options_.prefetch)
-    if (int next = next_unit(unit, false); next >= 0) gather(next);
+    if (int next = next_unit(unit, false); next >= 0) {
+      gather(next);
+      if (int after = next_unit(next, false); after >= 0) read_shard(after);  // disk leads
+    }
 }
 
 void ShardedDataParallel::after_forward(int group) {
@@ -189,7 +233,10 @@ void ShardedDataParallel::before_backward(int group) {
   if (options_.stage == 3) {
     wait_gathered(unit);
     if (options_.prefetch)
-      if (int next = next_unit(unit, true); next >= 0) gather(next);
+      if (int next = next_unit(unit, true); next >= 0) {
+        gather(next);
+        if (int after = next_unit(next, true); after >= 0) read_shard(after);
+      }
   }
   if (options_.stage >= 2) bind_grads(unit);
 }

@@ -34,6 +34,7 @@
 
 #include "kiri/comm/communicator.h"
 #include "kiri/nn/parameter.h"
+#include "kiri/offload/swap_space.h"
 
 namespace kiri::parallel {
 
@@ -49,6 +50,12 @@ struct ShardOptions {
   int stage = 3;              // 1, 2 or 3
   DType dtype = DType::kF32;  // of the parameters and gradients used in compute
   bool prefetch = true;       // stage 3: start the next unit's all-gather early
+  // Stage 3, ZeRO-Infinity: each unit's parameter shard lives in a swap file here
+  // (unit<KKKKK>.params.swp, category parameters on the NVMe tier) instead of memory.
+  // It is read into a staging buffer one unit ahead of its all-gather (with
+  // prefetch: two ahead of its use), in forward and in backward; the optimizer
+  // writes the updated shard back (optim::StateOffload::values_files).
+  offload::SwapSpace* param_swap = nullptr;
 };
 
 struct ShardUnit {
@@ -105,11 +112,15 @@ class ShardedDataParallel {
   // Advances outstanding collectives (MPI progresses only when polled).
   void progress();
 
+  // Parameter offload: the swap file of each unit's shard (param_swap's ids, by unit).
+  const std::vector<int>& param_files() const { return param_files_; }
+
   // All-gathers a unit's [shard] tensor (this rank's part, F32) into [padded].
   void all_gather_unit(int unit, const Tensor& shard, Tensor& full);
 
  private:
   struct Runtime;
+  void read_shard(int unit);          // parameter offload: starts reading a unit's shard
   void gather(int unit);              // starts the all-gather of a unit's parameters (stage 3)
   void wait_gathered(int unit);       // ...and binds them
   void release(int unit);             // frees a unit's gathered parameters (stage 3)
@@ -133,6 +144,7 @@ class ShardedDataParallel {
   int64_t state_numel_ = 0;
   Tensor params_full_, params_shard_, grads_full_, grads_shard_;
   std::vector<nn::ParameterSegment> segments_;
+  std::vector<int> param_files_;
   std::vector<Runtime> runtime_;
   std::deque<int> order_;  // units whose reduction is outstanding, oldest first
 };
