@@ -211,3 +211,32 @@ TEST(OffloadFiles, ResidentSetStaysFlatOver200Steps) {
 
 }  // namespace
 }  // namespace kiri::train
+
+namespace kiri::train {
+namespace {
+
+// A full disk: the swap files are preallocated when the run starts, so ENOSPC is a kIo
+// error naming the disk before the first step, never in the middle of one.
+TEST(OffloadFiles, AFullDiskIsNamedBeforeTheFirstStep) {
+  const std::string mnt = ::testing::TempDir() + "kiri_offload_full_" + std::to_string(::getpid());
+  fs::create_directories(mnt);
+  if (std::system(("mount -t tmpfs -o size=256k tmpfs " + mnt + " 2>/dev/null").c_str()) != 0) {
+    fs::remove_all(mnt);
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
+  }
+  comm::testing::run_ranks(1, [&](Communicator& w) {
+    try {
+      Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, mnt + "/swap"), w);
+      ADD_FAILURE() << "states larger than the disk were offloaded to it";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find("disk of offload.path is full"), std::string::npos)
+          << e.what();
+    }
+  });
+  EXPECT_EQ(std::system(("umount " + mnt).c_str()), 0);
+  fs::remove_all(mnt);
+}
+
+}  // namespace
+}  // namespace kiri::train
