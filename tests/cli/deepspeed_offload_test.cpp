@@ -107,6 +107,28 @@ TEST(DeepSpeedOffload, HfZeroInfinityExampleResolvesToKirisKeys) {
   EXPECT_EQ(validation_error(c), "");
 }
 
+// DeepSpeed's ZeRO tutorial's ZeRO-Infinity example ("Offloading to CPU and NVMe with
+// ZeRO-Infinity"): CPU for both, which kiri refuses with why; with nvme it runs.
+TEST(DeepSpeedOffload, DeepSpeedTutorialsZeroInfinityExample) {
+  json ds = json::parse(R"({"zero_optimization": {"stage": 3, "contiguous_gradients": true,
+      "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+      "stage3_prefetch_bucket_size": 1e7, "stage3_param_persistence_threshold": 1e5,
+      "reduce_bucket_size": 1e7, "sub_group_size": 1e9,
+      "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
+  DeepSpeedConfig d = mapped(ds);
+  EXPECT_EQ(d.config.offload.optimizer, OffloadDevice::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, OffloadDevice::kCpu);
+  EXPECT_TRUE(has(validation_error(d.config), "2 problems with the offload.* keys"));
+  ds["zero_optimization"]["offload_optimizer"]["device"] = "nvme";
+  ds["zero_optimization"]["offload_param"]["device"] = "nvme";
+  d = mapped(ds);
+  EXPECT_EQ(d.config.offload.optimizer, OffloadDevice::kNvme);
+  EXPECT_EQ(d.config.offload.parameters, OffloadDevice::kNvme);
+  EXPECT_EQ(d.config.offload.path, "{run.dir}/offload");  // no nvme_path: kiri's default
+  EXPECT_DOUBLE_EQ(d.config.parallel.bucket_mb, 1e7 * 4 / (1 << 20));
+  EXPECT_EQ(validation_error(d.config), "");
+}
+
 TEST(DeepSpeedOffload, DeepSpeedsTopLevelAioBlockMapsTheSame) {
   const json ds = json::parse(R"({"zero_optimization": {"stage": 1, "offload_optimizer":
       {"device": "nvme", "nvme_path": "/mnt/nvme0", "buffer_count": 6}},
