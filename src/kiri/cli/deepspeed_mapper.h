@@ -97,6 +97,10 @@ class Mapper {
   void offload(const std::string& path, const json& o, bool param);
   void offload_key(const std::string& path, const std::string& k, const json& v, bool param,
                    bool nvme);
+  void optimizer_key(const std::string& path, const std::string& k, const json& v, bool nvme);
+  void param_key(const std::string& path, const std::string& k, const json& v);
+  void typed_no_effect(const std::string& path, const json& v, bool typed, const char* type,
+                       const std::string& why);
   void cpu_offload(const std::string& path, const json& v, const char* key);
   void aio(const std::string& path, const json& a);
   // set() for a kiri key that two DeepSpeed keys map onto (offload.path from both

@@ -62,15 +62,17 @@ void Mapper::offload(const std::string& path, const json& o, bool param) {
       offload_key(path + "." + it.key(), it.key(), *it, param, nvme);
 }
 
+// A key with no effect in kiri still has DeepSpeed's type.
+void Mapper::typed_no_effect(const std::string& path, const json& v, bool typed, const char* type,
+                             const std::string& why) {
+  if (typed)
+    no_effect(path, why);
+  else
+    problems_.push_back(str(path, " must be ", type, ", got ", shown(v)));
+}
+
 void Mapper::offload_key(const std::string& path, const std::string& k, const json& v, bool param,
                          bool nvme) {
-  // A key with no effect in kiri still has DeepSpeed's type.
-  auto noted = [&](bool typed, const char* type, const std::string& why) {
-    if (typed)
-      no_effect(path, why);
-    else
-      problems_.push_back(str(path, " must be ", type, ", got ", shown(v)));
-  };
   if (k == "nvme_path") {
     if (!nvme)
       no_effect(path, kNotNvme);
@@ -79,21 +81,30 @@ void Mapper::offload_key(const std::string& path, const std::string& k, const js
     else
       set_shared(path, "offload.path", v);  // both sections' paths: one folder in kiri
   } else if (k == "pin_memory") {
-    noted(v.is_boolean(), "true or false", kPinned);
-  } else if (!param && k == "buffer_count") {
+    typed_no_effect(path, v, v.is_boolean(), "true or false", kPinned);
+  } else if (param) {
+    param_key(path, k, v);
+  } else {
+    optimizer_key(path, k, v, nvme);
+  }
+}
+
+void Mapper::optimizer_key(const std::string& path, const std::string& k, const json& v,
+                           bool nvme) {
+  if (k == "buffer_count") {
     if (!nvme)
       no_effect(path, "the device is not nvme: no staging buffers");
     else
       set(path, "offload.buffer_count", v);
-  } else if (!param && (k == "pipeline_read" || k == "pipeline_write" || k == "pipeline")) {
-    noted(v.is_boolean(), "true or false",
-          "kiri always pipelines the offloaded step: from offload.buffer_count = 3 up, the next "
-          "chunks are read and the last one written while one is updated");
-  } else if (!param && k == "fast_init") {
-    noted(v.is_boolean(), "true or false",
-          "kiri writes the zero states into the swap files once at start, so every block has "
-          "its checksum before its first read");
-  } else if (!param && k == "ratio") {
+  } else if (k == "pipeline_read" || k == "pipeline_write" || k == "pipeline") {
+    typed_no_effect(path, v, v.is_boolean(), "true or false",
+                    "kiri always pipelines the offloaded step: from offload.buffer_count = 3 up, "
+                    "the next chunks are read and the last one written while one is updated");
+  } else if (k == "fast_init") {
+    typed_no_effect(path, v, v.is_boolean(), "true or false",
+                    "kiri writes the zero states into the swap files once at start, so every "
+                    "block has its checksum before its first read");
+  } else if (k == "ratio") {
     if (auto r = number(path, v)) {
       if (*r == 1)
         no_effect(path, "the whole update runs on the CPU");
@@ -102,24 +113,30 @@ void Mapper::offload_key(const std::string& path, const std::string& k, const js
                     "ZeRO-Offload++ splits the update between the GPU and the CPU by this ratio, "
                     "and kiri computes all of it on the CPU");
     }
-  } else if (param && k == "buffer_count") {
-    noted(is_count(v), "a positive integer",
-          "kiri reads each unit's parameter shard one unit ahead of its all-gather, so the "
-          "buffers in flight follow the sharding units (parallel.wrap_blocks), not a pool of "
-          "parameter buffers");
-  } else if (param && k == "buffer_size") {
-    noted(is_count(v), "a positive integer",
-          "DeepSpeed's buffers of that many 16-bit elements must each hold the largest "
-          "parameter; kiri's parameter reads are sized by the sharding units, and "
-          "offload.buffer_mb (MiB per staging buffer of the optimizer states) is another "
-          "quantity");
-  } else if (param && k == "max_in_cpu") {
-    noted(v.is_number() && v.get<double>() >= 0, "a count of elements",
-          "kiri caches no offloaded parameters in RAM: with offload.parameters = nvme every "
-          "shard lives on NVMe, where DeepSpeed keeps up to max_in_cpu elements in host memory");
   } else {
-    unsupported(path, v,
-                str("not an ", param ? "offload_param" : "offload_optimizer", " key kiri maps"));
+    unsupported(path, v, "not an offload_optimizer key kiri maps");
+  }
+}
+
+void Mapper::param_key(const std::string& path, const std::string& k, const json& v) {
+  if (k == "buffer_count") {
+    typed_no_effect(path, v, is_count(v), "a positive integer",
+                    "kiri reads each unit's parameter shard one unit ahead of its all-gather, so "
+                    "the buffers in flight follow the sharding units (parallel.wrap_blocks), not "
+                    "a pool of parameter buffers");
+  } else if (k == "buffer_size") {
+    typed_no_effect(path, v, is_count(v), "a positive integer",
+                    "DeepSpeed's buffers of that many 16-bit elements must each hold the largest "
+                    "parameter; kiri's parameter reads are sized by the sharding units, and "
+                    "offload.buffer_mb (MiB per staging buffer of the optimizer states) is "
+                    "another quantity");
+  } else if (k == "max_in_cpu") {
+    typed_no_effect(path, v, v.is_number() && v.get<double>() >= 0, "a count of elements",
+                    "kiri caches no offloaded parameters in RAM: with offload.parameters = nvme "
+                    "every shard lives on NVMe, where DeepSpeed keeps up to max_in_cpu elements "
+                    "in host memory");
+  } else {
+    unsupported(path, v, "not an offload_param key kiri maps");
   }
 }
 
