@@ -4,6 +4,7 @@
 // ZeRO stage and WarmupDecayLR rates (read back from its metrics).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -74,17 +75,53 @@ TEST(DeepSpeedCli, ConfigPrintsTheResolvedConfig) {
       << r.output;
 }
 
+// ZeRO-Infinity's keys print as kiri's offload.* keys; DeepSpeed's "cpu" (and kiri's own)
+// fails with the reason, exit code 2, before any work.
+TEST(DeepSpeedCli, OffloadKeysPrintAsKirisAndCpuIsRefusedWithItsReason) {
+  const std::string dir = fresh_temp_dir("kiri_deepspeed", "offload");
+  const std::string nvme = write(dir, "nvme.json", R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}},
+      "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 1}})");
+  Result r = run_kiri("config --deepspeed " + nvme);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json c = printed_config(r.output);
+  EXPECT_EQ(c["offload"]["optimizer"], "nvme");
+  EXPECT_EQ(c["offload"]["parameters"], "nvme");
+  EXPECT_EQ(c["offload"]["path"], "/local_nvme");
+  EXPECT_EQ(c["offload"]["block_size"], "262144");
+  EXPECT_EQ(c["offload"]["queue_depth"], 16);
+  EXPECT_TRUE(has(r, "zero_optimization.offload_optimizer.pin_memory: no effect in kiri"))
+      << r.output;
+  EXPECT_TRUE(has(r, "aio.thread_count: no effect in kiri")) << r.output;
+  const std::string cpu = write(dir, "cpu.json", R"({"zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
+  r = run_kiri("train --deepspeed " + cpu + " --set run.dir=" + dir + "/run");
+  EXPECT_EQ(r.code, 2) << r.output;  // a config error
+  EXPECT_TRUE(has(r,
+                  "offload.optimizer = cpu: on the CPU backend host memory is already where the "
+                  "optimizer states are"))
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << "refused before the run folder";
+  r = run_kiri("config --set offload.parameters=nvme --set parallel.zero_stage=2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(has(r, "2 problems with the offload.* keys")) << r.output;
+  EXPECT_TRUE(has(r, "offload.parameters = nvme needs ZeRO stage 3")) << r.output;
+  EXPECT_TRUE(has(r, "needs offload.optimizer = nvme too, got offload.optimizer = none"))
+      << r.output;
+}
+
 TEST(DeepSpeedCli, AnUnsupportedKeyOrAContradictionFailsBeforeAnyWork) {
   const std::string dir = fresh_temp_dir("kiri_deepspeed", "unsupported");
   const std::string ds =
       write(dir, "ds.json",
-            R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
-          "fp16": {"enabled": true, "hysteresis": 2}})");
+            R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme",
+          "ratio": 0.3}}, "fp16": {"enabled": true, "hysteresis": 2}})");
   Result r = run_kiri("train --deepspeed " + ds + " --set run.dir=" + dir + "/run");
   EXPECT_EQ(r.code, 2) << r.output;  // a config error
   EXPECT_TRUE(has(r, "DeepSpeed config '" + ds + "': 2 key(s) kiri cannot run as given"))
       << r.output;
-  EXPECT_TRUE(has(r, "zero_optimization.offload_param.device = \"cpu\"")) << r.output;
+  EXPECT_TRUE(has(r, "zero_optimization.offload_optimizer.ratio = 0.3")) << r.output;
   EXPECT_TRUE(has(r, "fp16.hysteresis = 2")) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << "refused before the run folder";
   r = run_kiri("config --deepspeed " + write(dir, "z.json", R"({"zero_optimization":

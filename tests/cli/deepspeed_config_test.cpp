@@ -57,13 +57,29 @@ bool noted(const DeepSpeedConfig& d, const std::string& path) {
   return false;
 }
 
-TEST(DeepSpeedConfig, HfZero2ExampleNamesItsCpuOffloadOnly) {
-  const std::string e = error_of(example("hf_zero2.json"));
-  EXPECT_TRUE(has(e, "'ds.json': 1 key(s) kiri cannot run as given")) << e;
+// The error message cli::validate raises on a mapped config ("" when it raises none).
+std::string validation_error(const RunConfig& c) {
+  try {
+    kiri::cli::validate(c);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kiri::ErrorKind::kConfig) << e.what();
+    return e.message();
+  }
+  return "";
+}
+
+TEST(DeepSpeedConfig, HfZero2ExampleMapsItsCpuOffloadWhichValidationRefuses) {
+  const DeepSpeedConfig d = apply_deepspeed(example("hf_zero2.json"), "ds.json",
+                                            kiri::train::default_run_config(), {}, 1);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::train::OffloadDevice::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, kiri::train::OffloadDevice::kNone);
+  EXPECT_TRUE(noted(d, "zero_optimization.offload_optimizer.pin_memory"));
+  const std::string e = validation_error(d.config);
   EXPECT_TRUE(has(e,
-                  "zero_optimization.offload_optimizer.device = \"cpu\": not supported: "
-                  "offloading to CPU or NVMe is not in kiri yet (issue 14)"))
+                  "offload.optimizer = cpu: on the CPU backend host memory is already where "
+                  "the optimizer states are"))
       << e;
+  EXPECT_TRUE(has(e, "use offload.optimizer = nvme, or none")) << e;
 }
 
 TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
@@ -93,8 +109,9 @@ TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
   EXPECT_EQ(c.train.micro_batch, 4);
   EXPECT_EQ(c.train.grad_accum, 1);
   EXPECT_EQ(c.log.every, 2000);
+  EXPECT_EQ(c.offload.optimizer, kiri::train::OffloadDevice::kNone);
   for (const char* path :
-       {"zero_optimization.offload_optimizer", "zero_optimization.allgather_partitions",
+       {"zero_optimization.offload_optimizer.pin_memory", "zero_optimization.allgather_partitions",
         "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm",
         "zero_optimization.reduce_scatter", "zero_optimization.contiguous_gradients",
         "fp16.hysteresis", "wall_clock_breakdown"})
@@ -102,11 +119,18 @@ TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
   kiri::cli::validate(c);
 }
 
-TEST(DeepSpeedConfig, HfZero3ExampleNamesBothOffloads) {
-  const std::string e = error_of(example("hf_zero3.json"));
-  EXPECT_TRUE(has(e, "2 key(s) kiri cannot run as given")) << e;
-  EXPECT_TRUE(has(e, "zero_optimization.offload_optimizer.device = \"cpu\"")) << e;
-  EXPECT_TRUE(has(e, "zero_optimization.offload_param.device = \"cpu\"")) << e;
+TEST(DeepSpeedConfig, HfZero3ExampleMapsBothCpuOffloadsWhichValidationRefuses) {
+  const DeepSpeedConfig d = apply_deepspeed(example("hf_zero3.json"), "ds.json",
+                                            kiri::train::default_run_config(), {}, 1);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::train::OffloadDevice::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, kiri::train::OffloadDevice::kCpu);
+  const std::string e = validation_error(d.config);
+  EXPECT_TRUE(has(e, "2 problems with the offload.* keys")) << e;
+  EXPECT_TRUE(has(e, "offload.optimizer = cpu: on the CPU backend")) << e;
+  EXPECT_TRUE(has(e,
+                  "offload.parameters = cpu: on the CPU backend host memory is already "
+                  "where the parameters are"))
+      << e;
 }
 
 TEST(DeepSpeedConfig, HfZero3ExampleWithoutOffloadResolvesEveryKey) {
@@ -124,11 +148,12 @@ TEST(DeepSpeedConfig, HfZero3ExampleWithoutOffloadResolvesEveryKey) {
   EXPECT_EQ(c.train.micro_batch, 8);
   EXPECT_EQ(c.train.lr_schedule, kiri::train::LrSchedule::kDsWarmup);
   EXPECT_EQ(c.log.every, 2000);
-  for (const char* path : {"zero_optimization.offload_param", "zero_optimization.sub_group_size",
-                           "zero_optimization.stage3_max_live_parameters",
-                           "zero_optimization.stage3_max_reuse_distance",
-                           "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-                           "fp16.hysteresis"})  // bf16: no loss scaling
+  for (const char* path :
+       {"zero_optimization.offload_param.pin_memory", "zero_optimization.sub_group_size",
+        "zero_optimization.stage3_max_live_parameters",
+        "zero_optimization.stage3_max_reuse_distance",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+        "fp16.hysteresis"})  // bf16: no loss scaling
     EXPECT_TRUE(noted(d, path)) << path;
   // The entries a resumed run applies again: the stage, not the "auto"s.
   bool stage = false, bucket = false;
@@ -169,7 +194,7 @@ TEST(DeepSpeedConfig, EveryUnsupportedKeyIsNamedInOneMessage) {
     "optimizer": {"type": "Lamb", "params": {"lr": 1e-3, "max_coeff": 0.3}},
     "scheduler": {"type": "OneCycle", "params": {}},
     "zero_optimization": {"stage": 2, "zero_quantized_weights": true, "offload_param":
-                          {"device": "nvme", "nvme_path": "/local_nvme"}},
+                          {"device": "nvme", "nvme_path": "/local_nvme", "buffer_sizes": 5}},
     "flops_profiler": {"enabled": true},
     "tensorboard": {"enabled": false},
     "gradient_clippin": 1.0,
@@ -182,8 +207,10 @@ TEST(DeepSpeedConfig, EveryUnsupportedKeyIsNamedInOneMessage) {
   for (const char* path :
        {"optimizer.type = \"Lamb\"", "optimizer.params.max_coeff = 0.3",
         "scheduler.type = \"OneCycle\"", "zero_optimization.zero_quantized_weights = true",
-        "zero_optimization.offload_param.device = \"nvme\"", "flops_profiler = {",
-        "gradient_clippin = 1.0", "activation_checkpointing.cpu_checkpointing = true",
+        "zero_optimization.offload_param.buffer_sizes = 5: not supported: not an "
+        "offload_param key kiri maps",
+        "flops_profiler = {", "gradient_clippin = 1.0",
+        "activation_checkpointing.cpu_checkpointing = true",
         "activation_checkpointing.partition_activations = true",
         "communication_data_type = \"fp16\": not supported: kiri reduces gradients in "
         "train.dtype, fp32"})

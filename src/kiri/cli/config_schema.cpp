@@ -15,6 +15,7 @@
 #include "kiri/cli/config_file.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/checkpoint_state.h"
+#include "kiri/train/offload_config.h"
 
 namespace kiri::cli {
 
@@ -510,6 +511,7 @@ void validate(const RunConfig& cfg) {
                   "parallel.zero_stage = ", train::resolve_sharding(par).stage,
                   " with parallel.pp = ", par.pp,
                   ": pipeline parallelism composes with ZeRO stage 0 or 1");
+  train::validate_offload(cfg);  // before any work: `cpu`, stage 3 for parameters, sizes
 }
 
 namespace {

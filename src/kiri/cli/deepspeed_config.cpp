@@ -2,21 +2,14 @@
 
 #include <cctype>
 #include <cmath>
-#include <map>
-#include <optional>
-#include <set>
 
-#include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
 #include "kiri/cli/config_file.h"
-#include "kiri/cli/config_schema.h"
+#include "kiri/cli/deepspeed_mapper.h"
 
 namespace kiri::cli {
 
-using nlohmann::json;
-using train::RunConfig;
-
-namespace {
+namespace deepspeed_detail {
 
 bool is_auto(const json& v) {
   return v.is_string() && v.get<std::string>() == "auto";
@@ -25,6 +18,8 @@ bool is_auto(const json& v) {
 std::string shown(const json& v) {
   return quote_bounded(v.dump(), 80);
 }
+
+namespace {
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -55,117 +50,47 @@ const std::map<std::string, std::string>& zero_no_effect() {
        "kiri's checkpoints always hold the whole model, gathered, in model.safetensors"},
       {"stage3_gather_fp16_weights_on_model_save",
        "kiri's checkpoints always hold the whole model, gathered, in model.safetensors"},
-      {"sub_group_size", "kiri updates each rank's whole shard in one optimizer step"},
-      {"round_robin_gradients", "an ordering for CPU offload, which kiri does not do"},
+      {"sub_group_size",
+       "kiri updates each rank's whole shard in one optimizer step (offloaded, it streams "
+       "it through buffers of offload.buffer_mb)"},
+      {"round_robin_gradients",
+       "an ordering of the gradients' copies to the host for CPU offload; on the CPU backend "
+       "the gradients are already there"},
       {"elastic_checkpoint", "kiri's checkpoints load on any layout (docs/checkpoints.md)"},
       {"ignore_unused_parameters", "every parameter of kiri's GPT gets a gradient"},
   };
   return m;
 }
 
-// Maps one DeepSpeed config onto a kiri config; run() raises the problems all at once.
-class Mapper {
- public:
-  Mapper(const json& ds, std::string where, const RunConfig& cfg,
-         const std::vector<std::pair<std::string, json>>& given, int world)
-      : ds_(ds), where_(std::move(where)), cfg_(cfg), world_(world) {
-    for (const auto& [key, value] : given) given_.insert(key);
+}  // namespace
+
+DeepSpeedConfig Mapper::run() {
+  precision();
+  if (ds_.contains("optimizer")) optimizer(ds_["optimizer"]);
+  if (ds_.contains("scheduler")) scheduler(ds_["scheduler"]);
+  if (ds_.contains("zero_optimization")) zero(ds_["zero_optimization"]);
+  if (ds_.contains("activation_checkpointing"))
+    activation_checkpointing(ds_["activation_checkpointing"]);
+  // DeepSpeed reads aio at the top level; the Hugging Face guide's NVMe example nests it in
+  // zero_optimization (zero_key maps that one).
+  const bool nested = ds_.contains("zero_optimization") && ds_["zero_optimization"].is_object() &&
+                      ds_["zero_optimization"].contains("aio");
+  if (ds_.contains("aio") && nested)
+    problems_.push_back(
+        "aio is given both at the top level and in zero_optimization: give it once");
+  else if (ds_.contains("aio"))
+    aio("aio", ds_["aio"]);
+  top_level();
+  batch();
+  if (!problems_.empty()) {
+    std::string list;
+    for (const std::string& p : problems_) list += "\n  - " + p;
+    KIRI_RAISE(kConfig, "DeepSpeed config '", where_, "': ", problems_.size(),
+               " key(s) kiri cannot run as given (docs/deepspeed.md):", list);
   }
-
-  DeepSpeedConfig run() {
-    precision();
-    if (ds_.contains("optimizer")) optimizer(ds_["optimizer"]);
-    if (ds_.contains("scheduler")) scheduler(ds_["scheduler"]);
-    if (ds_.contains("zero_optimization")) zero(ds_["zero_optimization"]);
-    if (ds_.contains("activation_checkpointing"))
-      activation_checkpointing(ds_["activation_checkpointing"]);
-    top_level();
-    batch();
-    if (!problems_.empty()) {
-      std::string list;
-      for (const std::string& p : problems_) list += "\n  - " + p;
-      KIRI_RAISE(kConfig, "DeepSpeed config '", where_, "': ", problems_.size(),
-                 " key(s) kiri cannot run as given (docs/deepspeed.md):", list);
-    }
-    out_.config = cfg_;
-    return out_;
-  }
-
- private:
-  // `key` = `value`, from the file's `path`. A key given explicitly with another value is a
-  // problem, unless `soft` (the value does not change what the run does: it is skipped).
-  void set(const std::string& path, const std::string& key, const json& value, bool soft = false) {
-    RunConfig probe = cfg_;
-    try {
-      apply_key(probe, key, value);
-    } catch (const Error& e) {
-      problems_.push_back(str(path, " = ", shown(value), ": ", e.message()));
-      return;
-    }
-    const json before = get_key(cfg_, key), after = get_key(probe, key);
-    if (before != after && given_.count(key)) {
-      if (!soft)
-        problems_.push_back(str(path, " gives ", key, " = ", after.dump(),
-                                ", but kiri's config or --set gives ", key, " = ", before.dump(),
-                                ": drop one, or make them agree"));
-      return;
-    }
-    cfg_ = probe;
-    out_.entries.emplace_back(key, after);
-  }
-
-  void unsupported(const std::string& path, const json& v, const std::string& why) {
-    problems_.push_back(str(path, " = ", shown(v), ": not supported: ", why));
-  }
-
-  void no_effect(const std::string& path, const std::string& why) {
-    out_.notes.push_back(str(path, ": no effect in kiri (", why, ")"));
-  }
-
-  // A key that kiri runs only at one value: `ok` (or "auto") has no effect, anything else
-  // is unsupported.
-  void only(const std::string& path, const json& v, const json& ok, const std::string& why_ok,
-            const std::string& why_not) {
-    if (is_auto(v) || v == ok)
-      no_effect(path, why_ok);
-    else
-      unsupported(path, v, why_not);
-  }
-
-  bool is_object(const std::string& path, const json& v) {
-    if (v.is_object()) return true;
-    problems_.push_back(str(path, " must be a JSON object, got ", shown(v)));
-    return false;
-  }
-
-  std::optional<double> number(const std::string& path, const json& v) {
-    if (v.is_number()) return v.get<double>();
-    problems_.push_back(str(path, " must be a number, got ", shown(v)));
-    return std::nullopt;
-  }
-
-  void precision();
-  void fp16_keys(const json& fp16);
-  void optimizer(const json& o);
-  void scheduler(const json& s);
-  void scheduler_params(const std::string& type, const json& params);
-  void zero(const json& z);
-  void zero_key(const std::string& path, const std::string& k, const json& v);
-  void offload(const std::string& path, const json& o);
-  void activation_checkpointing(const json& a);
-  void top_level();
-  void batch();
-  void infer_batch(const char* path, const char* key, int64_t total, int64_t other,
-                   const char* other_name);
-
-  const json& ds_;
-  std::string where_;
-  RunConfig cfg_;
-  std::set<std::string> given_;
-  int world_;
-  DeepSpeedConfig out_;
-  std::vector<std::string> problems_;
-};
+  out_.config = cfg_;
+  return out_;
+}
 
 // bf16.enabled / fp16.enabled -> train.dtype; "auto" (or no "enabled") keeps kiri's.
 void Mapper::precision() {
@@ -387,9 +312,15 @@ void Mapper::zero_key(const std::string& path, const std::string& k, const json&
   } else if (k == "stage3_prefetch_bucket_size") {
     if (auto n = number(path, v)) set(path, "parallel.prefetch", *n > 0);
   } else if (k == "offload_optimizer" || k == "offload_param") {
-    offload(path, v);
-  } else if (k == "cpu_offload") {
-    only(path, v, false, "nothing offloaded", "offloading is not in kiri yet (issue 14)");
+    offload(path, v, k == "offload_param");
+  } else if (k == "cpu_offload") {  // DeepSpeed's old key: offload_optimizer.device cpu
+    cpu_offload(path, v, "offload.optimizer");
+  } else if (k == "cpu_offload_params" || k == "cpu_offload_param") {  // old: offload_param cpu
+    cpu_offload(path, v, "offload.parameters");
+  } else if (k == "cpu_offload_use_pin_memory") {
+    no_effect(path, "on the CPU backend no copy between device and host is pinned for");
+  } else if (k == "aio") {  // where the Hugging Face guide's NVMe example puts it
+    aio(path, v);
   } else if (k == "mics_shard_size") {
     const auto n = number(path, v);
     if (n && *n > 0) {
@@ -416,20 +347,6 @@ void Mapper::zero_key(const std::string& path, const std::string& k, const json&
   }
 }
 
-void Mapper::offload(const std::string& path, const json& o) {
-  if (!is_object(path, o)) return;
-  const json device = o.value("device", json("none"));
-  if (device == "none")
-    no_effect(path, "device none: nothing is offloaded");
-  else if (device == "cpu" || device == "nvme")
-    unsupported(path + ".device", device,
-                "offloading to CPU or NVMe is not in kiri yet (issue 14); set \"device\": "
-                "\"none\"");
-  else
-    problems_.push_back(
-        str(path, ".device must be \"none\", \"cpu\" or \"nvme\", got ", shown(device)));
-}
-
 // DeepSpeed's section configures the recomputation that the model code switches on
 // (Megatron's --checkpoint-activations, HF's gradient_checkpointing): kiri reads the
 // section as that switch, every block (parallel.activation_checkpointing full).
@@ -449,7 +366,8 @@ void Mapper::activation_checkpointing(const json& a) {
            "kiri keeps each checkpointed block input whole on every tensor-parallel rank");
     else if (it.key() == "cpu_checkpointing")
       only(path, *it, false, "checkpoints stay in memory",
-           "offloading checkpoints is not in kiri yet (issue 14)");
+           "kiri does not move activation checkpoints off RAM (offload covers the optimizer "
+           "states and the parameters: docs/offload.md)");
     else if (auto n = no_effect_keys.find(it.key()); n != no_effect_keys.end())
       no_effect(path, n->second);
     else
@@ -467,7 +385,8 @@ void Mapper::top_level() {
                                           "optimizer",
                                           "scheduler",
                                           "zero_optimization",
-                                          "activation_checkpointing"};
+                                          "activation_checkpointing",
+                                          "aio"};
   const std::string dtype = get_key(cfg_, "train.dtype").get<std::string>();
   for (auto it = ds_.begin(); it != ds_.end(); ++it) {
     const std::string& k = it.key();
@@ -554,13 +473,16 @@ void Mapper::infer_batch(const char* path, const char* key, int64_t total, int64
                             dp_from, ")"));
 }
 
-}  // namespace
+}  // namespace deepspeed_detail
+
+using deepspeed_detail::json;
+using deepspeed_detail::RunConfig;
 
 DeepSpeedConfig apply_deepspeed(const json& ds, const std::string& where, const RunConfig& cfg,
                                 const std::vector<std::pair<std::string, json>>& given, int world) {
   KIRI_CHECK_KIND(kConfig, ds.is_object(), "DeepSpeed config '", where,
                   "' must be a JSON object, got ", ds.type_name());
-  return Mapper(ds, where, cfg, given, world).run();
+  return deepspeed_detail::Mapper(ds, where, cfg, given, world).run();
 }
 
 DeepSpeedConfig load_deepspeed(const std::string& file, const RunConfig& cfg,

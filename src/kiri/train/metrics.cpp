@@ -21,6 +21,21 @@
 
 namespace kiri::train {
 
+namespace {
+// Bytes per category on each tier, and each tier's total. The device tier is the memory
+// the kernels compute on: on the CPU backend, host RAM (today's `mem` numbers).
+nlohmann::json tiers_json(const MemoryStats& s) {
+  nlohmann::json device = nlohmann::json::object(), nvme = nlohmann::json::object();
+  for (int i = 0; i < kNumCategories; ++i) {
+    device[category_name(static_cast<Category>(i))] = s.current[i];
+    nvme[category_name(static_cast<Category>(i))] = s.nvme[i];
+  }
+  device["total"] = s.allocated;
+  nvme["total"] = s.nvme_total();
+  return {{tier_name(Tier::kDevice), device}, {tier_name(Tier::kNvme), nvme}};
+}
+}  // namespace
+
 std::string metrics_json_line(const StepMetrics& m) {
   nlohmann::json mem = nlohmann::json::object();
   for (int i = 0; i < kNumCategories; ++i)
@@ -37,7 +52,12 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"mfu_gemm", m.mfu_gemm},
                       {"elapsed_s", m.elapsed_s},
-                      {"mem", mem}};
+                      {"mem", mem},
+                      {"tiers", tiers_json(m.mem)}};
+  if (m.offload_read_bytes != 0 || m.offload_written_bytes != 0 || m.offload_wait_s != 0)
+    j["offload"] = {{"read_bytes", m.offload_read_bytes},
+                    {"written_bytes", m.offload_written_bytes},
+                    {"wait_s", m.offload_wait_s}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.eta_s) j["eta_s"] = *m.eta_s;
   if (m.bubble) j["bubble"] = *m.bubble;
@@ -62,11 +82,20 @@ std::string progress_line(const StepMetrics& m) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | mfu %4.1f%% | "
-                "mem %s (peak %s) | elapsed %s",
+                "mem %s (peak %s)",
                 static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss, m.lr,
                 m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.mem.allocated).c_str(),
-                format_bytes(m.mem.peak_allocated).c_str(), format_duration(m.elapsed_s).c_str());
+                format_bytes(m.mem.peak_allocated).c_str());
   std::string s = buf;
+  // Offload: the NVMe tier beside the RAM, and the step's swap I/O.
+  if (const int64_t nvme = m.mem.nvme_total(); nvme > 0) s += " | nvme " + format_bytes(nvme);
+  if (m.offload_read_bytes != 0 || m.offload_written_bytes != 0) {
+    std::snprintf(buf, sizeof buf, " | io r %s w %s wait %.2fs",
+                  format_bytes(m.offload_read_bytes).c_str(),
+                  format_bytes(m.offload_written_bytes).c_str(), m.offload_wait_s);
+    s += buf;
+  }
+  s += " | elapsed " + format_duration(m.elapsed_s);
   if (m.eta_s) s += " | eta " + format_duration(*m.eta_s);
   if (m.bubble) {
     std::snprintf(buf, sizeof buf, " | bubble %.1f%%", 100.0 * *m.bubble);

@@ -33,7 +33,11 @@ struct StepMetrics {
   bool skipped = false;              // the update was skipped (non-finite gradients)
   std::optional<double> loss_scale;  // fp16: the loss scale this step used
   int64_t skipped_steps = 0;         // fp16: steps skipped so far
-  MemoryStats mem;
+  MemoryStats mem;  // RAM per category (current) and the NVMe tier (nvme); docs/metrics.md
+  // Offload (docs/offload.md): bytes this rank's swap files moved in the step, and the
+  // seconds the step waited on that I/O (what the overlap did not hide). 0 without offload.
+  int64_t offload_read_bytes = 0, offload_written_bytes = 0;
+  double offload_wait_s = 0;
   // Per operation kind, what this rank's communicators did in the step.
   std::vector<std::pair<std::string, comm::OpStats>> comm;
   // Pipeline parallelism: the share of the step's pipeline schedule in which

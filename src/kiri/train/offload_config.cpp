@@ -1,0 +1,152 @@
+#include "kiri/train/offload_config.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
+#include "kiri/base/units.h"
+
+namespace kiri::train {
+
+namespace {
+
+constexpr int64_t kPage = 4096;
+constexpr int64_t kMaxBlock = int64_t{1} << 30;
+constexpr int kStates = 3;  // fp32 master weights, Adam m and v
+
+const char* device_name(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone:
+      return "none";
+    case OffloadDevice::kCpu:
+      return "cpu";
+    case OffloadDevice::kNvme:
+      return "nvme";
+  }
+  return "?";
+}
+
+// Where the stage came from, for the message: the strategy decides when it is set.
+std::string stage_source(const ParallelConfig& p, int stage) {
+  if (!p.sharding_strategy.empty())
+    return str("parallel.sharding_strategy = ", p.sharding_strategy, " (ZeRO stage ", stage, ")");
+  return str("parallel.zero_stage = ", stage);
+}
+
+// The block size in bytes, or a problem (and -1).
+int64_t block_or_problem(const OffloadConfig& o, std::vector<std::string>& problems) {
+  int64_t b = -1;
+  try {
+    b = parse_bytes(o.block_size);
+  } catch (const Error& e) {
+    problems.push_back(str("offload.block_size = '", quote_bounded(o.block_size, 80),
+                           "' is not a byte size (e.g. 1MiB, 262144): ", e.message()));
+    return -1;
+  }
+  if (b < kPage || b % kPage != 0 || b > kMaxBlock) {
+    problems.push_back(str("offload.block_size = '", quote_bounded(o.block_size, 80), "' is ", b,
+                           " bytes: it must be a multiple of 4 KiB (4096 bytes, O_DIRECT's "
+                           "alignment) up to 1 GiB"));
+    return -1;
+  }
+  return b;
+}
+
+void check_cpu(const char* key, OffloadDevice d, const char* what,
+               std::vector<std::string>& problems) {
+  if (d != OffloadDevice::kCpu) return;
+  problems.push_back(str(key, " = cpu: on the CPU backend host memory is already where the ", what,
+                         " are (the device kiri computes on is the host's RAM); offload moves "
+                         "state off the device, and the tier below RAM is NVMe: use ",
+                         key, " = nvme, or none"));
+}
+
+// The rules between the keys that only matter with offload on.
+void check_on(const RunConfig& cfg, std::vector<std::string>& problems) {
+  const OffloadConfig& o = cfg.offload;
+  if (o.parameters == OffloadDevice::kNvme) {
+    const int stage = resolve_sharding(cfg.parallel).stage;
+    if (stage != 3)
+      problems.push_back(
+          str("offload.parameters = nvme needs ZeRO stage 3 (ZeRO-Infinity: what "
+              "goes to NVMe is each rank's parameter shard), but ",
+              stage_source(cfg.parallel, stage),
+              ": set parallel.zero_stage = 3 (or FULL_SHARD), or "
+              "offload.parameters = none"));
+    if (o.optimizer != OffloadDevice::kNvme)
+      problems.push_back(
+          str("offload.parameters = nvme needs offload.optimizer = nvme too, got "
+              "offload.optimizer = ",
+              device_name(o.optimizer),
+              ": the optimizer states (12 bytes per parameter) leave RAM before "
+              "the parameters (2 to 4)"));
+  }
+  if (o.path.empty())
+    problems.push_back(
+        "offload.path is empty: the swap files need a folder (default {run.dir}/offload)");
+  if (o.buffer_count < 2)
+    problems.push_back(str("offload.buffer_count = ", o.buffer_count,
+                           ": at least 2 (one chunk is read while another is written)"));
+  if (o.queue_depth < 1)
+    problems.push_back(str("offload.queue_depth = ", o.queue_depth, ": at least 1"));
+  const int64_t block = block_or_problem(o, problems);
+  if (block <= 0) return;
+  const int64_t buffer = offload_buffer_bytes(o);
+  if (!(o.buffer_mb > 0) || buffer < kStates * block)
+    problems.push_back(
+        str("offload.buffer_mb = ", o.buffer_mb, " (", format_bytes(buffer),
+            ") cannot hold one block of each of the ", kStates, " optimizer states: it needs ",
+            kStates, " x offload.block_size = ", kStates, " x ", format_bytes(block), " = ",
+            format_bytes(kStates * block), " (", kStates * block / 1048576.0, " MiB) or more"));
+}
+
+}  // namespace
+
+void validate_offload(const RunConfig& cfg) {
+  const OffloadConfig& o = cfg.offload;
+  std::vector<std::string> problems;
+  check_cpu("offload.optimizer", o.optimizer, "optimizer states", problems);
+  check_cpu("offload.parameters", o.parameters, "parameters", problems);
+  if (o.optimizer == OffloadDevice::kNvme || o.parameters == OffloadDevice::kNvme)
+    check_on(cfg, problems);
+  if (problems.empty()) return;
+  if (problems.size() == 1) KIRI_RAISE(kConfig, problems.front(), " (docs/offload.md)");
+  std::string list;
+  for (const std::string& p : problems) list += "\n  - " + p;
+  KIRI_RAISE(kConfig, problems.size(),
+             " problems with the offload.* keys (docs/offload.md):", list);
+}
+
+int64_t offload_block_bytes(const OffloadConfig& o) {
+  std::vector<std::string> problems;
+  const int64_t b = block_or_problem(o, problems);
+  KIRI_CHECK_KIND(kConfig, problems.empty(), problems.empty() ? "" : problems.front());
+  return b;
+}
+
+int64_t offload_buffer_bytes(const OffloadConfig& o) {
+  if (!(o.buffer_mb > 0)) return 0;
+  return static_cast<int64_t>(std::floor(o.buffer_mb * 1048576.0));
+}
+
+offload::IoOptions io_options(const OffloadConfig& o) {
+  offload::IoOptions io;
+  switch (o.engine) {
+    case IoEngine::kAuto:
+      io.engine = offload::IoEngineKind::kAuto;
+      break;
+    case IoEngine::kIoUring:
+      io.engine = offload::IoEngineKind::kIoUring;
+      break;
+    case IoEngine::kThreads:
+      io.engine = offload::IoEngineKind::kThreads;
+      break;
+  }
+  io.queue_depth = o.queue_depth;
+  io.block_size = offload_block_bytes(o);
+  return io;
+}
+
+}  // namespace kiri::train
