@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -172,7 +173,9 @@ void SwapSpace::wait(Ticket ticket) {
   Pending p = *pending_[ticket];
   pending_[ticket]->live = false;
   while (!pending_.empty() && (!pending_.back() || !pending_.back()->live)) pending_.pop_back();
+  const auto t0 = std::chrono::steady_clock::now();
   const IoResult r = io_->wait(p.io);
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   File& f = *files_[static_cast<size_t>(p.file)];
   const char* what = p.write ? "write" : "read";
   if (r.err != 0)

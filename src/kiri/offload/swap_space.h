@@ -74,6 +74,8 @@ class SwapSpace {
   // Bytes read and written since construction.
   int64_t bytes_read() const { return bytes_read_; }
   int64_t bytes_written() const { return bytes_written_; }
+  // Seconds spent blocked in wait(): the I/O the overlap did not hide.
+  double wait_seconds() const { return wait_s_; }
 
  private:
   struct File;
@@ -87,6 +89,7 @@ class SwapSpace {
   std::vector<std::unique_ptr<File>> files_;
   std::vector<std::unique_ptr<Pending>> pending_;
   int64_t bytes_read_ = 0, bytes_written_ = 0;
+  double wait_s_ = 0;
 };
 
 // One buffer of `bytes` (rounded up to 4 KiB), 4 KiB-aligned for O_DIRECT,

@@ -22,6 +22,7 @@
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/offload_config.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
 
@@ -263,21 +264,14 @@ void Trainer::build() {
 }
 
 void Trainer::open_swap_space() {
+  validate_offload(cfg_);  // also for configs built in code, which skip cli::validate
   const OffloadConfig& o = cfg_.offload;
-  KIRI_CHECK_KIND(kConfig,
-                  o.optimizer != OffloadDevice::kCpu && o.parameters != OffloadDevice::kCpu,
-                  "offload to cpu: on the CPU backend host memory is already where the training "
-                  "state is; offload.optimizer/parameters = nvme moves it to disk");
   if (o.optimizer != OffloadDevice::kNvme) return;
   char rank[32];
   std::snprintf(rank, sizeof rank, "/rank%05d", world_->rank());
   offload::SwapOptions swap;
   swap.dir = o.path + rank;
-  swap.io.engine = o.engine == IoEngine::kIoUring   ? offload::IoEngineKind::kIoUring
-                   : o.engine == IoEngine::kThreads ? offload::IoEngineKind::kThreads
-                                                    : offload::IoEngineKind::kAuto;
-  swap.io.queue_depth = o.queue_depth;
-  swap.io.block_size = parse_bytes(o.block_size);
+  swap.io = io_options(o);
   swap_ = std::make_unique<offload::SwapSpace>(swap, allocator_);
 }
 
@@ -288,7 +282,7 @@ optim::StateOffload Trainer::make_state_offload() {
   so.swap = swap_.get();
   so.unit_starts = parallel_->optimizer_unit_starts();
   so.buffer_count = o.buffer_count;
-  so.buffer_bytes = static_cast<int64_t>(o.buffer_mb * 1024 * 1024);
+  so.buffer_bytes = offload_buffer_bytes(o);
   so.values_files = parallel_->optimizer_values_files();
   so.values_dtype = compute_dtype();
   return so;
@@ -380,6 +374,9 @@ StepMetrics Trainer::train_step() {
   const model::PipelineStats pipeline_before =
       pipeline ? pipeline->stats() : model::PipelineStats{};
   Timer timer;
+  const int64_t read0 = swap_ ? swap_->bytes_read() : 0;
+  const int64_t written0 = swap_ ? swap_->bytes_written() : 0;
+  const double wait0 = swap_ ? swap_->wait_seconds() : 0;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
   parallel_->zero_grad();
@@ -423,6 +420,11 @@ StepMetrics Trainer::train_step() {
   mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
   StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
   m.skipped = skipped;
+  if (swap_) {
+    m.offload_read_bytes = swap_->bytes_read() - read0;
+    m.offload_written_bytes = swap_->bytes_written() - written0;
+    m.offload_wait_s = swap_->wait_seconds() - wait0;
+  }
   if (pipeline) m.bubble = (pipeline->stats() - pipeline_before).bubble();
   if (scaler_) {
     m.loss_scale = loss_scale;
