@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -131,10 +132,15 @@ class ThreadsIo final : public AsyncIo {
 std::unique_ptr<AsyncIo> make_io_uring(const IoOptions& options);  // async_io_uring.cpp
 
 std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
-  KIRI_CHECK_KIND(kConfig, options.queue_depth >= 1, "offload.queue_depth must be >= 1, got ",
-                  options.queue_depth);
-  KIRI_CHECK_KIND(kConfig, options.block_size >= 4096 && options.block_size % 4096 == 0,
-                  "offload.block_size must be a multiple of 4 KiB, got ", options.block_size);
+  // The schema's bounds (config_schema.cpp), checked again for callers that bypass it: a
+  // queue_depth of 10^5 would be that many threads, or a ring the kernel refuses.
+  KIRI_CHECK_KIND(kConfig, options.queue_depth >= 1 && options.queue_depth <= 1024,
+                  "offload.queue_depth must be in [1, 1024], got ", options.queue_depth);
+  KIRI_CHECK_KIND(kConfig,
+                  options.block_size >= 4096 && options.block_size % 4096 == 0 &&
+                      options.block_size <= (int64_t{1} << 30),
+                  "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got ",
+                  options.block_size);
   if (options.engine == IoEngineKind::kThreads) return std::make_unique<ThreadsIo>(options);
   if (auto ring = make_io_uring(options)) return ring;  // nullptr: the kernel refuses io_uring
   KIRI_CHECK_KIND(kConfig, options.engine == IoEngineKind::kAuto,
