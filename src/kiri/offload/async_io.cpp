@@ -56,9 +56,12 @@ class ThreadsIo final : public AsyncIo {
     std::unique_lock<std::mutex> lock(mutex_);
     auto it = requests_.find(ticket);
     KIRI_CHECK(it != requests_.end(), "I/O ticket ", ticket, " is unknown or already waited for");
-    done_.wait(lock, [&] { return it->second.pending == 0; });
-    IoResult r = it->second.result;
-    requests_.erase(it);
+    // A reference, not the iterator: a request started from another thread meanwhile
+    // may rehash the map, which moves iterators but not elements.
+    const Request& req = it->second;
+    done_.wait(lock, [&] { return req.pending == 0; });
+    const IoResult r = req.result;
+    requests_.erase(ticket);
     return r;
   }
   const char* name() const override { return "threads"; }
