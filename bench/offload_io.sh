@@ -9,7 +9,9 @@
 # keep the cores busy while the swapper's I/O runs). Prints markdown tables: GB/s with
 # the ratio to the best of its column, the CPU seconds per GB moved (the cores training
 # would have used), and io_uring over threads at each setting.
-#   bash bench/offload_io.sh [BUILD_DIR] [DIR]     (BENCH_BYTES=1GiB BENCH_REPEAT=3)
+#   bash bench/offload_io.sh [BUILD_DIR] [DIR]
+# Environment: BENCH_BYTES (1GiB), BENCH_REPEAT (3), and BENCH_QD ("1 8 32") and
+# BENCH_BLOCKS ("128KiB 1MiB 8MiB") to measure fewer settings more often.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -22,8 +24,8 @@ work=$(mktemp -d "$dir/kiri-offload-io.XXXXXX")
 out=$(mktemp)
 trap 'rm -rf "$work" "$out"' EXIT  # measure_disk_bandwidth removes its files; this is the folder
 for ((r = 0; r < repeat; r++)); do
-  for qd in 1 8 32; do
-    for bs in 128KiB 1MiB 8MiB; do
+  for qd in ${BENCH_QD:-1 8 32}; do
+    for bs in ${BENCH_BLOCKS:-128KiB 1MiB 8MiB}; do
       for busy in 0 "$busy_threads"; do
         for engine in io_uring threads; do
           "$build/bench/offload_io_bench" "$work" "$bytes" "$engine" "$qd" "$bs" 1 "$busy" >> "$out"

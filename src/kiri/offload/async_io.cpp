@@ -144,12 +144,18 @@ std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
                       options.block_size <= (int64_t{1} << 30),
                   "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got ",
                   options.block_size);
-  if (options.engine == IoEngineKind::kThreads) return std::make_unique<ThreadsIo>(options);
-  if (auto ring = make_io_uring(options)) return ring;  // nullptr: the kernel refuses io_uring
-  KIRI_CHECK_KIND(kConfig, options.engine == IoEngineKind::kAuto,
+  // auto is the thread pool, by measurement (bench/offload_io.sh, docs/performance.md):
+  // on this machine's disk the pool moved more at the default queue depth 8 and at
+  // 8 MiB blocks (io_uring 0.66-0.88x idle, 0.74-0.97x with every core busy, best of
+  // 6), at the same CPU per GB; io_uring issues and reaps every piece on one thread, so
+  // a descheduled thread stalls the whole queue. io_uring stays a choice for disks
+  // where it measures faster.
+  if (options.engine != IoEngineKind::kIoUring) return std::make_unique<ThreadsIo>(options);
+  auto ring = make_io_uring(options);  // nullptr: the kernel refuses io_uring
+  KIRI_CHECK_KIND(kConfig, ring != nullptr,
                   "offload.engine = io_uring, but this kernel refuses io_uring (a container's "
                   "seccomp profile may block it): use offload.engine = threads or auto");
-  return std::make_unique<ThreadsIo>(options);
+  return ring;
 }
 
 }  // namespace kiri::offload
