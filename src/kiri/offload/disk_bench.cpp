@@ -67,10 +67,11 @@ void open_scratch(const std::string& dir, Scratch& s, bool& direct) {
   }
 }
 
-// One pass over the file: requests of one block each, 2 x queue_depth of them
-// outstanding, so the engine always has the next piece queued when one completes.
-void pass(AsyncIo& io, const Scratch& s, void* buf, int64_t bytes, int64_t block, int depth,
-          bool write, const std::string& dir) {
+// One pass over the file: requests of one block each, up to `slots` of them
+// outstanding (each into its own slot of buf: reads into one buffer at once would race),
+// so the engine has the next piece queued when one completes.
+void pass(AsyncIo& io, const Scratch& s, char* buf, int slots, int64_t stride, int64_t bytes,
+          int64_t block, bool write, const std::string& dir) {
   std::deque<std::pair<AsyncIo::Ticket, int64_t>> out;  // ticket, offset
   auto reap = [&] {
     const auto [ticket, at] = out.front();
@@ -82,10 +83,12 @@ void pass(AsyncIo& io, const Scratch& s, void* buf, int64_t bytes, int64_t block
       KIRI_RAISE(kIo, "cannot measure the disk under ", dir, ": ", write ? "a write" : "a read",
                  " at offset ", at, " moved ", r.done, " of ", r.bytes, " bytes");
   };
-  for (int64_t at = 0; at < bytes; at += block) {
-    if (static_cast<int64_t>(out.size()) >= 2 * depth) reap();
+  int64_t i = 0;
+  for (int64_t at = 0; at < bytes; at += block, ++i) {
+    if (static_cast<int64_t>(out.size()) >= slots) reap();
     const int64_t n = std::min(block, bytes - at);
-    out.emplace_back(write ? io.write(s.fd, buf, n, at) : io.read(s.fd, buf, n, at), at);
+    char* slot = buf + (i % slots) * stride;
+    out.emplace_back(write ? io.write(s.fd, slot, n, at) : io.read(s.fd, slot, n, at), at);
   }
   while (!out.empty()) reap();
 }
@@ -106,25 +109,32 @@ DiskBandwidth measure_disk_bandwidth(const std::string& dir, int64_t bytes,
   // pass measures writes into allocated space, as every step's writes are.
   if (const int err = ::posix_fallocate(s.fd, 0, bytes); err != 0)
     fail(dir, str("reserving ", format_bytes(bytes), " for a scratch file").c_str(), err);
-  Aligned buf(std::min(block, bytes));
+  // 2 x queue_depth requests outstanding, within 128 MiB of buffers but never fewer
+  // than queue_depth + 1 (the engine's queue_depth in flight and the next one queued).
+  const int depth = options.queue_depth;
+  const int64_t cap = std::max<int64_t>(depth + 1, (int64_t{128} << 20) / block);
+  const int slots = static_cast<int>(std::min<int64_t>(2 * depth, cap));
+  const int64_t stride = std::min(block, bytes);
+  const int64_t buf_bytes = slots * stride;
+  Aligned buf(buf_bytes);
   if (buf.p == nullptr) fail(dir, "a staging buffer", ENOMEM);
   std::mt19937_64 rng(0x6b697269);  // incompressible data, as optimizer states are
-  for (int64_t i = 0; i < std::min(block, bytes) / 8; ++i) static_cast<uint64_t*>(buf.p)[i] = rng();
+  for (int64_t i = 0; i < buf_bytes / 8; ++i) static_cast<uint64_t*>(buf.p)[i] = rng();
+  char* b = static_cast<char*>(buf.p);
 
   // A first, untimed pass writes the reserved (unwritten) extents: every step rewrites
   // blocks written before (StateStore writes zeros at creation), and on ext4 a write
-  // into unwritten extents is slower (converted at completion, and io_uring hands it to
-  // a kernel worker instead of issuing it at once).
-  pass(*io, s, buf.p, bytes, block, options.queue_depth, true, dir);
+  // into unwritten extents costs more (the extents are converted as it completes).
+  pass(*io, s, b, slots, stride, bytes, block, true, dir);
   if (::fdatasync(s.fd) != 0) fail(dir, "fdatasync of the scratch file", errno);
   Timer write_timer;
-  pass(*io, s, buf.p, bytes, block, options.queue_depth, true, dir);
+  pass(*io, s, b, slots, stride, bytes, block, true, dir);
   if (::fdatasync(s.fd) != 0) fail(dir, "fdatasync of the scratch file", errno);
   const double write_s = write_timer.seconds();
   // Nothing of the file may be read from memory (the buffered fallback relies on it).
   ::posix_fadvise(s.fd, 0, 0, POSIX_FADV_DONTNEED);
   Timer read_timer;
-  pass(*io, s, buf.p, bytes, block, options.queue_depth, false, dir);
+  pass(*io, s, b, slots, stride, bytes, block, false, dir);
   const double read_s = read_timer.seconds();
   bw.write_bytes_per_s = static_cast<double>(bytes) / write_s;
   bw.read_bytes_per_s = static_cast<double>(bytes) / read_s;
