@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -55,9 +56,12 @@ class ThreadsIo final : public AsyncIo {
     std::unique_lock<std::mutex> lock(mutex_);
     auto it = requests_.find(ticket);
     KIRI_CHECK(it != requests_.end(), "I/O ticket ", ticket, " is unknown or already waited for");
-    done_.wait(lock, [&] { return it->second.pending == 0; });
-    IoResult r = it->second.result;
-    requests_.erase(it);
+    // A reference, not the iterator: a request started from another thread meanwhile
+    // may rehash the map, which moves iterators but not elements.
+    const Request& req = it->second;
+    done_.wait(lock, [&] { return req.pending == 0; });
+    const IoResult r = req.result;
+    requests_.erase(ticket);
     return r;
   }
   const char* name() const override { return "threads"; }
@@ -131,16 +135,27 @@ class ThreadsIo final : public AsyncIo {
 std::unique_ptr<AsyncIo> make_io_uring(const IoOptions& options);  // async_io_uring.cpp
 
 std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
-  KIRI_CHECK_KIND(kConfig, options.queue_depth >= 1, "offload.queue_depth must be >= 1, got ",
-                  options.queue_depth);
-  KIRI_CHECK_KIND(kConfig, options.block_size >= 4096 && options.block_size % 4096 == 0,
-                  "offload.block_size must be a multiple of 4 KiB, got ", options.block_size);
-  if (options.engine == IoEngineKind::kThreads) return std::make_unique<ThreadsIo>(options);
-  if (auto ring = make_io_uring(options)) return ring;  // nullptr: the kernel refuses io_uring
-  KIRI_CHECK_KIND(kConfig, options.engine == IoEngineKind::kAuto,
+  // The schema's bounds (config_schema.cpp), checked again for callers that bypass it: a
+  // queue_depth of 10^5 would be that many threads, or a ring the kernel refuses.
+  KIRI_CHECK_KIND(kConfig, options.queue_depth >= 1 && options.queue_depth <= 1024,
+                  "offload.queue_depth must be in [1, 1024], got ", options.queue_depth);
+  KIRI_CHECK_KIND(kConfig,
+                  options.block_size >= 4096 && options.block_size % 4096 == 0 &&
+                      options.block_size <= (int64_t{1} << 30),
+                  "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got ",
+                  options.block_size);
+  // auto is the thread pool, by measurement (bench/offload_io.sh, docs/performance.md):
+  // at the default queue depth 8 and 1 MiB blocks io_uring moved less on this machine's
+  // disk (idle: 0.66-0.80x on writes in 3 runs of 4, 0.66-0.94x on reads in all 4; busy
+  // cores: no winner) at the same CPU per GB. Its one completion thread issues every
+  // piece, so when that thread waits for a core the queue drains; the pool's threads
+  // wait independently. io_uring stays a choice where it measures faster.
+  if (options.engine != IoEngineKind::kIoUring) return std::make_unique<ThreadsIo>(options);
+  auto ring = make_io_uring(options);  // nullptr: the kernel refuses io_uring
+  KIRI_CHECK_KIND(kConfig, ring != nullptr,
                   "offload.engine = io_uring, but this kernel refuses io_uring (a container's "
                   "seccomp profile may block it): use offload.engine = threads or auto");
-  return std::make_unique<ThreadsIo>(options);
+  return ring;
 }
 
 }  // namespace kiri::offload

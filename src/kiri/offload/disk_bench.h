@@ -12,12 +12,14 @@ namespace kiri::offload {
 struct DiskBandwidth {
   double write_bytes_per_s = 0;
   double read_bytes_per_s = 0;
-  bool direct = true;         // O_DIRECT was in use (false: the filesystem refuses it)
-  std::string engine;         // the engine measured ("io_uring", "threads")
+  bool direct = true;  // O_DIRECT was in use (false: the filesystem refuses it)
+  std::string engine;  // the engine measured ("io_uring", "threads")
 };
 
-// Writes then reads back `bytes` in a scratch file under `dir` (removed after), timing
-// each pass; kIo naming the folder when it cannot.
+// Writes `bytes` in a scratch file under `dir` (reserved first, removed after), then
+// times a rewrite of it (fdatasync'd: steady state, as every step rewrites the swap
+// files) and a read back (its page cache dropped first); kIo naming the folder when it
+// cannot (a full disk says so). The buffered fallback sets direct = false.
 DiskBandwidth measure_disk_bandwidth(const std::string& dir, int64_t bytes,
                                      const IoOptions& options);
 
