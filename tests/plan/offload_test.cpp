@@ -96,11 +96,7 @@ TEST(PlanOffload, ParameterOffloadMovesTheShardAndStagesTwoUnits) {
   EXPECT_DOUBLE_EQ(off.nvme.optimizer_states, 12 * kTinyParams / 4);
   EXPECT_DOUBLE_EQ(off.buffers, plain.buffers + 4 * 262144 * 12 + 2 * 2 * 49984.0 / 4);
   EXPECT_DOUBLE_EQ(off.gradients, plain.gradients);
-  // Parameters alone (stage 3): the pool is not there.
-  l.offload.optimizer = OffloadTarget::kNone;
-  const MemoryBreakdown par = rank_memory(m, l, 0);
-  EXPECT_DOUBLE_EQ(par.optimizer_states, plain.optimizer_states);
-  EXPECT_DOUBLE_EQ(par.buffers, plain.buffers + 2 * 2 * 49984.0 / 4);
+  EXPECT_DOUBLE_EQ(off.activations, plain.activations);
 }
 
 TEST(PlanOffload, ExactModeUsesThePaddedShards) {
@@ -140,6 +136,10 @@ TEST(PlanOffload, ValidationNamesTheRule) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
     EXPECT_NE(e.message().find("ZeRO stage 3"), std::string::npos) << e.message();
   }
+  l.zero_stage = 3;  // stage 3, but the optimizer states stay: kiri's rule
+  EXPECT_THROW(validate(l, m), Error);
+  l.offload.optimizer = OffloadTarget::kNvme;
+  EXPECT_NO_THROW(validate(l, m));
   l = tiny_layout(1, 0, Precision::kBf16);
   l.offload.optimizer = OffloadTarget::kNvme;
   l.offload.buffer_bytes = 2 << 20;  // 3 states x 1 MiB do not fit 2 MiB

@@ -159,6 +159,7 @@ TEST(PlanCommand, OffloadOptionsInLayoutMode) {
   EXPECT_NE(r.output.find("offload I/O per step: "), std::string::npos) << r.output;
   for (const char* bad :
        {"--offload-optimizer cpu", "--offload-parameters nvme --zero-stage 2",
+        "--offload-parameters nvme --zero-stage 3",
         "--offload-optimizer nvme --offload-buffer-count 1", "--offload-optimizer disk",
         "--offload-optimizer nvme --offload-block-size 1000", "--disk-read-bandwidth 0",
         "--offload-optimizer nvme --no-offload"}) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -270,6 +271,10 @@ void measure_disk(const Args& a, plan::Calibration& c) {
   c.disk.bytes = bytes_option(a, "disk-bytes", "256MiB");
   c.disk.block_size = io.block_size;
   c.disk.queue_depth = io.queue_depth;
+  std::error_code ec;  // the default offload.path's folder may not exist yet
+  std::filesystem::create_directories(c.disk.path, ec);
+  KIRI_CHECK_KIND(kIo, !ec, "cannot create the folder to measure the disk under, ", c.disk.path,
+                  ": ", ec.message());
   const offload::DiskBandwidth d = offload::measure_disk_bandwidth(c.disk.path, c.disk.bytes, io);
   c.disk.engine = d.engine;
   c.disk.direct = d.direct;

@@ -116,6 +116,10 @@ void validate_offload(const Layout& l) {
                   "parameter offload needs ZeRO stage 3 (each rank keeps only its shard of the "
                   "parameters, which is what moves to NVMe), got stage ",
                   l.zero_stage);
+  KIRI_CHECK_KIND(kConfig,
+                  o.parameters == OffloadTarget::kNone || o.optimizer == OffloadTarget::kNvme,
+                  "parameter offload needs the optimizer states offloaded too (ZeRO-Infinity "
+                  "moves the larger states first; offload.optimizer = nvme)");
   KIRI_CHECK_KIND(kConfig, o.buffer_count >= 2,
                   "offload.buffer_count must be >= 2 (one chunk read while one is written), got ",
                   o.buffer_count);

@@ -326,8 +326,8 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
       rec.best = e;
       break;
     }
-  // Within kNearlyAsFast of the fastest, the layout with the fewest cuts, then the least
-  // communication.
+  // Within kNearlyAsFast of the fastest, the layout with the least on NVMe (0 unless
+  // offloaded), then the fewest cuts, then the least communication.
   auto cuts = [](const Layout& l) {
     return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) + (l.recompute != Recompute::kNone);
   };
@@ -338,8 +338,10 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
     const double limit = rec.best->time.step_s * kNearlyAsFast;
     for (const Evaluation& e : candidates) {
       if (!e.fits || e.time.step_s > limit) break;  // sorted: the fitting ones by time
+      // Offloaded, the least on NVMe first: disk space, and the traffic of a shared disk.
+      const double da = e.memory.memory.nvme.total(), db = rec.best->memory.memory.nvme.total();
       const int a = cuts(e.layout), b = cuts(rec.best->layout);
-      if (a < b || (a == b && comm(e) < comm(*rec.best))) rec.best = e;
+      if (da < db || (da == db && (a < b || (a == b && comm(e) < comm(*rec.best))))) rec.best = e;
     }
   }
 
@@ -417,9 +419,10 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
                                 " sequences (", l.microbatches(), " micro-batches of ",
                                 l.micro_batch, " per rank)"));
     if (l.zero_stage > 0)
-      rec.reasons.push_back(str("ZeRO stage ", l.zero_stage, ": model states ",
-                                gib(base.model_states()), " -> ", gib(mem.model_states()),
-                                " per rank"));
+      rec.reasons.push_back(
+          str("ZeRO stage ", l.zero_stage, ": model states ", gib(base.model_states()), " -> ",
+              gib(mem.all_model_states()), " per rank",
+              l.offload.any() ? str(" (", gib(mem.model_states()), " of them in memory)") : ""));
     if (l.tp > 1)
       rec.reasons.push_back(str("tensor parallel: tp ", l.tp, " cuts each layer's matrices (",
                                 gib(static_cast<double>(m.layer_params()) * value_bytes(l.dtype)),
