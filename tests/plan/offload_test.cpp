@@ -186,6 +186,8 @@ TEST(PlanOffload, TimeAddsTheDiskByHand) {
   // Streamed under the update: the step pays max(update, I/O), not their sum.
   const double io = states / 0.5e9 + states / 0.25e9;
   EXPECT_DOUBLE_EQ(opt.io_exposed_s, std::max(0.0, io - plain.optimizer_s));
+  EXPECT_GT(opt.io_exposed_s, 0);  // a fast update (10 GB/s) does not hide a slow disk
+  EXPECT_GT(opt.step_s, plain.step_s);
   EXPECT_DOUBLE_EQ(opt.step_s, plain.step_s + opt.io_exposed_s);
   // Parameter offload: the 2-byte shard read twice (forward, backward), written once.
   l.offload.parameters = OffloadTarget::kNvme;
