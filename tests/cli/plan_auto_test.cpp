@@ -42,7 +42,8 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   const std::string dir = temp_dir("calibrate");
   const std::string file = dir + "/cal.json";
   Result r = kiri("plan --calibrate --out " + file + " --offload-path " + dir +
-                  "/disk --disk-bytes 16MiB --offload-block-size 256KiB --offload-queue-depth 4");
+                  "/disk --disk-bytes 16MiB --offload-block-size 256KiB --offload-queue-depth 4"
+                  " --offload-engine threads");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("fp32 GEMM 1024^3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  disk of " + dir + "/disk ("), std::string::npos) << r.output;
@@ -57,6 +58,7 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   EXPECT_EQ(j["version"], 4);
   EXPECT_EQ(j["disk"]["block_size"], 256 << 10);
   EXPECT_EQ(j["disk"]["queue_depth"], 4);
+  EXPECT_EQ(j["disk"]["engine"], "threads");
   EXPECT_EQ(j["disk"]["bytes"], 16 << 20);
   EXPECT_GT(j["disk"]["read_bytes_per_s"].get<double>(), 1e6);
   EXPECT_GT(j["disk"]["write_bytes_per_s"].get<double>(), 1e6);

@@ -260,17 +260,30 @@ std::string si(double x, const char* unit) {
   return buf;
 }
 
-// The disk under --offload-path as the offload engine uses it (O_DIRECT, the configured block
-// size and queue depth): one process, since the ranks of a node share the disk.
-void measure_disk(const Args& a, plan::Calibration& c) {
+// What --calibrate measures the disk with (the options checked before any measuring).
+offload::IoOptions disk_io(const Args& a, plan::Calibration& c) {
   const plan::OffloadSpec o = offload_of(a);
   offload::IoOptions io;
   io.block_size = o.block_size;
   io.queue_depth = o.queue_depth;
+  const std::string engine = a.get("offload-engine").value_or("auto");
+  if (engine == "io_uring")
+    io.engine = offload::IoEngineKind::kIoUring;
+  else if (engine == "threads")
+    io.engine = offload::IoEngineKind::kThreads;
+  else
+    KIRI_CHECK_KIND(kConfig, engine == "auto",
+                    "--offload-engine must be auto, io_uring or threads, got '", engine, "'");
   c.disk.path = a.get("offload-path").value_or("runs/calibration");
   c.disk.bytes = bytes_option(a, "disk-bytes", "256MiB");
   c.disk.block_size = io.block_size;
   c.disk.queue_depth = io.queue_depth;
+  return io;
+}
+
+// The disk under --offload-path as the offload engine uses it (O_DIRECT, the configured block
+// size and queue depth): one process, since the ranks of a node share the disk.
+void measure_disk(const offload::IoOptions& io, plan::Calibration& c) {
   std::error_code ec;  // the default offload.path's folder may not exist yet
   std::filesystem::create_directories(c.disk.path, ec);
   KIRI_CHECK_KIND(kIo, !ec, "cannot create the folder to measure the disk under, ", c.disk.path,
@@ -288,6 +301,7 @@ int calibrate(const Args& a) {
   comm::Communicator& w = *world.comm;
   const bool rank0 = w.rank() == 0;
   plan::Calibration c;
+  const offload::IoOptions io = disk_io(a, c);
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) == 0) c.host = host;
   const std::time_t now = std::time(nullptr);
@@ -343,7 +357,7 @@ int calibrate(const Args& a) {
   const plan::Link link = plan::fit_link(c.samples, c.link_ranks);
   c.bandwidth = link.bandwidth;
   c.latency = c.link_method == "all_reduce" ? std::max(link.latency, 1e-9) : 0.0;
-  if (rank0) measure_disk(a, c);
+  if (rank0) measure_disk(io, c);
   w.barrier();
   if (!rank0) return 0;
   const std::string out = a.get("out").value_or(plan::default_calibration_path());

@@ -213,6 +213,8 @@ std::vector<OptionSpec> plan_options() {
       {"--offload-path", K::kValue, "DIR", "runs/calibration",
        "--calibrate: the folder whose disk to measure (offload.path's)"},
       {"--disk-bytes", K::kValue, "BYTES", "256MiB", "--calibrate: bytes written and read back"},
+      {"--offload-engine", K::kValue, "auto|io_uring|threads", "auto",
+       "--calibrate: the I/O engine measured (offload.engine)"},
       {"--top", K::kValue, "N", "10", "rows of the table (candidates in JSON)"},
       {"--json", K::kFlag, "", "", "JSON instead of text"},
       {"--calibrate", K::kFlag, "", "",
