@@ -46,6 +46,14 @@ TEST(PlanOffload, PoolIsCountChunksOfEveryStateRoundedToBlocks) {
   // A state smaller than a chunk: itself rounded up to a block (1000 -> 262144 elements).
   EXPECT_DOUBLE_EQ(offload_pool_bytes(o, Precision::kBf16, 1000), 4.0 * 262144 * 12);
   EXPECT_DOUBLE_EQ(offload_pool_bytes(o, Precision::kBf16, 262145), 4.0 * 524288 * 12);
+  // Parameter offload streams the 2-byte values with the states: 14 bytes an element, in
+  // granules of 1 MiB / 2 elements: 64 MiB / 14 = 4793490.3 -> 9 granules = 4718592.
+  OffloadSpec v = o;
+  v.optimizer = v.parameters = OffloadTarget::kNvme;
+  EXPECT_DOUBLE_EQ(offload_pool_bytes(v, Precision::kBf16, 1e9), 4.0 * 4718592 * 14);
+  EXPECT_DOUBLE_EQ(offload_pool_bytes(v, Precision::kBf16, 1000), 4.0 * 524288 * 14);
+  // fp32 values: 12 bytes, granules of 262144: 64 MiB / 12 -> 21 granules.
+  EXPECT_DOUBLE_EQ(offload_pool_bytes(v, Precision::kFp32, 1e9), 4.0 * 5505024 * 12);
   // 2 buffers of 1 MiB with 64 KiB blocks, fp32: 1 MiB / 8 = 131072 elements = 8 blocks.
   o.buffer_count = 2;
   o.buffer_bytes = int64_t{1} << 20;
@@ -90,11 +98,13 @@ TEST(PlanOffload, ParameterOffloadMovesTheShardAndStagesTwoUnits) {
   const MemoryBreakdown plain = rank_memory(m, l, 0);
   l.offload.optimizer = l.offload.parameters = OffloadTarget::kNvme;
   const MemoryBreakdown off = rank_memory(m, l, 0);
-  // The largest unit is a block (49984 > the embeddings' 18496): two of its shards staged.
+  // The largest unit is a block (49984 > the embeddings' 18496): two of its shards staged,
+  // 12496 x 2 bytes each in whole pages (28672); the pool streams the values too (14 bytes
+  // an element, one granule of 524288).
   EXPECT_DOUBLE_EQ(off.parameters, 0);
   EXPECT_DOUBLE_EQ(off.nvme.parameters, 2 * kTinyParams / 4);
   EXPECT_DOUBLE_EQ(off.nvme.optimizer_states, 12 * kTinyParams / 4);
-  EXPECT_DOUBLE_EQ(off.buffers, plain.buffers + 4 * 262144 * 12 + 2 * 2 * 49984.0 / 4);
+  EXPECT_DOUBLE_EQ(off.buffers, plain.buffers + 4 * 524288 * 14 + 2 * 28672);
   EXPECT_DOUBLE_EQ(off.gradients, plain.gradients);
   EXPECT_DOUBLE_EQ(off.activations, plain.activations);
 }
@@ -118,7 +128,8 @@ TEST(PlanOffload, ExactModeUsesThePaddedShards) {
     if (zero == 3) {
       EXPECT_DOUBLE_EQ(off.nvme.parameters, 4 * state);
       EXPECT_DOUBLE_EQ(off.parameters, 0);
-      staged += 2 * 4 * 16662;
+      // The values in the pool (12 bytes an element), two 16662-value shards in pages.
+      staged = 4 * 262144 * 12 + 2 * 69632;
     }
     EXPECT_DOUBLE_EQ(off.buffers, plain.buffers + staged) << zero;
     EXPECT_DOUBLE_EQ(off.activations, plain.activations);

@@ -1,5 +1,7 @@
 #include "kiri/plan/layout.h"
 
+#include <algorithm>
+
 #include "kiri/base/error.h"
 
 namespace kiri::plan {
@@ -128,11 +130,15 @@ void validate_offload(const Layout& l) {
                   o.block_size);
   KIRI_CHECK_KIND(kConfig, o.queue_depth >= 1, "offload.queue_depth must be >= 1, got ",
                   o.queue_depth);
-  const int64_t states = l.dtype == Precision::kFp32 ? 2 : 3;
+  // optim::StateStore's rule: a buffer holds at least one granule of every streamed state.
+  const bool values = o.parameters == OffloadTarget::kNvme;
+  const int64_t d = value_bytes(l.dtype);
+  const int64_t per_elem = 4 * (l.dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
+  const int64_t granule = o.block_size / (values ? std::min<int64_t>(4, d) : 4);
   KIRI_CHECK_KIND(
-      kConfig, o.optimizer == OffloadTarget::kNone || o.buffer_bytes >= states * o.block_size,
-      "an offload buffer of ", o.buffer_bytes, " bytes cannot hold one block of each of ", "the ",
-      states, " offloaded states (", states, " x ", o.block_size, " bytes)");
+      kConfig, o.optimizer == OffloadTarget::kNone || o.buffer_bytes >= per_elem * granule,
+      "an offload buffer of ", o.buffer_bytes, " bytes cannot hold one block of each ",
+      "offloaded state (", per_elem * granule, " bytes at a block of ", o.block_size, ")");
 }
 
 }  // namespace

@@ -24,13 +24,23 @@ MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, i
   return m;
 }
 
+namespace {
+// O_DIRECT reads whole pages: a staged shard takes its bytes rounded up to 4 KiB.
+double round_page(double bytes) {
+  return std::ceil(bytes / 4096) * 4096;
+}
+}  // namespace
+
 double offload_pool_bytes(const OffloadSpec& o, Precision dtype, double state_numel) {
-  const double states = dtype == Precision::kFp32 ? 2 : 3;
-  const double per_block = static_cast<double>(o.block_size / 4);
+  const bool values = o.parameters == OffloadTarget::kNvme;
+  const double d = value_bytes(dtype);
+  const double per_elem = 4 * (dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
+  // A chunk is whole granules, so every state's offset in its file is whole blocks.
+  const double granule = static_cast<double>(o.block_size) / (values ? std::min(4.0, d) : 4.0);
   const double chunk =
-      std::floor(static_cast<double>(o.buffer_bytes) / (4 * states) / per_block) * per_block;
-  const double whole = std::ceil(std::max(state_numel, 1.0) / per_block) * per_block;
-  return o.buffer_count * std::min(chunk, whole) * 4 * states;
+      std::floor(static_cast<double>(o.buffer_bytes) / per_elem / granule) * granule;
+  const double whole = std::ceil(std::max(state_numel, 1.0) / granule) * granule;
+  return o.buffer_count * std::min(chunk, whole) * per_elem;
 }
 
 void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
@@ -43,7 +53,7 @@ void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
   if (l.offload.parameters == OffloadTarget::kNvme) {
     m.nvme.parameters += m.parameters;
     m.parameters = 0;
-    m.buffers += 2 * unit_shard_elems * value_bytes(l.dtype);
+    m.buffers += 2 * round_page(unit_shard_elems * value_bytes(l.dtype));
   }
 }
 

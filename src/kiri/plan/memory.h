@@ -39,15 +39,17 @@ MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, i
 // ---- offload: the tiers ----
 //
 // The staging pool of optimizer offload (optim::StateStore): buffer_count buffers, each one
-// chunk of every offloaded state (3 with a 16-bit dtype: master, m, v; fp32: m, v), a chunk
-// buffer_bytes / (4 x states) elements rounded down to whole blocks, but no more than the
-// state of `state_numel` elements rounded up to a block: count x chunk x 4 x states bytes.
+// chunk of every offloaded state: E bytes per element, 4 x 3 with a 16-bit dtype (master, m,
+// v), 4 x 2 in fp32 (m, v), + d under parameter offload (the values stream with the states).
+// A chunk is buffer_bytes / E elements rounded down to whole granules (block_size / 4
+// elements; with the values block_size / min(4, d)), but no more than the state of
+// `state_numel` elements rounded up to a granule: count x chunk x E bytes.
 double offload_pool_bytes(const OffloadSpec& offload, Precision dtype, double state_numel);
 
 // Moves what layout.offload offloads to m.nvme: the optimizer states (+ their staging pool in
-// buffers) and, under parameter offload, the parameter shard (+ two unit shards in buffers,
-// the one in use and the one read ahead, of `unit_shard_elems` values each). `state_numel`:
-// the rank's optimizer state elements.
+// buffers) and, under parameter offload, the parameter shard (+ two unit shards staged in
+// buffers, the one being gathered and the one read ahead, of `unit_shard_elems` values each,
+// whole 4 KiB pages). `state_numel`: the rank's optimizer state elements.
 void apply_offload(MemoryBreakdown& m, const Layout& layout, double state_numel,
                    double unit_shard_elems);
 
