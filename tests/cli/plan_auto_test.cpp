@@ -41,9 +41,12 @@ std::string small_run(const std::string& dir) {
 TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   const std::string dir = temp_dir("calibrate");
   const std::string file = dir + "/cal.json";
-  Result r = kiri("plan --calibrate --out " + file);
+  Result r = kiri("plan --calibrate --out " + file + " --offload-path " + dir +
+                  "/disk --disk-bytes 16MiB --offload-block-size 256KiB --offload-queue-depth 4"
+                  " --offload-engine threads");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("fp32 GEMM 1024^3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  disk of " + dir + "/disk ("), std::string::npos) << r.output;
   std::ifstream in(file);
   ASSERT_TRUE(in.good()) << r.output;
   const nlohmann::json j = nlohmann::json::parse(in);
@@ -51,6 +54,15 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   EXPECT_GT(j["gemm"]["flops_1_thread"].get<double>(), 1e9);
   EXPECT_EQ(j["link"]["method"], "memcpy");
   EXPECT_GT(j["link"]["bandwidth"].get<double>(), 1e8);
+  // The disk at the block size and queue depth asked for, the scratch file gone.
+  EXPECT_EQ(j["version"], 4);
+  EXPECT_EQ(j["disk"]["block_size"], 256 << 10);
+  EXPECT_EQ(j["disk"]["queue_depth"], 4);
+  EXPECT_EQ(j["disk"]["engine"], "threads");
+  EXPECT_EQ(j["disk"]["bytes"], 16 << 20);
+  EXPECT_GT(j["disk"]["read_bytes_per_s"].get<double>(), 1e6);
+  EXPECT_GT(j["disk"]["write_bytes_per_s"].get<double>(), 1e6);
+  EXPECT_TRUE(!fs::exists(dir + "/disk") || fs::is_empty(dir + "/disk"));
   // The this-machine preset takes it and says what is measured.
   r = kiri("plan --model gpt2-124M --cluster this-machine --gpus 2 --json",
            "KIRI_CALIBRATION=" + file);
@@ -80,6 +92,11 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   }
   EXPECT_DOUBLE_EQ(p["cluster"]["intra"]["bandwidth"].get<double>(),
                    j["link"]["bandwidth"].get<double>());
+  EXPECT_TRUE(p["cluster"]["disk"]["measured"].get<bool>());
+  EXPECT_DOUBLE_EQ(p["cluster"]["disk"]["read_bandwidth"].get<double>(),
+                   j["disk"]["read_bytes_per_s"].get<double>());
+  EXPECT_DOUBLE_EQ(p["cluster"]["disk"]["write_bandwidth"].get<double>(),
+                   j["disk"]["write_bytes_per_s"].get<double>());
   r = kiri("plan --model gpt2-124M --cluster this-machine --gpus 2", "KIRI_CALIBRATION=" + file);
   EXPECT_NE(r.output.find("this-machine: measured (" + file + "): cores, memory, fp32 GEMM"),
             std::string::npos)
@@ -94,7 +111,8 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
 
 TEST(PlanCalibrate, MeasuresAllReduceOverTwoRanks) {
   const std::string file = temp_dir("calibrate2") + "/cal.json";
-  Result r = kiri("launch -n 2 --threads 1 -- plan --calibrate --out " + file);
+  Result r = kiri("launch -n 2 --threads 1 -- plan --calibrate --disk-bytes 16MiB --out " + file +
+                  " --offload-path " + fs::path(file).parent_path().string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("all_reduce over 2 ranks"), std::string::npos) << r.output;
   std::ifstream in(file);
@@ -133,6 +151,43 @@ TEST(PlanOutOfMemory, TheMessageNamesTheCategoryAndTheCut) {
   EXPECT_NE(r.output.find("overflowed: no layout of 1 rank(s) fits"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("would fit on"), std::string::npos) << r.output;
+}
+
+// One process at 45MB (36.5 MiB of the model's 85%): the fp32 states (49.5 MiB) fit no layout
+// of one rank, but parameters and gradients (24.8 MiB) and a small staging pool (2 x 1 MiB at
+// 64 KiB blocks) with the optimizer states on NVMe do: the advice names offload, its NVMe
+// bytes and its slowdown, and --auto chooses it.
+std::string offload_run(const std::string& dir) {
+  return small_run(dir) +
+         " --set offload.buffer_count=2 --set offload.buffer_mb=1 --set offload.block_size=64KiB"
+         " --mem-limit 45MB";
+}
+
+TEST(PlanOutOfMemory, NamesOffloadWhenOnlyItFits) {
+  const std::string dir = temp_dir("oom_offload");
+  const Result r = kiri("train " + offload_run(dir), "KIRI_CALIBRATION=none");
+  EXPECT_EQ(r.code, 1) << r.output;
+  for (const char* w : {"planner: optimizer_states overflowed",
+                        "overflowed: the optimizer states offloaded to NVMe would need",
+                        "per rank on NVMe under offload.path", "predicted slowdown",
+                        "--set offload.optimizer=nvme --set offload.parameters=none"})
+    EXPECT_NE(r.output.find(w), std::string::npos) << w << ": " << r.output;
+}
+
+TEST(PlanAuto, ChoosesOffloadWhenOnlyItFits) {
+  const std::string dir = temp_dir("auto_offload");
+  const Result r = kiri("train " + offload_run(dir) + " --auto --dry-run", "KIRI_CALIBRATION=none");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("auto layout: why: bottleneck model_states -> cut offload"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(", offload optimizer on 1 rank(s)"), std::string::npos) << r.output;
+  // The resolved config sets the key (the JSON the dry run prints).
+  const size_t begin = r.output.find('{'), end = r.output.rfind('}');
+  ASSERT_NE(begin, std::string::npos) << r.output;
+  const nlohmann::json cfg = nlohmann::json::parse(r.output.substr(begin, end - begin + 1));
+  EXPECT_EQ(cfg["offload"]["optimizer"], "nvme") << r.output;
+  EXPECT_EQ(cfg["offload"]["parameters"], "none") << r.output;
 }
 
 // The same limit with --auto: the planner picks a layout that fits and the run trains.

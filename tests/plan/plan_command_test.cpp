@@ -79,9 +79,95 @@ TEST(PlanCommand, ParamsOnlyHasNullTimes) {
 }
 
 TEST(PlanCommand, TableAndRecommendation) {
-  const Result r = run("--model llama-7B --gpus 1");
+  // One A100 does not hold llama-7B's states: ZeRO would need 2; on one, offload.
+  Result r = run("--model llama-7B --gpus 1 --no-offload");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("bottleneck: model_states -> cut: zero"), std::string::npos) << r.output;
+  r = run("--model llama-7B --gpus 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("bottleneck: model_states -> cut: offload"), std::string::npos)
+      << r.output;
+}
+
+// The example: GPT-2 1.5B on this machine's 2 ranks fits no layout without offload;
+// the planner recommends the optimizer states on NVMe, with the RAM, the NVMe bytes and the
+// predicted slowdown (the assumed disk without a calibration, said so).
+TEST(PlanCommand, Gpt2XlOnThisMachineRecommendsOptimizerOffload) {
+  const std::string args = "--model gpt2-1.5B --cluster this-machine";
+  Result r = kiri::testing::run_kiri("plan " + args + " --no-offload", "KIRI_CALIBRATION=none");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("No layout of 2 devices fits"), std::string::npos) << r.output;
+  r = kiri::testing::run_kiri("plan " + args, "KIRI_CALIBRATION=none");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* w :
+       {"-> cut: offload", "fits without offload, so offload the optimizer states to NVMe",
+        "predicted slowdown", "offload optimizer (step", "assumed: kiri plan --calibrate",
+        "  - offload (the optimizer states to NVMe): "})
+    EXPECT_NE(r.output.find(w), std::string::npos) << w << ": " << r.output;
+  r = kiri::testing::run_kiri("plan " + args + " --json", "KIRI_CALIBRATION=none");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const nlohmann::json& rec = j["recommendation"];
+  EXPECT_EQ(rec["cut"], "offload");
+  const nlohmann::json& e = rec["layout"];
+  expect_evaluation(e);
+  EXPECT_EQ(e["layout"]["offload"]["optimizer"], "nvme");
+  EXPECT_EQ(e["layout"]["offload"]["parameters"], "none");
+  EXPECT_TRUE(e["fits"].get<bool>());
+  EXPECT_LE(e["memory"]["total"].get<double>(), e["memory_capacity"].get<double>());
+  EXPECT_EQ(e["memory"]["optimizer_states"].get<double>(), 0);
+  // 12 bytes per parameter of the rank's shard (1.56e9 parameters, ZeRO over dp or not).
+  const double nvme = e["memory"]["nvme"]["optimizer_states"].get<double>();
+  const int shard = e["layout"]["zero_stage"].get<int>() >= 1 ? e["layout"]["dp"].get<int>() : 1;
+  EXPECT_GT(nvme, 12 * 1.5e9 / shard / e["layout"]["tp"].get<int>() / e["layout"]["pp"].get<int>());
+  EXPECT_EQ(e["time"]["disk_read_bytes"].get<double>(), nvme);
+  EXPECT_EQ(e["time"]["disk_write_bytes"].get<double>(), nvme);
+  EXPECT_GE(rec["offload_slowdown"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(rec["offload_slowdown"].get<double>(),
+                   e["step_time_s"].get<double>() / rec["step_without_offload_s"].get<double>());
+  EXPECT_FALSE(j["cluster"]["disk"]["measured"].get<bool>());
+}
+
+// Asked for in layout mode, and the disk options: the I/O is bytes over bandwidth.
+TEST(PlanCommand, OffloadOptionsInLayoutMode) {
+  Result r =
+      run("--model gpt2-124M --dp 1 --global-batch 1 --offload-optimizer nvme --json "
+          "--cluster this-machine --disk-read-bandwidth 1e9 --disk-write-bandwidth 5e8 "
+          "--offload-buffer-count 2 --offload-buffer-mb 12 --offload-block-size 64KiB");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  expect_evaluation(j);
+  EXPECT_EQ(j["layout"]["offload"]["buffer_count"], 2);
+  EXPECT_EQ(j["layout"]["offload"]["block_size"], 65536);
+  EXPECT_DOUBLE_EQ(j["cluster"]["disk"]["read_bandwidth"].get<double>(), 1e9);
+  const double bytes = j["memory"]["nvme"]["optimizer_states"].get<double>();
+  EXPECT_DOUBLE_EQ(bytes, 12.0 * 124439808);
+  // this-machine has 2 devices per node, one of them used here: the whole disk.
+  EXPECT_DOUBLE_EQ(j["time"]["disk_read_s"].get<double>(), bytes / 1e9);
+  EXPECT_DOUBLE_EQ(j["time"]["disk_write_s"].get<double>(), bytes / 5e8);
+  // The pool: 2 buffers of 12 MiB / 12 bytes = 1 Mi elements (whole 64 KiB blocks) x 12.
+  r =
+      run("--model gpt2-124M --dp 1 --global-batch 1 --json --cluster this-machine "
+          "--offload-buffer-count 2 --offload-buffer-mb 12 --offload-block-size 64KiB");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json plain = nlohmann::json::parse(r.output);
+  EXPECT_DOUBLE_EQ(j["memory"]["buffers"].get<double>() - plain["memory"]["buffers"].get<double>(),
+                   2.0 * 1048576 * 12);
+  r = run("--model gpt2-124M --dp 1 --offload-optimizer nvme --cluster this-machine");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("(nvme "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("offload I/O per step: "), std::string::npos) << r.output;
+  for (const char* bad :
+       {"--offload-optimizer cpu", "--offload-parameters nvme --zero-stage 2",
+        "--offload-parameters nvme --zero-stage 3",
+        "--offload-optimizer nvme --offload-buffer-count 1", "--offload-optimizer disk",
+        "--offload-optimizer nvme --offload-block-size 1000", "--disk-read-bandwidth 0",
+        "--offload-optimizer nvme --no-offload"}) {
+    const Result e = run(std::string("--model gpt2-124M --dp 2 ") + bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
+  }
+  r = run("--model gpt2-124M --dp 1 --offload-optimizer cpu");
+  EXPECT_NE(r.output.find("same RAM"), std::string::npos) << r.output;
 }
 
 // A cluster described by its numbers: the options replace the preset's, the JSON shows

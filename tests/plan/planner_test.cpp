@@ -19,7 +19,8 @@ PlanRequest request(const std::string& model, const std::string& cluster, int wo
 }
 
 TEST(PlanRecommend, Llama7BOnOneA100NeedsZeroForItsStates) {
-  const PlanRequest r = request("llama-7B", "a100-80g-nvlink", 1);
+  PlanRequest r = request("llama-7B", "a100-80g-nvlink", 1);
+  r.offload_if_needed = false;
   const std::vector<Evaluation> cs = enumerate_layouts(r);
   ASSERT_FALSE(cs.empty());
   const Recommendation rec = recommend(r, cs);
@@ -28,6 +29,16 @@ TEST(PlanRecommend, Llama7BOnOneA100NeedsZeroForItsStates) {
   EXPECT_FALSE(rec.best.has_value());
   EXPECT_EQ(rec.min_devices, 2);
   EXPECT_NE(rec.message.find("ZeRO/FSDP"), std::string::npos) << rec.message;
+  // Allowed to offload, one device trains it with the optimizer states on NVMe
+  // (ZeRO-Offload's case), and the message still names the devices ZeRO would need.
+  r.offload_if_needed = true;
+  const Recommendation off = recommend(r, enumerate_layouts(r));
+  ASSERT_TRUE(off.best.has_value()) << off.message;
+  EXPECT_EQ(off.bottleneck, "model_states");
+  EXPECT_EQ(off.cut, "offload");
+  EXPECT_EQ(off.best->layout.offload.optimizer, OffloadTarget::kNvme);
+  EXPECT_EQ(off.min_devices, 2);
+  EXPECT_NE(off.message.find("ZeRO/FSDP"), std::string::npos) << off.message;
 }
 
 TEST(PlanRecommend, Llama7BOnEightA100sShards) {

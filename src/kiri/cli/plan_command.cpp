@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
+#include "kiri/offload/disk_bench.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 #include "kiri/train/calibrate.h"
@@ -38,7 +40,11 @@ json memory_json(const plan::MemoryBreakdown& m) {
           {"optimizer_states", m.optimizer_states},
           {"activations", m.activations},
           {"buffers", m.buffers},
-          {"total", m.total()}};
+          {"total", m.total()},
+          {"nvme",
+           {{"parameters", m.nvme.parameters},
+            {"optimizer_states", m.nvme.optimizer_states},
+            {"total", m.nvme.total()}}}};
 }
 
 json layout_json(const plan::Layout& l) {
@@ -58,7 +64,14 @@ json layout_json(const plan::Layout& l) {
           {"seq_len", l.seq_len},
           {"wrap_blocks", l.wrap_blocks},
           {"overlap_dp", l.overlap_dp},
-          {"activations", plan::name(l.form)}};
+          {"activations", plan::name(l.form)},
+          {"offload",
+           {{"optimizer", plan::name(l.offload.optimizer)},
+            {"parameters", plan::name(l.offload.parameters)},
+            {"buffer_count", l.offload.buffer_count},
+            {"buffer_bytes", l.offload.buffer_bytes},
+            {"block_size", l.offload.block_size},
+            {"queue_depth", l.offload.queue_depth}}}};
 }
 
 json evaluation_json(const plan::Evaluation& e) {
@@ -87,7 +100,12 @@ json evaluation_json(const plan::Evaluation& e) {
             {"tp_comm_s", nullable(ok, t.tp_comm_s)},
             {"pp_comm_s", nullable(ok, t.pp_comm_s)},
             {"dp_comm_s", nullable(ok, t.dp_comm_s)},
-            {"dp_comm_total_s", nullable(ok, t.dp_comm_total_s)}}}};
+            {"dp_comm_total_s", nullable(ok, t.dp_comm_total_s)},
+            {"disk_read_bytes", nullable(ok, t.disk_read_bytes)},
+            {"disk_write_bytes", nullable(ok, t.disk_write_bytes)},
+            {"disk_read_s", nullable(ok, t.disk_read_s)},
+            {"disk_write_s", nullable(ok, t.disk_write_s)},
+            {"io_exposed_s", nullable(ok, t.io_exposed_s)}}}};
 }
 
 json model_json(const plan::ModelSpec& m) {
@@ -124,6 +142,10 @@ json cluster_json(const plan::ClusterSpec& c) {
             {"gradient_s", c.non_gemm.gradient_s}}},
           {"intra", {{"bandwidth", c.intra.bandwidth}, {"latency", c.intra.latency}}},
           {"inter", {{"bandwidth", c.inter.bandwidth}, {"latency", c.inter.latency}}},
+          {"disk",
+           {{"read_bandwidth", c.disk.read_bandwidth},
+            {"write_bandwidth", c.disk.write_bandwidth},
+            {"measured", c.disk.measured}}},
           {"source", c.source.empty() ? json(nullptr) : json(c.source)},
           {"measured", c.measured},
           {"assumed", c.assumed}};
@@ -170,6 +192,9 @@ void override_cluster(const Args& a, plan::ClusterSpec& c) {
   number("intra-latency", c.intra.latency, 1.0);
   number("inter-bandwidth", c.inter.bandwidth, kHuge);
   number("inter-latency", c.inter.latency, 1.0);
+  number("disk-read-bandwidth", c.disk.read_bandwidth, kHuge);
+  number("disk-write-bandwidth", c.disk.write_bandwidth, kHuge);
+  if (a.get("disk-read-bandwidth") || a.get("disk-write-bandwidth")) c.disk.measured = false;
   if (a.get("memory-bandwidth")) {
     number("memory-bandwidth", c.memory_bandwidth, kHuge);
     c.non_gemm = plan::non_gemm_from_bandwidth(c.memory_bandwidth);
@@ -197,6 +222,35 @@ plan::ModelSpec model_of(const Args& a) {
   return plan::model_preset(a.get("model").value_or("gpt2-124M"));
 }
 
+int64_t bytes_option(const Args& a, const std::string& opt, const std::string& fallback) {
+  const std::string v = a.get(opt).value_or(fallback);
+  int64_t b = 0;
+  try {
+    b = parse_bytes(v);
+  } catch (const Error& e) {
+    KIRI_RAISE(kConfig, "--", opt, ": ", e.message());
+  }
+  KIRI_CHECK_KIND(kConfig, b > 0, "--", opt, " must be positive, got ", v);
+  return b;
+}
+
+// The offload settings of the layout (train's offload.* keys; docs/planner.md, "Offload").
+plan::OffloadSpec offload_of(const Args& a) {
+  plan::OffloadSpec o;
+  o.optimizer =
+      plan::parse_offload(a.get("offload-optimizer").value_or("none"), "--offload-optimizer");
+  o.parameters =
+      plan::parse_offload(a.get("offload-parameters").value_or("none"), "--offload-parameters");
+  o.buffer_count = positive_int(a, "offload-buffer-count", o.buffer_count);
+  const double mb = a.get_double("offload-buffer-mb", 64);
+  KIRI_CHECK_KIND(kConfig, mb > 0 && mb <= 1 << 20,
+                  "--offload-buffer-mb must be in (0, 1048576], got ", mb);
+  o.buffer_bytes = static_cast<int64_t>(mb * 1024 * 1024);
+  o.block_size = bytes_option(a, "offload-block-size", "1MiB");
+  o.queue_depth = positive_int(a, "offload-queue-depth", o.queue_depth);
+  return o;
+}
+
 std::string si(double x, const char* unit) {
   char buf[64];
   const char* prefix[] = {"", "K", "M", "G", "T"};
@@ -206,12 +260,48 @@ std::string si(double x, const char* unit) {
   return buf;
 }
 
+// What --calibrate measures the disk with (the options checked before any measuring).
+offload::IoOptions disk_io(const Args& a, plan::Calibration& c) {
+  const plan::OffloadSpec o = offload_of(a);
+  offload::IoOptions io;
+  io.block_size = o.block_size;
+  io.queue_depth = o.queue_depth;
+  const std::string engine = a.get("offload-engine").value_or("auto");
+  if (engine == "io_uring")
+    io.engine = offload::IoEngineKind::kIoUring;
+  else if (engine == "threads")
+    io.engine = offload::IoEngineKind::kThreads;
+  else
+    KIRI_CHECK_KIND(kConfig, engine == "auto",
+                    "--offload-engine must be auto, io_uring or threads, got '", engine, "'");
+  c.disk.path = a.get("offload-path").value_or("runs/calibration");
+  c.disk.bytes = bytes_option(a, "disk-bytes", "256MiB");
+  c.disk.block_size = io.block_size;
+  c.disk.queue_depth = io.queue_depth;
+  return io;
+}
+
+// The disk under --offload-path as the offload engine uses it (O_DIRECT, the configured block
+// size and queue depth): one process, since the ranks of a node share the disk.
+void measure_disk(const offload::IoOptions& io, plan::Calibration& c) {
+  std::error_code ec;  // the default offload.path's folder may not exist yet
+  std::filesystem::create_directories(c.disk.path, ec);
+  KIRI_CHECK_KIND(kIo, !ec, "cannot create the folder to measure the disk under, ", c.disk.path,
+                  ": ", ec.message());
+  const offload::DiskBandwidth d = offload::measure_disk_bandwidth(c.disk.path, c.disk.bytes, io);
+  c.disk.engine = d.engine;
+  c.disk.direct = d.direct;
+  c.disk.read_bytes_per_s = d.read_bytes_per_s;
+  c.disk.write_bytes_per_s = d.write_bytes_per_s;
+}
+
 // kiri plan --calibrate [--out FILE]: measure, fit, store (docs/planner.md, "Calibration").
 int calibrate(const Args& a) {
   World world = make_world();
   comm::Communicator& w = *world.comm;
   const bool rank0 = w.rank() == 0;
   plan::Calibration c;
+  const offload::IoOptions io = disk_io(a, c);
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) == 0) c.host = host;
   const std::time_t now = std::time(nullptr);
@@ -267,6 +357,8 @@ int calibrate(const Args& a) {
   const plan::Link link = plan::fit_link(c.samples, c.link_ranks);
   c.bandwidth = link.bandwidth;
   c.latency = c.link_method == "all_reduce" ? std::max(link.latency, 1e-9) : 0.0;
+  if (rank0) measure_disk(io, c);
+  w.barrier();
   if (!rank0) return 0;
   const std::string out = a.get("out").value_or(plan::default_calibration_path());
   plan::save_calibration(c, out);
@@ -299,6 +391,12 @@ int calibrate(const Args& a) {
     std::printf(" %s %.1f us;", si(s.bytes, "B").c_str(), s.seconds * 1e6);
   std::printf("\n  fit: bandwidth %s, latency %s\n", si(c.bandwidth, "B/s").c_str(),
               c.latency > 0 ? str(c.latency * 1e6, " us").c_str() : "not measured (2 us assumed)");
+  std::printf("  disk of %s (%s, %s, block %lld B, queue depth %d, %s): write %s, read %s\n",
+              c.disk.path.c_str(), c.disk.direct ? "O_DIRECT" : "buffered: no O_DIRECT there",
+              c.disk.engine.c_str(), static_cast<long long>(c.disk.block_size), c.disk.queue_depth,
+              plan::gib(static_cast<double>(c.disk.bytes)).c_str(),
+              si(c.disk.write_bytes_per_s, "B/s").c_str(),
+              si(c.disk.read_bytes_per_s, "B/s").c_str());
   std::printf("wrote %s (the this-machine cluster preset reads %s)\n", out.c_str(),
               plan::default_calibration_path().c_str());
   return 0;
@@ -309,7 +407,8 @@ int calibrate(const Args& a) {
 int cmd_plan(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("plan"));
   if (a.flag("calibrate")) {
-    KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan --calibrate takes only --out");
+    KIRI_CHECK_KIND(kConfig, a.positional().empty(),
+                    "kiri plan --calibrate takes only options (--out, --offload-path, ...)");
     return calibrate(a);
   }
   KIRI_CHECK_KIND(kConfig, !a.get("out"), "--out goes with --calibrate");
@@ -332,6 +431,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   base.virtual_stages =
       positive_int(a, "virtual-stages", base.schedule == plan::Schedule::kInterleaved ? 2 : 1);
   base.shard_group = static_cast<int>(a.get_int("shard-group", 0));
+  base.offload = offload_of(a);
+  KIRI_CHECK_KIND(kConfig, !a.flag("no-offload") || !base.offload.any(),
+                  "--no-offload contradicts --offload-optimizer/--offload-parameters nvme");
 
   const bool layout_mode = a.get("dp") || a.get("tp") || a.get("pp") || a.get("zero-stage");
   int world = 0;
@@ -373,18 +475,23 @@ int cmd_plan(const std::vector<std::string>& argv) {
                   "--recompute, --schedule and --virtual-stages describe one layout: give "
                   "--dp/--tp/--pp/--zero-stage too (without them kiri plan enumerates them)");
   plan::PlanRequest request{model, cluster, world, base};
+  request.offload_if_needed = !a.flag("no-offload");
   const std::vector<plan::Evaluation> candidates = plan::enumerate_layouts(request);
   const plan::Recommendation rec = plan::recommend(request, candidates);
   if (a.flag("json")) {
     json cs = json::array();
     for (size_t i = 0; i < candidates.size() && i < top; ++i)
       cs.push_back(evaluation_json(candidates[i]));
-    json r = {{"bottleneck", rec.bottleneck},
-              {"cut", rec.cut},
-              {"message", rec.message},
-              {"reasons", rec.reasons},
-              {"min_devices", rec.min_devices},
-              {"layout", rec.best ? evaluation_json(*rec.best) : json(nullptr)}};
+    json r = {
+        {"bottleneck", rec.bottleneck},
+        {"cut", rec.cut},
+        {"message", rec.message},
+        {"reasons", rec.reasons},
+        {"min_devices", rec.min_devices},
+        {"offload_slowdown", rec.offload_slowdown > 0 ? json(rec.offload_slowdown) : json(nullptr)},
+        {"step_without_offload_s",
+         rec.step_without_offload_s > 0 ? json(rec.step_without_offload_s) : json(nullptr)},
+        {"layout", rec.best ? evaluation_json(*rec.best) : json(nullptr)}};
     json j = {{"model", model_json(model)},
               {"cluster", cluster_json(cluster)},
               {"world", world},

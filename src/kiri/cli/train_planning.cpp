@@ -42,6 +42,25 @@ plan::Precision plan_dtype(train::ComputeDType d) {
   }
 }
 
+plan::OffloadTarget plan_offload(train::OffloadDevice d, const char* key) {
+  KIRI_CHECK_KIND(kConfig, d != train::OffloadDevice::kCpu, key,
+                  " = cpu: on kiri's CPU backend host memory is where the state is already; "
+                  "nvme moves it off");
+  return d == train::OffloadDevice::kNvme ? plan::OffloadTarget::kNvme : plan::OffloadTarget::kNone;
+}
+
+// offload.* as the planner's numbers.
+plan::OffloadSpec plan_offload(const train::OffloadConfig& o) {
+  plan::OffloadSpec s;
+  s.optimizer = plan_offload(o.optimizer, "offload.optimizer");
+  s.parameters = plan_offload(o.parameters, "offload.parameters");
+  s.buffer_count = o.buffer_count;
+  s.buffer_bytes = static_cast<int64_t>(o.buffer_mb * 1024 * 1024);
+  s.block_size = parse_bytes(o.block_size);
+  s.queue_depth = o.queue_depth;
+  return s;
+}
+
 // The run's layout: m = pipeline micro-batches x accumulation steps, B = b·m·dp; every_k
 // checkpointing counts as full recomputation (the planner models none and full).
 plan::Layout plan_layout(const train::RunConfig& cfg) {
@@ -64,6 +83,7 @@ plan::Layout plan_layout(const train::RunConfig& cfg) {
   l.seq_len = cfg.train.seq_len;
   l.wrap_blocks = p.wrap_blocks;
   l.form = plan::ActivationForm::kKiri;
+  l.offload = plan_offload(cfg.offload);
   return l;
 }
 
@@ -85,6 +105,12 @@ void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
   const int64_t m = l.microbatches();
   p.microbatches = l.pp > 1 ? static_cast<int>(m) : 1;
   cfg.train.grad_accum = l.pp > 1 ? 1 : m;
+  auto device = [](plan::OffloadTarget t) {
+    return t == plan::OffloadTarget::kNvme ? train::OffloadDevice::kNvme
+                                           : train::OffloadDevice::kNone;
+  };
+  cfg.offload.optimizer = device(l.offload.optimizer);
+  cfg.offload.parameters = device(l.offload.parameters);
 }
 
 // Whether kiri runs the layout (its config rules on top of the planner's).
@@ -133,11 +159,14 @@ std::string set_flags(const plan::Layout& l) {
   if (l.pp > 1)
     s += str(" --set parallel.schedule=", plan::name(l.schedule),
              " --set parallel.microbatches=", l.microbatches());
+  if (l.offload.any())
+    s += str(" --set offload.optimizer=", plan::name(l.offload.optimizer),
+             " --set offload.parameters=", plan::name(l.offload.parameters));
   return s;
 }
 
 // What changes from `from` to `to`, in words ("ZeRO stage 1 over dp 2"), and how many of
-// mesh / ZeRO stage / recomputation change (the cheapness of the change).
+// mesh / ZeRO stage / recomputation / offload change (the cheapness of the change).
 std::pair<std::string, int> layout_change(const plan::Layout& from, const plan::Layout& to) {
   std::vector<std::string> parts;
   int n = 0;
@@ -159,6 +188,16 @@ std::pair<std::string, int> layout_change(const plan::Layout& from, const plan::
     parts.push_back(to.recompute == plan::Recompute::kNone
                         ? std::string("no activation recomputation")
                         : std::string("full activation recomputation"));
+  }
+  if (from.offload.optimizer != to.offload.optimizer ||
+      from.offload.parameters != to.offload.parameters) {
+    ++n;
+    const bool opt = to.offload.optimizer == plan::OffloadTarget::kNvme;
+    const bool par = to.offload.parameters == plan::OffloadTarget::kNvme;
+    parts.push_back(opt && par ? "the optimizer states and parameters offloaded to NVMe"
+                    : opt      ? "the optimizer states offloaded to NVMe"
+                    : par      ? "the parameters offloaded to NVMe"
+                               : "no offload");
   }
   std::string text;
   for (size_t i = 0; i < parts.size(); ++i)
@@ -185,6 +224,25 @@ double category_bytes(const plan::MemoryBreakdown& m, Category c) {
     default:
       return 0;
   }
+}
+
+// For a layout that offloads: its NVMe bytes and its predicted slowdown against the same
+// layout without offload (which does not fit); "" otherwise.
+std::string offload_note(const plan::ModelSpec& model, const plan::ClusterSpec& cluster,
+                         const plan::Evaluation& e) {
+  if (!e.layout.offload.any()) return "";
+  plan::Layout plain = e.layout;
+  plain.offload.optimizer = plain.offload.parameters = plan::OffloadTarget::kNone;
+  const double without = plan::estimate_time(model, plain, cluster).step_s;
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.3f", e.time.step_s / without);
+  return str("; ", mib(e.memory.memory.nvme.total()), " per rank on NVMe under offload.path, ",
+             mib(e.time.disk_read_bytes), " read and ", mib(e.time.disk_write_bytes),
+             " written per step, predicted slowdown ", ratio,
+             "x against the same layout without offload (disk ", cluster.disk.read_bandwidth / 1e9,
+             " GB/s read, ", cluster.disk.write_bandwidth / 1e9, " GB/s write, ",
+             cluster.disk.measured ? "calibrated" : "assumed: kiri plan --calibrate measures it",
+             ")");
 }
 
 }  // namespace
@@ -226,6 +284,7 @@ std::string oom_advice(const train::RunConfig& cfg, int world, const MemoryStats
                mib(best->memory.memory.total()), " per rank (", category_name(category), " ",
                mib(category_bytes(best->memory.memory, category)), "; modelled step ",
                best->time.step_s, " s; layouts may fill 85% of the limit, ", mib(limit * kHeadroom),
+               offload_note(model, plan_cluster(limit, world), *best),
                "): ", set_flags(best->layout), ", or let kiri train --auto choose");
   } else {
     out += str("\n", category_name(category), " overflowed: no layout of ", world, " rank(s) fits ",
@@ -284,7 +343,8 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
   const plan::ClusterSpec cluster = plan_cluster(limit, world);
   log::info("auto layout: ", e.layout.str(), " on ", world,
             " rank(s): ", mib(e.memory.memory.total()), " of 85% of ", mib(limit), " per rank (",
-            limit_from, "), modelled step ", e.time.step_s, " s; ", fits.size(), " of the ",
+            limit_from, "), modelled step ", e.time.step_s, " s",
+            offload_note(plan_model(cfg), cluster, e), "; ", fits.size(), " of the ",
             "planner's layouts fit and run in kiri");
   const bool is_best = rec.best && rec.best->layout.str() == e.layout.str();
   log::info("auto layout: why: bottleneck ", rec.bottleneck, " -> cut ", rec.cut, ": ",

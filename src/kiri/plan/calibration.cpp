@@ -104,7 +104,7 @@ std::string calibration_json(const Calibration& c) {
   for (const LinkSample& s : c.samples)
     samples.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
   json j = {{"kind", "kiri-calibration"},
-            {"version", 3},
+            {"version", 4},
             {"host", c.host},
             {"date", c.date},
             {"cores", c.cores},
@@ -139,6 +139,15 @@ std::string calibration_json(const Calibration& c) {
                 {"batch", c.step_model.batch},
                 {"seq", c.step_model.seq},
                 {"seconds", c.step_s}}}}}};
+  if (c.disk.read_bytes_per_s > 0)
+    j["disk"] = {{"path", c.disk.path},
+                 {"engine", c.disk.engine},
+                 {"block_size", c.disk.block_size},
+                 {"queue_depth", c.disk.queue_depth},
+                 {"bytes", c.disk.bytes},
+                 {"direct", c.disk.direct},
+                 {"read_bytes_per_s", c.disk.read_bytes_per_s},
+                 {"write_bytes_per_s", c.disk.write_bytes_per_s}};
   return j.dump(2) + "\n";
 }
 
@@ -202,6 +211,21 @@ std::optional<Calibration> load_calibration(const std::string& path) {
       c.peak_fp32 = peak_of(p.at("fp32"));
       c.peak_bf16 = peak_of(p.at("bf16"));
       c.peak_fp16 = peak_of(p.at("fp16"));
+    }
+    if (j.contains("disk")) {  // version 4
+      const json& d = j.at("disk");
+      c.disk.path = d.at("path").get<std::string>();
+      c.disk.engine = d.at("engine").get<std::string>();
+      c.disk.block_size = d.at("block_size").get<int64_t>();
+      c.disk.queue_depth = d.at("queue_depth").get<int>();
+      c.disk.bytes = d.at("bytes").get<int64_t>();
+      c.disk.direct = d.at("direct").get<bool>();
+      c.disk.read_bytes_per_s = d.at("read_bytes_per_s").get<double>();
+      c.disk.write_bytes_per_s = d.at("write_bytes_per_s").get<double>();
+      KIRI_CHECK_KIND(kConfig, c.disk.read_bytes_per_s > 0 && c.disk.write_bytes_per_s > 0,
+                      "the calibration file ", path, " has a non-positive disk bandwidth (read ",
+                      c.disk.read_bytes_per_s, ", write ", c.disk.write_bytes_per_s,
+                      " bytes/s): rerun kiri plan --calibrate");
     }
   } catch (const json::exception& e) {
     KIRI_RAISE(kConfig, "the calibration file ", path, " is not valid: ", e.what(),
@@ -273,6 +297,17 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
                                      "collectives run on the computing cores (not overlapped)"});
   if (!non_gemm) s.assumed.push_back("non-GEMM work at 10 GB/s (rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
+  if (c.disk.read_bytes_per_s > 0) {
+    s.disk = {c.disk.read_bytes_per_s, c.disk.write_bytes_per_s, true};
+    s.measured.push_back(str("disk of ", c.disk.path, " (", c.disk.direct ? "O_DIRECT" : "buffered",
+                             ", ", c.disk.engine, ", block ", c.disk.block_size, " B, queue depth ",
+                             c.disk.queue_depth, ": read ", c.disk.read_bytes_per_s / 1e9,
+                             " GB/s, write ", c.disk.write_bytes_per_s / 1e9, " GB/s)"));
+  } else {
+    s.assumed.push_back(str("offload disk ", kAssumedDisk.read_bandwidth / 1e9, " GB/s read, ",
+                            kAssumedDisk.write_bandwidth / 1e9,
+                            " GB/s write (not in the file: rerun kiri plan --calibrate)"));
+  }
   return s;
 }
 

@@ -50,6 +50,16 @@ struct Calibration {
     std::string instruction;
   };
   Peak peak_fp32, peak_bf16, peak_fp16;
+  // Version 4: the disk under offload.path (offload::measure_disk_bandwidth: O_DIRECT
+  // transfers of block_size with queue_depth in flight through `engine`, one process);
+  // bandwidths 0 = not measured (versions 1-3).
+  struct Disk {
+    std::string path, engine;
+    int64_t block_size = 0, bytes = 0;
+    int queue_depth = 0;
+    bool direct = true;
+    double read_bytes_per_s = 0, write_bytes_per_s = 0;
+  } disk;
 };
 
 // The model one `kiri plan --calibrate` step trains: not the docs' tiny table's shape (3
@@ -83,6 +93,7 @@ std::string calibration_json(const Calibration& c);
 // (a copy's latency assumed 2 µs), the non-GEMM costs as measured (version 1 files:
 // this_machine_assumed()'s). Files without a peak (versions 1 and 2) take the GEMM rate as
 // the peak with efficiency 1, bf16 at half of it, as they always did.
+// The disk as measured (version 4), else kAssumedDisk.
 // `measured` names the fields that came from the file, `source` is its path.
 ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source);
 

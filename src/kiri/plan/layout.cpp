@@ -1,5 +1,7 @@
 #include "kiri/plan/layout.h"
 
+#include <algorithm>
+
 #include "kiri/base/error.h"
 
 namespace kiri::plan {
@@ -71,6 +73,19 @@ ActivationForm parse_form(const std::string& s) {
   KIRI_RAISE(kConfig, "--activations must be paper or kiri, got '", s, "'");
 }
 
+const char* name(OffloadTarget t) {
+  return t == OffloadTarget::kNvme ? "nvme" : "none";
+}
+
+OffloadTarget parse_offload(const std::string& s, const std::string& option) {
+  if (s == "none") return OffloadTarget::kNone;
+  if (s == "nvme") return OffloadTarget::kNvme;
+  KIRI_CHECK_KIND(kConfig, s != "cpu", option,
+                  " = cpu: on kiri's CPU backend device and host memory are the same RAM, so "
+                  "the state is in host memory already; offload to nvme moves it off");
+  KIRI_RAISE(kConfig, option, " must be none or nvme, got '", s, "'");
+}
+
 int value_bytes(Precision p) {
   return p == Precision::kFp32 ? 4 : 2;
 }
@@ -85,8 +100,48 @@ std::string Layout::str() const {
   if (sequence_parallel) s += ", sp";
   if (pp > 1) s += kiri::str(", ", name(schedule));
   if (virtual_stages > 1) s += kiri::str(" v ", virtual_stages);
-  return s + kiri::str(", b ", micro_batch, ", m ", microbatches());
+  s += kiri::str(", b ", micro_batch, ", m ", microbatches());
+  if (offload.parameters == OffloadTarget::kNvme)
+    s += offload.optimizer == OffloadTarget::kNvme ? ", offload optimizer+parameters"
+                                                   : ", offload parameters";
+  else if (offload.optimizer == OffloadTarget::kNvme)
+    s += ", offload optimizer";
+  return s;
 }
+
+namespace {
+
+void validate_offload(const Layout& l) {
+  const OffloadSpec& o = l.offload;
+  if (!o.any()) return;
+  KIRI_CHECK_KIND(kConfig, o.parameters == OffloadTarget::kNone || l.zero_stage == 3,
+                  "parameter offload needs ZeRO stage 3 (each rank keeps only its shard of the "
+                  "parameters, which is what moves to NVMe), got stage ",
+                  l.zero_stage);
+  KIRI_CHECK_KIND(kConfig,
+                  o.parameters == OffloadTarget::kNone || o.optimizer == OffloadTarget::kNvme,
+                  "parameter offload needs the optimizer states offloaded too (ZeRO-Infinity "
+                  "moves the larger states first; offload.optimizer = nvme)");
+  KIRI_CHECK_KIND(kConfig, o.buffer_count >= 2,
+                  "offload.buffer_count must be >= 2 (one chunk read while one is written), got ",
+                  o.buffer_count);
+  KIRI_CHECK_KIND(kConfig, o.block_size > 0 && o.block_size % 4096 == 0,
+                  "offload.block_size must be a positive multiple of 4096 bytes, got ",
+                  o.block_size);
+  KIRI_CHECK_KIND(kConfig, o.queue_depth >= 1, "offload.queue_depth must be >= 1, got ",
+                  o.queue_depth);
+  // optim::StateStore's rule: a buffer holds at least one granule of every streamed state.
+  const bool values = o.parameters == OffloadTarget::kNvme;
+  const int64_t d = value_bytes(l.dtype);
+  const int64_t per_elem = 4 * (l.dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
+  const int64_t granule = o.block_size / (values ? std::min<int64_t>(4, d) : 4);
+  KIRI_CHECK_KIND(
+      kConfig, o.optimizer == OffloadTarget::kNone || o.buffer_bytes >= per_elem * granule,
+      "an offload buffer of ", o.buffer_bytes, " bytes cannot hold one block of each ",
+      "offloaded state (", per_elem * granule, " bytes at a block of ", o.block_size, ")");
+}
+
+}  // namespace
 
 void validate(const Layout& l, const ModelSpec& model, int world) {
   KIRI_CHECK_KIND(kConfig, l.dp >= 1 && l.tp >= 1 && l.pp >= 1, "--dp ", l.dp, ", --tp ", l.tp,
@@ -105,6 +160,7 @@ void validate(const Layout& l, const ModelSpec& model, int world) {
                   l.dp, " = ", l.micro_batch * l.dp);
   KIRI_CHECK_KIND(kConfig, l.wrap_blocks >= 1, "wrap_blocks must be at least 1, got ",
                   l.wrap_blocks);
+  validate_offload(l);
   if (model.params_only()) {
     KIRI_CHECK_KIND(kConfig, l.tp == 1 && l.pp == 1,
                     "a --params model has no structure to cut: only --dp and --zero-stage apply "

@@ -15,16 +15,38 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved };
 // stored) or what kiri stores (fp32 activations, attention's log-sum-exp only).
 enum class ActivationForm { kPaper, kKiri };
 
+// Where a category of the training state lives when it is moved off the device (ZeRO-Offload,
+// ZeRO-Infinity). kiri's CPU backend has only NVMe to move to (device and host memory are
+// the same RAM); a GPU backend would add host memory here.
+enum class OffloadTarget { kNone, kNvme };
+
+// kiri's offload.* settings (train::OffloadConfig) as numbers: which states live on NVMe and
+// the staging pool and I/O shape the swap files are streamed with.
+struct OffloadSpec {
+  OffloadTarget optimizer = OffloadTarget::kNone;   // fp32 master (16-bit runs), Adam m and v
+  OffloadTarget parameters = OffloadTarget::kNone;  // ZeRO stage 3: the parameter shard
+  int buffer_count = 4;                             // staging buffers per rank
+  int64_t buffer_bytes = int64_t{64} << 20;         // each
+  int64_t block_size = int64_t{1} << 20;            // bytes per request
+  int queue_depth = 8;                              // requests in flight
+  bool any() const {
+    return optimizer != OffloadTarget::kNone || parameters != OffloadTarget::kNone;
+  }
+};
+
 const char* name(Precision p);
 const char* name(Recompute r);
 const char* name(Schedule s);
 const char* name(ActivationForm f);
+const char* name(OffloadTarget t);
 // Parse the command-line spellings (fp32|bf16|fp16, none|selective|full,
 // gpipe|1f1b|interleaved, paper|kiri); kConfig naming the option otherwise.
 Precision parse_precision(const std::string& s);
 Recompute parse_recompute(const std::string& s);
 Schedule parse_schedule(const std::string& s);
 ActivationForm parse_form(const std::string& s);
+// none | nvme; cpu is kConfig explaining that host memory is where the state already is.
+OffloadTarget parse_offload(const std::string& s, const std::string& option);
 
 // Bytes of a parameter / gradient value: 4 (fp32) or 2.
 int value_bytes(Precision p);
@@ -44,12 +66,14 @@ struct Layout {
   int wrap_blocks = 1;       // blocks per ZeRO unit
   bool overlap_dp = true;    // dp communication overlaps backward
   ActivationForm form = ActivationForm::kKiri;
+  OffloadSpec offload;
 
   int world() const { return dp * tp * pp; }
   int shard_size() const { return shard_group > 0 ? shard_group : dp; }
   // m = B / (b · dp): micro-batches per step (gradient accumulation = pipeline micro-batches).
   int64_t microbatches() const { return global_batch / (micro_batch * dp); }
-  std::string str() const;  // "dp 8 x tp 1 x pp 1, zero 0, bf16, recompute none, b 1, m 64"
+  // "dp 8 x tp 1 x pp 1, zero 0, bf16, recompute none, b 1, m 64[, offload optimizer]"
+  std::string str() const;
 };
 
 // global batch = micro-batch × gradient accumulation × dp.
@@ -60,7 +84,10 @@ int64_t global_batch(int64_t micro_batch, int64_t grad_accum, int64_t dp);
 // pp > 1 (kiri's rule), the shard group divides dp, B a multiple of b·dp, the schedule's
 // rules (interleaved: v ≥ 2, m a multiple of pp, layers ≥ pp·v; otherwise v = 1), the
 // sequence within the model's context (GPT-2's learned positions). A parameter-count-only
-// model takes dp and the ZeRO stage only.
+// model takes dp and the ZeRO stage only. Offload: parameters on NVMe need ZeRO stage 3 and
+// the optimizer states on NVMe (kiri's offload.parameters rule), the
+// pool at least 2 buffers, a positive block (a multiple of 4096, O_DIRECT's alignment) and
+// a buffer that holds one block of each offloaded state (optim::StateStore's rules).
 void validate(const Layout& layout, const ModelSpec& model, int world = 0);
 
 }  // namespace kiri::plan

@@ -1,6 +1,7 @@
 #include "kiri/plan/memory.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kiri/base/error.h"
 
@@ -21,6 +22,39 @@ MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, i
   m.gradients = k.gradients * psi / (zero_stage >= 2 ? n : 1);
   m.optimizer_states = k.optimizer_states() * psi / (zero_stage >= 1 ? n : 1);
   return m;
+}
+
+namespace {
+// O_DIRECT reads whole pages: a staged shard takes its bytes rounded up to 4 KiB.
+double round_page(double bytes) {
+  return std::ceil(bytes / 4096) * 4096;
+}
+}  // namespace
+
+double offload_pool_bytes(const OffloadSpec& o, Precision dtype, double state_numel) {
+  const bool values = o.parameters == OffloadTarget::kNvme;
+  const double d = value_bytes(dtype);
+  const double per_elem = 4 * (dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
+  // A chunk is whole granules, so every state's offset in its file is whole blocks.
+  const double granule = static_cast<double>(o.block_size) / (values ? std::min(4.0, d) : 4.0);
+  const double chunk =
+      std::floor(static_cast<double>(o.buffer_bytes) / per_elem / granule) * granule;
+  const double whole = std::ceil(std::max(state_numel, 1.0) / granule) * granule;
+  return o.buffer_count * std::min(chunk, whole) * per_elem;
+}
+
+void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
+                   double unit_shard_elems) {
+  if (l.offload.optimizer == OffloadTarget::kNvme) {
+    m.nvme.optimizer_states += m.optimizer_states;
+    m.optimizer_states = 0;
+    m.buffers += offload_pool_bytes(l.offload, l.dtype, state_numel);
+  }
+  if (l.offload.parameters == OffloadTarget::kNvme) {
+    m.nvme.parameters += m.parameters;
+    m.parameters = 0;
+    m.buffers += 2 * round_page(unit_shard_elems * value_bytes(l.dtype));
+  }
 }
 
 double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bool sp,
@@ -169,10 +203,19 @@ double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {
 }
 
 MemoryBreakdown rank_memory(const ModelSpec& model, const Layout& l, int stage) {
-  MemoryBreakdown m = model_state_bytes(stage_params(model, l.tp, l.pp, stage), l.dtype,
-                                        l.zero_stage, l.shard_size());
+  const double psi = stage_params(model, l.tp, l.pp, stage);
+  const double n = l.shard_size();
+  MemoryBreakdown m = model_state_bytes(psi, l.dtype, l.zero_stage, l.shard_size());
   m.activations = activation_bytes(model, l, stage);
   m.buffers = buffer_bytes(model, l, stage);
+  if (l.offload.any()) {
+    // The largest unit: the embeddings (stage 0), wrap_blocks blocks, or the head (pp > 1).
+    double unit = model.params_only() ? psi : l.wrap_blocks * block_params(model, l.tp);
+    if (!model.params_only() && stage == 0) unit = std::max(unit, embedding_params(model, l.tp));
+    if (!model.params_only() && stage == l.pp - 1)
+      unit = std::max(unit, head_params(model, l.tp, l.pp));
+    apply_offload(m, l, l.zero_stage >= 1 ? psi / n : psi, unit / n);
+  }
   return m;
 }
 
@@ -363,6 +406,13 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
   const std::vector<int64_t> units = kiri_units(groups, l.pp, l.wrap_blocks);
   MemoryBreakdown m = kiri_model_state_bytes(units, l.dtype, l.zero_stage, l.shard_size());
   const KiriActivations a = kiri_activations(model, l, stage, blocks);
+  const int n_shard = l.shard_size();
+  int64_t state_numel = 0, unit_shard = 0;
+  for (int64_t u : units) {
+    const int64_t shard = (u + n_shard - 1) / n_shard;  // the padded unit's shard
+    state_numel += l.zero_stage == 0 ? u : shard;
+    unit_shard = std::max(unit_shard, shard);
+  }
 
   // Buffers: the step's token rows (the trainer's inputs and targets, int32, m micro-batches,
   // and one micro-batch each for evaluation), pipeline send/receive of [n, c], and ZeRO's.
@@ -373,12 +423,14 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
   if (l.zero_stage == 0 || l.pp > 1) {
     m.activations = 4 * (a.saved + std::max(a.head, a.block_work));
     m.buffers = buffers;
+    apply_offload(m, l, static_cast<double>(state_numel), static_cast<double>(unit_shard));
     return m;
   }
   const Moment peak = kiri_zero_peak(a, units, l.zero_stage, l.shard_size(), value_bytes(l.dtype),
                                      l.wrap_blocks, blocks.end - blocks.first);
   m.activations = peak.activations;
   m.buffers = buffers + peak.zero_buffers;
+  apply_offload(m, l, static_cast<double>(state_numel), static_cast<double>(unit_shard));
   return m;
 }
 

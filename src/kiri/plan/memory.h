@@ -9,10 +9,18 @@
 
 namespace kiri::plan {
 
+// The categories in memory (the device tier; on kiri's CPU backend that is RAM), and what
+// offload moved to the NVMe tier beside them (swap files, not counted in total()).
 struct MemoryBreakdown {
   double parameters = 0, gradients = 0, optimizer_states = 0, activations = 0, buffers = 0;
+  struct Nvme {
+    double parameters = 0, optimizer_states = 0;
+    double total() const { return parameters + optimizer_states; }
+  } nvme;
   double model_states() const { return parameters + gradients + optimizer_states; }
   double total() const { return model_states() + activations + buffers; }
+  // Model states wherever they are (the NVMe tier's too).
+  double all_model_states() const { return model_states() + nvme.total(); }
 };
 
 // Adam(W) with mixed precision: 2-byte values and gradients, fp32 master weights, m and v
@@ -27,6 +35,23 @@ StateBytesPerParam state_bytes_per_param(Precision dtype);
 // Parameters, gradients and optimizer states per rank for psi parameters sharded over n
 // ranks at ZeRO stage 0-3 (docs/zero.md, "What each stage keeps and moves"; padding omitted).
 MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, int n);
+
+// ---- offload: the tiers ----
+//
+// The staging pool of optimizer offload (optim::StateStore): buffer_count buffers, each one
+// chunk of every offloaded state: E bytes per element, 4 x 3 with a 16-bit dtype (master, m,
+// v), 4 x 2 in fp32 (m, v), + d under parameter offload (the values stream with the states).
+// A chunk is buffer_bytes / E elements rounded down to whole granules (block_size / 4
+// elements; with the values block_size / min(4, d)), but no more than the state of
+// `state_numel` elements rounded up to a granule: count x chunk x E bytes.
+double offload_pool_bytes(const OffloadSpec& offload, Precision dtype, double state_numel);
+
+// Moves what layout.offload offloads to m.nvme: the optimizer states (+ their staging pool in
+// buffers) and, under parameter offload, the parameter shard (+ two unit shards staged in
+// buffers, the one being gathered and the one read ahead, of `unit_shard_elems` values each,
+// whole 4 KiB pages). `state_numel`: the rank's optimizer state elements.
+void apply_offload(MemoryBreakdown& m, const Layout& layout, double state_numel,
+                   double unit_shard_elems);
 
 // Korthikanti et al. 2022, bytes of one transformer layer's stored activations for one
 // micro-batch of b sequences of s tokens in 16-bit (Section 4): sbh(34 + 5as/h); tensor

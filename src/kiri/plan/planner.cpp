@@ -77,9 +77,13 @@ double one_layer_bytes(const ModelSpec& m, const Layout& l) {
 
 }  // namespace
 
-std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
-  KIRI_CHECK_KIND(kConfig, r.world >= 1, "the world must have at least 1 device, got ", r.world);
-  std::vector<Evaluation> out;
+namespace {
+
+// Which layouts enumerate_layouts adds for one offload setting.
+enum class ZeroRange { kAll, kStage3 };
+
+void add_layouts(const PlanRequest& r, const OffloadSpec& offload, ZeroRange zeros,
+                 std::vector<Evaluation>& out) {
   const ModelSpec& m = r.model;
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kFull};
   if (r.base.form == ActivationForm::kPaper)
@@ -90,8 +94,9 @@ std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
     for (int pp : divisors(r.world / tp)) {
       if (m.params_only() && pp > 1) break;
       const int dp = r.world / tp / pp;
-      for (int zero = 0; zero <= 3; ++zero) {
-        if (dp == 1 && zero > 0) break;
+      for (int zero = zeros == ZeroRange::kStage3 ? 3 : 0; zero <= 3; ++zero) {
+        // One rank shards nothing, except that parameter offload needs stage 3's shard.
+        if (dp == 1 && zero > 0 && zeros != ZeroRange::kStage3) break;
         for (Recompute rc : recomputes) {
           if (m.params_only() && rc != Recompute::kNone) break;
           std::vector<std::pair<Schedule, int>> schedules = {{Schedule::k1F1B, 1}};
@@ -106,11 +111,33 @@ std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
             l.recompute = rc;
             l.schedule = schedule;
             l.virtual_stages = v;
+            l.offload = offload;
             if (!valid(l, m)) continue;
             out.push_back(evaluate(m, l, r.cluster));
           }
         }
       }
+    }
+  }
+}
+
+bool any_fits(const std::vector<Evaluation>& es) {
+  return std::any_of(es.begin(), es.end(), [](const Evaluation& e) { return e.fits; });
+}
+
+}  // namespace
+
+std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
+  KIRI_CHECK_KIND(kConfig, r.world >= 1, "the world must have at least 1 device, got ", r.world);
+  std::vector<Evaluation> out;
+  add_layouts(r, r.base.offload, ZeroRange::kAll, out);
+  if (r.offload_if_needed && !r.base.offload.any() && !any_fits(out)) {
+    OffloadSpec o = r.base.offload;
+    o.optimizer = OffloadTarget::kNvme;
+    add_layouts(r, o, ZeroRange::kAll, out);
+    if (!any_fits(out) && !r.model.params_only()) {
+      o.parameters = OffloadTarget::kNvme;
+      add_layouts(r, o, ZeroRange::kStage3, out);
     }
   }
   std::stable_sort(out.begin(), out.end(), faster);
@@ -236,6 +263,58 @@ void match_headline(const std::vector<Evaluation>& candidates, Recommendation& r
   rec.cut = cut;
 }
 
+// "the optimizer states" / "the optimizer states and the parameters"
+std::string offloaded_what(const OffloadSpec& o) {
+  const bool opt = o.optimizer == OffloadTarget::kNvme, par = o.parameters == OffloadTarget::kNvme;
+  return opt && par ? "the optimizer states and the parameters"
+         : par      ? "the parameters"
+                    : "the optimizer states";
+}
+
+std::string disk_words(const ClusterSpec& c) {
+  return str(c.disk.read_bandwidth / 1e9, " GB/s read, ", c.disk.write_bandwidth / 1e9,
+             " GB/s write per node, ",
+             c.disk.measured ? "measured by kiri plan --calibrate"
+                             : "assumed: kiri plan --calibrate measures offload.path's disk");
+}
+
+std::string offload_reason(const Evaluation& e, const ClusterSpec& c) {
+  const MemoryBreakdown& m = e.memory.memory;
+  const TimeBreakdown& t = e.time;
+  std::string s =
+      str("offload (", offloaded_what(e.layout.offload), " to NVMe): ", gib(m.nvme.total()),
+          " per rank on NVMe (parameters ", gib(m.nvme.parameters), ", optimizer states ",
+          gib(m.nvme.optimizer_states), "), ", gib(m.total()), " in memory");
+  if (t.estimated)
+    s += str("; per step ", gib(t.disk_read_bytes), " read, ", gib(t.disk_write_bytes),
+             " written (", secs(t.disk_read_s + t.disk_write_s), " of I/O, ", secs(t.io_exposed_s),
+             " not hidden; disk ", disk_words(c), ")");
+  return s;
+}
+
+// No layout fits without offload, and the best one offloads: name the cut, the peak RAM,
+// the NVMe bytes and the slowdown against the same layout without offload.
+void offload_headline(const PlanRequest& r, Recommendation& rec) {
+  const Evaluation& e = *rec.best;
+  rec.cut = "offload";
+  const MemoryBreakdown& m = e.memory.memory;
+  rec.message += str("; no layout of ", r.world, r.world == 1 ? " device" : " devices",
+                     " fits without offload, so offload ", offloaded_what(e.layout.offload),
+                     " to NVMe (offload.path): ", gib(m.total()), " in memory of ", gib(e.capacity),
+                     " per device, ", gib(m.nvme.total()), " per rank on NVMe");
+  if (!e.time.estimated) return;
+  Layout plain = e.layout;
+  plain.offload.optimizer = plain.offload.parameters = OffloadTarget::kNone;
+  rec.step_without_offload_s = estimate_time(r.model, plain, r.cluster).step_s;
+  rec.offload_slowdown = e.time.step_s / rec.step_without_offload_s;
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.3f", rec.offload_slowdown);
+  rec.message += str(", predicted slowdown ", ratio, "x (step ", secs(e.time.step_s), " against ",
+                     secs(rec.step_without_offload_s), " for the same layout if it fitted; ",
+                     gib(e.time.disk_read_bytes), " read and ", gib(e.time.disk_write_bytes),
+                     " written per step, disk ", disk_words(r.cluster), ")");
+}
+
 }  // namespace
 
 Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& candidates) {
@@ -247,8 +326,8 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
       rec.best = e;
       break;
     }
-  // Within kNearlyAsFast of the fastest, the layout with the fewest cuts, then the least
-  // communication.
+  // Within kNearlyAsFast of the fastest, the layout with the least on NVMe (0 unless
+  // offloaded), then the fewest cuts, then the least communication.
   auto cuts = [](const Layout& l) {
     return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) + (l.recompute != Recompute::kNone);
   };
@@ -259,8 +338,10 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
     const double limit = rec.best->time.step_s * kNearlyAsFast;
     for (const Evaluation& e : candidates) {
       if (!e.fits || e.time.step_s > limit) break;  // sorted: the fitting ones by time
+      // Offloaded, the least on NVMe first: disk space, and the traffic of a shared disk.
+      const double da = e.memory.memory.nvme.total(), db = rec.best->memory.memory.nvme.total();
       const int a = cuts(e.layout), b = cuts(rec.best->layout);
-      if (a < b || (a == b && comm(e) < comm(*rec.best))) rec.best = e;
+      if (da < db || (da == db && (a < b || (a == b && comm(e) < comm(*rec.best))))) rec.best = e;
     }
   }
 
@@ -326,7 +407,10 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
                       gib(base.activations), " of activations: recompute them (checkpointing)");
   }
 
-  match_headline(candidates, rec);
+  if (rec.best && rec.best->layout.offload.any() && !r.base.offload.any())
+    offload_headline(r, rec);
+  else
+    match_headline(candidates, rec);
   if (rec.best) {
     const Layout& l = rec.best->layout;
     const MemoryBreakdown& mem = rec.best->memory.memory;
@@ -335,9 +419,10 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
                                 " sequences (", l.microbatches(), " micro-batches of ",
                                 l.micro_batch, " per rank)"));
     if (l.zero_stage > 0)
-      rec.reasons.push_back(str("ZeRO stage ", l.zero_stage, ": model states ",
-                                gib(base.model_states()), " -> ", gib(mem.model_states()),
-                                " per rank"));
+      rec.reasons.push_back(
+          str("ZeRO stage ", l.zero_stage, ": model states ", gib(base.model_states()), " -> ",
+              gib(mem.all_model_states()), " per rank",
+              l.offload.any() ? str(" (", gib(mem.model_states()), " of them in memory)") : ""));
     if (l.tp > 1)
       rec.reasons.push_back(str("tensor parallel: tp ", l.tp, " cuts each layer's matrices (",
                                 gib(static_cast<double>(m.layer_params()) * value_bytes(l.dtype)),
@@ -349,12 +434,15 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
     if (l.recompute != Recompute::kNone)
       rec.reasons.push_back(str("checkpointing (", name(l.recompute), "): activations ",
                                 gib(mem.activations), " per rank"));
+    if (l.offload.any()) rec.reasons.push_back(offload_reason(*rec.best, r.cluster));
     rec.message += str(". Recommended: ", l.str());
     if (rec.best->time.estimated)
       rec.message +=
           str(" (step ", secs(rec.best->time.step_s), ", MFU ", pct(rec.best->time.mfu), ")");
   } else {
     rec.message += str(". No layout of ", r.world, r.world == 1 ? " device" : " devices", " fits");
+    if (r.offload_if_needed && !r.base.offload.any())
+      rec.message += ", not even with the optimizer states and the parameters offloaded to NVMe";
   }
   return rec;
 }
@@ -363,9 +451,9 @@ std::string format_table(const std::vector<Evaluation>& cs, size_t top) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "%-4s %-4s %-4s %-4s %-9s %-14s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n", "dp",
-                "tp", "pp", "zero", "recompute", "schedule", "params", "grads", "optim", "activ",
-                "buffers", "total", "fits", "step", "tokens/s", "MFU");
+                "%-4s %-4s %-4s %-4s %-9s %-14s %9s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n",
+                "dp", "tp", "pp", "zero", "recompute", "schedule", "params", "grads", "optim",
+                "activ", "buffers", "total", "nvme", "fits", "step", "tokens/s", "MFU");
   out += line;
   for (size_t i = 0; i < cs.size() && i < top; ++i) {
     const Evaluation& e = cs[i];
@@ -389,11 +477,12 @@ std::string format_table(const std::vector<Evaluation>& cs, size_t top) {
       mfu = pct(e.time.mfu);
     }
     std::snprintf(line, sizeof line,
-                  "%-4d %-4d %-4d %-4d %-9s %-14s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n",
+                  "%-4d %-4d %-4d %-4d %-9s %-14s %9s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n",
                   l.dp, l.tp, l.pp, l.zero_stage, name(l.recompute), sched.c_str(),
                   g(m.parameters).c_str(), g(m.gradients).c_str(), g(m.optimizer_states).c_str(),
                   g(m.activations).c_str(), g(m.buffers).c_str(), g(m.total()).c_str(),
-                  e.fits ? "yes" : "no", step.c_str(), tok.c_str(), mfu.c_str());
+                  l.offload.any() ? g(m.nvme.total()).c_str() : "-", e.fits ? "yes" : "no",
+                  step.c_str(), tok.c_str(), mfu.c_str());
     out += line;
   }
   if (cs.size() > top) out += str("(", cs.size() - top, " more; --top N shows more)\n");
@@ -406,22 +495,37 @@ std::string format_evaluation(const ModelSpec& model, const ClusterSpec& cluster
   std::string out = str(model.name, " (", model.total_params() / 1e9, "B parameters) on ",
                         e.layout.world(), " x ", cluster.name, "\nlayout: ", e.layout.str(),
                         "\nper rank (pipeline stage ", e.memory.stage, "):\n");
-  out += str("  parameters        ", gib(m.parameters), "\n");
-  out += str("  gradients         ", gib(m.gradients), "\n");
-  out += str("  optimizer states  ", gib(m.optimizer_states), "\n");
+  // The NVMe tier beside memory when something is offloaded.
+  auto tier = [&](double nvme) {
+    return e.layout.offload.any() ? str("  (nvme ", gib(nvme), ")") : std::string();
+  };
+  out += str("  parameters        ", gib(m.parameters), tier(m.nvme.parameters), "\n");
+  out += str("  gradients         ", gib(m.gradients), tier(0), "\n");
+  out += str("  optimizer states  ", gib(m.optimizer_states), tier(m.nvme.optimizer_states), "\n");
   out += str("  activations       ", gib(m.activations), " (", name(e.layout.form), " form)\n");
   out += str("  buffers           ", gib(m.buffers), "\n");
   out += str("  total             ", gib(m.total()), " of ", gib(e.capacity), ": ",
              e.fits ? "fits" : "does NOT fit", "\n");
+  if (e.layout.offload.any())
+    out += str("  on NVMe           ", gib(m.nvme.total()), " (offload.path; ",
+               e.layout.offload.buffer_count, " staging buffers of ",
+               gib(static_cast<double>(e.layout.offload.buffer_bytes)), " in buffers)\n");
+  if (e.time.estimated && e.layout.offload.any()) {
+    const TimeBreakdown& t = e.time;
+    out +=
+        str("offload I/O per step: ", gib(t.disk_read_bytes), " read in ", secs(t.disk_read_s),
+            ", ", gib(t.disk_write_bytes), " written in ", secs(t.disk_write_s), ", ",
+            secs(t.io_exposed_s), " not hidden behind compute (disk ", disk_words(cluster), ")\n");
+  }
   if (e.time.estimated) {
     const TimeBreakdown& t = e.time;
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "step %.4g s (compute %.4g incl. optimizer %.4g, bubble %.4g, tp %.4g, pp %.4g, "
-                  "dp %.4g exposed of %.4g)\n%.4g FLOPs/step, %.4g tokens/s, %.4g TFLOP/s per "
-                  "device, MFU %.1f%%\n",
+                  "dp %.4g exposed of %.4g, I/O %.4g exposed)\n%.4g FLOPs/step, %.4g tokens/s, "
+                  "%.4g TFLOP/s per device, MFU %.1f%%\n",
                   t.step_s, t.compute_s, t.optimizer_s, t.bubble_s, t.tp_comm_s, t.pp_comm_s,
-                  t.dp_comm_s, t.dp_comm_total_s, t.flops_per_step, t.tokens_per_s,
+                  t.dp_comm_s, t.dp_comm_total_s, t.io_exposed_s, t.flops_per_step, t.tokens_per_s,
                   t.tflops_per_device, 100 * t.mfu);
     out += buf;
   }

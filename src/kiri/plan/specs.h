@@ -68,6 +68,16 @@ inline constexpr double kLogitBytes = 16, kActivationBytes = 136, kOptimizerByte
                         kGradientBytes = 8;
 NonGemmCosts non_gemm_from_bandwidth(double bytes_per_s);
 
+// The disk under offload.path, per node (its ranks share it): bytes/s of O_DIRECT transfers
+// at the offload's block size and queue depth.
+struct DiskSpec {
+  double read_bandwidth = 0, write_bandwidth = 0;
+  bool measured = false;  // by `kiri plan --calibrate` (else kAssumedDisk's assumption)
+};
+// Without `kiri plan --calibrate`: an NVMe SSD's sustained direct I/O, assumed (PCIe 3 x4
+// class: 2 GB/s read, 1 GB/s write).
+inline constexpr DiskSpec kAssumedDisk{2e9, 1e9, false};
+
 struct ClusterSpec {
   std::string name;
   std::string device;
@@ -85,7 +95,8 @@ struct ClusterSpec {
   // computing cores themselves (CPU ranks: shared-memory copies and reductions), where
   // nothing hides behind backward (docs/ddp.md).
   bool comm_overlaps_compute = true;
-  NonGemmCosts non_gemm;  // presets: from memory_bandwidth; calibration: measured
+  NonGemmCosts non_gemm;         // presets: from memory_bandwidth; calibration: measured
+  DiskSpec disk = kAssumedDisk;  // offload.path's disk (calibration: measured)
   // Where the numbers come from: a calibration file (this-machine after `kiri plan
   // --calibrate`), and which fields it measured / which stay assumptions.
   std::string source;

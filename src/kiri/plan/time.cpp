@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiri/base/error.h"
 #include "kiri/plan/memory.h"
 
 namespace kiri::plan {
@@ -145,6 +146,38 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
   return out;
 }
 
+// The disk traffic of offload and what of it compute does not hide (TimeBreakdown's
+// fields). `forward_backward_s` is the busiest stage's forward and backward of the step.
+void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
+                double forward_backward_s, TimeBreakdown& t) {
+  if (!l.offload.any()) return;
+  KIRI_CHECK_KIND(kConfig, c.disk.read_bandwidth > 0 && c.disk.write_bandwidth > 0,
+                  "the cluster's disk bandwidth must be positive to time offload, got read ",
+                  c.disk.read_bandwidth, ", write ", c.disk.write_bandwidth, " bytes/s");
+  double psi = 0;
+  for (int s = 0; s < l.pp; ++s) psi = std::max(psi, stage_params(model, l.tp, l.pp, s));
+  const double n = l.shard_size();
+  const double states = l.zero_stage >= 1 ? psi / n : psi;
+  const double opt = l.offload.optimizer == OffloadTarget::kNvme
+                         ? state_bytes_per_param(l.dtype).optimizer_states() * states
+                         : 0;
+  const double par = l.offload.parameters == OffloadTarget::kNvme
+                         ? value_bytes(l.dtype) * (l.zero_stage >= 3 ? psi / n : psi)
+                         : 0;
+  // The node's disk is shared by the ranks on it.
+  const double sharing = std::min<double>(l.world(), c.devices_per_node);
+  const double rd = c.disk.read_bandwidth / sharing, wr = c.disk.write_bandwidth / sharing;
+  t.disk_read_bytes = opt + 2 * par;
+  t.disk_write_bytes = opt + par;
+  t.disk_read_s = t.disk_read_bytes / rd;
+  t.disk_write_s = t.disk_write_bytes / wr;
+  // The update: the states stream through it (and the new parameters are written).
+  const double update_io = opt / rd + (opt + par) / wr;
+  const double prefetch_io = 2 * par / rd;
+  t.io_exposed_s =
+      std::max(0.0, update_io - t.optimizer_s) + std::max(0.0, prefetch_io - forward_backward_s);
+}
+
 }  // namespace
 
 TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
@@ -240,7 +273,8 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     const bool overlap = l.overlap_dp && c.comm_overlaps_compute;
     t.dp_comm_s = overlap ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
   }
-  t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s;
+  offload_io(model, l, c, md * t_max, t);
+  t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s + t.io_exposed_s;
   t.tokens_per_s = static_cast<double>(l.global_batch * l.seq_len) / t.step_s;
   t.tflops_per_device = f.executed / world / t.step_s / 1e12;
   t.mfu = f.model / (world * peak * t.step_s);

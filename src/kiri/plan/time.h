@@ -74,6 +74,14 @@ struct TimeBreakdown {
   double pp_comm_s = 0;        // a send forward and one backward per micro-batch and chunk
   double dp_comm_total_s = 0;  // gradient reduction / ZeRO gathers per step
   double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)
+  // Offload (per rank per step, the busiest stage): bytes read from and written to
+  // offload.path's disk (optimizer: the states once each way; parameters: the shard read in
+  // forward and in backward, written once at the update), their time at the rank's share of
+  // the node's disk, and the part not hidden behind compute: the update streams the states
+  // (max(update, its I/O)), forward and backward read the parameters ahead of their use.
+  double disk_read_bytes = 0, disk_write_bytes = 0;
+  double disk_read_s = 0, disk_write_s = 0;
+  double io_exposed_s = 0;
   double step_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
 };
 TimeBreakdown estimate_time(const ModelSpec& model, const Layout& layout,
