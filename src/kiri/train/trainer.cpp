@@ -231,6 +231,7 @@ void Trainer::build() {
   }
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
+  check_model_states_fit();
   open_swap_space();
   if (cfg_.offload.parameters == OffloadDevice::kNvme) {
     KIRI_CHECK_KIND(kConfig, swap_,

@@ -123,6 +123,10 @@ class Trainer {
 
   void build();
   void run_steps();  // run() but for keeping the swap files on an error
+  // Before the model states are allocated: kOutOfMemory when their bytes alone (a lower
+  // bound: padding left out) exceed train.mem_limit, at once rather than after the
+  // minutes of zero-filling that reaching the limit takes on a big model.
+  void check_model_states_fit() const;
   // offload.optimizer = nvme: this rank's swap space (swap_), before the model's cuts.
   void open_swap_space();
   // The optimizer's states on their tier: offload.* (nothing offloaded: in memory).
