@@ -145,11 +145,12 @@ std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
                   "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got ",
                   options.block_size);
   // auto is the thread pool, by measurement (bench/offload_io.sh, docs/performance.md):
-  // at the default queue depth 8 and 1 MiB blocks io_uring moved less on this machine's
-  // disk (idle: 0.66-0.80x on writes in 3 runs of 4, 0.66-0.94x on reads in all 4; busy
-  // cores: no winner) at the same CPU per GB. Its one completion thread issues every
-  // piece, so when that thread waits for a core the queue drains; the pool's threads
-  // wait independently. io_uring stays a choice where it measures faster.
+  // at the default queue depth 8 and 1 MiB blocks, io_uring over the pool on this
+  // machine's disk was 0.88x on writes and 0.90x on reads idle, 0.84x and 0.99x with
+  // every core busy (geometric means of 5 runs; single runs 0.66-1.37x), at CPU per GB
+  // of the same order. Its one completion thread issues every piece, so when that thread
+  // waits for a core the queue drains; the pool's threads wait independently, and the
+  // pool needs nothing a seccomp profile may forbid. io_uring stays a choice.
   if (options.engine != IoEngineKind::kIoUring) return std::make_unique<ThreadsIo>(options);
   auto ring = make_io_uring(options);  // nullptr: the kernel refuses io_uring
   KIRI_CHECK_KIND(kConfig, ring != nullptr,
