@@ -39,18 +39,23 @@ RunConfig stream_config(int n_layer, int n_embd) {
 struct Layout {
   int dp = 1, tp = 1, pp = 1, zero_stage = 0;
   bool bf16 = false;
+  int virtual_stages = 1;  // > 1: the interleaved schedule, each stage's chunks apart
 };
 
 // Trains `layout` 2 steps on `world`, saves, and compares every file of the checkpoint with
 // the whole-tensor writers' (write_hf_weights of gather_model(), save_safetensors of m and v).
 void expect_streamed_files_equal_whole(comm::Communicator& world, const Layout& k,
                                        const std::string& root) {
-  RunConfig c = stream_config(2, 32);
+  RunConfig c = stream_config(2 * k.virtual_stages, 32);
   c.parallel.dp = k.dp;
   c.parallel.tp = k.tp;
   c.parallel.pp = k.pp;
   c.parallel.microbatches = k.pp > 1 ? 2 : 1;
   c.parallel.zero_stage = k.zero_stage;
+  if (k.virtual_stages > 1) {
+    c.parallel.schedule = "interleaved";
+    c.parallel.virtual_stages = k.virtual_stages;
+  }
   c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
   c.checkpoint.dir = root + "/ck";
   c.checkpoint.max_shard_size = "20KB";  // several model files and an index
@@ -121,6 +126,8 @@ TEST(CheckpointStream, ShardedFilesEqualTheWholeTensorWriters) {
 TEST(CheckpointStream, TensorAndPipelineParallelFilesEqualTheWholeTensorWriters) {
   run_layout(2, {.tp = 2}, "tp");
   run_layout(2, {.pp = 2}, "pp");
+  // Stage 0 holds blocks 0 and 2, stage 1 blocks 1 and 3: rank 0 takes turns.
+  run_layout(2, {.pp = 2, .virtual_stages = 2}, "pp_interleaved");
   run_layout(4, {.dp = 2, .pp = 2, .zero_stage = 1, .bf16 = true}, "pp_zero1");
 }
 

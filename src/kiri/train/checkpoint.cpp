@@ -259,6 +259,7 @@ void Trainer::load_model(const std::string& dir) {
   const auto& segs = optimizer_->segments();
   for (size_t i = 0; i < segs.size(); ++i) {
     nn::Parameter* p = segs[i].param;
+    file.check_shape(p->name, p->full.rank() ? p->full : p->shape);
     const std::string what = file.path_of(p->name) + ": tensor " + p->name;
     for (const GlobalPiece& g : global_pieces(segs[i]))  // runs of the whole parameter
       for_each_piece(g.length, piece, [&](int64_t b, int64_t n) {

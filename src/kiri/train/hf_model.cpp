@@ -391,13 +391,20 @@ void HfWeights::read(const std::string& name, Tensor& dst) {
   const auto it = stored_.find(name);
   KIRI_CHECK_KIND(kCheckpoint, it != stored_.end(), dir_, ": the model's tensor '", name,
                   "' is missing");
+  check_shape(name, dst.shape());
   const ckpt::SafetensorsFile& f = file_of(file_.at(name));
-  const ckpt::TensorInfo& info = f.info(it->second);
-  KIRI_CHECK_KIND(kCheckpoint, info.shape == dst.shape(), f.path(), ": tensor '", it->second,
-                  "' has shape ", info.shape.str(), ", the model's ", name, " is ",
-                  dst.shape().str());
   f.read_into_converting(it->second, dst);
   if (name == "transformer.wte.weight" && !head_file_.empty()) check_tied_head(dst);
+}
+
+void HfWeights::check_shape(const std::string& name, const Shape& shape) {
+  const auto it = stored_.find(name);
+  KIRI_CHECK_KIND(kCheckpoint, it != stored_.end(), dir_, ": the model's tensor '", name,
+                  "' is missing");
+  const ckpt::SafetensorsFile& f = file_of(file_.at(name));
+  const ckpt::TensorInfo& info = f.info(it->second);
+  KIRI_CHECK_KIND(kCheckpoint, info.shape == shape, f.path(), ": tensor '", it->second,
+                  "' has shape ", info.shape.str(), ", the model's ", name, " is ", shape.str());
 }
 
 void HfWeights::read_range(const std::string& name, int64_t first, Tensor& dst) {

@@ -103,6 +103,8 @@ class HfWeights {
   // read(): a piece, so that loading never holds a whole tensor. The tied head's same
   // elements are checked against it. release() drops the pages of the tensor once read.
   void read_range(const std::string& name, int64_t first, Tensor& dst);
+  // kCheckpoint naming the tensor and both shapes unless tensor `name` has `shape`.
+  void check_shape(const std::string& name, const Shape& shape);
   void release(const std::string& name);
   const std::string& dir() const { return dir_; }
   // The file that holds tensor `name` (dir/model-00002-of-00003.safetensors), for messages.
