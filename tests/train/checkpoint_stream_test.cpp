@@ -12,6 +12,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/local/local.h"
 #include "kiri/model/gpt.h"
+#include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/hf_model.h"
 #include "train_test_util.h"
 
@@ -129,6 +130,24 @@ TEST(CheckpointStream, TensorAndPipelineParallelFilesEqualTheWholeTensorWriters)
   // Stage 0 holds blocks 0 and 2, stage 1 blocks 1 and 3: rank 0 takes turns.
   run_layout(2, {.pp = 2, .virtual_stages = 2}, "pp_interleaved");
   run_layout(4, {.dp = 2, .pp = 2, .zero_stage = 1, .bf16 = true}, "pp_zero1");
+}
+
+TEST(CheckpointStream, PieceSizeIsBytesOfAtLeast4KiB) {
+  CheckpointConfig c;
+  EXPECT_EQ(checkpoint_piece_elements(c), int64_t{16} << 20);  // 64MiB of F32
+  c.piece_size = "4KiB";
+  EXPECT_EQ(checkpoint_piece_elements(c), 1024);
+  c.piece_size = "1KiB";
+  try {
+    checkpoint_piece_elements(c);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(std::string(e.what()).find(
+                  "checkpoint.piece_size must be at least 4KiB, got '1KiB' (1024 bytes)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Live bytes above those before the call, at their peak during `fn`.
