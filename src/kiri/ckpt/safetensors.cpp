@@ -54,7 +54,11 @@ std::shared_ptr<char[]> aligned_buffer(size_t bytes) {
 
 }  // namespace
 
-std::string safetensors_header(const std::vector<NamedTensor>& tensors,
+uint64_t TensorSpec::nbytes() const {
+  return static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
+}
+
+std::string safetensors_header(const std::vector<TensorSpec>& specs,
                                const std::map<std::string, std::string>& metadata) {
   OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) {
@@ -64,19 +68,17 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
   }
   std::set<std::string> seen;
   uint64_t offset = 0;
-  for (const NamedTensor& nt : tensors) {
-    if (!nt.tensor.defined())
-      KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "': it is undefined");
-    if (nt.name == kMetadataKey)
+  for (const TensorSpec& t : specs) {
+    if (t.name == kMetadataKey)
       KIRI_RAISE(kCheckpoint, "cannot save a tensor named '", kMetadataKey, "': reserved");
-    if (!seen.insert(nt.name).second)
-      KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "' twice in one file");
+    if (!seen.insert(t.name).second)
+      KIRI_RAISE(kCheckpoint, "cannot save tensor '", t.name, "' twice in one file");
     OrderedJson entry = OrderedJson::object();
-    entry["dtype"] = dtype_name(nt.tensor.dtype());
-    entry["shape"] = nt.tensor.shape().dims();
-    entry["data_offsets"] = {offset, offset + nt.tensor.nbytes()};
-    header[nt.name] = entry;
-    offset += nt.tensor.nbytes();
+    entry["dtype"] = dtype_name(t.dtype);
+    entry["shape"] = t.shape.dims();
+    entry["data_offsets"] = {offset, offset + t.nbytes()};
+    header[t.name] = entry;
+    offset += t.nbytes();
   }
   std::string json;
   try {
@@ -91,6 +93,18 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
   return std::string(prefix, 8) + json;
 }
 
+std::string safetensors_header(const std::vector<NamedTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  for (const NamedTensor& nt : tensors) {
+    if (!nt.tensor.defined())
+      KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "': it is undefined");
+    specs.push_back({nt.name, nt.tensor.dtype(), nt.tensor.shape()});
+  }
+  return safetensors_header(specs, metadata);
+}
+
+// The tensors' memory written as it is: the reference the streaming writer is tested against.
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const std::string header = safetensors_header(tensors, metadata);
@@ -98,6 +112,29 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
     w.write(header);
     for (const NamedTensor& nt : tensors)
       if (nt.tensor.nbytes() > 0) w.write(nt.tensor.raw(), nt.tensor.nbytes());
+  });
+}
+
+void save_safetensors_streaming(const std::string& path, const std::vector<TensorSpec>& specs,
+                                const std::map<std::string, std::string>& metadata,
+                                const FillTensor& fill) {
+  const std::string header = safetensors_header(specs, metadata);
+  write_file_atomic(path, [&](FileWriter& w) {
+    w.write(header);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const uint64_t want = specs[i].nbytes();
+      uint64_t got = 0;
+      // Checked before the write: a fill that overruns never shifts the next tensor's bytes.
+      fill(i, [&](const void* data, size_t bytes) {
+        if (bytes > want - got)
+          KIRI_RAISE(kCheckpoint, path, ": tensor '", specs[i].name, "' is ", want,
+                     " bytes, but its writer appended ", got + bytes);
+        if (bytes > 0) w.write(data, bytes);
+        got += bytes;
+      });
+      KIRI_CHECK_KIND(kCheckpoint, got == want, path, ": tensor '", specs[i].name, "' is ", want,
+                      " bytes, but its writer appended only ", got);
+    }
   });
 }
 
@@ -322,6 +359,12 @@ void SafetensorsFile::load(uint64_t total, const ReadAt& read_at, int map_fd) {
       buffer_ =
           std::shared_ptr<char[]>(static_cast<char*>(p), [total](char* q) { ::munmap(q, total); });
       data_ = buffer_.get() + 8 + n;
+      mapped_ = true;
+      if (const int fd = ::dup(map_fd); fd >= 0)  // without it release() still drops the pages
+        map_fd_ = std::shared_ptr<int>(new int(fd), [](int* q) {
+          ::close(*q);
+          delete q;
+        });
       return;
     }
   }
@@ -419,6 +462,46 @@ void SafetensorsFile::read_into_converting(const std::string& name, Tensor& dst)
     src = staged.get();
   }
   dst.copy_from(Tensor::borrow(const_cast<char*>(src), i.shape, i.dtype));
+}
+
+void SafetensorsFile::read_range(const std::string& name, int64_t first, Tensor& dst) const {
+  const TensorInfo& i = info(name);
+  const int64_t n = dst.defined() ? dst.numel() : 0, total = i.shape.numel();
+  if (first < 0 || first > total || n > total - first)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": elements [", first, ", ", first + n,
+               ") of tensor '", name, "' lie outside its ", total, " elements");
+  if (n == 0) return;
+  if (i.dtype != dst.dtype() && (!is_float(i.dtype) || !is_float(dst.dtype())))
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "' is ",
+               dtype_name(i.dtype), ", cannot read it as ", dtype_name(dst.dtype()));
+  const size_t size = dtype_size(i.dtype), bytes = static_cast<size_t>(n) * size;
+  const char* src = data_of(i) + static_cast<size_t>(first) * size;
+  if (i.dtype == dst.dtype()) {
+    std::memcpy(dst.raw(), src, bytes);
+    return;
+  }
+  std::shared_ptr<char[]> staged;  // copy_from reads through typed pointers
+  if (i.begin % size != 0) {
+    staged = aligned_buffer(bytes);
+    std::memcpy(staged.get(), src, bytes);
+    src = staged.get();
+  }
+  dst.copy_from(Tensor::borrow(const_cast<char*>(src), dst.shape(), i.dtype));
+}
+
+void SafetensorsFile::release(const std::string& name) const {
+  if (!mapped_) return;
+  const TensorInfo& i = info(name);
+  if (i.end == i.begin) return;
+  // Whole pages only: a page shared with a neighbour is dropped too, and faulted in again
+  // from the file if that neighbour is read (nothing kiri maps is written).
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t base = static_cast<uint64_t>(data_ - buffer_.get());
+  const uint64_t lo = (base + i.begin) / page * page, hi = base + i.end;
+  ::madvise(buffer_.get() + lo, hi - lo, MADV_DONTNEED);
+  if (map_fd_)
+    ::posix_fadvise(*map_fd_, static_cast<off_t>(lo), static_cast<off_t>(hi - lo),
+                    POSIX_FADV_DONTNEED);
 }
 
 }  // namespace kiri::ckpt

@@ -37,6 +37,30 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 std::string safetensors_header(const std::vector<NamedTensor>& tensors,
                                const std::map<std::string, std::string>& metadata);
 
+// What the header says of a tensor: enough to write it before its bytes exist.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t nbytes() const;
+};
+std::string safetensors_header(const std::vector<TensorSpec>& specs,
+                               const std::map<std::string, std::string>& metadata);
+
+// Appends bytes of the tensor being written.
+using AppendBytes = std::function<void(const void* data, size_t bytes)>;
+// Writes the tensors' bytes for spec `index` through `append`, in as many pieces as it likes.
+using FillTensor = std::function<void(size_t index, const AppendBytes& append)>;
+
+// The file save_safetensors writes for tensors of these specs, byte for byte, but with no
+// tensor in memory: the header first, then fill(0), fill(1), ... append each tensor's bytes
+// in turn, so a state of any size is written through a buffer of the caller's choosing.
+// Atomic as save_safetensors. A fill that appends more or fewer bytes than its spec says is
+// a kCheckpoint error (and no file); an exception from fill leaves no file either.
+void save_safetensors_streaming(const std::string& path, const std::vector<TensorSpec>& specs,
+                                const std::map<std::string, std::string>& metadata,
+                                const FillTensor& fill);
+
 struct TensorInfo {
   DType dtype = DType::kF32;
   Shape shape;
@@ -79,6 +103,15 @@ class SafetensorsFile {
   // Copies into dst of the same shape, converting between floating dtypes
   // (F32, BF16, F16, F64) as Tensor::copy_from does; integer dtypes must match.
   void read_into_converting(const std::string& name, Tensor& dst) const;
+  // Elements [first, first + dst.numel()) of the tensor (in its flat order) into dst,
+  // converting as read_into_converting: a piece of a state, never the whole of it. A range
+  // outside the tensor is kCheckpoint naming both.
+  void read_range(const std::string& name, int64_t first, Tensor& dst) const;
+  // Drops the pages of the tensor's bytes from this process and from the page cache once
+  // they have been read (madvise / posix_fadvise DONTNEED), so streaming a large state
+  // through a mapped file leaves neither holding it. No-op for files read into memory.
+  void release(const std::string& name) const;
+  bool mapped() const { return mapped_; }
 
  private:
   // Reads `bytes` bytes at `offset` of the source into `dst`.
@@ -94,7 +127,9 @@ class SafetensorsFile {
 
   std::string path_;
   std::shared_ptr<char[]> buffer_;  // 64-byte aligned at the data start (read), or the mapping
-  const char* data_ = nullptr;      // start of the tensor data inside buffer_
+  bool mapped_ = false;
+  std::shared_ptr<int> map_fd_;  // the mapped file, kept open for posix_fadvise
+  const char* data_ = nullptr;   // start of the tensor data inside buffer_
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorInfo> infos_;
   std::map<std::string, std::string> metadata_;

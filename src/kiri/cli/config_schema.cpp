@@ -272,6 +272,16 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("checkpoint.keep_last", KIRI_FIELD(checkpoint.keep_last), 0, 1 << 20,
                         "Step directories to keep; 0 keeps all."));
   f.push_back(string_field(
+      "checkpoint.piece_size", KIRI_FIELD(checkpoint.piece_size),
+      "Largest piece of the optimizer's states and the weights that saving or resuming a "
+      "checkpoint holds in memory at once (at least 4KiB): they are streamed, from and into "
+      "any tier (offload.*), never whole (docs/checkpoints.md).",
+      [](const std::string& s) {
+        KIRI_CHECK_KIND(kConfig, parse_bytes(s) >= 4096,
+                        "checkpoint.piece_size must be a size of at least 4KiB (e.g. 64MiB), got '",
+                        quote_bounded(s, 80), "'");
+      }));
+  f.push_back(string_field(
       "checkpoint.max_shard_size", KIRI_FIELD(checkpoint.max_shard_size),
       "Largest model file of a checkpoint, as transformers' save_pretrained reads it (5GB = "
       "5e9 bytes, 2GiB = 2^31): a bigger model is written as model-0000k-of-0000n.safetensors "

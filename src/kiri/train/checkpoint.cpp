@@ -11,10 +11,13 @@
 //    run can reload them on the same layout or re-cut them for another;
 //  - state.json: config, step, data position, layout, loss scaler.
 // Everything goes into a temporary step directory that rank 0 renames into
-// place only when every file is complete.
+// place only when every file is complete. Every file is streamed
+// (checkpoint_stream.h): the states and weights move in pieces through
+// AdamW's ranged API, from and into whichever tier holds them.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +28,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
 #include "kiri/train/checkpoint_state.h"
+#include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
 
@@ -84,14 +88,7 @@ std::string optimizer_file_name(int index, int count) {
 }  // namespace
 
 void check_finite(const Tensor& t, const std::string& what) {
-  KIRI_CHECK_KIND(kCheckpoint, t.dtype() == DType::kF32, what, " is ", dtype_name(t.dtype()),
-                  ", expected F32");
-  const float* x = t.data<float>();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i]))
-      KIRI_RAISE(kCheckpoint, what, " holds a non-finite value (", x[i], ") at element ", i, " of ",
-                 n, ": the run that wrote it diverged, or the file is corrupt");
+  check_finite_piece(t, what, 0, t.numel());
 }
 
 int Trainer::optimizer_writers_per_stage() const {
@@ -104,112 +101,96 @@ bool Trainer::writes_optimizer_states() const {
   return mesh_->dp_index() < optimizer_writers_per_stage();
 }
 
-namespace {
-// Receives the parameters of pipeline stage `stage` (but the tied copy of
-// wte) from that stage's rank of `pp`, in the order the stage sends them.
-void receive_stage(comm::Communicator& pp, int stage, const RunConfig& cfg,
-                   const model::PipelineOptions& pipeline, Allocator& alloc,
-                   std::vector<std::pair<std::string, Tensor>>& out) {
-  const auto chunks =
-      model::make_gpt_chunks(cfg.model, pp.size(), stage, pipeline, cfg.train.seq_len);
-  int tag = 0;
-  for (const auto& c : chunks)
-    for (nn::Parameter* p : c->parameters()) {
-      if (p->name == "transformer.wte.weight" && !c->part().first) continue;
-      Tensor t = Tensor::empty(p->shape, DType::kF32, Category::kBuffers, alloc);
-      Tensor flat = t.view({p->numel()});
-      pp.recv(flat, stage, tag++);
-      out.emplace_back(p->name, t);
-    }
-}
-}  // namespace
-
-namespace {
-// The whole parameter from every tensor-parallel rank's part (all_gather over tp).
-Tensor assemble_tp(comm::Communicator& tp, const nn::Parameter& p, const Tensor& part,
-                   Allocator& alloc) {
-  const int64_t n = p.numel();
-  Tensor all = Tensor::empty({int64_t{tp.size()} * n}, DType::kF32, Category::kBuffers, alloc);
-  tp.all_gather(part.view({n}), all);
-  Tensor full = Tensor::zeros(p.full, DType::kF32, Category::kBuffers, alloc);
-  nn::Parameter q = p;
-  for (int j = 0; j < tp.size(); ++j) {
-    q.tp.index = j;
-    for (const nn::ElementRun& r : nn::element_runs(q))
-      full.flat_range(r.global, r.length).copy_from(all.flat_range(j * n + r.local, r.length));
-  }
-  return full;
-}
-}  // namespace
-
 std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
-  // 1. This rank's parameters in fp32, on dp rank 0 of its stage.
-  std::vector<std::pair<nn::Parameter*, Tensor>> local;
-  const auto& segs = optimizer_->segments();
-  const bool keep = mesh_->dp_index() == 0;
-  parallel::ShardedDataParallel* sharded = parallel_->sharded();
-  if (!sharded) {  // stage 0: every rank holds every parameter whole
-    if (keep)
-      for (size_t i = 0; i < segs.size(); ++i)
-        local.emplace_back(segs[i].param, optimizer_->weights(i).view(segs[i].param->shape));
-  } else {
-    const auto& units = sharded->units();
-    for (size_t u = 0; u < units.size(); ++u) {
-      const parallel::ShardUnit& unit = units[u];
-      Tensor shard = Tensor::zeros({unit.shard}, DType::kF32, Category::kBuffers, allocator_);
-      for (size_t i = 0; i < segs.size(); ++i) {
-        const int64_t at = segs[i].state_offset - unit.shard_offset;
-        if (at >= 0 && at < unit.shard)
-          shard.flat_range(at, segs[i].numel()).copy_from(optimizer_->weights(i));
-      }
-      Tensor full = Tensor::empty({unit.padded}, DType::kF32, Category::kBuffers, allocator_);
-      sharded->all_gather_unit(static_cast<int>(u), shard, full);
-      if (!keep) continue;
-      for (size_t k = 0; k < unit.params.size(); ++k) {
-        nn::Parameter* p = unit.params[k];
-        local.emplace_back(p, full.flat_range(unit.param_offsets[k], p->numel()).view(p->shape));
-      }
-    }
-  }
-  if (!keep) return {};
-  nn::Parameter* copy = parallel_->tied_copy();
-  local.erase(
-      std::remove_if(local.begin(), local.end(), [&](const auto& e) { return e.first == copy; }),
-      local.end());
-  // 2. Tensor-parallel parts become whole parameters on tp rank 0.
-  if (mesh_->shape().tp > 1) {
-    for (auto& [p, t] : local) t = assemble_tp(mesh_->tp(), *p, t, allocator_);
-    if (mesh_->tp_index() != 0) return {};
-  }
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [p, t] : local) out.emplace_back(p->name, t);
-  if (mesh_->shape().pp == 1) return is_rank0() ? out : decltype(out){};
-  // 3. Pipeline stages send theirs to stage 0, in parameter order.
-  comm::Communicator& pp = mesh_->pp();
-  if (mesh_->pp_index() != 0) {
-    int tag = 0;
-    for (auto& [name, t] : out) {
-      Tensor flat = t.view({t.numel()});
-      pp.send(flat, 0, tag++);
-    }
+  ModelStream stream(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  if (!is_rank0()) {
+    stream.run();
     return {};
   }
-  for (int s = 1; s < pp.size(); ++s)
-    receive_stage(pp, s, cfg_, parallel_->options().pipeline, allocator_, out);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t k = 0; k < stream.specs().size(); ++k) {
+    const Tensor& t = stream.next(k);
+    Tensor copy = Tensor::empty(t.shape(), DType::kF32, Category::kBuffers, allocator_);
+    copy.copy_from(t);
+    out.emplace_back(stream.specs()[k].name, copy);
+  }
+  stream.finish();
   return out;
 }
 
+namespace {
+// This rank's m and v, each appended in pieces, with the segments it holds.
+void write_optimizer_file(const std::string& path, optim::AdamW& opt, model::ParallelGPT& parallel,
+                          int tp_index, int64_t piece, Allocator& alloc) {
+  // Segments in the whole parameters' coordinates, so that any layout
+  // (another tp, dp or pp) can find its elements.
+  json segs = json::array();
+  for (const auto& s : opt.segments())
+    // One copy of everything: the first stage's tied embedding, tp rank 0's
+    // replicated parameters.
+    if (s.param != parallel.tied_copy() && (s.param->tp.dim >= 0 || tp_index == 0))
+      for (const GlobalPiece& g : global_pieces(s))
+        segs.push_back({s.param->name, g.global, g.length, g.state});
+  const int64_t n = opt.state_numel();
+  const std::vector<ckpt::TensorSpec> specs = {{"exp_avg", DType::kF32, Shape({n})},
+                                               {"exp_avg_sq", DType::kF32, Shape({n})}};
+  Tensor buf = Tensor::empty({std::min(piece, std::max<int64_t>(n, 1))}, DType::kF32,
+                             Category::kBuffers, alloc);
+  ckpt::save_safetensors_streaming(path, specs,
+                                   {{"optimizer", "adamw"},
+                                    {"step", std::to_string(opt.step_count())},
+                                    {"segments", segs.dump()}},
+                                   [&](size_t k, const ckpt::AppendBytes& append) {
+                                     const optim::State s =
+                                         k == 0 ? optim::State::kExpAvg : optim::State::kExpAvgSq;
+                                     for_each_piece(n, piece, [&](int64_t b, int64_t len) {
+                                       Tensor part = buf.flat_range(0, len);
+                                       opt.read_state(s, b, part);
+                                       append(part.raw(), part.nbytes());
+                                     });
+                                   });
+}
+
+// write_hf_folder's files in fp32, the weights streamed (rank 0).
+void write_model_folder(const std::string& dir, const RunConfig& cfg,
+                        const data::Tokenizer& tokenizer, ModelStream& model) {
+  write_hf_weights_streaming(
+      dir, model.specs(),
+      parse_max_shard_size(cfg.checkpoint.max_shard_size, "checkpoint.max_shard_size"),
+      [&](size_t k, const ckpt::AppendBytes& append) {
+        const Tensor& t = model.next(k);
+        append(t.raw(), t.nbytes());
+      });
+  model.finish();
+  write_hf_tokenizer(dir, tokenizer, cfg.model.block_size);
+  write_file_atomic(
+      dir + "/config.json",
+      hf_config_json(cfg.model, tokenizer.eot_token(), DType::kF32, cfg.data.tokenizer).dump(2) +
+          "\n");
+}
+
+// This rank's fp32 weights, in pieces.
+void check_weights_finite(optim::AdamW& opt, int64_t step, int64_t piece, Allocator& alloc) {
+  const auto& segs = opt.segments();
+  Tensor buf = Tensor::empty({piece}, DType::kF32, Category::kBuffers, alloc);
+  for (size_t i = 0; i < segs.size(); ++i)
+    for_each_piece(segs[i].numel(), piece, [&](int64_t b, int64_t n) {
+      Tensor part = buf.flat_range(0, n);
+      opt.read_weights(i, b, part);
+      check_finite_piece(part,
+                         str("refusing to save the checkpoint of step ", step, ": parameter ",
+                             segs[i].param->name),
+                         b, segs[i].numel());
+    });
+}
+}  // namespace
+
 std::string Trainer::save_checkpoint() {
   const std::string& root = cfg_.checkpoint.dir;
+  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
   // A checkpoint of non-finite weights would only spread the divergence to every resume:
   // each rank checks its master weights, and all stop together before anything is written.
-  comm::run_agreed(*world_, [&] {
-    const auto& segs = optimizer_->segments();
-    for (size_t i = 0; i < segs.size(); ++i)
-      check_finite(optimizer_->weights(i), str("refusing to save the checkpoint of step ", step_,
-                                               ": parameter ", segs[i].param->name));
-  });
-  const auto model = gather_model();  // collective under sharding
+  comm::run_agreed(*world_, [&] { check_weights_finite(*optimizer_, step_, piece, allocator_); });
   if (is_rank0()) ckpt::begin_checkpoint(root, step_);
   world_->barrier();
   const std::string tmp = ckpt::temp_dir(root, step_);
@@ -217,40 +198,21 @@ std::string Trainer::save_checkpoint() {
   const int per_stage = optimizer_writers_per_stage();
   const int writers = per_stage * mesh_->shape().pp * mesh_->shape().tp;
   if (writes_optimizer_states()) {
-    // Segments in the whole parameters' coordinates, so that any layout
-    // (another tp, dp or pp) can find its elements.
-    json segs = json::array();
-    for (const auto& s : optimizer_->segments())
-      // One copy of everything: the first stage's tied embedding, tp rank 0's
-      // replicated parameters.
-      if (s.param != parallel_->tied_copy() && (s.param->tp.dim >= 0 || mesh_->tp_index() == 0))
-        for (const GlobalPiece& g : global_pieces(s))
-          segs.push_back({s.param->name, g.global, g.length, g.state});
     const int index =
         (mesh_->pp_index() * mesh_->shape().tp + mesh_->tp_index()) * per_stage + mesh_->dp_index();
-    ckpt::save_safetensors(
-        tmp + "/" + optimizer_file_name(index, writers),
-        {{"exp_avg", optimizer_->exp_avg()}, {"exp_avg_sq", optimizer_->exp_avg_sq()}},
-        {{"optimizer", "adamw"},
-         {"step", std::to_string(optimizer_->step_count())},
-         {"segments", segs.dump()}});
+    write_optimizer_file(tmp + "/" + optimizer_file_name(index, writers), *optimizer_, *parallel_,
+                         mesh_->tp_index(), piece, allocator_);
   }
-  world_->barrier();  // every shard is on disk before rank 0 commits
+  // The model, one parameter at a time into rank 0's files (collective under sharding).
+  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
   if (!is_rank0()) {
+    model.run();
+    world_->barrier();  // every shard is on disk before rank 0 commits
     world_->barrier();
     return root + "/" + ckpt::step_dir_name(step_);
   }
-  // In the whole model's parameter order (stages arrive in pipeline order).
-  std::vector<ckpt::NamedTensor> tensors;
-  const model::GPT<float> whole(cfg_.model);
-  for (nn::Parameter* p : const_cast<model::GPT<float>&>(whole).parameters())
-    for (const auto& [name, t] : model)
-      if (name == p->name) tensors.push_back({name, t});
-  KIRI_CHECK(tensors.size() == model.size(), "gathered ", model.size(),
-             " parameters, the model has ", tensors.size());
-  write_hf_folder(
-      tmp, cfg_.model, *tokenizer_, cfg_.data.tokenizer, tensors, DType::kF32,
-      parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size"));
+  write_model_folder(tmp, cfg_, *tokenizer_, model);
+  world_->barrier();  // every shard is on disk before rank 0 commits
   json files = json::array();
   for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
   json state = {{"format_version", kCheckpointFormatVersion},
@@ -281,7 +243,8 @@ std::string Trainer::save_checkpoint() {
 }
 
 // Into the master weights only: load_checkpoint writes them back once every rank has read.
-// Each rank reads the tensors it holds (a shard file only when one of them lies in it).
+// Each rank reads the elements it holds, in pieces (a shard file only when one of them lies
+// in it), and drops each tensor's pages once read.
 void Trainer::load_model(const std::string& dir) {
   HfWeights file = HfWeights::open(dir);
   {
@@ -291,25 +254,66 @@ void Trainer::load_model(const std::string& dir) {
       names.push_back(p->name);
     file.check_names(names);
   }
+  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
+  Tensor buf = Tensor::empty({piece}, DType::kF32, Category::kBuffers, allocator_);
   const auto& segs = optimizer_->segments();
   for (size_t i = 0; i < segs.size(); ++i) {
     nn::Parameter* p = segs[i].param;
-    Tensor w = optimizer_->weights(i);
-    if (p->tp.dim < 0 && segs[i].begin == 0 && segs[i].numel() == p->numel()) {
-      Tensor whole = w.view(p->shape);
-      file.read(p->name, whole);
-      check_finite(whole, file.path_of(p->name) + ": tensor " + p->name);
-      continue;
-    }
-    // A piece of the whole parameter (the file holds it whole): read it, take ours.
-    Tensor whole = Tensor::empty(p->full, DType::kF32, Category::kBuffers, allocator_);
-    file.read(p->name, whole);
-    check_finite(whole, file.path_of(p->name) + ": tensor " + p->name);
-    for (const GlobalPiece& g : global_pieces(segs[i]))
-      w.flat_range(g.state - segs[i].state_offset, g.length)
-          .copy_from(whole.flat_range(g.global, g.length));
+    file.check_shape(p->name, p->full.rank() ? p->full : p->shape);
+    const std::string what = file.path_of(p->name) + ": tensor " + p->name;
+    for (const GlobalPiece& g : global_pieces(segs[i]))  // runs of the whole parameter
+      for_each_piece(g.length, piece, [&](int64_t b, int64_t n) {
+        Tensor part = buf.flat_range(0, n);
+        file.read_range(p->name, g.global + b, part);
+        check_finite_piece(part, what, g.global + b, p->full_numel());
+        optimizer_->write_weights(i, g.state - segs[i].state_offset + b, part);
+      });
+    file.release(p->name);
   }
 }
+
+namespace {
+// An optimizer file's 'segments' metadata, parsed (each entry checked by parse_segment).
+json read_segments(const ckpt::SafetensorsFile& file, const std::string& path) {
+  const auto meta = file.metadata().find("segments");
+  KIRI_CHECK_KIND(kCheckpoint, meta != file.metadata().end(), path, " has no 'segments' metadata");
+  // A list of 4-element lists: anything deeper is refused before it is parsed.
+  KIRI_CHECK_KIND(kCheckpoint, json_nesting_depth(meta->second, 3) <= 2, path,
+                  ": 'segments' metadata nests deeper than a list of lists");
+  json segs;
+  try {
+    segs = json::parse(meta->second);
+  } catch (const std::exception& e) {
+    KIRI_RAISE(kCheckpoint, path,
+               " has no valid 'segments' metadata: ", quote_bounded(e.what(), 300));
+  }
+  const ckpt::TensorInfo &m = file.info("exp_avg"), &v = file.info("exp_avg_sq");
+  KIRI_CHECK_KIND(kCheckpoint,
+                  segs.is_array() && m.dtype == DType::kF32 && v.dtype == DType::kF32 &&
+                      m.shape.rank() == 1 && m.shape == v.shape,
+                  path,
+                  ": 'segments' must be a list and exp_avg and exp_avg_sq flat F32 tensors of one "
+                  "size (found ",
+                  dtype_name(m.dtype), " ", m.shape.str(), " and ", dtype_name(v.dtype), " ",
+                  v.shape.str(), ")");
+  return segs;
+}
+
+// Elements [src, src + n) of the file's m and v into [dst, dst + n) of the optimizer's, in
+// pieces through buf, each piece checked.
+void copy_states(const ckpt::SafetensorsFile& file, int64_t src, int64_t dst, int64_t n,
+                 optim::AdamW& opt, Tensor& buf) {
+  const int64_t total = file.info("exp_avg").shape.numel();
+  for (const auto& [name, state] : {std::pair{"exp_avg", optim::State::kExpAvg},
+                                    std::pair{"exp_avg_sq", optim::State::kExpAvgSq}})
+    for_each_piece(n, buf.numel(), [&](int64_t b, int64_t len) {
+      Tensor part = buf.flat_range(0, len);
+      file.read_range(name, src + b, part);
+      check_finite_piece(part, file.path() + ": tensor " + name, src + b, total);
+      opt.write_state(state, dst + b, part);
+    });
+}
+}  // namespace
 
 void Trainer::load_optimizer_states(const std::string& dir, const std::vector<std::string>& files) {
   const auto& mine = optimizer_->segments();
@@ -319,46 +323,32 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
     pieces.push_back(global_pieces(mine[i]));
     for (const GlobalPiece& g : pieces.back()) needed[i] += g.length;
   }
+  Tensor buf = Tensor::empty({checkpoint_piece_elements(cfg_.checkpoint)}, DType::kF32,
+                             Category::kBuffers, allocator_);
   for (const std::string& name : files) {
     const std::string path = dir + "/" + name;
     KIRI_CHECK_KIND(kCheckpoint, std::filesystem::exists(path), dir, "/state.json lists ", name,
                     " but the file is missing");
-    ckpt::SafetensorsFile file = ckpt::SafetensorsFile::open(path);
-    const auto meta = file.metadata().find("segments");
-    KIRI_CHECK_KIND(kCheckpoint, meta != file.metadata().end(), path,
-                    " has no 'segments' metadata");
-    // A list of 4-element lists: anything deeper is refused before it is parsed.
-    KIRI_CHECK_KIND(kCheckpoint, json_nesting_depth(meta->second, 3) <= 2, path,
-                    ": 'segments' metadata nests deeper than a list of lists");
-    json segs;
-    try {
-      segs = json::parse(meta->second);
-    } catch (const std::exception& e) {
-      KIRI_RAISE(kCheckpoint, path,
-                 " has no valid 'segments' metadata: ", quote_bounded(e.what(), 300));
-    }
-    const Tensor m = file.get("exp_avg"), v = file.get("exp_avg_sq");
-    KIRI_CHECK_KIND(kCheckpoint, segs.is_array() && m.numel() == v.numel(), path,
-                    ": 'segments' must be a list and exp_avg and exp_avg_sq the same size");
-    check_finite(m, path + ": tensor exp_avg");
-    check_finite(v, path + ": tensor exp_avg_sq");
+    // Mapped: only the pieces this rank needs are read, and dropped again after use.
+    const ckpt::SafetensorsFile file = ckpt::SafetensorsFile::map(path);
+    const json segs = read_segments(file, path);
+    const int64_t states = file.info("exp_avg").shape.numel();
     for (const json& s : segs) {
-      const Segment seg = parse_segment(s, m.numel(), path);
-      const std::string& pname = seg.name;
-      const int64_t begin = seg.begin, count = seg.count, offset = seg.offset;
+      const Segment seg = parse_segment(s, states, path);
       for (size_t i = 0; i < mine.size(); ++i) {
-        if (mine[i].param->name != pname) continue;
+        if (mine[i].param->name != seg.name) continue;
         for (const GlobalPiece& g : pieces[i]) {  // both in the whole parameter's coordinates
-          const int64_t lo = std::max(begin, g.global),
-                        hi = std::min(begin + count, g.global + g.length);
+          const int64_t lo = std::max(seg.begin, g.global),
+                        hi = std::min(seg.begin + seg.count, g.global + g.length);
           if (lo >= hi) continue;
-          const int64_t dst = g.state + (lo - g.global), src = offset + (lo - begin);
-          optimizer_->exp_avg().flat_range(dst, hi - lo).copy_from(m.flat_range(src, hi - lo));
-          optimizer_->exp_avg_sq().flat_range(dst, hi - lo).copy_from(v.flat_range(src, hi - lo));
+          copy_states(file, seg.offset + (lo - seg.begin), g.state + (lo - g.global), hi - lo,
+                      *optimizer_, buf);
           covered[i] += hi - lo;
         }
       }
     }
+    file.release("exp_avg");
+    file.release("exp_avg_sq");
   }
   for (size_t i = 0; i < mine.size(); ++i)
     KIRI_CHECK_KIND(kCheckpoint, covered[i] == needed[i], dir, ": the optimizer files hold ",

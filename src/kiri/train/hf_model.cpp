@@ -202,6 +202,49 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
   return names;
 }
 
+std::vector<std::string> write_hf_weights_streaming(const std::string& dir,
+                                                    const std::vector<ckpt::TensorSpec>& specs,
+                                                    int64_t max_shard_bytes,
+                                                    const ckpt::FillTensor& fill) {
+  for (const ckpt::TensorSpec& t : specs) torch_dtype_name(t.dtype);  // refuses other dtypes
+  // write_hf_weights' cut: in order, a new shard when the next tensor would overflow this one.
+  std::vector<std::vector<ckpt::TensorSpec>> shards(1);
+  std::vector<size_t> first(1, 0);  // index in specs of each shard's first tensor
+  int64_t in_shard = 0, total = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto bytes = static_cast<int64_t>(specs[i].nbytes());
+    if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      first.push_back(i);
+      in_shard = 0;
+    }
+    shards.back().push_back(specs[i]);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  const auto write = [&](size_t k, const std::string& name) {
+    ckpt::save_safetensors_streaming(
+        dir + "/" + name, shards[k], meta,
+        [&](size_t i, const ckpt::AppendBytes& append) { fill(first[k] + i, append); });
+  };
+  if (shards.size() == 1) {
+    write(0, kWeightsName);
+    return {kWeightsName};
+  }
+  std::vector<std::string> names;
+  json map = json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    names.push_back(shard_name(k + 1, shards.size()));
+    write(k, names.back());
+    for (const ckpt::TensorSpec& t : shards[k]) map[t.name] = names.back();
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  write_file_atomic(dir + "/" + kIndexName, index.dump(2) + "\n");
+  names.push_back(kIndexName);
+  return names;
+}
+
 void write_hf_tokenizer(const std::string& dir, const data::Tokenizer& tokenizer,
                         int64_t model_max_length) {
   bool has_config = false, has_map = false;
@@ -348,13 +391,56 @@ void HfWeights::read(const std::string& name, Tensor& dst) {
   const auto it = stored_.find(name);
   KIRI_CHECK_KIND(kCheckpoint, it != stored_.end(), dir_, ": the model's tensor '", name,
                   "' is missing");
+  check_shape(name, dst.shape());
   const ckpt::SafetensorsFile& f = file_of(file_.at(name));
-  const ckpt::TensorInfo& info = f.info(it->second);
-  KIRI_CHECK_KIND(kCheckpoint, info.shape == dst.shape(), f.path(), ": tensor '", it->second,
-                  "' has shape ", info.shape.str(), ", the model's ", name, " is ",
-                  dst.shape().str());
   f.read_into_converting(it->second, dst);
   if (name == "transformer.wte.weight" && !head_file_.empty()) check_tied_head(dst);
+}
+
+void HfWeights::check_shape(const std::string& name, const Shape& shape) {
+  const auto it = stored_.find(name);
+  KIRI_CHECK_KIND(kCheckpoint, it != stored_.end(), dir_, ": the model's tensor '", name,
+                  "' is missing");
+  const ckpt::SafetensorsFile& f = file_of(file_.at(name));
+  const ckpt::TensorInfo& info = f.info(it->second);
+  KIRI_CHECK_KIND(kCheckpoint, info.shape == shape, f.path(), ": tensor '", it->second,
+                  "' has shape ", info.shape.str(), ", the model's ", name, " is ", shape.str());
+}
+
+void HfWeights::read_range(const std::string& name, int64_t first, Tensor& dst) {
+  const auto it = stored_.find(name);
+  KIRI_CHECK_KIND(kCheckpoint, it != stored_.end(), dir_, ": the model's tensor '", name,
+                  "' is missing");
+  const ckpt::SafetensorsFile& f = file_of(file_.at(name));
+  f.read_range(it->second, first, dst);
+  if (name != "transformer.wte.weight" || head_file_.empty()) return;
+  if (!head_open_)
+    head_open_ = std::make_unique<ckpt::SafetensorsFile>(
+        ckpt::SafetensorsFile::map(dir_ + "/" + head_file_));
+  KIRI_CHECK_KIND(kCheckpoint, head_open_->info("lm_head.weight").shape == f.info(it->second).shape,
+                  head_open_->path(), ": lm_head.weight has shape ",
+                  head_open_->info("lm_head.weight").shape.str(), ", the token embedding ",
+                  f.info(it->second).shape.str(), ": kiri ties the LM head to the token embedding");
+  Allocator alloc;
+  Tensor head = Tensor::empty(dst.shape(), dst.dtype(), Category::kBuffers, alloc);
+  head_open_->read_range("lm_head.weight", first, head);
+  const auto* a = static_cast<const unsigned char*>(head.raw());
+  const auto* b = static_cast<const unsigned char*>(dst.raw());
+  for (size_t i = 0; i < head.nbytes(); ++i)
+    if (a[i] != b[i]) {
+      const int64_t e = static_cast<int64_t>(i / dtype_size(dst.dtype()));
+      KIRI_RAISE(kCheckpoint, head_open_->path(),
+                 ": lm_head.weight differs from transformer.wte.weight at element ", first + e,
+                 " (", head.item(e), " against ", dst.item(e),
+                 "): kiri ties the LM head to the token embedding and cannot load an untied one");
+    }
+}
+
+void HfWeights::release(const std::string& name) {
+  const auto it = stored_.find(name);
+  if (it == stored_.end()) return;
+  file_of(file_.at(name)).release(it->second);
+  if (name == "transformer.wte.weight" && head_open_) head_open_->release("lm_head.weight");
 }
 
 std::string HfWeights::path_of(const std::string& name) const {

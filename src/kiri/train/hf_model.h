@@ -46,6 +46,14 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
                                           const std::vector<ckpt::NamedTensor>& tensors,
                                           DType dtype, int64_t max_shard_bytes);
 
+// write_hf_weights with no tensor in memory: the same files byte for byte for tensors of
+// these specs (their dtype is the file's), each tensor's bytes appended by fill(k, append),
+// k counting over every shard in order. A checkpoint of any size needs only what fill holds.
+std::vector<std::string> write_hf_weights_streaming(const std::string& dir,
+                                                    const std::vector<ckpt::TensorSpec>& specs,
+                                                    int64_t max_shard_bytes,
+                                                    const ckpt::FillTensor& fill);
+
 // Copies the tokenizer's files (Tokenizer::files(), under their HF names) into dir and, for
 // a tokenizer with an end-of-text token, writes tokenizer_config.json and
 // special_tokens_map.json unless its files hold them. The byte tokenizer has no files.
@@ -91,6 +99,13 @@ class HfWeights {
   // Reads tensor `name` (kiri's name) into dst, converting F32/BF16/F16 to dst's dtype; a
   // shape other than dst's is kCheckpoint naming the tensor and both shapes.
   void read(const std::string& name, Tensor& dst);
+  // Elements [first, first + dst.numel()) of tensor `name` in its flat order, converting as
+  // read(): a piece, so that loading never holds a whole tensor. The tied head's same
+  // elements are checked against it. release() drops the pages of the tensor once read.
+  void read_range(const std::string& name, int64_t first, Tensor& dst);
+  // kCheckpoint naming the tensor and both shapes unless tensor `name` has `shape`.
+  void check_shape(const std::string& name, const Shape& shape);
+  void release(const std::string& name);
   const std::string& dir() const { return dir_; }
   // The file that holds tensor `name` (dir/model-00002-of-00003.safetensors), for messages.
   std::string path_of(const std::string& name) const;
@@ -105,6 +120,7 @@ class HfWeights {
   std::string head_file_;                      // lm_head.weight's file, "" when absent
   std::string open_name_;                      // the one shard kept open
   std::unique_ptr<ckpt::SafetensorsFile> open_;
+  std::unique_ptr<ckpt::SafetensorsFile> head_open_;  // lm_head's file, for read_range's check
 };
 
 // --init-from's folder: a folder with config.json and weights (an HF model folder or a kiri

@@ -108,6 +108,8 @@ struct CheckpointConfig {
   int keep_last = 2;  // step directories kept; 0 keeps all
   // Above it the model is written as model-0000k-of-0000n.safetensors + index (as HF does)
   std::string max_shard_size = "5GB";
+  // Save and resume move the states and weights in pieces of at most this (checkpoint_stream.h)
+  std::string piece_size = "64MiB";
 };
 
 // Where the training state lives (docs/offload.md). On the CPU backend device and host
