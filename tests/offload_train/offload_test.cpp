@@ -131,6 +131,7 @@ void expect_damage_named(const std::function<void(const std::string&)>& damage,
 }
 
 TEST(OffloadFiles, ABitFlippedIsAChecksumError) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   expect_damage_named(
       [](const std::string& f) {
         std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
@@ -144,13 +145,16 @@ TEST(OffloadFiles, ABitFlippedIsAChecksumError) {
       "checksum");
 }
 TEST(OffloadFiles, ATruncatedFileIsNamed) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   expect_damage_named([](const std::string& f) { fs::resize_file(f, 4096); }, "truncated");
 }
 TEST(OffloadFiles, ADeletedFileIsNamed) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   expect_damage_named([](const std::string& f) { fs::remove(f); }, "deleted");
 }
 
 TEST(OffloadFiles, ASecondRunOnTheSamePathIsRefusedAndFilesGoAtExit) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   const std::string root = ::testing::TempDir() + "kiri_offload_lock_" + std::to_string(::getpid());
   fs::remove_all(root);
   comm::testing::run_ranks(1, [&](Communicator& w) {
@@ -190,6 +194,7 @@ int64_t resident_bytes() {
 // Memory that grows with the steps (DeepSpeed's users report it under NVMe offload):
 // none here, the staging buffers and the I/O engine's requests are reused.
 TEST(OffloadFiles, ResidentSetStaysFlatOver200Steps) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   const std::string root = ::testing::TempDir() + "kiri_offload_rss_" + std::to_string(::getpid());
   fs::remove_all(root);
   comm::testing::run_ranks(1, [&](Communicator& w) {
@@ -218,6 +223,7 @@ namespace {
 // A full disk: the swap files are preallocated when the run starts, so ENOSPC is a kIo
 // error naming the disk before the first step, never in the middle of one.
 TEST(OffloadFiles, AFullDiskIsNamedBeforeTheFirstStep) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   const std::string mnt = ::testing::TempDir() + "kiri_offload_full_" + std::to_string(::getpid());
   fs::create_directories(mnt);
   if (std::system(("mount -t tmpfs -o size=256k tmpfs " + mnt + " 2>/dev/null").c_str()) != 0) {

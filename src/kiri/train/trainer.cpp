@@ -22,7 +22,6 @@
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
-#include "kiri/train/offload_config.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
 
@@ -262,31 +261,6 @@ void Trainer::build() {
   eval_targets_ =
       Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
   gemm_flops_ = measure_gemm_flops_rate();
-}
-
-void Trainer::open_swap_space() {
-  validate_offload(cfg_);  // also for configs built in code, which skip cli::validate
-  const OffloadConfig& o = cfg_.offload;
-  if (o.optimizer != OffloadDevice::kNvme) return;
-  char rank[32];
-  std::snprintf(rank, sizeof rank, "/rank%05d", world_->rank());
-  offload::SwapOptions swap;
-  swap.dir = o.path + rank;
-  swap.io = io_options(o);
-  swap_ = std::make_unique<offload::SwapSpace>(swap, allocator_);
-}
-
-optim::StateOffload Trainer::make_state_offload() {
-  const OffloadConfig& o = cfg_.offload;
-  optim::StateOffload so;
-  if (!swap_) return so;
-  so.swap = swap_.get();
-  so.unit_starts = parallel_->optimizer_unit_starts();
-  so.buffer_count = o.buffer_count;
-  so.buffer_bytes = offload_buffer_bytes(o);
-  so.values_files = parallel_->optimizer_values_files();
-  so.values_dtype = compute_dtype();
-  return so;
 }
 
 void Trainer::set_peak_flops(double flops_per_s) {
