@@ -139,13 +139,19 @@ void Trainer::check_model_states_fit() const {
           format_bytes(limit), " (train.mem_limit; the largest category is ",
           category_name(largest), "); nothing was allocated yet");
   if (advisor_) {
-    MemoryStats s = allocator_.stats();  // as the allocator would have seen it
-    s.allocated = params + grads + states;
+    // As the allocator would have seen it: every category in place but the largest, which
+    // is the allocation that fails.
+    MemoryStats s = allocator_.stats();
+    const int64_t need = largest == Category::kOptimizerStates ? states
+                         : largest == Category::kParameters    ? params
+                                                               : grads;
     s.current[static_cast<int>(Category::kParameters)] = params;
     s.current[static_cast<int>(Category::kGradients)] = grads;
     s.current[static_cast<int>(Category::kOptimizerStates)] = states;
+    s.current[static_cast<int>(largest)] = 0;
+    s.allocated = params + grads + states - need;
     try {
-      msg += "\n" + advisor_(cfg_, world_->size(), s, largest, states);
+      msg += "\n" + advisor_(cfg_, world_->size(), s, largest, need);
     } catch (const std::exception& e) {
       msg += str("\n(no planner advice: ", e.what(), ")");
     }
