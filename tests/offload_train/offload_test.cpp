@@ -195,6 +195,11 @@ int64_t resident_bytes() {
 // none here, the staging buffers and the I/O engine's requests are reused.
 TEST(OffloadFiles, ResidentSetStaysFlatOver200Steps) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
+#if defined(__SANITIZE_ADDRESS__)
+  // Measured there: 194 MB after step 10, 249 MB after step 200, in the quarantine.
+  GTEST_SKIP() << "ASan's quarantine keeps freed blocks resident (256 MiB by default): RSS "
+                  "measures the sanitizer here; the Release build checks kiri's";
+#endif
   const std::string root = ::testing::TempDir() + "kiri_offload_rss_" + std::to_string(::getpid());
   fs::remove_all(root);
   comm::testing::run_ranks(1, [&](Communicator& w) {
