@@ -60,34 +60,37 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 void offload_equals_memory(comm::Communicator& world, OffloadCase k) {
   omp_set_num_threads(1);  // ranks share the cores
   const std::string root = shared_temp_dir(world, "offload");
-  Trainer ref(offload_config(world, k, false, root), world);
-  Trainer off(offload_config(world, k, true, root), world);
-  ASSERT_TRUE(off.optimizer().offloaded());
-  ASSERT_FALSE(ref.optimizer().offloaded());
-  for (int s = 0; s < 10; ++s) {
-    const StepMetrics a = ref.train_step(), b = off.train_step();
-    EXPECT_EQ(a.loss, b.loss) << "step " << s + 1 << " rank " << world.rank();
-    EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s + 1 << " rank " << world.rank();
-    if (s > 0) continue;
-    // RAM after the first step: the run in memory's, with the optimizer states on NVMe
-    // and the staging buffers added.
-    const MemoryStats ma = a.mem, mb = b.mem;
-    for (Category c : {Category::kGradients, Category::kActivations})
-      EXPECT_EQ(ma.of(c), mb.of(c)) << category_name(c) << " rank " << world.rank();
-    EXPECT_EQ(mb.of(Category::kOptimizerStates), 0) << "rank " << world.rank();
-    EXPECT_EQ(mb.nvme_of(Category::kOptimizerStates), ma.of(Category::kOptimizerStates))
-        << "rank " << world.rank();
-    // Parameter offload: the parameter shards leave RAM for the NVMe tier, byte for byte.
-    const Category params = Category::kParameters;
-    EXPECT_EQ(mb.of(params), k.parameters ? 0 : ma.of(params)) << "rank " << world.rank();
-    EXPECT_EQ(mb.nvme_of(params), k.parameters ? ma.of(params) : 0) << "rank " << world.rank();
-    EXPECT_EQ(ma.nvme_total(), 0);
-    const optim::AdamW& o = off.optimizer();
-    const int states = o.has_master() ? 3 : 2;
-    EXPECT_EQ(mb.nvme_total(), states * 4 * o.state_numel() + (k.parameters ? ma.of(params) : 0));
-  }
-  EXPECT_TRUE(bitwise_equal(states_of(ref), states_of(off))) << "rank " << world.rank();
+  {
+    Trainer ref(offload_config(world, k, false, root), world);
+    Trainer off(offload_config(world, k, true, root), world);
+    ASSERT_TRUE(off.optimizer().offloaded());
+    ASSERT_FALSE(ref.optimizer().offloaded());
+    for (int s = 0; s < 10; ++s) {
+      const StepMetrics a = ref.train_step(), b = off.train_step();
+      EXPECT_EQ(a.loss, b.loss) << "step " << s + 1 << " rank " << world.rank();
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s + 1 << " rank " << world.rank();
+      if (s > 0) continue;
+      // RAM after the first step: the run in memory's, with the optimizer states on NVMe
+      // and the staging buffers added.
+      const MemoryStats ma = a.mem, mb = b.mem;
+      for (Category c : {Category::kGradients, Category::kActivations})
+        EXPECT_EQ(ma.of(c), mb.of(c)) << category_name(c) << " rank " << world.rank();
+      EXPECT_EQ(mb.of(Category::kOptimizerStates), 0) << "rank " << world.rank();
+      EXPECT_EQ(mb.nvme_of(Category::kOptimizerStates), ma.of(Category::kOptimizerStates))
+          << "rank " << world.rank();
+      // Parameter offload: the parameter shards leave RAM for the NVMe tier, byte for byte.
+      const Category params = Category::kParameters;
+      EXPECT_EQ(mb.of(params), k.parameters ? 0 : ma.of(params)) << "rank " << world.rank();
+      EXPECT_EQ(mb.nvme_of(params), k.parameters ? ma.of(params) : 0) << "rank " << world.rank();
+      EXPECT_EQ(ma.nvme_total(), 0);
+      const optim::AdamW& o = off.optimizer();
+      const int states = o.has_master() ? 3 : 2;
+      EXPECT_EQ(mb.nvme_total(), states * 4 * o.state_numel() + (k.parameters ? ma.of(params) : 0));
+    }
+    EXPECT_TRUE(bitwise_equal(states_of(ref), states_of(off))) << "rank " << world.rank();
+  }  // every rank's swap space gone: its folder is empty
   world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(root);
 }
 
 }  // namespace kiri::train
