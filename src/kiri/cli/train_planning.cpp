@@ -15,6 +15,7 @@
 #include "kiri/parallel/mesh.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
+#include "kiri/train/offload_config.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::cli {
@@ -55,8 +56,8 @@ plan::OffloadSpec plan_offload(const train::OffloadConfig& o) {
   s.optimizer = plan_offload(o.optimizer, "offload.optimizer");
   s.parameters = plan_offload(o.parameters, "offload.parameters");
   s.buffer_count = o.buffer_count;
-  s.buffer_bytes = static_cast<int64_t>(o.buffer_mb * 1024 * 1024);
-  s.block_size = parse_bytes(o.block_size);
+  s.buffer_bytes = train::offload_buffer_bytes(o);  // as the trainer reads them
+  s.block_size = train::offload_block_bytes(o);
   s.queue_depth = o.queue_depth;
   return s;
 }
