@@ -69,6 +69,9 @@ void offload_equals_memory(comm::Communicator& world, OffloadCase k) {
       const StepMetrics a = ref.train_step(), b = off.train_step();
       EXPECT_EQ(a.loss, b.loss) << "step " << s + 1 << " rank " << world.rank();
       EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s + 1 << " rank " << world.rank();
+      // Offloaded, the update runs into the next step's forward (overlap across steps).
+      EXPECT_TRUE(off.update_pending()) << "step " << s + 1;
+      EXPECT_FALSE(ref.update_pending());
       if (s > 0) continue;
       // RAM after the first step: the run in memory's, with the optimizer states on NVMe
       // and the staging buffers added.

@@ -130,6 +130,32 @@ void expect_damage_named(const std::function<void(const std::string&)>& damage,
   fs::remove_all(root);
 }
 
+// Overlap across steps: a step begins its update and leaves it to the next forward, so the
+// first step writes nothing and every later one writes exactly one whole update (the last
+// step's), as does finish_update.
+TEST(Offload, StepLeavesItsUpdateToTheNextForward) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
+  const std::string root =
+      ::testing::TempDir() + "kiri_offload_deferred_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  comm::testing::run_ranks(1, [&](Communicator& w) {
+    Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, root), w);
+    const StepMetrics first = t.train_step();
+    EXPECT_TRUE(t.update_pending());
+    EXPECT_EQ(first.offload_written_bytes, 0);
+    const StepMetrics second = t.train_step();
+    EXPECT_TRUE(t.update_pending());
+    const int64_t before = t.swap_space()->bytes_written();
+    t.finish_update();
+    EXPECT_FALSE(t.update_pending());
+    const int64_t finished = t.swap_space()->bytes_written() - before;
+    const int64_t update = 3 * 4 * t.optimizer().state_numel();  // master, m, v in fp32
+    EXPECT_EQ(second.offload_written_bytes, update);
+    EXPECT_EQ(finished, update);
+  });
+  fs::remove_all(root);
+}
+
 TEST(OffloadFiles, ABitFlippedIsAChecksumError) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   expect_damage_named(

@@ -1,15 +1,18 @@
 // The planner's exact mode (plan::rank_memory_exact) against kiri's allocator: for each
 // layout of the layout-equivalence matrix (dp x tp x pp) and each ZeRO stage it allows,
 // one training step on threads (or MPI ranks), then per rank the parameters, gradients and
-// optimizer states to the byte and the peak within 10%. KIRI_PLAN_TINY=1 also runs the
+// optimizer states to the byte and the peak within 10%; likewise with optimizer and parameter
+// offload (RAM and NVMe per category to the byte). KIRI_PLAN_TINY=1 also runs the
 // bench's tiny config (docs/planner.md's table; minutes).
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -26,8 +29,13 @@ namespace {
 
 using comm::Communicator;
 
+enum class Offload { kNone, kOptimizer, kParameters };  // kParameters: the optimizer too
+
 struct Case {
   int dp = 1, tp = 1, pp = 1, zero = 0;
+  Offload offload = Offload::kNone;
+  std::string path = {};  // offload.path (one folder per case, shared by its ranks)
+  bool bf16 = false;      // bf16 compute with fp32 master weights (else fp32)
 };
 
 struct Shape {
@@ -57,6 +65,15 @@ RunConfig config_of(const Case& k, const Shape& s) {
   c.parallel.timeout_s = 120;
   c.checkpoint.dir.clear();
   c.log.metrics.clear();
+  if (k.bf16) c.train.dtype = ComputeDType::kBF16;
+  if (k.offload != Offload::kNone) {
+    c.offload.optimizer = OffloadDevice::kNvme;
+    if (k.offload == Offload::kParameters) c.offload.parameters = OffloadDevice::kNvme;
+    c.offload.path = k.path;
+    c.offload.block_size = "4KiB";  // small units in several chunks, as in offload_train
+    c.offload.buffer_mb = 0.0625;
+    c.offload.buffer_count = 3;
+  }
   return c;
 }
 
@@ -76,12 +93,19 @@ Planned planned(const Case& k, const Shape& s, int64_t vocab) {
   l.tp = k.tp;
   l.pp = k.pp;
   l.zero_stage = k.zero;
-  l.dtype = plan::Precision::kFp32;
+  l.dtype = k.bf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
   l.schedule = plan::Schedule::k1F1B;
   l.micro_batch = s.micro_batch;
   l.global_batch = s.micro_batch * s.m * k.dp;
   l.seq_len = s.seq;
   l.wrap_blocks = 1;
+  if (k.offload != Offload::kNone) {
+    l.offload.optimizer = plan::OffloadTarget::kNvme;
+    if (k.offload == Offload::kParameters) l.offload.parameters = plan::OffloadTarget::kNvme;
+    l.offload.block_size = 4096;
+    l.offload.buffer_bytes = 65536;
+    l.offload.buffer_count = 3;
+  }
   if (k.pp > 1) {
     const auto costs =
         parallel::pp::gpt_layer_costs(static_cast<int>(s.n_embd), static_cast<int>(s.n_head),
@@ -95,6 +119,7 @@ Planned planned(const Case& k, const Shape& s, int64_t vocab) {
 struct Measured {
   plan::MemoryBreakdown predicted;
   int64_t params = 0, grads = 0, optim = 0, peak = 0;
+  int64_t nvme_params = 0, nvme_optim = 0;
   double step_s = 0;
 };
 
@@ -120,13 +145,18 @@ Measured measure(Communicator& world, const Case& k, const Shape& s, int timed_s
   r.grads = st.of(Category::kGradients);
   r.optim = st.of(Category::kOptimizerStates);
   r.peak = st.peak_allocated;
+  r.nvme_params = st.nvme_of(Category::kParameters);
+  r.nvme_optim = st.nvme_of(Category::kOptimizerStates);
   r.predicted = plan::rank_memory_exact(p.model, p.layout, t.mesh().pp_index(), p.facts);
   return r;
 }
 
 std::string name_of(const Case& k) {
+  const char* off = k.offload == Offload::kNone        ? ""
+                    : k.offload == Offload::kOptimizer ? " offload optimizer"
+                                                       : " offload parameters";
   return std::to_string(k.dp) + "x" + std::to_string(k.tp) + "x" + std::to_string(k.pp) + " zero " +
-         std::to_string(k.zero);
+         std::to_string(k.zero) + off + (k.bf16 ? " bf16" : "");
 }
 
 void check_case(const Case& k) {
@@ -139,6 +169,8 @@ void check_case(const Case& k) {
     EXPECT_EQ(static_cast<int64_t>(p.parameters), r.params) << where;
     EXPECT_EQ(static_cast<int64_t>(p.gradients), r.grads) << where;
     EXPECT_EQ(static_cast<int64_t>(p.optimizer_states), r.optim) << where;
+    EXPECT_EQ(static_cast<int64_t>(p.nvme.parameters), r.nvme_params) << where;
+    EXPECT_EQ(static_cast<int64_t>(p.nvme.optimizer_states), r.nvme_optim) << where;
     const double peak = static_cast<double>(r.peak);
     EXPECT_NEAR(p.total(), peak, 0.1 * peak) << where;
     static std::mutex mu;
@@ -154,6 +186,46 @@ void check_layout(int dp, int tp, int pp) {
     SCOPED_TRACE(name_of({dp, tp, pp, zero}));
     check_case({dp, tp, pp, zero});
   }
+}
+
+// Every offload case of tests/offload_train: the RAM per category and on NVMe to the
+// byte, the peak within 10% (the staging pool and the parameter staging in buffers).
+void check_offload(int dp, int tp, int pp, Offload offload, bool bf16 = false) {
+  for (int zero = offload == Offload::kParameters ? 3 : 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+    Case k{dp, tp, pp, zero, offload, "", bf16};
+    k.path = (std::filesystem::temp_directory_path() /
+              ("kiri_plan_offload_" + std::to_string(::getpid()) + "_" + std::to_string(dp) +
+               std::to_string(tp) + std::to_string(pp) + std::to_string(zero)))
+                 .string();
+    SCOPED_TRACE(name_of(k));
+    check_case(k);
+    std::filesystem::remove_all(k.path);  // every rank's swap space has gone with its trainer
+  }
+}
+
+TEST(PlanMeasuredOffload, Optimizer1x1x1) {
+  check_offload(1, 1, 1, Offload::kOptimizer);
+}
+TEST(PlanMeasuredOffload, Optimizer2x1x1) {
+  check_offload(2, 1, 1, Offload::kOptimizer);
+}
+TEST(PlanMeasuredOffload, Optimizer1x2x1) {
+  check_offload(1, 2, 1, Offload::kOptimizer);
+}
+TEST(PlanMeasuredOffload, Optimizer1x1x2) {
+  check_offload(1, 1, 2, Offload::kOptimizer);
+}
+TEST(PlanMeasuredOffload, Parameters1x1x1) {
+  check_offload(1, 1, 1, Offload::kParameters);
+}
+TEST(PlanMeasuredOffload, Parameters2x1x1) {
+  check_offload(2, 1, 1, Offload::kParameters);
+}
+TEST(PlanMeasuredOffload, Parameters4x1x1) {
+  check_offload(4, 1, 1, Offload::kParameters);
+}
+TEST(PlanMeasuredOffload, Parameters1x2x1) {
+  check_offload(1, 2, 1, Offload::kParameters);
 }
 
 TEST(PlanMeasured, L1x1x1) {

@@ -24,6 +24,7 @@ StepMetrics offloaded_step() {
   m.mem.allocated = 1000 + 2000 + 4096 + 8;
   m.mem.peak_allocated = 9000;
   m.mem.reserved = 12000;
+  m.mem.peak_reserved = 15000;
   m.mem.nvme = {0, 0, int64_t{3} << 30, 0, 0, 0};
   m.offload_read_bytes = int64_t{10} << 20;
   m.offload_written_bytes = int64_t{20} << 20;
@@ -57,9 +58,10 @@ TEST(MetricsTiers, EveryCategoryOnEachTierAndTheTotals) {
   for (auto it = j.at("mem").begin(); it != j.at("mem").end(); ++it) mem_keys.insert(it.key());
   EXPECT_EQ(mem_keys,
             (std::set<std::string>{"activations", "buffers", "gradients", "optimizer_states",
-                                   "other", "parameters", "peak", "reserved"}));
+                                   "other", "parameters", "peak", "peak_reserved", "reserved"}));
   EXPECT_EQ(j.at("mem").at("peak").get<int64_t>(), 9000);
   EXPECT_EQ(j.at("mem").at("reserved").get<int64_t>(), 12000);
+  EXPECT_EQ(j.at("mem").at("peak_reserved").get<int64_t>(), 15000);
 }
 
 TEST(MetricsTiers, WithoutOffloadTheNvmeTierIsZeroAndNoIoIsWritten) {

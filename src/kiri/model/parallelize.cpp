@@ -1,6 +1,7 @@
 #include "kiri/model/parallelize.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "kiri/parallel/pp/partition.h"
 
@@ -82,6 +83,7 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
             [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
       }
     }
+    install_forward_hooks();
     return;
   }
   // 3b. Stages 1-3: units by the wrap policy, sharded over the shard group
@@ -114,12 +116,105 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   }
   sharded_ = std::make_unique<parallel::ShardedDataParallel>(std::move(groups), std::move(units),
                                                              *shard, replicas, so, allocator);
-  if (whole) {
-    auto* s = sharded_.get();
-    model().set_group_hooks(
-        {[s](int g) { s->before_forward(g); }, [s](int g) { s->after_forward(g); },
-         [s](int g) { s->before_backward(g); }, [s](int g) { s->after_backward(g); }});
+  install_forward_hooks();
+}
+
+void ParallelGPT::build_update_units() {
+  // Stage 3 keeps no full parameters: its shards are read when gathered, so a unit is
+  // updated when the engine first reads it (set_before_read), prefetches included.
+  update_unit_of_.assign(chunks_.size(), {});
+  int global = 0;  // the sharding engine numbers the groups of all chunks in order
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const auto groups = chunks_[c]->parameter_groups();
+    for (const auto& g : groups) {
+      int index = -1;
+      if (sharded_) {
+        index = sharded_->unit_of_group(global);
+        if (update_units_.empty() || update_units_.back().sharded_unit != index) {
+          const parallel::ShardUnit& u = sharded_->units().at(static_cast<size_t>(index));
+          update_units_.push_back({u.shard_offset + u.shard, index, 0, 0});
+        }
+        index = static_cast<int>(update_units_.size()) - 1;
+      } else if (!g.empty()) {
+        UpdateUnit u{0, -1, g.front()->offset, 0};
+        for (const nn::Parameter* p : g) {
+          u.grad_begin = std::min(u.grad_begin, p->offset);
+          u.grad_end = std::max(u.grad_end, p->offset + p->numel());
+        }
+        u.state_end = u.grad_end;
+        update_units_.push_back(u);
+        index = static_cast<int>(update_units_.size()) - 1;
+      }
+      update_unit_of_[c].push_back(index);
+      ++global;
+    }
   }
+  for (size_t i = 1; i < update_units_.size(); ++i)
+    KIRI_CHECK(update_units_[i - 1].state_end <= update_units_[i].state_end,
+               "the optimizer's state must follow the forward order of the units (unit ", i,
+               " ends at ", update_units_[i].state_end, ", before unit ", i - 1, " at ",
+               update_units_[i - 1].state_end, ")");
+}
+
+void ParallelGPT::install_forward_hooks() {
+  build_update_units();
+  const bool whole = chunks_.size() == 1 && chunks_[0]->whole();
+  if (sharded_ && whole) {
+    auto* s = sharded_.get();
+    s->set_before_read([this](int unit) {
+      if (update_pending_) update_units_through(unit);  // sharding units = update units
+    });
+    model().set_group_hooks({[this, s](int g) {
+                               if (update_pending_) update_units_through(update_unit_of_[0][g]);
+                               s->before_forward(g);
+                             },
+                             [s](int g) { s->after_forward(g); },
+                             [s](int g) { s->before_backward(g); },
+                             [s](int g) { s->after_backward(g); }});
+    return;
+  }
+  // Stage 0, and stage 1 under pipeline parallelism (reduced after the schedule): only
+  // the deferred update needs the forward.
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    chunks_[c]->set_group_hooks({[this, c](int g) {
+                                   const int u = update_unit_of_[c][static_cast<size_t>(g)];
+                                   if (update_pending_ && u >= 0) update_units_through(u);
+                                 },
+                                 {},
+                                 {},
+                                 {}});
+}
+
+void ParallelGPT::defer_update(std::function<void(int64_t)> update_through,
+                               std::function<void()> finish) {
+  KIRI_CHECK(!update_pending_, "a deferred update began before the last one finished");
+  update_through_ = std::move(update_through);
+  finish_update_ = std::move(finish);
+  updated_ = 0;
+  update_pending_ = true;
+}
+
+void ParallelGPT::update_units_through(int unit) {
+  for (; updated_ < update_units_.size() && static_cast<int>(updated_) <= unit; ++updated_) {
+    const UpdateUnit& u = update_units_[updated_];
+    update_through_(u.state_end);
+    if (sharded_) {
+      sharded_->zero_unit_grad(u.sharded_unit);
+      if (sharded_->options().stage < 3) sharded_->gather_unit_parameters(u.sharded_unit);
+    } else {
+      store_->grads().flat_range(u.grad_begin, u.grad_end - u.grad_begin).zero_();
+    }
+  }
+}
+
+void ParallelGPT::finish_update() {
+  if (!update_pending_) return;
+  update_units_through(static_cast<int>(update_units_.size()) - 1);
+  update_through_(std::numeric_limits<int64_t>::max());
+  finish_update_();
+  update_pending_ = false;
+  update_through_ = {};
+  finish_update_ = {};
 }
 
 ParallelGPT::~ParallelGPT() {

@@ -82,6 +82,22 @@ class ParallelGPT {
   // After the optimizer step: stages 1 and 2 all-gather the updated shards.
   void after_optimizer_step();
 
+  // Overlap across steps (optimizer offload): after the optimizer began its step
+  // (AdamW::begin_step) the update of each unit runs when this rank's next forward
+  // first needs the unit (stage 3: first reads its shard, prefetches included):
+  // update_through(end of the unit's optimizer state) for it and every unit before it,
+  // in forward order, then the unit's gradients are zeroed and (stages 1, 2) its
+  // parameters all-gathered. The forward of unit k so waits only for unit k's update;
+  // the I/O of the later units runs under it. Every unit is forwarded before any
+  // backward, so each gradient is zeroed after its update and before it accumulates.
+  void defer_update(std::function<void(int64_t)> update_through, std::function<void()> finish);
+  // Updates every unit not yet updated, then calls `finish` (before evaluation, a
+  // checkpoint, the next optimizer step).
+  void finish_update();
+  // A deferred update has begun and finish_update has not run: zero_grad must not
+  // (the units zero their own gradients once updated).
+  bool update_pending() const { return update_pending_; }
+
   // What backward should call between operations (nn::Context::poll) so the
   // outstanding reductions progress; empty when there are none.
   std::function<void()> poller();
@@ -105,6 +121,15 @@ class ParallelGPT {
  private:
   std::vector<nn::Parameter*> all_parameters() const;
   void sync_tied_embedding();
+  // A unit of the deferred update: a sharding unit, or a parameter group under stage 0.
+  struct UpdateUnit {
+    int64_t state_end = 0;                 // of its optimizer state
+    int sharded_unit = -1;                 // stages 1-3
+    int64_t grad_begin = 0, grad_end = 0;  // stage 0: its range of the store's gradients
+  };
+  void build_update_units();
+  void install_forward_hooks();
+  void update_units_through(int unit);  // every update unit up to `unit`, in order
 
   std::vector<GPT<float>*> chunks_;
   parallel::Mesh& mesh_;
@@ -115,8 +140,14 @@ class ParallelGPT {
   std::unique_ptr<comm::Communicator> shard_group_, replica_group_, embedding_group_;
   std::unique_ptr<parallel::ShardedDataParallel> sharded_;
   std::unique_ptr<Pipeline> pipeline_;
-  nn::Parameter* tied_wte_ = nullptr;   // this rank's wte when it is tied across stages
-  nn::Parameter* tied_copy_ = nullptr;  // ... and it is the last stage's copy
+  nn::Parameter* tied_wte_ = nullptr;             // this rank's wte when it is tied across stages
+  nn::Parameter* tied_copy_ = nullptr;            // ... and it is the last stage's copy
+  std::vector<UpdateUnit> update_units_;          // in forward order
+  std::vector<std::vector<int>> update_unit_of_;  // [chunk][group]: index, -1 for none
+  size_t updated_ = 0;                            // update_units_[0, updated_) are done
+  bool update_pending_ = false;
+  std::function<void(int64_t)> update_through_;
+  std::function<void()> finish_update_;
 };
 
 }  // namespace kiri::model

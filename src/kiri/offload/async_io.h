@@ -40,6 +40,8 @@ class AsyncIo {
   virtual Ticket write(int fd, const void* buf, int64_t bytes, int64_t offset) = 0;
   // Blocks until the request is done; each ticket is waited for once.
   virtual IoResult wait(Ticket ticket) = 0;
+  // Whether wait(ticket) would return at once (the request is done); it does not wait.
+  virtual bool ready(Ticket ticket) = 0;
   virtual const char* name() const = 0;  // "io_uring" or "threads"
 };
 

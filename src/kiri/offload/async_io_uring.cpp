@@ -103,6 +103,12 @@ class UringIo final : public AsyncIo {
     requests_.erase(ticket);
     return r;
   }
+  bool ready(Ticket ticket) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = requests_.find(ticket);
+    KIRI_CHECK(it != requests_.end(), "I/O ticket ", ticket, " is unknown or already waited for");
+    return it->second.pending == 0;
+  }
   const char* name() const override { return "io_uring"; }
 
  private:

@@ -167,6 +167,12 @@ SwapSpace::Ticket SwapSpace::write(int file, int64_t offset, const void* buf, in
   return pending_.size() - 1;
 }
 
+bool SwapSpace::ready(Ticket ticket) const {
+  KIRI_CHECK(ticket < pending_.size() && pending_[ticket] && pending_[ticket]->live, "swap ticket ",
+             ticket, " is unknown or already waited for");
+  return io_->ready(pending_[ticket]->io);
+}
+
 void SwapSpace::wait(Ticket ticket) {
   KIRI_CHECK(ticket < pending_.size() && pending_[ticket] && pending_[ticket]->live, "swap ticket ",
              ticket, " is unknown or already waited for");

@@ -60,6 +60,8 @@ class SwapSpace {
   // Blocks until done; kIo naming the file, offset and errno, a short transfer, or a
   // block whose checksum does not match (or that was never written).
   void wait(Ticket ticket);
+  // Whether wait(ticket) would not block (its transfer is done); checks nothing.
+  bool ready(Ticket ticket) const;
 
   // kIo when a file was deleted, replaced or truncated since it was created.
   void check_files() const;

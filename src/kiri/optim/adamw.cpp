@@ -160,6 +160,11 @@ double AdamW::grad_norm(double grad_divisor) const {
 }
 
 void AdamW::step(double lr, double grad_scale) {
+  begin_step(lr, grad_scale);
+  finish_step();
+}
+
+void AdamW::begin_step(double lr, double grad_scale) {
   ++step_;
   kernels::AdamWParams hp;
   hp.lr = static_cast<float>(lr);
@@ -170,7 +175,7 @@ void AdamW::step(double lr, double grad_scale) {
   hp.grad_scale = static_cast<float>(grad_scale);
   // 16-bit values are only written (rounded from the master); fp32 values are the weights.
   const unsigned read = has_master() ? kAllStates & ~state_bit(State::kValues) : kAllStates;
-  states_.for_each_chunk(read, kAllStates, [&](StateStore::Chunk& c) {
+  states_.begin_pass(read, kAllStates, [this, hp](StateStore::Chunk& c) mutable {
     for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
       const Segment& s = segments_[i];
       hp.weight_decay = s.param->weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
@@ -184,12 +189,29 @@ void AdamW::step(double lr, double grad_scale) {
   });
 }
 
+void AdamW::update_through(int64_t state_end) {
+  KIRI_CHECK(step_pending(), "update_through() without a step begun");
+  // Offloaded values are read from their files next (the engine's all-gather): their
+  // writes must have landed. Values in memory are updated in place.
+  states_.advance_pass(state_end, offloaded_values());
+}
+
+void AdamW::finish_step() {
+  states_.finish_pass();
+}
+
 double AdamW::clip_and_step(double lr, double loss_scale) {
+  const double norm = clip_and_begin_step(lr, loss_scale);
+  finish_step();
+  return norm;
+}
+
+double AdamW::clip_and_begin_step(double lr, double loss_scale) {
   const double norm = grad_norm(loss_scale);
   if (!std::isfinite(norm)) return norm;
   double clip = 1.0;
   if (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) clip = cfg_.grad_clip / (norm + 1e-6);
-  step(lr, clip / loss_scale);
+  begin_step(lr, clip / loss_scale);
   return norm;
 }
 

@@ -73,6 +73,19 @@ class AdamW {
   // norm before clipping. A non-finite norm skips the update (fp16
   // overflow) and returns that norm: the caller's loss scaler backs off.
   double clip_and_step(double lr, double loss_scale = 1.0);
+  // The same update in pieces (overlap across steps, ZeRO-Offload): begin_step starts
+  // the pass over the states (the global norm is known by then); update_through(end)
+  // updates every element of the flat state before `end` (whole chunks, in state =
+  // forward order) and returns with the next chunks' I/O in flight, so the next forward
+  // of a unit waits only for that unit's update; finish_step updates the rest and waits
+  // for every write. Bitwise the update step() makes. The gradients of a state range
+  // are read until update_through has passed it.
+  void begin_step(double lr, double grad_scale);
+  void update_through(int64_t state_end);
+  void finish_step();
+  bool step_pending() const { return states_.pass_active(); }
+  // clip_and_step's norm and clipping, then begin_step (nothing begun when non-finite).
+  double clip_and_begin_step(double lr, double loss_scale = 1.0);
   // Copies the master weights into the 16-bit values (after loading them).
   void write_back();
 

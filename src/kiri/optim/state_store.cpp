@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <limits>
 
 #include "kiri/base/error.h"
 #include "kiri/base/units.h"
@@ -96,7 +97,9 @@ StateStore::StateStore(int64_t numel, bool master, const StateOffload& offload,
   for_each_chunk(0, kAllStates, [](Chunk&) {});
 }
 
-StateStore::~StateStore() = default;
+StateStore::~StateStore() {
+  abort_pass();
+}
 
 Tensor& StateStore::tensor(State s) {
   KIRI_CHECK(!swap_, "the optimizer's ", state_name(s),
@@ -106,99 +109,197 @@ Tensor& StateStore::tensor(State s) {
   return mem_[static_cast<int>(s)];
 }
 
-void StateStore::for_each_chunk(unsigned read, unsigned write,
-                                const std::function<void(Chunk&)>& fn) {
-  if (!swap_) {
-    Chunk c;
-    c.begin = 0;
-    c.end = numel_;
-    for (int s : states_) c.state[s] = mem_[s];
-    fn(c);
-    return;
-  }
-  swap_->check_files();  // a deleted or truncated file: an error before anything changes
+// A pass in progress: its chunks, the staging buffers' contents and the transfers in flight.
+struct StateStore::Pass {
   struct Piece {
     size_t unit;
     int64_t begin, end;
   };
+  unsigned read = 0, write = 0;
+  std::function<void(Chunk&)> fn;
   std::vector<Piece> chunks;
+  std::vector<Slot> slots;
+  std::deque<size_t> writing;  // slots whose writes are in flight, oldest first
+  int64_t next = 0;            // the next chunk to start reading
+  int64_t done = 0;            // chunks [0, done) have been through fn
+};
+
+void StateStore::for_each_chunk(unsigned read, unsigned write,
+                                const std::function<void(Chunk&)>& fn) {
+  begin_pass(read, write, fn);
+  finish_pass();
+}
+
+void StateStore::begin_pass(unsigned read, unsigned write, std::function<void(Chunk&)> fn) {
+  KIRI_CHECK(!pass_, "a pass over the optimizer states began while another is in progress");
+  if (!swap_) {
+    pass_ = std::make_unique<Pass>();
+    pass_->fn = std::move(fn);
+    return;
+  }
+  swap_->check_files();  // a deleted or truncated file: an error before anything changes
+  auto pass = std::make_unique<Pass>();
+  pass->read = read;
+  pass->write = write;
+  pass->fn = std::move(fn);
   for (size_t u = 0; u < units_.size(); ++u)
     for (int64_t b = units_[u].begin; b < units_[u].end; b += chunk_elems_)
-      chunks.push_back({u, b, std::min(units_[u].end, b + chunk_elems_)});
-  const int64_t nchunks = static_cast<int64_t>(chunks.size());
-  std::vector<Slot> slots(pool_.size());
-  std::deque<size_t> writing;  // slots whose writes are in flight, oldest first
-  auto view = [&](size_t slot, int s, int64_t n) {
-    char* base = static_cast<char*>(pool_[slot].raw()) + region_offset_[s];
-    return Tensor::borrow(base, {n}, dtype_of(s));
-  };
-  auto finish = [&](Slot& slot) {
-    for (auto t : slot.tickets) swap_->wait(t);
-    slot.tickets.clear();
-  };
-  // On an error every transfer still in flight lands before the buffers go.
-  struct Drain {
-    std::vector<Slot>& slots;
-    offload::SwapSpace& swap;
-    ~Drain() {
-      for (Slot& s : slots)
-        for (auto t : s.tickets) try {
-            swap.wait(t);
-          } catch (...) {
-          }
+      pass->chunks.push_back({u, b, std::min(units_[u].end, b + chunk_elems_)});
+  pass->slots.resize(pool_.size());
+  pass_ = std::move(pass);
+  // The first reads start now, so that they run under whatever the caller does next.
+  try {
+    start_reads(0, true);
+  } catch (...) {
+    abort_pass();
+    throw;
+  }
+}
+
+Tensor StateStore::slot_view(size_t slot, int s, int64_t n) {
+  char* base = static_cast<char*>(pool_[slot].raw()) + region_offset_[s];
+  return Tensor::borrow(base, {n}, dtype_of(s));
+}
+
+void StateStore::finish_slot(Slot& slot) {
+  for (auto t : slot.tickets) swap_->wait(t);
+  slot.tickets.clear();
+}
+
+bool StateStore::slot_ready(const Slot& slot) const {
+  for (auto t : slot.tickets)
+    if (!swap_->ready(t)) return false;
+  return true;
+}
+
+bool StateStore::start_reads(int64_t c, bool block) {
+  Pass& p = *pass_;
+  // At chunk c: reads of up to buffer_count - 2 chunks ahead, c itself, one write behind.
+  const int64_t ahead = std::max<int64_t>(0, static_cast<int64_t>(pool_.size()) - 2);
+  const int64_t nchunks = static_cast<int64_t>(p.chunks.size());
+  while (p.next < nchunks && p.next <= c + ahead) {
+    size_t i = 0;
+    while (i < p.slots.size() && p.slots[i].chunk >= 0) ++i;
+    if (i == p.slots.size()) {  // every slot busy: the oldest write's is next
+      if (p.writing.empty() || (!block && !slot_ready(p.slots[p.writing.front()]))) return false;
+      i = p.writing.front();
+      p.writing.pop_front();
+      finish_slot(p.slots[i]);
+      p.slots[i] = Slot{};
     }
-  } drain{slots, *swap_};
-  auto free_slot = [&]() -> size_t {
-    for (size_t i = 0; i < slots.size(); ++i)
-      if (slots[i].chunk < 0) return i;
-    const size_t oldest = writing.front();  // every slot busy: wait for the oldest write
-    writing.pop_front();
-    finish(slots[oldest]);
-    slots[oldest] = Slot{};
-    return oldest;
-  };
-  auto start = [&](int64_t c) {
-    const size_t i = free_slot();
-    slots[i].chunk = c;
-    const Piece& p = chunks[static_cast<size_t>(c)];
-    const Unit& u = units_[p.unit];
+    const int64_t chunk = p.next++;
+    p.slots[i].chunk = chunk;
+    const Pass::Piece& piece = p.chunks[static_cast<size_t>(chunk)];
+    const Unit& u = units_[piece.unit];
     for (int s : states_) {
-      Tensor v = view(i, s, p.end - p.begin);
-      if (read & (1u << s))
-        slots[i].tickets.push_back(swap_->read(u.file[s], (p.begin - u.begin) * elem_size(s),
-                                               v.raw(), (p.end - p.begin) * elem_size(s)));
+      Tensor v = slot_view(i, s, piece.end - piece.begin);
+      if (p.read & (1u << s))
+        p.slots[i].tickets.push_back(swap_->read(u.file[s], (piece.begin - u.begin) * elem_size(s),
+                                                 v.raw(),
+                                                 (piece.end - piece.begin) * elem_size(s)));
       else
         v.zero_();
     }
-  };
-  // At chunk c: reads of up to buffer_count - 2 chunks ahead, c itself, one write behind.
-  const int64_t ahead = std::max<int64_t>(0, static_cast<int64_t>(pool_.size()) - 2);
-  int64_t next = 0;
-  for (int64_t c = 0; c < nchunks; ++c) {
-    while (next < nchunks && next <= c + ahead) start(next++);
-    size_t i = 0;
-    while (slots[i].chunk != c) ++i;
-    finish(slots[i]);
-    const Piece& p = chunks[static_cast<size_t>(c)];
-    Chunk chunk;
-    chunk.begin = p.begin;
-    chunk.end = p.end;
-    for (int s : states_) chunk.state[s] = view(i, s, p.end - p.begin);
-    fn(chunk);
-    const Unit& u = units_[p.unit];
-    for (int s : states_)
-      if (write & (1u << s))
-        slots[i].tickets.push_back(swap_->write(u.file[s], (p.begin - u.begin) * elem_size(s),
-                                                chunk.state[s].raw(),
-                                                (p.end - p.begin) * elem_size(s)));
-    if (slots[i].tickets.empty()) {
-      slots[i] = Slot{};
-      continue;
-    }
-    writing.push_back(i);
   }
-  for (size_t i : writing) finish(slots[i]);
-  for (Slot& s : slots) s = Slot{};
+  return true;
+}
+
+void StateStore::run_chunk(int64_t c, bool block) {
+  Pass& p = *pass_;
+  start_reads(c, block);
+  size_t i = 0;
+  while (p.slots[i].chunk != c) ++i;
+  finish_slot(p.slots[i]);
+  const Pass::Piece& piece = p.chunks[static_cast<size_t>(c)];
+  Chunk chunk;
+  chunk.begin = piece.begin;
+  chunk.end = piece.end;
+  for (int s : states_) chunk.state[s] = slot_view(i, s, piece.end - piece.begin);
+  p.fn(chunk);
+  const Unit& u = units_[piece.unit];
+  for (int s : states_)
+    if (p.write & (1u << s))
+      p.slots[i].tickets.push_back(swap_->write(u.file[s], (piece.begin - u.begin) * elem_size(s),
+                                                chunk.state[s].raw(),
+                                                (piece.end - piece.begin) * elem_size(s)));
+  p.done = c + 1;
+  if (p.slots[i].tickets.empty())
+    p.slots[i] = Slot{};
+  else
+    p.writing.push_back(i);
+  start_reads(c + 1, block);  // the next chunks' reads run under the caller's work
+}
+
+void StateStore::run_ready_chunks() {
+  // Ahead of need, whatever does not block: the chunks whose reads have landed (their
+  // update is due anyway), and the slots whose writes have, refilled with the next reads.
+  Pass& p = *pass_;
+  const int64_t nchunks = static_cast<int64_t>(p.chunks.size());
+  for (;;) {
+    while (!p.writing.empty() && slot_ready(p.slots[p.writing.front()])) {
+      const size_t i = p.writing.front();
+      p.writing.pop_front();
+      finish_slot(p.slots[i]);
+      p.slots[i] = Slot{};
+    }
+    start_reads(p.done, false);
+    if (p.done >= nchunks) return;
+    size_t i = 0;
+    while (i < p.slots.size() && p.slots[i].chunk != p.done) ++i;
+    if (i == p.slots.size() || !slot_ready(p.slots[i])) return;
+    run_chunk(p.done, false);
+  }
+}
+
+void StateStore::advance_pass(int64_t end, bool wait_writes, bool run_ready) {
+  KIRI_CHECK(pass_, "advance_pass() without a pass in progress");
+  Pass& p = *pass_;
+  if (!swap_) {  // in memory the whole state is one chunk
+    if (p.done == 0 && end > 0) {
+      Chunk c;
+      c.end = numel_;
+      for (int s : states_) c.state[s] = mem_[s];
+      p.fn(c);
+      p.done = 1;
+    }
+    return;
+  }
+  try {
+    const int64_t nchunks = static_cast<int64_t>(p.chunks.size());
+    while (p.done < nchunks && p.chunks[static_cast<size_t>(p.done)].begin < end)
+      run_chunk(p.done, true);
+    if (wait_writes) {
+      // The writes of chunks before `end`: they are the oldest in flight.
+      while (!p.writing.empty() && p.slots[p.writing.front()].chunk >= 0 &&
+             p.chunks[static_cast<size_t>(p.slots[p.writing.front()].chunk)].begin < end) {
+        const size_t i = p.writing.front();
+        p.writing.pop_front();
+        finish_slot(p.slots[i]);
+        p.slots[i] = Slot{};
+      }
+    }
+    if (run_ready && end < std::numeric_limits<int64_t>::max()) run_ready_chunks();
+  } catch (...) {
+    abort_pass();
+    throw;
+  }
+}
+
+void StateStore::finish_pass() {
+  if (!pass_) return;
+  advance_pass(std::numeric_limits<int64_t>::max(), true);
+  pass_.reset();
+}
+
+void StateStore::abort_pass() {
+  if (!pass_) return;
+  // Every transfer still in flight lands before its buffer can be reused or freed.
+  for (Slot& s : pass_->slots)
+    for (auto t : s.tickets) try {
+        swap_->wait(t);
+      } catch (...) {
+      }
+  pass_.reset();
 }
 
 void StateStore::transfer_range(State s, int64_t offset, Tensor& data, bool write) {
@@ -207,6 +308,8 @@ void StateStore::transfer_range(State s, int64_t offset, Tensor& data, bool writ
   KIRI_CHECK(data.dtype() == dtype_of(si) && offset >= 0 && offset + data.numel() <= numel_,
              "optimizer ", state_name(s), " range [", offset, ", ", offset + data.numel(), ") of ",
              numel_, " elements (", dtype_name(dtype_of(si)), ")");
+  KIRI_CHECK(!swap_ || !pass_, "the optimizer's ", state_name(s),
+             " was read or written during a pass over the states: finish the pass first");
   if (!swap_) {
     Tensor mine = mem_[si].flat_range(offset, data.numel());
     write ? mine.copy_from(data) : data.copy_from(mine);

@@ -12,6 +12,7 @@
 // pipelined swapper). In memory, one chunk is the whole state.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,20 @@ class StateStore {
   // transfers have finished.
   void for_each_chunk(unsigned read, unsigned write, const std::function<void(Chunk&)>& fn);
 
+  // The same pass in pieces, so that the caller's own work runs while its I/O is in
+  // flight (the optimizer's update under the next forward). begin_pass starts the first
+  // reads; advance_pass(end) runs fn on every chunk that begins before state element
+  // `end` and returns with the next chunks' reads (and, unless wait_writes, the last
+  // chunks' writes) still in flight, after also running (when run_ready) any later chunk
+  // whose reads have landed (ahead of need, never blocking: between two calls the disk
+  // works on as many chunks as there are buffers); finish_pass runs the rest and waits for every
+  // write. One pass at a time; read() and write() of an offloaded store wait for it to
+  // finish. An error ends the pass (its transfers drained) and propagates.
+  void begin_pass(unsigned read, unsigned write, std::function<void(Chunk&)> fn);
+  void advance_pass(int64_t end, bool wait_writes, bool run_ready = true);
+  void finish_pass();
+  bool pass_active() const { return pass_ != nullptr; }
+
   // Elements [offset, offset + dst.numel()) of a state, any tier.
   void read(State s, int64_t offset, Tensor& dst);
   void write(State s, int64_t offset, const Tensor& src);
@@ -81,6 +96,16 @@ class StateStore {
     int file[kNumStates] = {-1, -1, -1, -1};
   };
   struct Slot;
+  struct Pass;
+  Tensor slot_view(size_t slot, int s, int64_t n);
+  void finish_slot(Slot& slot);
+  bool slot_ready(const Slot& slot) const;  // its transfers are done
+  // Starts the reads of the chunks up to buffer_count - 2 past `chunk`; a slot still
+  // writing is waited for when `block`, else the reads stop there (returns false).
+  bool start_reads(int64_t chunk, bool block);
+  void run_chunk(int64_t chunk, bool block);
+  void run_ready_chunks();
+  void abort_pass();
   DType dtype_of(int s) const { return s == 3 ? values_dtype_ : DType::kF32; }
   int64_t elem_size(int s) const { return static_cast<int64_t>(dtype_size(dtype_of(s))); }
   void transfer_range(State s, int64_t offset, Tensor& data, bool write);
@@ -96,6 +121,7 @@ class StateStore {
   std::vector<Unit> units_;
   int64_t chunk_elems_ = 0;
   int64_t region_offset_[kNumStates] = {};  // of each state's region in a staging buffer
+  std::unique_ptr<Pass> pass_;              // the pass in progress, if any
   std::vector<Tensor> pool_;  // [buffer_count] staging buffers (bytes as U8 ... F32), kBuffers
 };
 

@@ -147,9 +147,11 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
 }
 
 // The disk traffic of offload and what of it compute does not hide (TimeBreakdown's
-// fields). `forward_backward_s` is the busiest stage's forward and backward of the step.
+// fields). `forward_backward_s` is the busiest stage's forward and backward of the step,
+// `first_forward_s` its forward of one micro-batch: the update runs under it (the next
+// forward updates each unit just before using it: docs/offload.md, "Overlap across steps").
 void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
-                double forward_backward_s, TimeBreakdown& t) {
+                double forward_backward_s, double first_forward_s, TimeBreakdown& t) {
   if (!l.offload.any()) return;
   KIRI_CHECK_KIND(kConfig, c.disk.read_bandwidth > 0 && c.disk.write_bandwidth > 0,
                   "the cluster's disk bandwidth must be positive to time offload, got read ",
@@ -174,8 +176,8 @@ void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
   // The update: the states stream through it (and the new parameters are written).
   const double update_io = opt / rd + (opt + par) / wr;
   const double prefetch_io = 2 * par / rd;
-  t.io_exposed_s =
-      std::max(0.0, update_io - t.optimizer_s) + std::max(0.0, prefetch_io - forward_backward_s);
+  t.io_exposed_s = std::max(0.0, update_io - t.optimizer_s - first_forward_s) +
+                   std::max(0.0, prefetch_io - forward_backward_s);
 }
 
 }  // namespace
@@ -273,7 +275,8 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     const bool overlap = l.overlap_dp && c.comm_overlaps_compute;
     t.dp_comm_s = overlap ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
   }
-  offload_io(model, l, c, md * t_max, t);
+  // Forward is a third of the model FLOPs (6 N per token); recomputation adds to the rest.
+  offload_io(model, l, c, md * t_max, t_max * (f.model / 3) / f.executed, t);
   t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s + t.io_exposed_s;
   t.tokens_per_s = static_cast<double>(l.global_batch * l.seq_len) / t.step_s;
   t.tflops_per_device = f.executed / world / t.step_s / 1e12;

@@ -102,6 +102,7 @@ bool Trainer::writes_optimizer_states() const {
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
+  finish_update();
   ModelStream stream(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
   if (!is_rank0()) {
     stream.run();
@@ -188,6 +189,7 @@ void check_weights_finite(optim::AdamW& opt, int64_t step, int64_t piece, Alloca
 std::string Trainer::save_checkpoint() {
   const std::string& root = cfg_.checkpoint.dir;
   const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
+  finish_update();  // a deferred update (offload) first: the checkpoint holds its result
   // A checkpoint of non-finite weights would only spread the divergence to every resume:
   // each rank checks its master weights, and all stop together before anything is written.
   comm::run_agreed(*world_, [&] { check_weights_finite(*optimizer_, step_, piece, allocator_); });
@@ -357,6 +359,7 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
+  finish_update();  // a step's update still running would write over what is loaded
   // Every rank reads its part, then all agree: a bad file on one rank stops every rank here
   // with that rank's error, instead of the others waiting in their first collective until
   // parallel.timeout_s while it exits.
@@ -377,6 +380,7 @@ void Trainer::read_checkpoint(const std::string& path) {
 }
 
 void Trainer::init_from(const std::string& path) {
+  finish_update();
   const std::string dir = resolve_model_folder(path);
   comm::run_agreed(*world_, [&] { load_model(dir); });
   optimizer_->write_back();

@@ -42,6 +42,7 @@ std::string metrics_json_line(const StepMetrics& m) {
     mem[category_name(static_cast<Category>(i))] = m.mem.current[i];
   mem["peak"] = m.mem.peak_allocated;
   mem["reserved"] = m.mem.reserved;
+  mem["peak_reserved"] = m.mem.peak_reserved;
   nlohmann::json j = {{"step", m.step},
                       {"loss", m.loss},
                       {"lr", m.lr},

@@ -318,6 +318,7 @@ DType Trainer::compute_dtype() const {
 }
 
 nn::ParameterStore& Trainer::store() {
+  finish_update();
   KIRI_CHECK(parallel_->store(),
              "the flat parameter store exists under ZeRO stage 0 only (this "
              "run shards with stage ",
@@ -354,7 +355,8 @@ StepMetrics Trainer::train_step() {
   const double wait0 = swap_ ? swap_->wait_seconds() : 0;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
-  parallel_->zero_grad();
+  // A deferred update (offload) zeroes each unit's gradients once it has updated it.
+  if (!parallel_->update_pending()) parallel_->zero_grad();
   // fp16: the loss (so every gradient) is multiplied by the loss scale;
   // the optimizer divides it out.
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -373,18 +375,31 @@ StepMetrics Trainer::train_step() {
         ctx, inputs_, targets_, weight * loss_scale * fault_scale_for(world_->rank(), step_),
         accum + 1 == t.grad_accum);
   }
+  // The last step's deferred update is done (every unit ran forward); its last writes
+  // had the whole backward to land.
+  parallel_->finish_update();
   const double lr = lr_at_step(t, step_);
   double norm = 0;
+  // Offloaded, the update overlaps the next forward: it begins here and each unit is
+  // updated when the next forward first needs it (ParallelGPT::defer_update).
+  const bool defer = optimizer_->offloaded();
   {
     Tracer::Span span(tracer_.get(), "optimizer", "compute");
-    norm = optimizer_->clip_and_step(lr, loss_scale);
+    norm = defer ? optimizer_->clip_and_begin_step(lr, loss_scale)
+                 : optimizer_->clip_and_step(lr, loss_scale);
   }
   // A non-finite gradient (an fp16 overflow) skips the update on every rank
   // alike: the norm is summed over the shard group (stage 0: the gradients
   // are already identical everywhere).
   const bool skipped = !std::isfinite(norm);
   if (scaler_) scaler_->update(!skipped);
-  if (!skipped) parallel_->after_optimizer_step();
+  if (!skipped && defer) {
+    optim::AdamW* o = optimizer_.get();
+    parallel_->defer_update([o](int64_t end) { o->update_through(end); },
+                            [o] { o->finish_step(); });
+  } else if (!skipped) {
+    parallel_->after_optimizer_step();
+  }
   ++step_;
   const double seconds = timer.seconds();
   // The loss of the global batch, for reporting (after the timed step).
@@ -451,8 +466,17 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   return m;
 }
 
+bool Trainer::update_pending() const {
+  return parallel_ && parallel_->update_pending();
+}
+
+void Trainer::finish_update() {
+  if (parallel_) parallel_->finish_update();
+}
+
 double Trainer::evaluate(int64_t n_batches) {
   Tracer::Span eval_span(tracer_.get(), "evaluate", "step", Tracer::Lane::kStep);
+  parallel_->finish_update();
   nn::Context ctx{allocator_, /*training=*/false};
   const int64_t b = cfg_.train.micro_batch, dp = mesh_->shape().dp, rank = mesh_->dp_index();
   n_batches = std::min<int64_t>(n_batches, (val_stream_->num_samples() + b - 1) / b);
@@ -574,6 +598,7 @@ void Trainer::run_steps() {
       if (rank0) log::info("saved checkpoint ", dir);
     }
   }
+  parallel_->finish_update();
   const std::string plot = plot_path(cfg_.log);
   if (rank0 && !plot.empty() && !history.steps.empty()) {
     // The whole run's history, resumed attempts included: the metrics file's.

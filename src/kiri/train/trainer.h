@@ -60,8 +60,14 @@ class Trainer {
   explicit Trainer(RunConfig cfg, std::string config_json = "");
   ~Trainer();
 
-  // One optimizer step over grad_accum micro-batches.
+  // One optimizer step over grad_accum micro-batches. Offloaded (offload.optimizer =
+  // nvme), the step's update is left running into the next forward, unit by unit
+  // (ParallelGPT::defer_update); finish_update() completes it. evaluate, save_checkpoint,
+  // gather_model, run and the accessors below that expose the state (model, store,
+  // optimizer, parallel_model) complete it first.
   StepMetrics train_step();
+  void finish_update();
+  bool update_pending() const;  // a step's update is still running into the next forward
   // Mean loss over the first n micro-batches of the validation split.
   double evaluate(int64_t n_batches);
   // The whole run: steps, progress lines, metrics, evals, checkpoints, plot.
@@ -93,15 +99,24 @@ class Trainer {
   // The config the run uses: {run.dir} paths resolved, dp inferred, lr scaled.
   const RunConfig& config() const { return cfg_; }
   // The model, or with pipeline parallelism this rank's first chunk of it.
-  model::GPT<float>& model() { return *chunks_.front(); }
+  model::GPT<float>& model() {
+    finish_update();
+    return *chunks_.front();
+  }
   // The flat parameter store (ZeRO stage 0 only; stages 1-3 shard it).
   nn::ParameterStore& store();
-  optim::AdamW& optimizer() { return *optimizer_; }
+  optim::AdamW& optimizer() {
+    finish_update();
+    return *optimizer_;
+  }
   // offload.optimizer = nvme: this rank's swap files (else nullptr).
   offload::SwapSpace* swap_space() { return swap_.get(); }
   Allocator& allocator() { return allocator_; }
   parallel::Mesh& mesh() { return *mesh_; }
-  model::ParallelGPT& parallel_model() { return *parallel_; }
+  model::ParallelGPT& parallel_model() {
+    finish_update();
+    return *parallel_;
+  }
   bool is_rank0() const { return world_->rank() == 0; }
   // The whole model in fp32 (the master weights) on rank 0, gathered under
   // sharding (a collective: every rank calls it); empty on the other ranks.

@@ -143,6 +143,7 @@ int ShardedDataParallel::next_unit(int unit, bool backward) const {
 void ShardedDataParallel::read_shard(int unit) {
   Runtime& rt = runtime_[unit];
   if (!options_.param_swap || rt.bound || rt.gather || rt.reading || rt.staged.defined()) return;
+  if (before_read_) before_read_(unit);
   const ShardUnit& u = units_[unit];
   // Whole pages: the allocator aligns them for O_DIRECT, which reads whole pages.
   const int64_t es = static_cast<int64_t>(dtype_size(options_.dtype));
@@ -164,6 +165,7 @@ void ShardedDataParallel::gather(int unit) {
     options_.param_swap->wait(rt.read);  // kIo (checksum, truncation) names the file
     shard = rt.staged;
   } else {
+    if (before_read_) before_read_(unit);
     shard = params_shard_.flat_range(u.shard_offset, u.shard);
   }
   rt.full = Tensor::empty({u.padded}, options_.dtype, Category::kBuffers, allocator_);
@@ -351,13 +353,23 @@ void ShardedDataParallel::zero_grad() {
 
 void ShardedDataParallel::gather_parameters() {
   if (options_.stage == 3) return;
-  for (const ShardUnit& u : units_) {
-    // The shard is copied out first: all_gather's input may not alias its output.
-    Tensor mine = Tensor::empty({u.shard}, options_.dtype, Category::kBuffers, allocator_);
-    mine.copy_from(params_full_.flat_range(u.full_offset + shard_group_.rank() * u.shard, u.shard));
-    Tensor full = params_full_.flat_range(u.full_offset, u.padded);
-    shard_group_.all_gather(mine, full);
-  }
+  for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) gather_unit_parameters(unit);
+}
+
+void ShardedDataParallel::gather_unit_parameters(int unit) {
+  if (options_.stage == 3) return;
+  const ShardUnit& u = units_.at(unit);
+  // The shard is copied out first: all_gather's input may not alias its output.
+  Tensor mine = Tensor::empty({u.shard}, options_.dtype, Category::kBuffers, allocator_);
+  mine.copy_from(params_full_.flat_range(u.full_offset + shard_group_.rank() * u.shard, u.shard));
+  Tensor full = params_full_.flat_range(u.full_offset, u.padded);
+  shard_group_.all_gather(mine, full);
+}
+
+void ShardedDataParallel::zero_unit_grad(int unit) {
+  const ShardUnit& u = units_.at(unit);
+  if (grads_full_.defined()) grads_full_.flat_range(u.full_offset, u.padded).zero_();
+  if (grads_shard_.defined()) grads_shard_.flat_range(u.shard_offset, u.shard).zero_();
 }
 
 void ShardedDataParallel::all_gather_unit(int unit, const Tensor& shard, Tensor& full) {

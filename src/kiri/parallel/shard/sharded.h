@@ -30,6 +30,7 @@
 // each reduce-scatter, all-reduces the shard over `replica_group`.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "kiri/comm/communicator.h"
@@ -109,6 +110,15 @@ class ShardedDataParallel {
   void reduce_gradients();
   // Stages 1 and 2: all-gathers the updated shards into the full parameters.
   void gather_parameters();
+  // ... of one unit (a deferred update gathers each unit when the forward needs it).
+  void gather_unit_parameters(int unit);
+  // Zeroes one unit's gradients (its full buffer at stage 1, its shard at stages 2-3).
+  void zero_unit_grad(int unit);
+  int unit_of_group(int group) const { return unit_of_group_.at(group); }
+  // Stage 3: called with a unit before its shard is first read for a forward (read from
+  // swap or all-gathered, prefetches included), so that a deferred update of that unit
+  // can complete first.
+  void set_before_read(std::function<void(int unit)> fn) { before_read_ = std::move(fn); }
   // Advances outstanding collectives (MPI progresses only when polled).
   void progress();
 
@@ -147,6 +157,7 @@ class ShardedDataParallel {
   std::vector<int> param_files_;
   std::vector<Runtime> runtime_;
   std::deque<int> order_;  // units whose reduction is outstanding, oldest first
+  std::function<void(int)> before_read_;
 };
 
 }  // namespace kiri::parallel
