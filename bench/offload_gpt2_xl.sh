@@ -5,7 +5,10 @@
 # --mem-limit 20GiB), then 5 steps with optimizer offload and with parameter offload too.
 # Reports peak RSS (VmHWM), page-cache growth, step time and the metrics' I/O split.
 # Needs ~25 GB free under OFFLOAD_DIR (default /tmp/kiri-offload-bench); removes it after.
-#   [STEPS=5] [LR=1e-4] [RUNS="none optimizer parameters"] bench/offload_gpt2_xl.sh [build/kiri]
+#   [STEPS=5] [LR=1e-4] [RUNS="none optimizer parameters"] [EXTRA="--mem-limit 4.5GiB"] \
+#     bench/offload_gpt2_xl.sh [build/kiri]
+# EXTRA: more kiri train arguments for the offload runs (a --mem-limit also caps the
+# allocator's cache of freed blocks, which it drops before passing the limit).
 set -euo pipefail
 kiri=${1:-build/kiri}
 dir=${OFFLOAD_DIR:-/tmp/kiri-offload-bench}
@@ -45,19 +48,27 @@ run() {  # name, extra --set args...
   before=$(cached_kib)
   echo "== $name"
   /usr/bin/time -v "$kiri" train "${model[@]}" --set run.dir="$dir/$name" \
-    --set offload.path="$dir/swap-$name" "$@" >"$dir/$name.log" 2>"$dir/$name.time" || {
+    --set offload.path="$dir/swap-$name" "$@" ${EXTRA:-} >"$dir/$name.log" 2>"$dir/$name.time" || {
     tail -n 20 "$dir/$name.log" "$dir/$name.time"
     return 1
   }
   grep -E "^step|offload" "$dir/$name.log" | tail -n $((steps + 2))
   echo "peak RSS (VmHWM): $(awk -F: '/Maximum resident/ {print $2}' "$dir/$name.time") KiB;" \
     "page cache grew by $(( ($(cached_kib) - before) / 1024 )) MiB"
-  python3 - "$dir/$name/metrics.jsonl" <<'PY'
+  python3 - "$dir/$name/metrics.jsonl" "$(awk -F: '/Maximum resident/ {print $2}' "$dir/$name.time")" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
     keys = {k: r[k] for k in r if k.startswith("offload") or k in ("step", "loss", "step_s", "tokens_per_s")}
+    wait = r.get("offload", {}).get("wait_s", 0)
+    keys["step_over_compute"] = round(r["step_s"] / (r["step_s"] - wait), 3)
     print(json.dumps(keys))
+# kiri's RAM: what its allocator held at most (live tensors and cached blocks), against the OS's.
+hwm = int(sys.argv[2]) * 1024
+held = max(r["mem"]["peak_reserved"] for r in rows)
+live = max(r["mem"]["peak"] for r in rows)
+print(f"kiri RAM: peak live {live / 2**30:.2f} GiB, peak held (peak_reserved) {held / 2**30:.2f} GiB;"
+      f" VmHWM / peak held = {hwm / held:.3f}")
 PY
 }
 if [[ " $runs " == *" optimizer "* ]]; then run optimizer --set offload.optimizer=nvme; fi

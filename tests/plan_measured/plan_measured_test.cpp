@@ -215,6 +215,21 @@ TEST(PlanMeasuredOffload, Optimizer1x2x1) {
 TEST(PlanMeasuredOffload, Optimizer1x1x2) {
   check_offload(1, 1, 2, Offload::kOptimizer);
 }
+TEST(PlanMeasuredOffload, OptimizerBf16On2x1x1) {
+  check_offload(2, 1, 1, Offload::kOptimizer, true);
+}
+TEST(PlanMeasuredOffload, OptimizerBf16On1x1x2) {
+  check_offload(1, 1, 2, Offload::kOptimizer, true);
+}
+TEST(PlanMeasuredOffload, OptimizerBf16On1x2x1) {
+  check_offload(1, 2, 1, Offload::kOptimizer, true);
+}
+TEST(PlanMeasuredOffload, ParametersBf16On1x2x1) {
+  check_offload(1, 2, 1, Offload::kParameters, true);
+}
+TEST(PlanMeasuredOffload, ParametersBf16On2x1x1) {
+  check_offload(2, 1, 1, Offload::kParameters, true);
+}
 TEST(PlanMeasuredOffload, Parameters1x1x1) {
   check_offload(1, 1, 1, Offload::kParameters);
 }

@@ -335,8 +335,13 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   // What a block saves (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv,
   // attention output, MLP hidden pre/post-GELU (12nc/t) + LayerNorm statistics 4n + lse.
   const bool full = l.recompute == Recompute::kFull;
-  const double saved_block = 4 * n * c + 12 * n * c / t + 4 * n +
-                             static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  const double stats = 4 * n + static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  // Under mixed precision each linear layer keeps the 16-bit copy of its input (nn::Linear)
+  // instead of the input: ln_1's and ln_2's outputs (2nc -> nc) and the MLP's GELU output
+  // (4nc/t -> 2nc/t) are kept only so; the attention output is kept whole by the attention
+  // and as c_proj's copy too (+0.5nc/t).
+  const double saved_block = l.dtype == Precision::kFp32 ? 4 * n * c + 12 * n * c / t + stats
+                                                         : 3 * n * c + 10.5 * n * c / t + stats;
   KiriActivations a;
   a.kept_block = full ? n * c : saved_block;
   const double in_flight = layers_in_flight(l, blocks.end - blocks.first, stage) /
