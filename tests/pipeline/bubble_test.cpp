@@ -122,16 +122,16 @@ void check_bubble(int p, ScheduleKind kind) {
   });
 }
 
-TEST(Bubble, GPipeP2) {
+TEST(BubbleTiming, GPipeP2) {
   check_bubble(2, ScheduleKind::kGPipe);
 }
-TEST(Bubble, GPipeP4) {
+TEST(BubbleTiming, GPipeP4) {
   check_bubble(4, ScheduleKind::kGPipe);
 }
-TEST(Bubble, OneFOneBP2) {
+TEST(BubbleTiming, OneFOneBP2) {
   check_bubble(2, ScheduleKind::k1F1B);
 }
-TEST(Bubble, OneFOneBP4) {
+TEST(BubbleTiming, OneFOneBP4) {
   check_bubble(4, ScheduleKind::k1F1B);
 }
 
