@@ -119,6 +119,7 @@ TEST(Cli, BadDataIsNamed) {
   expect_error("train --set data.corpus=" + dir + "/short.txt --set data.tokenizer=byte", 1,
                "short");
   expect_error("sample " + dir + "/no_checkpoint", 1, "no checkpoint in");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, ConfigDocsAreInSyncWithTheSchema) {
