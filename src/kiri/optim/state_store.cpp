@@ -166,6 +166,15 @@ void StateStore::finish_slot(Slot& slot) {
   slot.tickets.clear();
 }
 
+size_t StateStore::retire_oldest_write() {
+  Pass& p = *pass_;
+  const size_t i = p.writing.front();
+  p.writing.pop_front();
+  finish_slot(p.slots[i]);
+  p.slots[i] = Slot{};
+  return i;
+}
+
 bool StateStore::slot_ready(const Slot& slot) const {
   for (auto t : slot.tickets)
     if (!swap_->ready(t)) return false;
@@ -182,10 +191,7 @@ bool StateStore::start_reads(int64_t c, bool block) {
     while (i < p.slots.size() && p.slots[i].chunk >= 0) ++i;
     if (i == p.slots.size()) {  // every slot busy: the oldest write's is next
       if (p.writing.empty() || (!block && !slot_ready(p.slots[p.writing.front()]))) return false;
-      i = p.writing.front();
-      p.writing.pop_front();
-      finish_slot(p.slots[i]);
-      p.slots[i] = Slot{};
+      i = retire_oldest_write();
     }
     const int64_t chunk = p.next++;
     p.slots[i].chunk = chunk;
@@ -236,12 +242,7 @@ void StateStore::run_ready_chunks() {
   Pass& p = *pass_;
   const int64_t nchunks = static_cast<int64_t>(p.chunks.size());
   for (;;) {
-    while (!p.writing.empty() && slot_ready(p.slots[p.writing.front()])) {
-      const size_t i = p.writing.front();
-      p.writing.pop_front();
-      finish_slot(p.slots[i]);
-      p.slots[i] = Slot{};
-    }
+    while (!p.writing.empty() && slot_ready(p.slots[p.writing.front()])) retire_oldest_write();
     start_reads(p.done, false);
     if (p.done >= nchunks) return;
     size_t i = 0;
@@ -270,13 +271,9 @@ void StateStore::advance_pass(int64_t end, bool wait_writes, bool run_ready) {
       run_chunk(p.done, true);
     if (wait_writes) {
       // The writes of chunks before `end`: they are the oldest in flight.
-      while (!p.writing.empty() && p.slots[p.writing.front()].chunk >= 0 &&
-             p.chunks[static_cast<size_t>(p.slots[p.writing.front()].chunk)].begin < end) {
-        const size_t i = p.writing.front();
-        p.writing.pop_front();
-        finish_slot(p.slots[i]);
-        p.slots[i] = Slot{};
-      }
+      while (!p.writing.empty() &&
+             p.chunks[static_cast<size_t>(p.slots[p.writing.front()].chunk)].begin < end)
+        retire_oldest_write();
     }
     if (run_ready && end < std::numeric_limits<int64_t>::max()) run_ready_chunks();
   } catch (...) {

@@ -100,6 +100,7 @@ class StateStore {
   Tensor slot_view(size_t slot, int s, int64_t n);
   void finish_slot(Slot& slot);
   bool slot_ready(const Slot& slot) const;  // its transfers are done
+  size_t retire_oldest_write();             // waits for it; returns its slot, now free
   // Starts the reads of the chunks up to buffer_count - 2 past `chunk`; a slot still
   // writing is waited for when `block`, else the reads stop there (returns false).
   bool start_reads(int64_t chunk, bool block);
