@@ -466,14 +466,6 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   return m;
 }
 
-bool Trainer::update_pending() const {
-  return parallel_ && parallel_->update_pending();
-}
-
-void Trainer::finish_update() {
-  if (parallel_) parallel_->finish_update();
-}
-
 double Trainer::evaluate(int64_t n_batches) {
   Tracer::Span eval_span(tracer_.get(), "evaluate", "step", Tracer::Lane::kStep);
   parallel_->finish_update();

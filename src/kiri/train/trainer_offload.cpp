@@ -33,4 +33,13 @@ optim::StateOffload Trainer::make_state_offload() {
   return so;
 }
 
+// A deferred update (overlap across steps, ParallelGPT::defer_update).
+bool Trainer::update_pending() const {
+  return parallel_ && parallel_->update_pending();
+}
+
+void Trainer::finish_update() {
+  if (parallel_) parallel_->finish_update();
+}
+
 }  // namespace kiri::train
