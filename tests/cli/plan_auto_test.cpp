@@ -55,7 +55,9 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   EXPECT_EQ(j["link"]["method"], "memcpy");
   EXPECT_GT(j["link"]["bandwidth"].get<double>(), 1e8);
   // The disk at the block size and queue depth asked for, the scratch file gone.
-  EXPECT_EQ(j["version"], 4);
+  EXPECT_EQ(j["version"], 5);
+  EXPECT_GT(j["gemm_bf16"]["flops_1_thread"].get<double>(), 1e9);
+  EXPECT_FALSE(j["gemm_bf16"]["path"].get<std::string>().empty());
   EXPECT_EQ(j["disk"]["block_size"], 256 << 10);
   EXPECT_EQ(j["disk"]["queue_depth"], 4);
   EXPECT_EQ(j["disk"]["engine"], "threads");

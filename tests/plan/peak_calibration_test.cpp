@@ -47,7 +47,7 @@ TEST(PlanPeak, VersionThreeStoresThePeaksAndThePresetTakesThem) {
   save_calibration(measured(), path);
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["version"], 4);  // version 4 adds the disk, not measured here
+  EXPECT_EQ(j["version"], 5);  // version 4 adds the disk (not measured here), 5 the bf16 GEMM
   EXPECT_FALSE(j.contains("disk"));
   EXPECT_DOUBLE_EQ(j["peak"]["fp32"]["flops_per_core"].get<double>(), 160e9);
   const Calibration back = *load_calibration(path);
@@ -58,11 +58,48 @@ TEST(PlanPeak, VersionThreeStoresThePeaksAndThePresetTakesThem) {
   EXPECT_DOUBLE_EQ(c.flops_16bit, 170e9);
   EXPECT_DOUBLE_EQ(peak_flops(c, Precision::kFp16), 320e9);
   EXPECT_DOUBLE_EQ(c.efficiency, 120e9 / 160e9);
-  // The GEMM rates the time model runs at are what was measured (16-bit: half of it).
+  // The GEMM rates the time model runs at are what was measured (16-bit, not measured
+  // here: half of it, and the sources say so).
   EXPECT_DOUBLE_EQ(sustained_flops(c, Precision::kFp32), 120e9);
   EXPECT_DOUBLE_EQ(sustained_flops(c, Precision::kBf16), 60e9);
   EXPECT_NE(describe_sources(c).find("FMA peak (1 thread: fp32 160"), std::string::npos)
       << describe_sources(c);
+  EXPECT_NE(describe_sources(c).find("16-bit GEMMs at fp32 GEMM / 2"), std::string::npos);
+  fs::remove_all(fs::path(path).parent_path());
+}
+
+// Version 5: the measured bf16 GEMM rate is what 16-bit GEMMs run at (fp16 too), in place of
+// fp32 / 2: without AMX kiri widens bf16 to fp32 (about the fp32 rate), with AMX oneDNN's
+// bf16 matmul is faster than fp32.
+TEST(PlanPeak, VersionFiveTakesTheMeasuredBf16Gemm) {
+  Calibration m = measured();
+  m.gemm_bf16_flops_1_thread = 105e9;
+  m.gemm_bf16_path = "via_f32";
+  const std::string path = temp_file("v5.json");
+  save_calibration(m, path);
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_DOUBLE_EQ(j["gemm_bf16"]["flops_1_thread"].get<double>(), 105e9);
+  EXPECT_EQ(j["gemm_bf16"]["path"], "via_f32");
+  const Calibration back = *load_calibration(path);
+  EXPECT_DOUBLE_EQ(back.gemm_bf16_flops_1_thread, 105e9);
+  const ClusterSpec c = calibrated_cluster(back, path);
+  EXPECT_DOUBLE_EQ(sustained_flops(c, Precision::kFp32), 120e9);
+  EXPECT_DOUBLE_EQ(sustained_flops(c, Precision::kBf16), 105e9);
+  EXPECT_DOUBLE_EQ(sustained_flops(c, Precision::kFp16), 105e9);
+  EXPECT_NE(describe_sources(c).find("bf16 GEMM (1 thread, via_f32"), std::string::npos)
+      << describe_sources(c);
+  EXPECT_EQ(describe_sources(c).find("fp32 GEMM / 2"), std::string::npos) << describe_sources(c);
+  // A bf16 rate of 0 is "not measured"; a negative one is a named error.
+  j["gemm_bf16"]["flops_1_thread"] = -1.0;
+  std::ofstream(path) << j.dump();
+  try {
+    load_calibration(path);
+    FAIL() << "a negative bf16 GEMM rate loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm_bf16.flops_1_thread"), std::string::npos)
+        << e.what();
+  }
   fs::remove_all(fs::path(path).parent_path());
 }
 

@@ -19,6 +19,7 @@
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
+#include "kiri/kernels/cpu/ops.h"
 #include "kiri/offload/disk_bench.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
@@ -317,6 +318,9 @@ int calibrate(const Args& a) {
   w.barrier();
   c.gemm_flops_1_thread = train::measure_gemm_flops(c.gemm_n, 1);
   w.barrier();
+  c.gemm_bf16_flops_1_thread = train::measure_gemm_bf16_flops(c.gemm_n, 1);
+  c.gemm_bf16_path = kernels::gemm_lowp_path_description(DType::kBF16);
+  w.barrier();
   c.threads = c.cores;
   if (rank0) c.gemm_flops_all_threads = train::measure_gemm_flops(c.gemm_n, c.threads);
   w.barrier();
@@ -368,6 +372,10 @@ int calibrate(const Args& a) {
               static_cast<long long>(c.gemm_n), si(c.gemm_flops_1_thread, "FLOP/s").c_str(),
               w.size() > 1 ? str(" (per rank, ", w.size(), " ranks at once)").c_str() : "",
               si(c.gemm_flops_all_threads, "FLOP/s").c_str(), c.threads);
+  std::printf("  bf16 GEMM %lld^3 (%s): %s on 1 thread, %.2fx fp32's\n",
+              static_cast<long long>(c.gemm_n), c.gemm_bf16_path.c_str(),
+              si(c.gemm_bf16_flops_1_thread, "FLOP/s").c_str(),
+              c.gemm_bf16_flops_1_thread / c.gemm_flops_1_thread);
   std::printf(
       "  FMA peak per core: fp32 %s (%s), bf16 %s (%s), fp16 %s (%s); the 1-thread GEMM "
       "is %.1f%% of the fp32 peak\n",

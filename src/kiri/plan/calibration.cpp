@@ -104,7 +104,7 @@ std::string calibration_json(const Calibration& c) {
   for (const LinkSample& s : c.samples)
     samples.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
   json j = {{"kind", "kiri-calibration"},
-            {"version", 4},
+            {"version", 5},
             {"host", c.host},
             {"date", c.date},
             {"cores", c.cores},
@@ -115,6 +115,11 @@ std::string calibration_json(const Calibration& c) {
               {"threads", c.threads},
               {"flops_1_thread", c.gemm_flops_1_thread},
               {"flops_all_threads", c.gemm_flops_all_threads}}},
+            {"gemm_bf16",
+             {{"n", c.gemm_n},
+              {"threads", 1},
+              {"path", c.gemm_bf16_path},
+              {"flops_1_thread", c.gemm_bf16_flops_1_thread}}},
             {"peak",
              {{"threads", 1},
               {"fp32", peak_json(c.peak_fp32)},
@@ -187,6 +192,11 @@ std::optional<Calibration> load_calibration(const std::string& path) {
     c.threads = g.at("threads").get<int>();
     c.gemm_flops_1_thread = g.at("flops_1_thread").get<double>();
     c.gemm_flops_all_threads = g.at("flops_all_threads").get<double>();
+    if (j.contains("gemm_bf16")) {  // version 5
+      const json& h = j.at("gemm_bf16");
+      c.gemm_bf16_flops_1_thread = h.at("flops_1_thread").get<double>();
+      c.gemm_bf16_path = h.value("path", "");
+    }
     const json& l = j.at("link");
     c.link_method = l.at("method").get<std::string>();
     c.link_ranks = l.at("ranks").get<int>();
@@ -244,6 +254,8 @@ std::optional<Calibration> load_calibration(const std::string& path) {
                   c.peak_fp32.flops >= 0 && c.peak_bf16.flops >= 0 && c.peak_fp16.flops >= 0,
                   "the calibration file ", path, " has negative peaks (fp32 ", c.peak_fp32.flops,
                   ", bf16 ", c.peak_bf16.flops, ", fp16 ", c.peak_fp16.flops, ")");
+  KIRI_CHECK_KIND(kConfig, c.gemm_bf16_flops_1_thread >= 0, "the calibration file ", path,
+                  " has a negative gemm_bf16.flops_1_thread (", c.gemm_bf16_flops_1_thread, ")");
   return c;
 }
 
@@ -260,7 +272,8 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
     s.flops_fp16 = c.peak_fp16.flops;
     // A GEMM above the FMA peak is noise in one of them: MFU stays <= 1.
     s.efficiency = std::min(1.0, c.gemm_flops_1_thread / c.peak_fp32.flops);
-    s.sustained_16bit = c.gemm_flops_1_thread / 2;
+    s.sustained_16bit =
+        c.gemm_bf16_flops_1_thread > 0 ? c.gemm_bf16_flops_1_thread : c.gemm_flops_1_thread / 2;
   } else {
     s.flops_fp32 = c.gemm_flops_1_thread;
     s.flops_16bit = c.gemm_flops_1_thread / 2;
@@ -286,8 +299,12 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
                              " GFLOP/s; efficiency = GEMM / fp32 peak)"));
   if (non_gemm)
     s.measured.push_back("non-GEMM work (logits, optimizer, gradients; activations from a step)");
-  if (peak)
-    s.assumed = {"16-bit GEMMs at fp32 GEMM / 2 (docs/performance.md)"};
+  if (c.gemm_bf16_flops_1_thread > 0)
+    s.measured.push_back(str("bf16 GEMM (1 thread, ", c.gemm_bf16_path, "; fp16 taken at it)"));
+  if (peak && c.gemm_bf16_flops_1_thread > 0)
+    s.assumed = {};
+  else if (peak)
+    s.assumed = {"16-bit GEMMs at fp32 GEMM / 2 (rerun kiri plan --calibrate to measure)"};
   else
     s.assumed = {
         "peak = the measured GEMM rate, efficiency 1 (no FMA peak in the file: rerun "

@@ -25,6 +25,11 @@ struct Calibration {
   int64_t gemm_n = 0;
   int threads = 0;
   double gemm_flops_1_thread = 0, gemm_flops_all_threads = 0;
+  // Version 5: the same n x n x n GEMM in bf16 (fp32 C) on the path kiri trains with
+  // (`gemm_bf16_path`: "via_f32" or "onednn (<kernel>)"), 1 thread per rank, every rank at
+  // once; 0 = not measured (versions 1-4: 16-bit GEMMs assumed at fp32 / 2).
+  double gemm_bf16_flops_1_thread = 0;
+  std::string gemm_bf16_path;
   // The intra-node link: "all_reduce" (kiri's all_reduce over `ranks` MPI ranks) or "memcpy"
   // (one process's shared-memory copy bandwidth; the latency is not measured then).
   std::string link_method;
@@ -88,13 +93,13 @@ std::string calibration_json(const Calibration& c);
 
 // The `this-machine` cluster from a calibration: one device per core (a rank of one thread)
 // whose peaks are the measured FMA peaks (fp32, bf16, fp16) and whose efficiency is the
-// measured 1-thread fp32 GEMM rate over the fp32 peak, 16-bit GEMMs assumed at half the fp32
-// GEMM rate; the memory split over the cores, the intra (and inter: one node) link as measured
-// (a copy's latency assumed 2 µs), the non-GEMM costs as measured (version 1 files:
-// this_machine_assumed()'s). Files without a peak (versions 1 and 2) take the GEMM rate as
-// the peak with efficiency 1, bf16 at half of it, as they always did.
-// The disk as measured (version 4), else kAssumedDisk.
-// `measured` names the fields that came from the file, `source` is its path.
+// measured 1-thread fp32 GEMM rate over the fp32 peak, 16-bit GEMMs at the measured bf16 GEMM
+// rate (fp16 too; versions 1-4: assumed at half the fp32 GEMM rate); the memory split over the
+// cores, the intra (and inter: one node) link as measured (a copy's latency assumed 2 µs), the
+// non-GEMM costs as measured (version 1 files: this_machine_assumed()'s). Files without a peak
+// (versions 1 and 2) take the GEMM rate as the peak with efficiency 1, bf16 at half of it, as they
+// always did. The disk as measured (version 4), else kAssumedDisk. `measured` names the fields that
+// came from the file, `source` is its path.
 ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source);
 
 // "measured (FILE, DATE): ...; assumed: ..." for `kiri plan`'s output; "" for presets that

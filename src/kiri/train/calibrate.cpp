@@ -84,6 +84,18 @@ double measure_gemm_flops(int64_t n, int threads, int reps) {
   return 2.0 * static_cast<double>(n) * n * n / best;
 }
 
+double measure_gemm_bf16_flops(int64_t n, int threads, int reps) {
+  Threads use(std::max(1, threads));
+  // bf16 0.5 and 0.25 (the high halves of the fp32 values).
+  std::vector<uint16_t> a(n * n, 0x3F00), b(n * n, 0x3E80);
+  std::vector<float> c(n * n);
+  const double best = best_seconds(reps, [&] {
+    kernels::gemm_lowp(DType::kBF16, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                       c.data(), DType::kF32, n);
+  });
+  return 2.0 * static_cast<double>(n) * n * n / best;
+}
+
 CorePeaks measure_core_peaks() {
   return {kernels::core_peak(DType::kF32), kernels::core_peak(DType::kBF16),
           kernels::core_peak(DType::kF16)};

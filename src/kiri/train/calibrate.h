@@ -14,6 +14,9 @@ namespace kiri::train {
 // FLOP/s of an n x n x n fp32 GEMM (oneDNN sgemm) on `threads` OpenMP threads: the best of
 // `reps` after a warm-up.
 double measure_gemm_flops(int64_t n, int threads, int reps = 5);
+// The same for bf16 A and B into fp32 C through kernels::gemm_lowp, on the path training
+// takes (kernels::gemm_lowp_path: oneDNN's bf16 matmul with AMX, else widened to fp32).
+double measure_gemm_bf16_flops(int64_t n, int threads, int reps = 5);
 
 // One core's FMA peak per dtype (kernels::core_peak: the measurement, cached per process,
 // that kiri train's MFU uses): what `kiri plan --calibrate` stores as this machine's peaks.
