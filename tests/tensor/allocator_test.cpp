@@ -36,6 +36,50 @@ TEST(Allocator, ReusesFreedBlocks) {
   EXPECT_EQ(a.stats().reserved, 4 << 20);
 }
 
+// A miss that would raise the high-water mark while smaller cached blocks add up to the
+// request hands them back, so the process does not grow by the request while as much sits
+// idle in the cache; smaller blocks that do not add up to it, larger ones, and any miss
+// under the high-water mark keep the cache. (Tensor::empty touches nothing: blocks this
+// large are mapped lazily and cost no memory.)
+TEST(Allocator, MissReturnsSmallerCachedBlocksThatAddUpToIt) {
+  Allocator a;
+  const int64_t mib = 1 << 20;
+  auto f32 = [&](int64_t bytes) {
+    return Tensor::empty({bytes / 4}, DType::kF32, Category::kActivations, a);
+  };
+  {
+    Tensor s1 = f32(mib), s2 = f32(mib), x = f32(32 * mib), y = f32(32 * mib), big = f32(300 * mib);
+  }
+  EXPECT_EQ(a.stats().reserved, 366 * mib);
+  {
+    // 96 MiB: the cached 1, 1, 32 and 32 MiB blocks add up to 66 only; 300 MiB is over 2x.
+    Tensor t = f32(96 * mib);
+    EXPECT_EQ(a.stats().cache_returns, 0);
+    EXPECT_EQ(a.stats().reserved, 462 * mib);
+  }
+  // 128 MiB: the cached 1, 1, 32, 32 and 96 MiB blocks (162) go back; 300 stays.
+  Tensor t = f32(128 * mib);
+  EXPECT_EQ(a.stats().cache_returns, 1);
+  EXPECT_EQ(a.stats().reserved, 428 * mib);
+  EXPECT_EQ(a.stats().allocated, 128 * mib);
+  EXPECT_EQ(a.stats().cache_hits, 0);
+}
+
+TEST(Allocator, MissUnderTheHighWaterMarkKeepsTheCache) {
+  Allocator a;
+  const int64_t mib = 1 << 20;
+  auto f32 = [&](int64_t bytes) {
+    return Tensor::empty({bytes / 4}, DType::kF32, Category::kActivations, a);
+  };
+  { Tensor big = f32(512 * mib); }
+  a.release_cache();  // a 512 MiB high-water mark, nothing held
+  { Tensor x = f32(32 * mib), y = f32(32 * mib); }
+  // 64 MiB: the two cached 32 MiB blocks add up to it, but 128 MiB is under 512.
+  Tensor u = f32(64 * mib);
+  EXPECT_EQ(a.stats().cache_returns, 0);
+  EXPECT_EQ(a.stats().reserved, 128 * mib);
+}
+
 TEST(Allocator, LimitRaisesOutOfMemoryWithBreakdown) {
   Allocator a;
   a.set_limit(1000);

@@ -7,8 +7,11 @@
 // Freed blocks are cached and reused: on these machines the first touch of a
 // fresh page costs ~20 us per 4 KiB, and glibc hands blocks over 32 MiB back
 // to the OS on free, so a big buffer allocated anew every step would be
-// faulted in anew every step. "allocated" counts live tensors; "reserved"
-// also counts the cached blocks held for reuse.
+// faulted in anew every step. A miss that would raise the high-water mark while
+// smaller cached blocks add up to the request hands those back to the C library
+// first, so that idle blocks of the wrong sizes do not make the process grow.
+// "allocated" counts live tensors; "reserved" also counts the cached blocks held
+// for reuse.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +50,8 @@ struct MemoryStats {
   std::array<int64_t, kNumCategories> nvme{};
   int64_t allocations = 0;
   int64_t cache_hits = 0;
+  // Misses that handed smaller cached blocks back (at a new high-water mark).
+  int64_t cache_returns = 0;
 
   int64_t of(Category c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(Category c) const { return peak[static_cast<int>(c)]; }
@@ -91,10 +96,14 @@ class AllocatorCore {
   static size_t round_size(size_t bytes);
   std::pair<void*, size_t> take_cached(size_t rounded);  // {block, its size} or {nullptr, 0}
   void release_cache_locked();
+  // On a miss past the high-water mark: frees the cached blocks smaller than `rounded`
+  // when together they hold it.
+  void release_smaller_than(size_t rounded);
 
   mutable std::mutex mutex_;
   MemoryStats stats_;
   std::multimap<size_t, void*> cache_;        // block size -> free block
+  int64_t high_water_ = 0;                    // the most ever reserved (reset_peaks keeps it)
   std::unordered_map<void*, size_t> in_use_;  // live block -> its size
   OomAdvice advice_;
 };
