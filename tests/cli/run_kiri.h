@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "temp_dir.h"
+
 namespace kiri::testing {
 
 struct Result {
@@ -36,16 +38,6 @@ inline Result run_kiri(const std::string& args, const std::string& env = "") {
                                        ? " ASAN_OPTIONS=detect_leaks=0"
                                        : "";
   return run_shell(env + no_mpi_leaks + " OMP_NUM_THREADS=1 " + KIRI_BINARY + " " + args);
-}
-
-// An empty folder <tmp>/<prefix>_<name>_<pid>.
-inline std::string fresh_temp_dir(const std::string& prefix, const std::string& name) {
-  namespace fs = std::filesystem;
-  const fs::path p =
-      fs::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
 }
 
 }  // namespace kiri::testing

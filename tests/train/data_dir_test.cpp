@@ -11,6 +11,7 @@
 #include "kiri/data/shard.h"
 #include "kiri/data/token_source.h"
 #include "kiri/train/trainer.h"
+#include "temp_dir.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -19,11 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("kiri_data_dir_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir("kiri_data_dir_test", name);
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {

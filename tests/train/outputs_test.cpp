@@ -18,6 +18,7 @@
 #include "kiri/comm/self.h"
 #include "kiri/train/metrics.h"
 #include "kiri/train/run_dir.h"
+#include "temp_dir.h"
 
 namespace kiri::train {
 namespace {
@@ -25,11 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("kiri_outputs_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir("kiri_outputs_test", name);
 }
 
 StepMetrics row(int64_t step, int64_t total) {

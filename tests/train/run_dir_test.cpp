@@ -15,6 +15,7 @@
 #include "kiri/comm/local/local.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/train/trainer.h"
+#include "temp_dir.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -23,11 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("kiri_run_dir_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir("kiri_run_dir_test", name);
 }
 
 std::vector<nlohmann::json> metrics_rows(const std::string& path) {

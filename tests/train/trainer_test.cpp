@@ -9,6 +9,7 @@
 #include "kiri/data/shard.h"
 #include "kiri/data/stats.h"
 #include "kiri/kernels/cpu/ops.h"
+#include "temp_dir.h"
 
 namespace kiri::train {
 namespace {
@@ -16,11 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("kiri_train_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir("kiri_train_test", name);
 }
 
 // A small byte-level model on the Moby-Dick corpus.

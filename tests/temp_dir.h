@@ -1,0 +1,50 @@
+#pragma once
+// Fresh temporary folders for tests, removed when the test process exits.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace kiri::testing {
+
+// The folders fresh_temp_dir made in this process, removed when it exits if every test in
+// it passed (a failed one's files stay for a look; KIRI_KEEP_TEST_FILES=1 keeps all). ctest
+// runs each test as its own process, so without this every run left its folders in /tmp.
+class TempDirs {
+ public:
+  static TempDirs& get() {
+    static TempDirs dirs;
+    return dirs;
+  }
+  void add(const std::string& path) { paths_.push_back(path); }
+  ~TempDirs() {
+    const char* keep = std::getenv("KIRI_KEEP_TEST_FILES");
+    // Only the process that made them: a forked child that exits normally keeps them.
+    if (::getpid() != owner_ || (keep && *keep && std::string(keep) != "0") ||
+        !::testing::UnitTest::GetInstance()->Passed())
+      return;
+    std::error_code ec;
+    for (const std::string& p : paths_) std::filesystem::remove_all(p, ec);
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  pid_t owner_ = ::getpid();
+};
+
+// An empty folder <tmp>/<prefix>_<name>_<pid>, removed at exit (TempDirs).
+inline std::string fresh_temp_dir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p =
+      fs::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  TempDirs::get().add(p.string());
+  return p.string();
+}
+
+}  // namespace kiri::testing
