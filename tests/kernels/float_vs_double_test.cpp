@@ -34,6 +34,13 @@ struct Inputs {
     t["dloss"] = randn({B * T}, 11);
     t["wte"] = randn({VE, C}, 12);
     t["wpe"] = randn({T, C}, 13);
+    // Llama's: grouped-query attention (4 query heads of 12, 2 key/value heads), SwiGLU,
+    // nn.Linear's [out, in] weight.
+    t["q"] = randn({B, T, C}, 14);
+    t["k"] = randn({B, T, C / 2}, 15);
+    t["v"] = randn({B, T, C / 2}, 16);
+    t["up"] = randn({B, T, IC}, 17);
+    t["w_nt"] = randn({OC, IC}, 18, 0.3);
   }
 };
 
@@ -42,6 +49,46 @@ Tensor tokens() {
   for (int64_t i = 0; i < B * T; ++i) tok.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % VE);
   tok.data<int32_t>()[5] = -1;  // for the cross-entropy: ignored
   return tok;
+}
+
+// The Llama ops of run_ops, into r.
+template <typename Tp>
+void run_llama_ops(std::map<std::string, Tensor>& x, std::map<std::string, Tensor>& r) {
+  const DType dt = dtype_of<Tp>();
+  auto z = [&](const Shape& s) { return test::zeros(s, dt); };
+  r["rms"] = z({B, T, IC}), r["rms_rstd"] = z({B, T});
+  kernels::rmsnorm_forward<Tp>(r["rms"], r["rms_rstd"], x["x"], x["ln_w"], 1e-6);
+  r["rms_dinp"] = z({B, T, IC}), r["rms_dw"] = z({IC});
+  kernels::rmsnorm_backward<Tp>(r["rms_dinp"], r["rms_dw"], x["g_ic"], x["x"], x["ln_w"],
+                                r["rms_rstd"]);
+  r["swiglu"] = z({B, T, IC}), r["swiglu_dgate"] = z({B, T, IC}), r["swiglu_dup"] = z({B, T, IC});
+  kernels::swiglu_forward<Tp>(r["swiglu"], x["x"], x["up"]);
+  kernels::swiglu_backward<Tp>(r["swiglu_dgate"], r["swiglu_dup"], x["x"], x["up"], x["g_ic"]);
+  for (const bool llama3 : {false, true}) {
+    kernels::RopeParams p;
+    p.llama3 = llama3;
+    p.original_max_position_embeddings = 32;
+    Tensor cs = z({T, C / NH / 2}), sn = z({T, C / NH / 2});
+    kernels::rope_table<Tp>(cs, sn, kernels::rope_inv_freq(C / NH, p));
+    const std::string name = llama3 ? "rope_llama3" : "rope";
+    r[name] = z({B, T, C}), r[name + "_dinp"] = z({B, T, C});
+    kernels::rope_forward<Tp>(r[name], x["g_c"], cs, sn);
+    kernels::rope_backward<Tp>(r[name + "_dinp"], x["g_c"], cs, sn);
+  }
+  constexpr int kHeads = 4, kKvHeads = 2;
+  Tensor scratch = z({kernels::attention_scratch_numel(T, omp_get_max_threads())});
+  r["gqa"] = z({B, T, C}), r["gqa_lse"] = z({B, kHeads, T});
+  kernels::gqa_attention_forward<Tp>(r["gqa"], r["gqa_lse"], x["q"], x["k"], x["v"], kHeads,
+                                     kKvHeads, scratch);
+  r["gqa_dq"] = z({B, T, C}), r["gqa_dk"] = z({B, T, C / 2}), r["gqa_dv"] = z({B, T, C / 2});
+  kernels::gqa_attention_backward<Tp>(r["gqa_dq"], r["gqa_dk"], r["gqa_dv"], x["g_c"], x["q"],
+                                      x["k"], x["v"], r["gqa"], r["gqa_lse"], kHeads, kKvHeads,
+                                      scratch);
+  r["linear_nt"] = z({B, T, OC}), r["linear_nt_dinp"] = z({B, T, IC});
+  r["linear_nt_dw"] = z({OC, IC});
+  kernels::linear_nt_forward<Tp>(r["linear_nt"], x["x"], x["w_nt"]);
+  kernels::linear_nt_backward<Tp>(r["linear_nt_dinp"], r["linear_nt_dw"], x["g_oc"], x["x"],
+                                  x["w_nt"]);
 }
 
 // Runs every op in T's precision; returns the results (outputs and gradients).
@@ -86,6 +133,7 @@ std::map<std::string, Tensor> run_ops(const Inputs& in) {
   r["emb"] = z({B, T, C}), r["emb_dwte"] = z({VE, C}), r["emb_dwpe"] = z({T, C});
   kernels::embedding_forward<Tp>(r["emb"], tok0, x["wte"], x["wpe"]);
   kernels::embedding_backward<Tp>(r["emb_dwte"], r["emb_dwpe"], x["g_c"], tok0);
+  run_llama_ops<Tp>(x, r);
   // residual
   r["res"] = z({B, T, C}), r["res_da"] = z({B, T, C}), r["res_db"] = z({B, T, C});
   kernels::residual_forward<Tp>(r["res"], x["g_c"], r["emb"]);

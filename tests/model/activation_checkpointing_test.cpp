@@ -62,15 +62,29 @@ GPTConfig config() {
   return c;
 }
 
+// The same shape as a Llama: grouped-query attention (2 key/value heads for 4 query
+// heads), SwiGLU, an untied head.
+GPTConfig llama_config() {
+  GPTConfig c = config();
+  c.arch = Arch::kLlama;
+  c.n_head = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 80;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
 void expect_checkpointing_bitwise(DType d) {
-  const GPTConfig c = config();
-  const Outcome plain = train_once(c, 0, d, 4, 32);
-  for (int k : {1, 2, 3}) {
-    const Outcome ck = train_once(c, k, d, 4, 32);
-    EXPECT_EQ(plain.loss, ck.loss) << "every " << k << " " << dtype_name(d);
-    ASSERT_EQ(plain.grads.size(), ck.grads.size());
-    EXPECT_EQ(0, std::memcmp(plain.grads.data(), ck.grads.data(), 4 * plain.grads.size()))
-        << "every " << k << " " << dtype_name(d);
+  for (const GPTConfig& c : {config(), llama_config()}) {
+    const char* arch = c.llama() ? "llama" : "gpt2";
+    const Outcome plain = train_once(c, 0, d, 4, 32);
+    for (int k : {1, 2, 3}) {
+      const Outcome ck = train_once(c, k, d, 4, 32);
+      EXPECT_EQ(plain.loss, ck.loss) << "every " << k << " " << dtype_name(d) << " " << arch;
+      ASSERT_EQ(plain.grads.size(), ck.grads.size());
+      EXPECT_EQ(0, std::memcmp(plain.grads.data(), ck.grads.data(), 4 * plain.grads.size()))
+          << "every " << k << " " << dtype_name(d) << " " << arch;
+    }
   }
 }
 

@@ -61,9 +61,39 @@ TEST(GPT, RefusesImpossibleShapes) {
   }
 }
 
-// The whole model's gradient against central finite differences, in double.
-TEST(GPT, GradientMatchesFiniteDifferencesInDouble) {
+// A 2-layer Llama: 4 query heads of 4, kv_heads key/value heads, a SwiGLU of 24.
+GPTConfig tiny_llama(int kv_heads, bool tied, bool llama3) {
   GPTConfig c = tiny_config();
+  c.arch = Arch::kLlama;
+  c.n_head = 4;
+  c.n_embd = 16;
+  c.num_key_value_heads = kv_heads;
+  c.intermediate_size = 24;
+  c.tie_word_embeddings = tied;
+  c.rope_theta = 500;
+  if (llama3) {  // a short original context, so that the 2 frequencies fall in 2 bands
+    c.rope_scaling.type = RopeScaling::Type::kLlama3;
+    c.rope_scaling.original_max_position_embeddings = 16;
+    c.rope_scaling.factor = 4;
+  }
+  return c;
+}
+
+struct ArchCase {
+  const char* name;
+  GPTConfig config;
+};
+
+class EveryArch : public ::testing::TestWithParam<ArchCase> {};
+
+const auto kArchs = ::testing::Values(ArchCase{"gpt2", tiny_config()},
+                                      ArchCase{"llama_gqa_untied", tiny_llama(2, false, false)},
+                                      ArchCase{"llama_mha_tied", tiny_llama(4, true, false)},
+                                      ArchCase{"llama_mqa_llama3", tiny_llama(1, false, true)});
+
+// The whole model's gradient against central finite differences, in double.
+TEST_P(EveryArch, GradientMatchesFiniteDifferencesInDouble) {
+  const GPTConfig c = GetParam().config;
   Allocator alloc;
   GPT<double> m(c);
   nn::ParameterStore store(m.parameters(), DType::kF64, alloc);
@@ -104,8 +134,8 @@ TEST(GPT, GradientMatchesFiniteDifferencesInDouble) {
   EXPECT_GT(checked, 150);
 }
 
-TEST(GPT, ActivationsAreReleasedAfterBackward) {
-  GPTConfig c = tiny_config();
+TEST_P(EveryArch, ActivationsAreReleasedAfterBackward) {
+  const GPTConfig c = GetParam().config;
   Allocator alloc;
   GPT<float> m(c);
   nn::ParameterStore store(m.parameters(), DType::kF32, alloc);
@@ -119,6 +149,9 @@ TEST(GPT, ActivationsAreReleasedAfterBackward) {
   EXPECT_EQ(alloc.stats().of(Category::kParameters), c.num_parameters() * 4);
   EXPECT_EQ(alloc.stats().of(Category::kGradients), c.num_parameters() * 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(GPT, EveryArch, kArchs,
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kiri::model

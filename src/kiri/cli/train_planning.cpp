@@ -26,6 +26,11 @@ namespace {
 
 // kiri's GPT as the planner's model: GPT-2's structure at the config's dimensions.
 plan::ModelSpec plan_model(const train::RunConfig& cfg) {
+  // The planner's ModelSpec has no GQA, SwiGLU or untied head yet: refused rather than
+  // predicting a GPT-2 of the same dimensions.
+  KIRI_CHECK_KIND(kConfig, !cfg.model.llama(),
+                  "the planner models model.arch = gpt2 only (kiri train --auto and its memory "
+                  "advice do not cover model.arch = llama yet)");
   plan::ModelSpec m = plan::model_from_dims(cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head,
                                             cfg.model.vocab_size, cfg.model.block_size);
   m.name = str("kiri L", cfg.model.n_layer, " h", cfg.model.n_embd, " V", cfg.model.vocab_size);

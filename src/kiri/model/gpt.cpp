@@ -1,6 +1,7 @@
 #include "kiri/model/gpt.h"
 
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 #include "kiri/kernels/cpu/ops.h"
@@ -12,18 +13,50 @@ namespace kiri::model {
 
 namespace k = kiri::kernels;
 
+namespace {
+
+// GPT-2 scales the residual projections' init by 1/sqrt(2 n_layer); Llama (as
+// transformers' LlamaPreTrainedModel) draws every matrix with initializer_range.
+constexpr double kInitStd = 0.02;
+
+// The untied LM head: its own module, so that it follows the final norm in the
+// model's parameter order (the order of the flat buffers: forward order).
+class LmHead final : public nn::Module {
+ public:
+  LmHead(const Shape& shape, const Shape& full, nn::TpSplit tp) : nn::Module("lm_head") {
+    weight = &add_parameter("weight", shape, true, {nn::InitKind::kNormal, kInitStd}, full, tp);
+  }
+  nn::Parameter* weight;
+};
+
+}  // namespace
+
 template <typename T>
-Block<T>::Block(const std::string& name, const GPTConfig& cfg, comm::Communicator* tp)
-    : nn::Module(name),
-      ln_1_(child_name("ln_1"), cfg.n_embd),
-      attn_(child_name("attn"), cfg.n_embd, cfg.n_head, 0.02, 0.02 / std::sqrt(2.0 * cfg.n_layer),
-            tp),
-      ln_2_(child_name("ln_2"), cfg.n_embd),
-      mlp_(child_name("mlp"), cfg.n_embd, 0.02, 0.02 / std::sqrt(2.0 * cfg.n_layer), tp) {
-  add_child(ln_1_);
-  add_child(attn_);
-  add_child(ln_2_);
-  add_child(mlp_);
+Block<T>::Block(int index, const GPTConfig& cfg, comm::Communicator* tp,
+                std::shared_ptr<const nn::RopeTable> rope)
+    : nn::Module((cfg.llama() ? "model.layers." : "transformer.h.") + std::to_string(index)) {
+  const std::string& n = name();
+  if (cfg.llama()) {
+    norm_1_ =
+        std::make_unique<nn::RmsNorm<T>>(n + ".input_layernorm", cfg.n_embd, cfg.rms_norm_eps);
+    attn_ = std::make_unique<nn::LlamaAttention<T>>(n + ".self_attn", cfg.n_embd, cfg.n_head,
+                                                    cfg.kv_heads(), kInitStd, std::move(rope), tp);
+    norm_2_ = std::make_unique<nn::RmsNorm<T>>(n + ".post_attention_layernorm", cfg.n_embd,
+                                               cfg.rms_norm_eps);
+    mlp_ =
+        std::make_unique<nn::SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd, tp);
+  } else {
+    const double proj_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
+    norm_1_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_1", cfg.n_embd);
+    attn_ = std::make_unique<nn::CausalSelfAttention<T>>(n + ".attn", cfg.n_embd, cfg.n_head,
+                                                         kInitStd, proj_std, tp);
+    norm_2_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_2", cfg.n_embd);
+    mlp_ = std::make_unique<nn::Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std, tp);
+  }
+  add_child(*norm_1_);
+  add_child(*attn_);
+  add_child(*norm_2_);
+  add_child(*mlp_);
 }
 
 template <typename T>
@@ -40,10 +73,10 @@ Tensor Block<T>::forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64
 
 template <typename T>
 Tensor Block<T>::forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
-  Tensor a = attn_.forward(ctx, ln_1_.forward(ctx, x), batch, seq);  // [N, C]
-  Tensor x1 = nn::activation(ctx, x.shape(), dtype_of<T>());         // [N, C]
+  Tensor a = attn_->forward(ctx, norm_1_->forward(ctx, x), batch, seq);  // [N, C]
+  Tensor x1 = nn::activation(ctx, x.shape(), dtype_of<T>());             // [N, C]
   k::residual_forward<T>(x1, x, a);
-  Tensor m = mlp_.forward(ctx, ln_2_.forward(ctx, x1));      // [N, C]
+  Tensor m = mlp_->forward(ctx, norm_2_->forward(ctx, x1));  // [N, C]
   Tensor y = nn::activation(ctx, x.shape(), dtype_of<T>());  // [N, C]
   k::residual_forward<T>(y, x1, m);
   return y;
@@ -55,16 +88,16 @@ void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
     const Checkpoint c = checkpoint_.take(ctx, "Block");
     forward_impl(ctx, c.input, c.batch, c.seq);
   }
-  // y = x1 + mlp(ln_2(x1)):  dx1 = dy + ln_2'(mlp'(dy))
+  // y = x1 + mlp(norm_2(x1)):  dx1 = dy + norm_2'(mlp'(dy))
   Tensor dx1 = nn::activation(ctx, dy.shape(), dtype_of<T>());  // [N, C]
   dx1.copy_from(dy);
   Tensor dh = nn::activation_zeros(ctx, dy.shape(), dtype_of<T>());  // [N, C]
-  mlp_.backward(ctx, dy, dh);
-  ln_2_.backward(ctx, dh, dx1);
-  // x1 = x + attn(ln_1(x)):  dx += dx1 + ln_1'(attn'(dx1))
+  mlp_->backward(ctx, dy, dh);
+  norm_2_->backward(ctx, dh, dx1);
+  // x1 = x + attn(norm_1(x)):  dx += dx1 + norm_1'(attn'(dx1))
   dh.zero_();
-  attn_.backward(ctx, dx1, dh);
-  ln_1_.backward(ctx, dh, dx);
+  attn_->backward(ctx, dx1, dh);
+  norm_1_->backward(ctx, dh, dx);
   k::residual_forward<T>(dx, dx, dx1);
 }
 
@@ -72,45 +105,74 @@ template <typename T>
 GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp)
     : nn::Module(""), cfg_(cfg), part_(part), tp_(tp && tp->size() > 1 ? tp : nullptr) {
   cfg.validate();
+  cfg.validate_tensor_parallel(tp_size());
   if (part_.end_block < 0) part_.end_block = cfg.n_layer;
   KIRI_CHECK_KIND(kConfig,
                   0 <= part_.first_block && part_.first_block <= part_.end_block &&
                       part_.end_block <= cfg.n_layer,
                   "a model part takes blocks [", part_.first_block, ", ", part_.end_block,
                   ") of model.n_layer = ", cfg.n_layer);
-  if ((part_.first || part_.last) && !tp_)
-    wte_ = &add_parameter("transformer.wte.weight", {cfg.vocab_size, cfg.n_embd}, true,
-                          {nn::InitKind::kNormal, 0.02});
-  if ((part_.first || part_.last) && tp_) {  // vocab parallel: rows [start, start + V/p)
-    const int p = tp_->size();
-    const int64_t rows = parallel::tp::pad_vocab(cfg.vocab_size, p) / p;
-    vocab_start_ = rows * tp_->rank();
-    wte_ = &add_parameter("transformer.wte.weight", {rows, cfg.n_embd}, true,
-                          {nn::InitKind::kNormal, 0.02}, {cfg.vocab_size, cfg.n_embd},
-                          {0, p, tp_->rank(), 1});
-  }
-  if (part_.first)
+  // The token table and an untied head: [V, C], vocab parallel under tp (rows
+  // [start, start + V/p) of the vocabulary padded to a multiple of p).
+  const int p = tp_size();
+  const int64_t rows = tp_ ? parallel::tp::pad_vocab(cfg.vocab_size, p) / p : cfg.vocab_size;
+  vocab_start_ = tp_ ? rows * tp_->rank() : 0;
+  const Shape local{rows, cfg.n_embd}, full{cfg.vocab_size, cfg.n_embd};
+  const nn::TpSplit cut = tp_ ? nn::TpSplit{0, p, tp_->rank(), 1} : nn::TpSplit{};
+  if (part_.first || (part_.last && tied()))
+    wte_ = &add_parameter(cfg.token_embedding_name(), local, true,
+                          {nn::InitKind::kNormal, kInitStd}, full, cut);
+  if (part_.first && !cfg.llama())
     wpe_ = &add_parameter("transformer.wpe.weight", {cfg.block_size, cfg.n_embd}, true,
-                          {nn::InitKind::kNormal, 0.02});
+                          {nn::InitKind::kNormal, kInitStd});
+  if (cfg.llama() && part_.first_block < part_.end_block) {
+    kernels::RopeParams rp;
+    rp.theta = cfg.rope_theta;
+    rp.llama3 = cfg.rope_scaling.type == RopeScaling::Type::kLlama3;
+    rp.factor = cfg.rope_scaling.factor;
+    rp.low_freq_factor = cfg.rope_scaling.low_freq_factor;
+    rp.high_freq_factor = cfg.rope_scaling.high_freq_factor;
+    rp.original_max_position_embeddings = cfg.rope_scaling.original_max_position_embeddings;
+    rope_ = std::make_shared<nn::RopeTable>(cfg.block_size, cfg.head_dim(), rp, dtype_of<T>());
+  }
   for (int i = part_.first_block; i < part_.end_block; ++i) {
-    blocks_.push_back(std::make_unique<Block<T>>("transformer.h." + std::to_string(i), cfg, tp_));
+    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, tp_, rope_));
     add_child(*blocks_.back());
   }
   if (part_.last) {
-    ln_f_ = std::make_unique<nn::LayerNorm<T>>("transformer.ln_f", cfg.n_embd);
-    add_child(*ln_f_);
+    if (cfg.llama())
+      norm_f_ = std::make_unique<nn::RmsNorm<T>>("model.norm", cfg.n_embd, cfg.rms_norm_eps);
+    else
+      norm_f_ = std::make_unique<nn::LayerNorm<T>>("transformer.ln_f", cfg.n_embd);
+    add_child(*norm_f_);
+    if (!tied()) {
+      auto head = std::make_unique<LmHead>(local, full, cut);
+      lm_head_ = head->weight;
+      head_module_ = std::move(head);
+      add_child(*head_module_);
+    }
   }
+}
+
+template <typename T>
+std::vector<nn::Parameter*> GPT<T>::embedding_parameters() const {
+  std::vector<nn::Parameter*> out{wte_};
+  if (wpe_) out.push_back(wpe_);
+  return out;
 }
 
 template <typename T>
 std::vector<std::vector<nn::Parameter*>> GPT<T>::parameter_groups() {
   std::vector<std::vector<nn::Parameter*>> groups(1);
-  if (part_.first) groups[0] = {wte_, wpe_};
+  if (part_.first) groups[0] = embedding_parameters();
   for (auto& block : blocks_) groups.push_back(block->parameters());
   groups.emplace_back();
   if (part_.last) {
-    groups.back() = ln_f_->parameters();
-    if (!part_.first) groups.back().push_back(wte_);
+    groups.back() = norm_f_->parameters();
+    if (!tied())
+      groups.back().push_back(lm_head_);
+    else if (!part_.first)
+      groups.back().push_back(wte_);
   }
   return groups;
 }
@@ -128,63 +190,65 @@ void GPT<T>::set_activation_checkpointing(int every_k) {
 template <typename T>
 Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf) {
   // v: this rank's rows of the vocabulary (all of it without tensor parallelism).
-  const int64_t n = xf.dim(0), c = cfg_.n_embd, v = wte_->value.dim(0);
+  const Tensor& w = head().value;  // [V, C]
+  const int64_t n = xf.dim(0), c = cfg_.n_embd, v = w.dim(0);
   Tensor logits = nn::activation(ctx, {n, v}, dtype_of<T>());  // [N, V]
   if constexpr (std::is_same_v<T, float>) {
-    const DType pd = wte_->value.dtype();
+    const DType pd = w.dtype();
     if (pd != DType::kF32) {  // 16-bit parameters: a 16-bit GEMM on a 16-bit copy of xf
       Tensor xl = nn::activation(ctx, {n, c}, pd);  // [N, C]
       k::convert(xl, xf);
-      k::gemm_lowp(pd, false, true, n, v, c, 1.0f, xl.raw(), c, wte_->value.raw(), c, 0.0f,
-                   logits.raw(), DType::kF32, v);
+      k::gemm_lowp(pd, false, true, n, v, c, 1.0f, xl.raw(), c, w.raw(), c, 0.0f, logits.raw(),
+                   DType::kF32, v);
       if (saved_xf) *saved_xf = xl;
       return logits;
     }
   }
-  k::gemm<T>(false, true, n, v, c, T(1), xf.data<T>(), c, wte_->value.data<T>(), c, T(0),
-             logits.data<T>(), v);
+  k::gemm<T>(false, true, n, v, c, T(1), xf.data<T>(), c, w.data<T>(), c, T(0), logits.data<T>(),
+             v);
   if (saved_xf) *saved_xf = xf;
   return logits;
 }
 
 template <typename T>
 void GPT<T>::lm_head_backward(nn::Context& ctx, Tensor dlogits, const Tensor& xf, Tensor& dxf) {
-  // logits = xf @ wte^T: dxf += dlogits @ wte; dwte += dlogits^T @ xf
+  // logits = xf @ head^T: dxf += dlogits @ head; dhead += dlogits^T @ xf
   const int64_t n = dlogits.dim(0), v = dlogits.dim(1), c = cfg_.n_embd;
+  nn::Parameter& w = head();
   if constexpr (std::is_same_v<T, float>) {
     const DType pd = xf.dtype();
     if (pd != DType::kF32) {
       Tensor dl = nn::activation(ctx, {n, v}, pd);  // [N, V] 16-bit copy of dlogits
       k::convert(dl, dlogits);
       dlogits = Tensor();  // the fp32 [N, V] is the largest buffer: free it before the GEMMs
-      k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, wte_->value.raw(), c, 1.0f,
-                   dxf.raw(), DType::kF32, c);
+      k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, w.value.raw(), c, 1.0f, dxf.raw(),
+                   DType::kF32, c);
       ctx.progress();
-      k::gemm_lowp(pd, true, false, v, c, n, 1.0f, dl.raw(), v, xf.raw(), c, 1.0f, wte_->grad.raw(),
-                   pd, c);
+      k::gemm_lowp(pd, true, false, v, c, n, 1.0f, dl.raw(), v, xf.raw(), c, 1.0f, w.grad.raw(), pd,
+                   c);
       return;
     }
   }
-  k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, wte_->value.data<T>(), c, T(1),
+  k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, w.value.data<T>(), c, T(1),
              dxf.data<T>(), c);
   ctx.progress();
   k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf.data<T>(), c, T(1),
-             wte_->grad.data<T>(), c);
+             w.grad.data<T>(), c);
 }
 
 template <typename T>
 double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& targets,
                             double loss_weight) {
-  // ln_f, the tied LM head and the fused softmax cross-entropy. In a last
-  // part that is not the first, wte belongs to the final group.
-  const int last = num_groups() - 1;
+  // The final norm, the LM head and the fused softmax cross-entropy. The head
+  // is in group 0 when tied (wte, in the first part), else in the final group.
+  const int last = num_groups() - 1, hg = head_group();
   const int64_t n = x.dim(0);
   call(group_hooks_.before_forward, last);
-  Tensor xf = ln_f_->forward(ctx, x);  // [N, C]
-  if (part_.first) call(group_hooks_.after_forward, last);
+  Tensor xf = norm_f_->forward(ctx, x);  // [N, C]
+  if (hg != last) call(group_hooks_.after_forward, last);
   State st;
   Tensor logits = lm_head_forward(ctx, xf, ctx.training ? &st.xf : nullptr);  // [N, V]
-  call(group_hooks_.after_forward, part_.first ? 0 : last);
+  call(group_hooks_.after_forward, hg);
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
@@ -221,11 +285,10 @@ Tensor GPT<T>::forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor
     x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
     embed(ctx, x, tokens);
     x = x.view({b * t, c});
+    if (!tied()) call(group_hooks_.after_forward, 0);  // the head does not come back to wte
   } else {
     KIRI_CHECK(x.defined() && x.shape() == Shape({b * t, c}),
-               "a model part after the first takes "
-               "its input [",
-               b * t, ", ", c, "]");
+               "a model part after the first takes its input [", b * t, ", ", c, "]");
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int group = static_cast<int>(i) + 1;
@@ -239,7 +302,7 @@ Tensor GPT<T>::forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor
     st.loss_weight = loss_weight;
   }
   if (!part_.last) {
-    if (part_.first) call(group_hooks_.after_forward, 0);
+    if (part_.first && tied()) call(group_hooks_.after_forward, 0);
     return x;
   }
   KIRI_CHECK(targets.shape() == tokens.shape() && targets.dtype() == DType::kI32,
@@ -268,36 +331,47 @@ void GPT<T>::backward(nn::Context& ctx) {
 }
 
 template <typename T>
+Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
+  const int64_t n = st.targets.numel(), c = cfg_.n_embd;
+  const int last = num_groups() - 1, hg = head_group();
+  call(group_hooks_.before_backward, hg);
+  Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
+  dloss.fill_(st.loss_weight);
+  if constexpr (std::is_same_v<T, float>) {
+    if (tp_)
+      parallel::tp::vocab_parallel_cross_entropy_backward(st.logits, st.lse, st.targets, dloss,
+                                                          vocab_start_, cfg_.vocab_size);
+  }
+  if (!tp_) k::softmax_xent_backward<T>(st.logits, st.lse, st.targets, dloss);
+  Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+  st.lse = Tensor();
+  lm_head_backward(ctx, std::move(st.logits), st.xf, dxf);  // logits held dlogits [N, V]
+  st.logits = st.xf = Tensor();
+  // Each rank's dxf sums over its vocabulary rows only (xf was replicated:
+  // Megatron's f backward).
+  if (tp_) tp_->all_reduce(dxf, comm::ReduceOp::kSum);
+  if (hook_) {
+    if (!tied()) hook_({lm_head_});
+    // The tied head's copy of wte is complete in a last part that is not the
+    // first; with the token rows deferred, so is the whole model's wte (untied:
+    // its dense part has nothing more to come).
+    if (part_.first ? defer_embedding_grad_ : tied()) hook_({wte_});
+  }
+  Tensor dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+  if (hg != last) call(group_hooks_.before_backward, last);
+  norm_f_->backward(ctx, dxf, dx);
+  call(group_hooks_.after_backward, last);
+  if (hook_) hook_(norm_f_->parameters());
+  return dx;
+}
+
+template <typename T>
 Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
   State st = saved_.take(ctx, "GPT");
   const int64_t b = st.tokens.dim(0), t = st.tokens.dim(1), n = b * t, c = cfg_.n_embd;
-  const int last = num_groups() - 1;
   Tensor dx;
   if (part_.last) {
-    call(group_hooks_.before_backward, part_.first ? 0 : last);
-    Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
-    dloss.fill_(st.loss_weight);
-    if constexpr (std::is_same_v<T, float>) {
-      if (tp_)
-        parallel::tp::vocab_parallel_cross_entropy_backward(st.logits, st.lse, st.targets, dloss,
-                                                            vocab_start_, cfg_.vocab_size);
-    }
-    if (!tp_) k::softmax_xent_backward<T>(st.logits, st.lse, st.targets, dloss);
-    Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
-    st.lse = Tensor();
-    lm_head_backward(ctx, std::move(st.logits), st.xf, dxf);  // logits held dlogits [N, V]
-    st.logits = st.xf = Tensor();
-    // Each rank's dxf sums over its vocabulary rows only (xf was replicated:
-    // Megatron's f backward).
-    if (tp_) tp_->all_reduce(dxf, comm::ReduceOp::kSum);
-    // The LM head's copy of wte is complete here in a last part that is
-    // not the first (and, with the rows deferred, so is the whole model's).
-    if (hook_ && (defer_embedding_grad_ || !part_.first)) hook_({wte_});
-    dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
-    if (part_.first) call(group_hooks_.before_backward, last);
-    ln_f_->backward(ctx, dxf, dx);
-    call(group_hooks_.after_backward, last);
-    if (hook_) hook_(ln_f_->parameters());
+    dx = head_backward(ctx, st);
   } else {
     KIRI_CHECK(dout.defined() && dout.shape() == Shape({n, c}),
                "a model part before the last takes the gradient of its output [", n, ", ", c, "]");
@@ -313,16 +387,18 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
     if (hook_) hook_(blocks_[i]->parameters());
   }
   if (!part_.first) return dx;
-  if (!part_.last) call(group_hooks_.before_backward, 0);
-  Tensor dx3 = dx.view({b, t, c});
-  k::position_embedding_backward<T>(wpe_->grad, dx3);
+  if (!part_.last || head_group() != 0) call(group_hooks_.before_backward, 0);
+  if (wpe_) {
+    Tensor dx3 = dx.view({b, t, c});
+    k::position_embedding_backward<T>(wpe_->grad, dx3);
+  }
   if (defer_embedding_grad_) {
     deferred_tokens_ = st.tokens.view({n});
     deferred_dx_ = dx;
-    if (hook_) hook_({wpe_});
+    if (hook_ && wpe_) hook_({wpe_});
   } else {
     embed_backward(dx, st.tokens.view({n}));
-    if (hook_) hook_({wte_, wpe_});
+    if (hook_) hook_(embedding_parameters());
   }
   call(group_hooks_.after_backward, 0);
   return Tensor();
@@ -333,6 +409,7 @@ void GPT<T>::embed(nn::Context& ctx, Tensor& x, const Tensor& tokens) {
   if constexpr (std::is_same_v<T, float>) {
     if (tp_) {  // each rank looks up its rows, one all-reduce sums them; then + wpe
       parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_);
+      if (!wpe_) return;
       Tensor wpe = wpe_->value;
       if (wpe.dtype() != DType::kF32) {
         wpe = Tensor::empty(wpe_->value.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
@@ -346,7 +423,10 @@ void GPT<T>::embed(nn::Context& ctx, Tensor& x, const Tensor& tokens) {
       return;
     }
   }
-  k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+  if (wpe_)
+    k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+  else
+    k::token_embedding_forward<T>(x, tokens, wte_->value);
 }
 
 template <typename T>
@@ -374,21 +454,22 @@ Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
   const bool training = ctx.training;
   ctx.training = false;
   const int64_t t = tokens.dim(1), c = cfg_.n_embd;
+  const int last = num_groups() - 1, hg = head_group();
   call(group_hooks_.before_forward, 0);
   Tensor x = nn::activation(ctx, {1, t, c}, dtype_of<T>());  // [1,T,C]
-  k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
+  embed(ctx, x, tokens);
+  if (hg != 0) call(group_hooks_.after_forward, 0);
   x = x.view({t, c});
   for (size_t i = 0; i < blocks_.size(); ++i) {
     call(group_hooks_.before_forward, static_cast<int>(i) + 1);
     x = blocks_[i]->forward(ctx, x, 1, t);
     call(group_hooks_.after_forward, static_cast<int>(i) + 1);
   }
-  const int last = num_groups() - 1;
   call(group_hooks_.before_forward, last);
-  Tensor xf = ln_f_->forward(ctx, x);
-  call(group_hooks_.after_forward, last);
+  Tensor xf = norm_f_->forward(ctx, x);
+  if (hg != last) call(group_hooks_.after_forward, last);
   Tensor logits = lm_head_forward(ctx, xf.flat_range((t - 1) * c, c).view({1, c}), nullptr);
-  call(group_hooks_.after_forward, 0);
+  call(group_hooks_.after_forward, hg);
   ctx.training = training;
   return logits.view({cfg_.vocab_size});
 }

@@ -1,27 +1,72 @@
 #pragma once
-// GPT-2: token + position embedding, n_layer pre-LN blocks (attention and a
-// 4x GELU MLP, each in a residual branch), a final LayerNorm, and an LM head
-// tied to the token embedding. Parameter names and shapes are those of
-// Hugging Face's GPT2LMHeadModel (the tied lm_head.weight is not a separate
-// parameter, as in its safetensors files).
+// The decoder-only transformer, in two architectures (GPTConfig::arch):
+//  - gpt2: token + position embedding, n_layer pre-LN blocks (attention and a
+//    4x GELU MLP, each in a residual branch), a final LayerNorm, and an LM head
+//    tied to the token embedding; Hugging Face GPT2LMHeadModel's names and
+//    shapes (the tied lm_head.weight is not a separate parameter, as in its
+//    safetensors files).
+//  - llama: token embedding, n_layer pre-RMSNorm blocks (grouped-query
+//    attention with rotary position embedding, a SwiGLU MLP), a final RMSNorm
+//    and an LM head, tied or not (tie_word_embeddings); no biases, no position
+//    table; Hugging Face LlamaForCausalLM's names and shapes.
+// One class for both, so that every cut (its parameter groups and hooks) is the
+// same for either.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "kiri/nn/layers.h"
+#include "kiri/nn/llama_layers.h"
 
 namespace kiri::model {
 
+enum class Arch { kGpt2, kLlama };
+
+// Llama 3's rope_scaling ({"rope_type": "llama3", ...} in a config.json).
+struct RopeScaling {
+  enum class Type { kNone, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
+
+// The model's shape. kiri's names for the shared keys and Hugging Face's:
+// n_layer = num_hidden_layers, n_head = num_attention_heads, n_embd =
+// hidden_size, block_size = max_position_embeddings (GPT-2: n_positions); the
+// Llama keys are LlamaConfig's own.
 struct GPTConfig {
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 256;
   int vocab_size = 50257;
-  int block_size = 256;  // longest sequence (rows of wpe)
+  int block_size = 256;  // longest sequence (GPT-2: rows of wpe)
+  Arch arch = Arch::kGpt2;
+  // Llama only (GPT-2 takes the defaults):
+  int num_key_value_heads = 0;  // 0: n_head (multi-head attention)
+  int intermediate_size = 0;    // the MLP's width; 0: 4 x n_embd
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling{};
+  bool tie_word_embeddings = true;  // GPT-2: always
+
+  bool llama() const { return arch == Arch::kLlama; }
+  int kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : n_head; }
+  int64_t mlp_width() const {
+    return intermediate_size > 0 ? intermediate_size : 4 * int64_t{n_embd};
+  }
+  int head_dim() const { return n_embd / n_head; }
+  // The parameter names of the token embedding and of the untied LM head.
+  const char* token_embedding_name() const {
+    return llama() ? "model.embed_tokens.weight" : "transformer.wte.weight";
+  }
 
   // Raises kConfig naming the numbers when the shape is impossible.
   void validate() const;
+  // ... or cannot be cut over tp tensor-parallel ranks (heads, MLP columns).
+  void validate_tensor_parallel(int tp) const;
   int64_t num_parameters() const;
   // Model FLOPs per token for forward+backward at sequence length seq:
   // 6 * (parameters in matmuls, incl. the LM head) + 12 * n_layer * n_embd * seq (attention).
@@ -31,8 +76,10 @@ struct GPTConfig {
 template <typename T>
 class Block : public nn::Module {
  public:
-  // tp: the tensor-parallel group (attention by heads, MLP by columns), or nullptr.
-  Block(const std::string& name, const GPTConfig& cfg, comm::Communicator* tp = nullptr);
+  // tp: the tensor-parallel group (attention by heads, MLP by columns), or
+  // nullptr. rope: the model's rotary table (llama), else nullptr.
+  Block(int index, const GPTConfig& cfg, comm::Communicator* tp = nullptr,
+        std::shared_ptr<const nn::RopeTable> rope = nullptr);
   // x: [B*T, C] -> [B*T, C]
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
   // dy: [B*T, C]; accumulates the gradient of the block's input into dx.
@@ -51,17 +98,20 @@ class Block : public nn::Module {
     int64_t batch = 0, seq = 0;
   };
   nn::Saved<Checkpoint> checkpoint_;
-  nn::LayerNorm<T> ln_1_;
-  nn::CausalSelfAttention<T> attn_;
-  nn::LayerNorm<T> ln_2_;
-  nn::Mlp<T> mlp_;
+  // x1 = x + attn(norm_1(x)); y = x1 + mlp(norm_2(x1)). GPT-2: ln_1, attn, ln_2,
+  // mlp; Llama: input_layernorm, self_attn, post_attention_layernorm, mlp.
+  std::unique_ptr<nn::RowLayer<T>> norm_1_;
+  std::unique_ptr<nn::SequenceLayer<T>> attn_;
+  std::unique_ptr<nn::RowLayer<T>> norm_2_;
+  std::unique_ptr<nn::RowLayer<T>> mlp_;
 };
 
 // Which part of the model an object holds. Pipeline parallelism cuts the
 // model into parts along the blocks; the first part has the embeddings (wte,
-// wpe), the last the final LayerNorm and the LM head, tied to wte (a last
-// part that is not also the first holds its own copy of wte, whose gradient
-// the pipeline sums with the first part's). One process holds the whole.
+// wpe), the last the final norm and the LM head: tied to wte (a last part
+// that is not also the first holds its own copy of wte, whose gradient the
+// pipeline sums with the first part's), or its own lm_head (untied: nothing
+// to sum). One process holds the whole.
 struct GPTPart {
   int first_block = 0;
   int end_block = -1;  // -1: n_layer
@@ -102,9 +152,10 @@ class GPT : public nn::Module {
   Tensor next_token_logits(nn::Context& ctx, const Tensor& tokens);
 
   // Called during backward each time a group of parameters has its final
-  // gradient (the tied wte right after the LM head when the token-embedding
-  // gradient is deferred, then ln_f, each block from the last, wpe), so data
-  // parallelism can start their reduction while backward goes on.
+  // gradient (the LM head right after it ran: the untied lm_head, or the tied
+  // wte when the token-embedding gradient is deferred; then the final norm,
+  // each block from the last, the embeddings), so data parallelism can start
+  // their reduction while backward goes on.
   using GradReadyHook = std::function<void(const std::vector<nn::Parameter*>&)>;
   void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
   // When set, backward leaves the token-embedding part of wte's gradient out
@@ -118,20 +169,25 @@ class GPT : public nn::Module {
   void add_token_embedding_grad(const Tensor& tokens, const Tensor& dx);
   nn::Parameter& wte() { return *wte_; }
   bool has_wte() const { return wte_ != nullptr; }
+  // Whether the LM head is the token embedding (always for GPT-2).
+  bool tied() const { return cfg_.tie_word_embeddings; }
 
   // The parameters in groups, in forward order: 0 = the embeddings (wte,
   // wpe; empty in a part that is not the first), then the part's blocks,
-  // then the final LayerNorm (with the LM head's copy of wte in a last part
-  // that is not the first; empty in a part that is not the last). The
-  // sharding engine builds its units from whole groups.
+  // then the final norm with the untied lm_head, or with the LM head's copy
+  // of wte in a last part that is not the first (empty in a part that is not
+  // the last). The sharding engine builds its units from whole groups.
   std::vector<std::vector<nn::Parameter*>> parameter_groups();
   int num_groups() const { return static_cast<int>(blocks_.size()) + 2; }
   // Called around each group's use, so parameter sharding can gather a
   // unit's parameters just in time and free them after. Forward: before(0),
-  // (before(i), after(i)) for each block and ln_f, after(0) once the tied LM
-  // head has run. Backward: before(0) (the LM head), then ln_f and the blocks
-  // from the last, each (before, after), and after(0) when the embeddings'
-  // gradient is complete. Sampling and evaluation call the forward hooks too.
+  // (before(i), after(i)) for each block and the final group, after(0) once
+  // the tied LM head has run. Backward: before(0) (the tied LM head), then the
+  // final group and the blocks from the last, each (before, after), and
+  // after(0) when the embeddings' gradient is complete. Untied, group 0 is
+  // used only by the embedding: after(0) right after it in forward, and
+  // (before(0), after(0)) at the end of backward. Sampling and evaluation call
+  // the forward hooks too.
   struct GroupHooks {
     std::function<void(int group)> before_forward, after_forward, before_backward, after_backward;
   };
@@ -141,28 +197,40 @@ class GPT : public nn::Module {
   void set_activation_checkpointing(int every_k);
 
  private:
-  // logits [N, V] = xf [N, C] @ wte^T; the LM head's 16-bit path returns its
+  // logits [N, V] = xf [N, C] @ head^T; the LM head's 16-bit path returns its
   // 16-bit copy of xf in *saved_xf (else xf itself) for backward.
   Tensor lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf);
   // Takes dlogits by value so that the 16-bit path can free the fp32 one early.
   void lm_head_backward(nn::Context& ctx, Tensor dlogits, const Tensor& xf, Tensor& dxf);
   double loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& targets, double loss_weight);
+  struct State;
+  // The last part's backward through the loss, the LM head and the final norm:
+  // returns the gradient of the last block's output [N, C].
+  Tensor head_backward(nn::Context& ctx, State& st);
   void call(const std::function<void(int)>& hook, int group) {
     if (hook) hook(group);
   }
 
   int tp_size() const { return tp_ ? tp_->size() : 1; }
-  void embed(nn::Context& ctx, Tensor& x, const Tensor& tokens);  // x [B,T,C] = wte[tokens] + wpe
-  void embed_backward(const Tensor& dx, const Tensor& tokens);    // the token-embedding part
+  // x [B,T,C] = wte[tokens] (+ wpe, GPT-2)
+  void embed(nn::Context& ctx, Tensor& x, const Tensor& tokens);
+  void embed_backward(const Tensor& dx, const Tensor& tokens);  // the token-embedding part
+  // The LM head's weight [V, C] (wte when tied) and the group that holds it.
+  nn::Parameter& head() { return tied() ? *wte_ : *lm_head_; }
+  int head_group() const { return tied() && part_.first ? 0 : num_groups() - 1; }
+  std::vector<nn::Parameter*> embedding_parameters() const;  // group 0 of a first part
 
   GPTConfig cfg_;
   GPTPart part_;
   comm::Communicator* tp_ = nullptr;
-  int64_t vocab_start_ = 0;       // this rank's first row of the (padded) vocabulary
-  nn::Parameter* wte_ = nullptr;  // [V, C] on the first and the last part
-  nn::Parameter* wpe_ = nullptr;  // [block_size, C] on the first part
+  int64_t vocab_start_ = 0;                    // this rank's first row of the (padded) vocabulary
+  nn::Parameter* wte_ = nullptr;               // [V, C] on the first part, and the last when tied
+  nn::Parameter* wpe_ = nullptr;               // [block_size, C] on the first part (GPT-2)
+  nn::Parameter* lm_head_ = nullptr;           // [V, C] on the last part when untied
+  std::shared_ptr<const nn::RopeTable> rope_;  // llama
   std::vector<std::unique_ptr<Block<T>>> blocks_;
-  std::unique_ptr<nn::LayerNorm<T>> ln_f_;  // on the last part
+  std::unique_ptr<nn::RowLayer<T>> norm_f_;  // ln_f / model.norm, on the last part
+  std::unique_ptr<nn::Module> head_module_;  // holds lm_head_ (after norm_f_ in order)
   // Saved by forward for backward, per micro-batch in flight.
   struct State {
     Tensor tokens, targets;  // [B, T], [N]

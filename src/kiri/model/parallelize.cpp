@@ -17,8 +17,11 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
     out.push_back(std::make_unique<GPT<float>>(cfg, GPTPart{}, tp));
     return out;
   }
+  const int seq = static_cast<int>(seq_len);
   const pp::LayerCosts costs =
-      pp::gpt_layer_costs(cfg.n_embd, cfg.n_head, cfg.vocab_size, static_cast<int>(seq_len));
+      cfg.llama() ? pp::llama_layer_costs(cfg.n_embd, cfg.n_head, cfg.kv_heads(),
+                                          static_cast<int>(cfg.mlp_width()), cfg.vocab_size, seq)
+                  : pp::gpt_layer_costs(cfg.n_embd, cfg.n_head, cfg.vocab_size, seq);
   const std::vector<pp::StageLayers> parts =
       pipeline.virtual_stages > 1
           ? pp::partition_chunks(cfg.n_layer, stages, pipeline.virtual_stages, costs)
@@ -36,23 +39,27 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
     : chunks_(std::move(chunks)), mesh_(mesh), options_(options) {
   KIRI_CHECK(!chunks_.empty(), "ParallelGPT needs the model or this rank's chunks of it");
   // 1. Pipeline parallelism: the model arrives cut into this rank's chunks
-  //    (make_gpt_chunks). The first and last stage each hold the tied
-  //    embedding; their gradients are summed over the "embedding" group.
+  //    (make_gpt_chunks). With a tied LM head the first and last stage each
+  //    hold the embedding; their gradients are summed over the "embedding"
+  //    group. An untied head (llama) shares nothing between them.
   const int stages = mesh.shape().pp;
+  const bool tied = chunks_.front()->tied();
   if (stages > 1) {
     KIRI_CHECK_KIND(kConfig, options.zero_stage <= 1, "parallel.zero_stage = ", options.zero_stage,
                     " with parallel.pp = ", stages,
                     ": pipeline parallelism composes with ZeRO stage 0 or 1 (stages 2 and 3 "
                     "reduce or gather per micro-batch, which the schedules interleave)");
     for (GPT<float>* c : chunks_)
-      if (c->has_wte()) {
+      if (tied && c->has_wte()) {
         tied_wte_ = &c->wte();
         if (!c->part().first) tied_copy_ = tied_wte_;
       }
-    const bool end = mesh.pp_index() == 0 || mesh.pp_index() == stages - 1;
-    embedding_group_ =
-        mesh.world().split(end ? mesh.dp_index() * mesh.shape().tp + mesh.tp_index() : -1,
-                           mesh.pp_index(), "embedding");
+    if (tied) {
+      const bool end = mesh.pp_index() == 0 || mesh.pp_index() == stages - 1;
+      embedding_group_ =
+          mesh.world().split(end ? mesh.dp_index() * mesh.shape().tp + mesh.tp_index() : -1,
+                             mesh.pp_index(), "embedding");
+    }
     pipeline_ = std::make_unique<Pipeline>(chunks_, mesh.pp(), options.pipeline);
   }
   // 2. Activation checkpointing: a property of the blocks, independent of
@@ -105,6 +112,7 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   so.dtype = options.dtype;
   so.prefetch = options.prefetch;
   so.param_swap = options.param_swap;
+  so.tied_head = tied;
   std::vector<std::vector<nn::Parameter*>> groups;
   for (GPT<float>* c : chunks_)
     for (auto& g : c->parameter_groups()) groups.push_back(std::move(g));

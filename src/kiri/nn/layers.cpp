@@ -5,88 +5,87 @@
 #include <type_traits>
 
 #include "kiri/kernels/cpu/ops.h"
+#include "kiri/nn/mixed.h"
 
 namespace kiri::nn {
 
 namespace k = kiri::kernels;
 
 template <typename T>
-Linear<T>::Linear(const std::string& name, int64_t in, int64_t out, double init_std, TpLinear tp)
-    : Module(name), tp_(tp) {
+Linear<T>::Linear(const std::string& name, int64_t in, int64_t out, double init_std, TpLinear tp,
+                  LinearLayout layout)
+    : Module(name), tp_(tp), layout_(layout) {
   const int p = tp.group ? tp.group->size() : 1, i = tp.group ? tp.group->rank() : 0;
+  const bool conv = layout == LinearLayout::kConv1D;
+  // The weight's shape for `rows` inputs and `cols` outputs, in this layout.
+  const auto shape = [conv](int64_t rows, int64_t cols) {
+    return conv ? Shape{rows, cols} : Shape{cols, rows};
+  };
+  const int in_dim = conv ? 0 : 1, out_dim = conv ? 1 : 0;  // the weight's dims
+  const InitSpec init{InitKind::kNormal, init_std};
   if (tp.mode == TpLinear::Mode::kNone || p == 1) {
     tp_.mode = TpLinear::Mode::kNone;
-    weight_ = &add_parameter("weight", {in, out}, true, {InitKind::kNormal, init_std});
-    bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
+    weight_ = &add_parameter("weight", shape(in, out), true, init);
+    if (conv) bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
   } else if (tp.mode == TpLinear::Mode::kColumn) {
     KIRI_CHECK_KIND(kConfig, out % (int64_t{p} * tp.blocks) == 0, name, ": ", out,
                     " output columns (", tp.blocks, " blocks) do not split over parallel.tp = ", p);
-    const TpSplit cut{1, p, i, tp.blocks};
-    weight_ = &add_parameter("weight", {in, out / p}, true, {InitKind::kNormal, init_std},
-                             {in, out}, cut);
-    bias_ =
-        &add_parameter("bias", {out / p}, false, {InitKind::kZeros}, {out}, {0, p, i, tp.blocks});
+    // element_runs cuts the rows of an [out, in] matrix in one piece per rank.
+    KIRI_CHECK(conv || tp.blocks == 1, name, ": an [out, in] weight is cut in one block");
+    weight_ = &add_parameter("weight", shape(in, out / p), true, init, shape(in, out),
+                             {out_dim, p, i, tp.blocks});
+    if (conv)
+      bias_ =
+          &add_parameter("bias", {out / p}, false, {InitKind::kZeros}, {out}, {0, p, i, tp.blocks});
   } else {
     KIRI_CHECK_KIND(kConfig, in % p == 0, name, ": ", in,
                     " input rows do not split over parallel.tp = ", p);
-    weight_ = &add_parameter("weight", {in / p, out}, true, {InitKind::kNormal, init_std},
-                             {in, out}, {0, p, i, 1});
-    bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
+    weight_ =
+        &add_parameter("weight", shape(in / p, out), true, init, shape(in, out), {in_dim, p, i, 1});
+    if (conv) bias_ = &add_parameter("bias", {out}, false, {InitKind::kZeros});
   }
 }
 
-namespace {
-// Whether a float layer's parameters are 16-bit (mixed precision): then its
-// GEMMs take 16-bit inputs and accumulate in fp32.
-template <typename T>
-bool lowp(const Tensor& param) {
-  return std::is_same_v<T, float> && param.dtype() != dtype_of<T>();
-}
-
-// The parameter as T (a converted copy, category buffers, when it is 16-bit).
-template <typename T>
-Tensor compute_copy(Context& ctx, const Tensor& param) {
-  if (!lowp<T>(param)) return param;
-  Tensor t = Tensor::empty(param.shape(), dtype_of<T>(), Category::kBuffers, ctx.allocator);
-  k::convert(t, param);
-  return t;
-}
-
-// Where backward should accumulate a parameter's gradient: the gradient itself,
-// or a zeroed T scratch that accumulate_grad() then adds into the 16-bit gradient.
-template <typename T>
-Tensor grad_target(Context& ctx, const Tensor& grad) {
-  if (!lowp<T>(grad)) return grad;
-  return Tensor::zeros(grad.shape(), dtype_of<T>(), Category::kBuffers, ctx.allocator);
-}
-template <typename T>
-void accumulate_grad(Tensor& grad, const Tensor& target) {
-  if (lowp<T>(grad)) k::add_into(grad, target);
-}
-}  // namespace
+using detail::accumulate_grad;
+using detail::compute_copy;
+using detail::grad_target;
+using detail::lowp;
 
 template <typename T>
 Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
-  Tensor y = activation(ctx, {x.dim(0), weight_->shape[1]}, dtype_of<T>());  // [N, out]
+  const bool conv = layout_ == LinearLayout::kConv1D;
+  const int64_t out = weight_->shape[conv ? 1 : 0];
+  Tensor y = activation(ctx, {x.dim(0), out}, dtype_of<T>());  // [N, out]
   const bool row = tp_.mode == TpLinear::Mode::kRow;
   // Row parallel: the partial products are summed over the group first, the
   // whole bias added after (Megatron's g).
-  const Tensor bias = row ? Tensor() : bias_->value;
+  const Tensor bias = row || !bias_ ? Tensor() : bias_->value;
   if (lowp<T>(weight_->value)) {
     // Mixed precision: the 16-bit copy of x is both the GEMM's input and what
-    // backward keeps (half the bytes of x).
-    Tensor xl = activation(ctx, x.shape(), weight_->value.dtype());  // [N, in]
-    k::convert(xl, x);
-    k::linear_forward_lowp(y, xl, weight_->value, bias);
+    // backward keeps (half the bytes of x). Layers that feed one x to several
+    // Linears convert it once and pass the copy.
+    Tensor xl = x;
+    if (x.dtype() != weight_->value.dtype()) {
+      xl = activation(ctx, x.shape(), weight_->value.dtype());  // [N, in]
+      k::convert(xl, x);
+    }
+    if (conv)
+      k::linear_forward_lowp(y, xl, weight_->value, bias);
+    else
+      k::linear_nt_forward_lowp(y, xl, weight_->value);
     if (ctx.training) x_.put(ctx) = xl;
   } else {
     if (ctx.training) x_.put(ctx) = x;
-    k::linear_forward<T>(y, x, weight_->value, bias);
+    if (conv)
+      k::linear_forward<T>(y, x, weight_->value, bias);
+    else
+      k::linear_nt_forward<T>(y, x, weight_->value);
   }
   if (row) {
     tp_.group->all_reduce(y, comm::ReduceOp::kSum);
+    if (!bias_) return y;
     const Tensor b = compute_copy<T>(ctx, bias_->value);  // [out]
-    const int64_t n = y.dim(0), out = y.dim(1);
+    const int64_t n = y.dim(0);
     T* yd = y.data<T>();
     const T* bd = b.data<T>();
     for (int64_t r = 0; r < n; ++r)
@@ -96,28 +95,40 @@ Tensor Linear<T>::forward(Context& ctx, const Tensor& x) {
 }
 
 template <typename T>
-void Linear<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
+void Linear<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx, bool reduce_dx) {
   const Tensor x = x_.take(ctx, "Linear");
   // Column parallel: this rank's dx is a partial sum over the output
-  // columns; it is computed apart and all-reduced (Megatron's f backward).
-  const bool column = tp_.mode == TpLinear::Mode::kColumn && dx.defined();
+  // columns; it is computed apart and all-reduced (Megatron's f backward),
+  // unless the caller sums several layers' partials first (reduce_dx false).
+  const bool column = tp_.mode == TpLinear::Mode::kColumn && dx.defined() && reduce_dx;
   Tensor dx_part = column ? activation_zeros(ctx, dx.shape(), dtype_of<T>()) : dx;
-  if (lowp<T>(weight_->value))
-    k::linear_backward_lowp(dx_part, weight_->grad, bias_->grad, dy, x, weight_->value,
-                            ctx.allocator);
-  else
-    k::linear_backward<T>(dx_part, weight_->grad, bias_->grad, dy, x, weight_->value);
-  if (column) {
-    tp_.group->all_reduce(dx_part, comm::ReduceOp::kSum);
-    k::residual_forward<T>(dx, dx, dx_part);
+  Tensor no_bias;
+  Tensor& dbias = bias_ ? bias_->grad : no_bias;
+  const bool conv = layout_ == LinearLayout::kConv1D;
+  if (lowp<T>(weight_->value)) {
+    if (conv)
+      k::linear_backward_lowp(dx_part, weight_->grad, dbias, dy, x, weight_->value, ctx.allocator);
+    else
+      k::linear_nt_backward_lowp(dx_part, weight_->grad, dy, x, weight_->value, ctx.allocator);
+  } else if (conv) {
+    k::linear_backward<T>(dx_part, weight_->grad, dbias, dy, x, weight_->value);
+  } else {
+    k::linear_nt_backward<T>(dx_part, weight_->grad, dy, x, weight_->value);
   }
+  if (column) reduce_input_grad(dx_part, dx);
   ctx.progress();
 }
 
 template <typename T>
-LayerNorm<T>::LayerNorm(const std::string& name, int64_t channels) : Module(name) {
-  weight_ = &add_parameter("weight", {channels}, false, {InitKind::kOnes});
-  bias_ = &add_parameter("bias", {channels}, false, {InitKind::kZeros});
+void Linear<T>::reduce_input_grad(Tensor& partial, Tensor& dx) const {
+  if (tp_.mode == TpLinear::Mode::kColumn) tp_.group->all_reduce(partial, comm::ReduceOp::kSum);
+  k::residual_forward<T>(dx, dx, partial);
+}
+
+template <typename T>
+LayerNorm<T>::LayerNorm(const std::string& name, int64_t channels) : RowLayer<T>(name) {
+  weight_ = &this->add_parameter("weight", {channels}, false, {InitKind::kOnes});
+  bias_ = &this->add_parameter("bias", {channels}, false, {InitKind::kZeros});
 }
 
 template <typename T>
@@ -146,16 +157,16 @@ template <typename T>
 CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t channels, int n_head,
                                             double init_std, double proj_init_std,
                                             comm::Communicator* tp)
-    : Module(name),
+    : SequenceLayer<T>(name),
       n_head_(n_head / (tp ? tp->size() : 1)),
-      c_attn_(child_name("c_attn"), channels, 3 * channels, init_std,
+      c_attn_(this->child_name("c_attn"), channels, 3 * channels, init_std,
               {TpLinear::Mode::kColumn, tp, 3}),
-      c_proj_(child_name("c_proj"), channels, channels, proj_init_std,
+      c_proj_(this->child_name("c_proj"), channels, channels, proj_init_std,
               {TpLinear::Mode::kRow, tp, 1}) {
   KIRI_CHECK_KIND(kConfig, n_head % (tp ? tp->size() : 1) == 0,
                   "parallel.tp = ", tp ? tp->size() : 1, " must divide model.n_head = ", n_head);
-  add_child(c_attn_);
-  add_child(c_proj_);
+  this->add_child(c_attn_);
+  this->add_child(c_proj_);
 }
 
 template <typename T>
@@ -193,12 +204,13 @@ void CausalSelfAttention<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx
 template <typename T>
 Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std,
             comm::Communicator* tp)
-    : Module(name),
-      c_fc_(child_name("c_fc"), channels, 4 * channels, init_std, {TpLinear::Mode::kColumn, tp, 1}),
-      c_proj_(child_name("c_proj"), 4 * channels, channels, proj_init_std,
+    : RowLayer<T>(name),
+      c_fc_(this->child_name("c_fc"), channels, 4 * channels, init_std,
+            {TpLinear::Mode::kColumn, tp, 1}),
+      c_proj_(this->child_name("c_proj"), 4 * channels, channels, proj_init_std,
               {TpLinear::Mode::kRow, tp, 1}) {
-  add_child(c_fc_);
-  add_child(c_proj_);
+  this->add_child(c_fc_);
+  this->add_child(c_proj_);
 }
 
 template <typename T>

@@ -131,7 +131,7 @@ ModelStream::ModelStream(const RunConfig& cfg, optim::AdamW& optimizer,
     for (const auto& c :
          model::make_gpt_chunks(cfg.model, pp, s, parallel.options().pipeline, cfg.train.seq_len))
       for (nn::Parameter* p : c->parameters())
-        if (p->name != "transformer.wte.weight" || c->part().first) stage_of[p->name] = s;
+        if (p->name != cfg.model.token_embedding_name() || c->part().first) stage_of[p->name] = s;
   model::GPT<float> whole(cfg.model);
   for (nn::Parameter* p : whole.parameters()) {
     specs_.push_back({p->name, DType::kF32, p->shape});

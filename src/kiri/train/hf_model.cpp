@@ -73,7 +73,9 @@ void refuse_unsupported(const json& c, const std::string& path, const model::GPT
                " is not supported: ", why);
   };
   if (c.contains("model_type") && c["model_type"] != "gpt2")
-    refuse("model_type", "kiri trains GPT-2 (model_type \"gpt2\") only");
+    refuse("model_type",
+           "kiri reads GPT-2 folders (model_type \"gpt2\") only; a Llama folder is written "
+           "(model.arch = llama) but not read yet");
   if (c.contains("layer_norm_epsilon") &&
       !(c["layer_norm_epsilon"].is_number() &&
         std::fabs(c["layer_norm_epsilon"].get<double>() - 1e-5) <= 1e-12))
@@ -106,7 +108,10 @@ std::string kiri_name(const std::string& name) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) return "";
-  if (name == "lm_head.weight" || name.rfind("transformer.", 0) == 0) return name;
+  // Llama's names (model.*) and both architectures' lm_head.weight are kiri's own.
+  if (name == "lm_head.weight" || name.rfind("transformer.", 0) == 0 ||
+      name.rfind("model.", 0) == 0)
+    return name;
   return "transformer." + name;
 }
 
@@ -124,8 +129,55 @@ int64_t parse_max_shard_size(const std::string& text, const std::string& what) {
   return bytes;
 }
 
+namespace {
+
+// LlamaConfig's keys for kiri's llama (no biases, SiLU, no dropout).
+json llama_config_json(const model::GPTConfig& m, DType dtype) {
+  json scaling = nullptr;
+  if (m.rope_scaling.type == model::RopeScaling::Type::kLlama3)
+    scaling = {
+        {"rope_type", "llama3"},
+        {"factor", m.rope_scaling.factor},
+        {"low_freq_factor", m.rope_scaling.low_freq_factor},
+        {"high_freq_factor", m.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", m.n_embd},
+          {"intermediate_size", m.mlp_width()},
+          {"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"num_key_value_heads", m.kv_heads()},
+          {"head_dim", m.head_dim()},
+          {"max_position_embeddings", m.block_size},
+          {"vocab_size", m.vocab_size},
+          {"rms_norm_eps", m.rms_norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"rope_scaling", scaling},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"attention_dropout", 0.0},
+          {"initializer_range", 0.02},
+          {"pretraining_tp", 1},
+          {"tie_word_embeddings", m.tie_word_embeddings},
+          {"use_cache", true},
+          {"torch_dtype", torch_dtype_name(dtype)}};
+}
+
+}  // namespace
+
 json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
                     const std::string& tokenizer) {
+  if (m.llama()) {
+    json c = llama_config_json(m, dtype);
+    c["kiri"] = {{"format_version", 1}, {"tokenizer", tokenizer}};
+    if (eot >= 0) {
+      c["bos_token_id"] = eot;
+      c["eos_token_id"] = eot;
+    }
+    return c;
+  }
   json c = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"n_layer", m.n_layer},
@@ -355,10 +407,9 @@ HfWeights HfWeights::open(const std::string& dir) {
   for (const auto& [name, file] : stored_file) {
     const std::string k = kiri_name(name);
     if (k.empty()) continue;
-    if (k == "lm_head.weight") {
-      w.head_file_ = file;
-      continue;
-    }
+    // lm_head.weight: an untied head's weights, or (GPT-2) a copy of the tied embedding that
+    // reading wte checks.
+    if (k == "lm_head.weight") w.head_file_ = file;
     KIRI_CHECK_KIND(kCheckpoint, !w.stored_.count(k), dir, " holds both '", w.stored_[k], "' and '",
                     name, "': one tensor under two names");
     w.stored_[k] = name;
@@ -371,8 +422,9 @@ void HfWeights::check_names(const std::vector<std::string>& names) const {
   std::map<std::string, bool> wanted;
   for (const std::string& n : names) wanted[n] = true;
   for (const auto& [k, stored] : stored_)
-    KIRI_CHECK_KIND(kCheckpoint, wanted.count(k), dir_, ": tensor '", quote_bounded(stored, 200),
-                    "' (", file_.at(k), ") has no place in kiri's GPT-2 of this config");
+    KIRI_CHECK_KIND(kCheckpoint, wanted.count(k) || k == "lm_head.weight", dir_, ": tensor '",
+                    quote_bounded(stored, 200), "' (", file_.at(k),
+                    ") has no place in kiri's model of this config");
   for (const std::string& n : names)
     KIRI_CHECK_KIND(kCheckpoint, stored_.count(n), dir_, ": the model's tensor '", n,
                     "' is missing");

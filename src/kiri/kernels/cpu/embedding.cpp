@@ -1,4 +1,4 @@
-// Token + position embedding.
+// Token + position embedding (GPT-2's), and the token embedding alone (Llama's).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -205,6 +205,33 @@ void token_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& to
   }
 }
 
+template <typename T>
+void token_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte) {
+  const char* op = "token_embedding_forward";
+  check_dtype<int32_t>(tokens, op, "tokens");
+  check_table<T>(wte, op, "wte");
+  KIRI_CHECK(wte.rank() == 2, op, ": wte must be [V, C], got ", wte.shape().str());
+  const int64_t M = tokens.numel(), V = wte.dim(0), C = wte.dim(1);
+  detail::check_matrix<T>(out, M, C, op, "out");
+  const int32_t* tok = tokens.data<int32_t>();  // [M]
+  for (int64_t i = 0; i < M; ++i)               // before the parallel loop, which cannot throw
+    KIRI_CHECK(tok[i] >= 0 && tok[i] < V, op, ": token ", tok[i], " at position ", i,
+               " outside the vocabulary of ", V);
+  T* o = out.data<T>();  // [M, C]
+  const DType dt = wte.dtype();
+  const int64_t row_bytes = C * static_cast<int64_t>(dtype_size(dt));
+  const char* table = static_cast<const char*>(wte.raw());  // [V, C]
+#pragma omp parallel for schedule(static) if (M * C > detail::kMinParallelWork)
+  for (int64_t i = 0; i < M; ++i) {
+    const char* row = table + tok[i] * row_bytes;
+    if constexpr (std::is_same_v<T, float>) {
+      detail::to_f32(o + i * C, row, dt, C);  // F32, BF16 or F16
+    } else {
+      std::copy_n(reinterpret_cast<const T*>(row), C, o + i * C);
+    }
+  }
+}
+
 template void embedding_forward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void embedding_forward<double>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void embedding_backward<float>(Tensor&, Tensor&, const Tensor&, const Tensor&);
@@ -213,5 +240,7 @@ template void position_embedding_backward<float>(Tensor&, const Tensor&);
 template void position_embedding_backward<double>(Tensor&, const Tensor&);
 template void token_embedding_backward<float>(Tensor&, const Tensor&, const Tensor&);
 template void token_embedding_backward<double>(Tensor&, const Tensor&, const Tensor&);
+template void token_embedding_forward<float>(Tensor&, const Tensor&, const Tensor&);
+template void token_embedding_forward<double>(Tensor&, const Tensor&, const Tensor&);
 
 }  // namespace kiri::kernels

@@ -1,4 +1,5 @@
-// Linear layer in Hugging Face's Conv1D layout (weight [in, out]), on gemm.
+// Linear layers on gemm: Hugging Face's Conv1D layout (weight [in, out], GPT-2's)
+// and nn.Linear's (weight [out, in], no bias: Llama's).
 #include <algorithm>
 #include <cstdint>
 
@@ -87,12 +88,14 @@ namespace {
 struct LinearDims {
   int64_t N, IC, OC;
 };
-LinearDims check_linear_lowp(const Tensor& inp, const Tensor& weight, const char* op) {
+// out_in: the weight is [OC, IC] (nn.Linear's layout).
+LinearDims check_linear_lowp(const Tensor& inp, const Tensor& weight, const char* op,
+                             bool out_in = false) {
   KIRI_CHECK(weight.defined() && detail::is_lowp(weight.dtype()) && weight.rank() == 2, op,
-             ": weight must be [in, out] BF16 or F16, got ",
+             ": weight must be ", out_in ? "[out, in]" : "[in, out]", " BF16 or F16, got ",
              weight.defined() ? weight.shape().str() : "undefined", " ",
              weight.defined() ? dtype_name(weight.dtype()) : "");
-  const LinearDims d{detail::rows_of(inp), weight.dim(0), weight.dim(1)};
+  const LinearDims d{detail::rows_of(inp), weight.dim(out_in ? 1 : 0), weight.dim(out_in ? 0 : 1)};
   KIRI_CHECK(inp.defined() && inp.dtype() == weight.dtype(), op, ": inp must be ",
              dtype_name(weight.dtype()), " like the weight");
   KIRI_CHECK(detail::last_dim(inp, op, "inp") == d.IC, op, ": inp ", inp.shape().str(),
@@ -155,11 +158,79 @@ void linear_backward_lowp(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Te
   }
 }
 
+// nn.Linear's layout: weight [OC, IC], no bias (Llama's projections).
+template <typename T>
+void linear_nt_forward(Tensor& out, const Tensor& inp, const Tensor& weight) {
+  check_dtype<T>(weight, "linear_nt_forward", "weight");
+  KIRI_CHECK(weight.rank() == 2, "linear_nt_forward: weight must be [out, in], got ",
+             weight.shape().str());
+  const int64_t OC = weight.dim(0), IC = weight.dim(1), N = detail::rows_of(inp);
+  check_matrix<T>(inp, N, IC, "linear_nt_forward", "inp");
+  check_matrix<T>(out, N, OC, "linear_nt_forward", "out");
+  // out[N, OC] = inp[N, IC] @ weight[OC, IC]^T
+  gemm<T>(false, true, N, OC, IC, T(1), inp.data<T>(), IC, weight.data<T>(), IC, T(0),
+          out.data<T>(), OC);
+}
+
+template <typename T>
+void linear_nt_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight) {
+  check_dtype<T>(weight, "linear_nt_backward", "weight");
+  KIRI_CHECK(weight.rank() == 2, "linear_nt_backward: weight must be [out, in], got ",
+             weight.shape().str());
+  const int64_t OC = weight.dim(0), IC = weight.dim(1), N = detail::rows_of(inp);
+  check_matrix<T>(inp, N, IC, "linear_nt_backward", "inp");
+  check_matrix<T>(dout, N, OC, "linear_nt_backward", "dout");
+  check_tensor<T>(dweight, weight.shape(), "linear_nt_backward", "dweight");
+  if (dinp.defined()) check_matrix<T>(dinp, N, IC, "linear_nt_backward", "dinp");
+  const T* g = dout.data<T>();  // [N, OC]
+  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
+  if (dinp.defined())
+    gemm<T>(false, false, N, IC, OC, T(1), g, OC, weight.data<T>(), IC, T(1), dinp.data<T>(), IC);
+  // dweight[OC, IC] += dout^T[OC, N] @ inp[N, IC]
+  gemm<T>(true, false, OC, IC, N, T(1), g, OC, inp.data<T>(), IC, T(1), dweight.data<T>(), IC);
+}
+
+void linear_nt_forward_lowp(Tensor& out, const Tensor& inp, const Tensor& weight) {
+  const char* op = "linear_nt_forward_lowp";
+  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op, true);
+  check_matrix<float>(out, N, OC, op, "out");
+  gemm_lowp(weight.dtype(), false, true, N, OC, IC, 1.0f, inp.raw(), IC, weight.raw(), IC, 0.0f,
+            out.data<float>(), DType::kF32, OC);
+}
+
+void linear_nt_backward_lowp(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight, Allocator& scratch) {
+  const char* op = "linear_nt_backward_lowp";
+  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op, true);
+  check_matrix<float>(dout, N, OC, op, "dout");
+  check_lowp_like(dweight, weight, weight.shape(), op, "dweight");
+  if (dinp.defined()) check_matrix<float>(dinp, N, IC, op, "dinp");
+  const DType dt = weight.dtype();
+  // dout rounded once, shared by both GEMMs.
+  Tensor g = Tensor::empty(Shape{N, OC}, dt, Category::kBuffers, scratch);  // [N, OC]
+  convert(g, dout);
+  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
+  if (dinp.defined())
+    gemm_lowp(dt, false, false, N, IC, OC, 1.0f, g.raw(), OC, weight.raw(), IC, 1.0f,
+              dinp.data<float>(), DType::kF32, IC);
+  // dweight[OC, IC] += dout^T[OC, N] @ inp[N, IC], rounded once
+  gemm_lowp(dt, true, false, OC, IC, N, 1.0f, g.raw(), OC, inp.raw(), IC, 1.0f, dweight.raw(), dt,
+            IC);
+}
+
 template void linear_forward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void linear_forward<double>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void linear_backward<float>(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                      const Tensor&);
 template void linear_backward<double>(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&);
+
+template void linear_nt_forward<float>(Tensor&, const Tensor&, const Tensor&);
+template void linear_nt_forward<double>(Tensor&, const Tensor&, const Tensor&);
+template void linear_nt_backward<float>(Tensor&, Tensor&, const Tensor&, const Tensor&,
+                                        const Tensor&);
+template void linear_nt_backward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&);
 
 }  // namespace kiri::kernels

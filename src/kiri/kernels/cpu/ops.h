@@ -11,6 +11,7 @@
 //    fixed thread count (static schedules, no atomics on floats).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiri/tensor/tensor.h"
 
@@ -99,6 +100,22 @@ void linear_backward_lowp(Tensor& dinp /*[N,IC] F32, +=; may be undefined*/,
                           const Tensor& dout /*[N,OC] F32*/, const Tensor& inp /*[N,IC] lowp*/,
                           const Tensor& weight /*[IC,OC] lowp*/, Allocator& scratch);
 
+// ---- Linear in nn.Linear's layout (weight [out, in], no bias): Llama's ------
+// out[N,OC] = inp[N,IC] @ weight[OC,IC]^T
+template <typename T>
+void linear_nt_forward(Tensor& out, const Tensor& inp, const Tensor& weight);
+// dinp[N,IC] += dout @ weight (dinp may be undefined); dweight[OC,IC] += dout^T @ inp.
+template <typename T>
+void linear_nt_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight);
+// Mixed precision, as linear_forward_lowp / linear_backward_lowp.
+void linear_nt_forward_lowp(Tensor& out /*[N,OC] F32*/, const Tensor& inp /*[N,IC] lowp*/,
+                            const Tensor& weight /*[OC,IC] lowp*/);
+void linear_nt_backward_lowp(Tensor& dinp /*[N,IC] F32, +=; may be undefined*/,
+                             Tensor& dweight /*[OC,IC] lowp, +=*/,
+                             const Tensor& dout /*[N,OC] F32*/, const Tensor& inp /*[N,IC] lowp*/,
+                             const Tensor& weight /*[OC,IC] lowp*/, Allocator& scratch);
+
 // ---- Embedding: out[B,T,C] = wte[tokens[b,t]] + wpe[t] ----------------------
 // tokens [B,T] I32 in [0, V); wte [V,C]; wpe [maxT,C] with T <= maxT.
 // For T = float, wte/wpe (forward) and dwte/dwpe (the two halves of backward)
@@ -116,6 +133,11 @@ void position_embedding_backward(Tensor& dwpe, const Tensor& dout);
 // dwte [V,C] row tokens[i] += dout[i] for dout [M,C], tokens [M] I32, in order of i.
 template <typename T>
 void token_embedding_backward(Tensor& dwte, const Tensor& dout, const Tensor& tokens);
+// Token embedding alone (Llama has no position table): out[M,C] = wte[tokens[i]]
+// for tokens of M elements (any shape) I32 in [0, V); out may be [B,T,C].
+// For T = float, wte may also be BF16 or F16 (read as fp32).
+template <typename T>
+void token_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte);
 
 // ---- LayerNorm over the last dimension --------------------------------------
 // out[N,C], mean[N], rstd[N] (saved for backward), inp[N,C], weight[C], bias[C].
@@ -127,11 +149,58 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
                         const Tensor& inp, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd);
 
+// ---- RMSNorm over the last dimension (Llama's) ------------------------------
+// out[N,C] = inp * rstd * weight, rstd[N] = 1 / sqrt(mean(inp^2) + eps) (saved).
+template <typename T>
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                     double eps);
+// dinp[N,C] += rstd * (w*g - xhat * mean(w*g*xhat)), xhat = inp * rstd (dinp may be
+// undefined); dweight[C] += sum over rows of g * xhat.
+template <typename T>
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                      const Tensor& weight, const Tensor& rstd);
+
 // ---- GELU, tanh approximation (GPT-2's) -------------------------------------
 template <typename T>
 void gelu_forward(Tensor& out, const Tensor& inp);
 template <typename T>
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+// ---- SwiGLU (Llama's MLP gate): out = silu(gate) * up, silu(g) = g sigmoid(g) ----
+// out, gate, up: the same shape [N, I].
+template <typename T>
+void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
+// dgate += dout * up * silu'(gate); dup += dout * silu(gate).
+template <typename T>
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tensor& up,
+                     const Tensor& dout);
+
+// ---- Rotary position embedding, Hugging Face's rotate-half form ------------
+// In each head of hs = 2h columns, column i < h pairs with column i + h and the
+// pair turns by the angle pos * inv_freq[i] (pos = the row's position in its
+// sequence):  out[i] = x[i] cos - x[i+h] sin,  out[i+h] = x[i+h] cos + x[i] sin.
+// This is what HF checkpoints' q/k weights expect (Meta's files pair columns
+// 2i, 2i+1 instead: their rows are permuted on conversion).
+struct RopeParams {
+  double theta = 10000.0;  // rope_theta
+  // Llama 3's rope_scaling (rope_type "llama3"): long wavelengths slowed by
+  // `factor`, short ones kept, the band between interpolated.
+  bool llama3 = false;
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  double original_max_position_embeddings = 8192;
+};
+// inv_freq[i] = theta^(-2i / hs) for i < hs / 2, then scaled as `p` says (in double).
+std::vector<double> rope_inv_freq(int64_t head_dim, const RopeParams& p);
+// cos, sin [P, h] of T's dtype: cos(t * inv_freq[i]) and sin(...) for positions
+// t < P, h = inv_freq.size(), evaluated in double.
+template <typename T>
+void rope_table(Tensor& cos, Tensor& sin, const std::vector<double>& inv_freq);
+// out, inp [B, T, H*hs] (out may be inp); cos, sin [P, hs/2] with P >= T.
+template <typename T>
+void rope_forward(Tensor& out, const Tensor& inp, const Tensor& cos, const Tensor& sin);
+// dinp [B, T, H*hs] += the inverse rotation of dout.
+template <typename T>
+void rope_backward(Tensor& dinp, const Tensor& dout, const Tensor& cos, const Tensor& sin);
 
 // ---- Residual: out = a + b ---------------------------------------------------
 template <typename T>
@@ -153,6 +222,18 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, 
 template <typename T>
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int n_head, Tensor& scratch);
+// Grouped-query attention (Llama's): q [B,T,NH*hs], k and v [B,T,NKV*hs] with
+// NKV dividing NH; query head h attends with key/value head h / (NH / NKV)
+// (NKV = NH: multi-head, NKV = 1: multi-query). out [B,T,NH*hs], lse [B,NH,T].
+// scratch as above.
+template <typename T>
+void gqa_attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, int n_head, int n_kv_head, Tensor& scratch);
+// dq += ..., and dk, dv += the sum over each key/value head's query heads.
+template <typename T>
+void gqa_attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            int n_head, int n_kv_head, Tensor& scratch);
 
 // ---- Fused softmax + cross-entropy over the vocabulary ----------------------
 // logits [N,V], targets [N] I32 (a target < 0 is ignored: loss 0, gradient 0).

@@ -139,6 +139,24 @@ LayerCosts gpt_layer_costs(int n_embd, int n_head, int vocab, int seq) {
   return {kTrain * (24 * c * c + 4 * t * c), kTrain * c, kTrain * 2 * v * c};
 }
 
+LayerCosts llama_layer_costs(int hidden, int n_head, int n_kv_head, int intermediate, int vocab,
+                             int seq) {
+  KIRI_CHECK_KIND(
+      kConfig,
+      hidden >= 1 && n_head >= 1 && n_kv_head >= 1 && intermediate >= 1 && vocab >= 1 && seq >= 1,
+      "llama_layer_costs: hidden ", hidden, ", n_head ", n_head, ", n_kv_head ", n_kv_head,
+      ", intermediate ", intermediate, ", vocab ", vocab, ", seq ", seq, " must all be >= 1");
+  KIRI_CHECK_KIND(kConfig, hidden % n_head == 0, "model.n_head = ", n_head,
+                  " must divide model.n_embd = ", hidden);
+  const double c = hidden, t = seq, v = vocab, kv = double(hidden / n_head) * n_kv_head;
+  const double i = intermediate;
+  constexpr double kTrain = 3.0;  // backward costs about twice the forward
+  // Per token: q and o (2 x 2c^2), k and v (2 x 2c kv), gate, up and down (3 x 2c i),
+  // attention's two products (4 t c); the head 2 v c (tied or not); the lookup c.
+  return {kTrain * (4 * c * c + 4 * c * kv + 6 * c * i + 4 * t * c), kTrain * c,
+          kTrain * 2 * v * c};
+}
+
 std::string describe(const std::vector<StageLayers>& parts) {
   std::string s;
   for (size_t i = 0; i < parts.size(); ++i) {

@@ -66,6 +66,11 @@ std::vector<double> stage_costs(const std::vector<StageLayers>& parts, const Lay
 // n_head does not change the FLOPs; it is validated (n_embd % n_head == 0) so that a
 // caller passing the wrong model's numbers hears about it.
 LayerCosts gpt_layer_costs(int n_embd, int n_head, int vocab, int seq);
+// The same for Llama's pieces (hidden C, n_kv_head key/value heads of C / n_head, MLP
+// width I): block 4 C^2 (q, o) + 4 C kv (k, v; kv = n_kv_head C / n_head) + 6 C I (gate,
+// up, down) + 4 T C; head 2 V C (tied or not); embedding C.
+LayerCosts llama_layer_costs(int hidden, int n_head, int n_kv_head, int intermediate, int vocab,
+                             int seq);
 
 // "[0, 4) +emb | [4, 8) | [8, 11) +head": for logs and error messages.
 std::string describe(const std::vector<StageLayers>& parts);

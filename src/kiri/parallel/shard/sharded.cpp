@@ -134,8 +134,9 @@ ShardedDataParallel::~ShardedDataParallel() = default;
 int ShardedDataParallel::next_unit(int unit, bool backward) const {
   const int last = static_cast<int>(units_.size()) - 1;
   // Forward runs the units in order; backward starts with unit 0 (the tied
-  // LM head), then runs from the last unit down to unit 1.
+  // LM head), then runs from the last unit down to unit 1 (untied: down to 0).
   if (!backward) return unit < last ? unit + 1 : -1;
+  if (!options_.tied_head) return unit - 1;
   if (unit == 0) return last > 0 ? last : -1;
   return unit > 1 ? unit - 1 : -1;
 }
@@ -251,7 +252,7 @@ void ShardedDataParallel::after_backward(int group) {
   if (options_.stage == 3) release(unit);
   if (options_.stage >= 2 || sync_) start_reduce(unit);
   progress();
-  // Unit 0 (the embeddings, tied to the LM head) ends backward: wait for every
+  // Unit 0 (the embeddings, with the tied LM head) ends backward: wait for every
   // reduction so that none outlives it (as DeepSpeed syncs its reduction stream).
   if (unit == 0) complete_reduces(true);
 }

@@ -57,6 +57,10 @@ struct ShardOptions {
   // prefetch: two ahead of its use), in forward and in backward; the optimizer
   // writes the updated shard back (optim::StateOffload::values_files).
   offload::SwapSpace* param_swap = nullptr;
+  // Whether unit 0 (the embedding) is also the LM head: backward then starts
+  // with it and runs from the last unit down to unit 1; untied, backward runs
+  // from the last unit down to unit 0 (the order stage 3 prefetches in).
+  bool tied_head = true;
 };
 
 struct ShardUnit {
