@@ -45,6 +45,23 @@ inline RunConfig equivalence_config(int n_layer, int n_head, int n_embd, int64_t
   return c;
 }
 
+// The trainer tests' Llama (model.arch = llama): n_embd wide with n_head query heads and
+// kv_heads key/value heads, a SwiGLU of `intermediate`, an untied head unless `tied`; the
+// test's blocks, block_size and vocabulary as they were.
+inline void make_llama(RunConfig& c, int n_embd, int n_head, int kv_heads, int intermediate,
+                       bool tied = false) {
+  c.model.arch = model::Arch::kLlama;
+  c.model.n_embd = n_embd;
+  c.model.n_head = n_head;
+  c.model.num_key_value_heads = kv_heads;
+  c.model.intermediate_size = intermediate;
+  c.model.tie_word_embeddings = tied;
+}
+
+inline const char* arch_name(model::Arch a) {
+  return a == model::Arch::kLlama ? "llama" : "gpt2";
+}
+
 // name -> fp32 values of the whole model, on rank 0 (empty elsewhere).
 inline std::map<std::string, std::vector<float>> params_of(Trainer& t) {
   std::map<std::string, std::vector<float>> out;

@@ -14,6 +14,7 @@ namespace kiri::train {
 RunConfig offload_config(comm::Communicator& world, const OffloadCase& k, bool offload,
                          const std::string& path) {
   RunConfig c = equivalence_config(2, 2, 30, 2);
+  if (k.arch == model::Arch::kLlama) make_llama(c, 24, 4, 2, 64);
   c.train.grad_accum = k.grad_accum;
   c.train.dtype = k.dtype;
   c.parallel.tp = k.tp;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/model/gpt.h"
 #include "kiri/train/run_config.h"
 
 namespace kiri::train {
@@ -17,6 +18,9 @@ struct OffloadCase {
   int grad_accum = 1;
   bool parameters = false;  // offload.parameters = nvme too (stage 3)
   int buffer_count = 3;
+  // GPT-2, or a Llama of the same blocks (zero_bodies.h's: grouped-query attention with 2
+  // key/value heads, an untied head).
+  model::Arch arch = model::Arch::kGpt2;
 };
 
 // The run's config: a tiny byte GPT, 10 steps; offloaded with 4 KiB blocks and 64 KiB

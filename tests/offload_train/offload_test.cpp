@@ -8,11 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
+#include <tuple>
 
 #include "comm/harness.h"
 #include "kiri/base/error.h"
 #include "kiri/train/trainer.h"
 #include "offload_train/offload_bodies.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
@@ -20,81 +23,85 @@ namespace {
 using comm::Communicator;
 using D = ComputeDType;
 
-class OffloadStages : public ::testing::TestWithParam<int> {};
+const auto kArchs = ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama);
+
+// Each stage for each architecture (offload_bodies.h).
+class OffloadStages : public ::testing::TestWithParam<std::tuple<int, model::Arch>> {
+ protected:
+  OffloadCase at_stage(OffloadCase k) const {
+    k.stage = std::get<0>(GetParam());
+    k.arch = std::get<1>(GetParam());
+    return k;
+  }
+};
 
 TEST_P(OffloadStages, TwoRanksFp32) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(2, [stage](Communicator& w) { offload_equals_memory(w, {.stage = stage}); });
+  const OffloadCase k = at_stage({});
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { offload_equals_memory(w, k); });
 }
 TEST_P(OffloadStages, TwoRanksBf16Accumulation) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(2, [stage](Communicator& w) {
-    offload_equals_memory(w, {.stage = stage, .dtype = D::kBF16, .grad_accum = 2});
-  });
+  const OffloadCase k = at_stage({.dtype = D::kBF16, .grad_accum = 2});
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { offload_equals_memory(w, k); });
 }
 TEST_P(OffloadStages, FourRanksBf16) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(4, [stage](Communicator& w) {
-    offload_equals_memory(w, {.stage = stage, .dtype = D::kBF16});
-  });
+  const OffloadCase k = at_stage({.dtype = D::kBF16});
+  KIRI_RUN_RANKS(4, [k](Communicator& w) { offload_equals_memory(w, k); });
 }
-INSTANTIATE_TEST_SUITE_P(Offload, OffloadStages, ::testing::Values(0, 1, 2, 3),
-                         [](const auto& info) { return "stage" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Offload, OffloadStages,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3), kArchs),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  arch_name(std::get<1>(info.param));
+                         });
 
-TEST(Offload, OneRankFp32) {
-  KIRI_RUN_RANKS(1, [](Communicator& w) { offload_equals_memory(w, {.stage = 0}); });
+// The layouts (tensor, pipeline parallel) and parameter offload, for each architecture.
+class OffloadArch : public ::testing::TestWithParam<model::Arch> {
+ protected:
+  void run(int ranks, OffloadCase k) {
+    k.arch = GetParam();
+    KIRI_RUN_RANKS(ranks, [k](Communicator& w) { offload_equals_memory(w, k); });
+  }
+};
+
+TEST_P(OffloadArch, OneRankFp32) {
+  run(1, {.stage = 0});
 }
-TEST(Offload, OneRankBf16Accumulation) {
-  KIRI_RUN_RANKS(1, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 0, .dtype = D::kBF16, .grad_accum = 3});
-  });
+TEST_P(OffloadArch, OneRankBf16Accumulation) {
+  run(1, {.stage = 0, .dtype = D::kBF16, .grad_accum = 3});
 }
-TEST(Offload, TensorParallelTwo) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) { offload_equals_memory(w, {.stage = 0, .tp = 2}); });
+TEST_P(OffloadArch, TensorParallelTwo) {
+  run(2, {.stage = 0, .tp = 2});
 }
-TEST(Offload, TensorParallelTwoStage3Bf16) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 3, .tp = 2, .dtype = D::kBF16});
-  });
+TEST_P(OffloadArch, TensorParallelTwoStage3Bf16) {
+  run(4, {.stage = 3, .tp = 2, .dtype = D::kBF16});
 }
-TEST(Offload, PipelineTwo) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) { offload_equals_memory(w, {.stage = 0, .pp = 2}); });
+TEST_P(OffloadArch, PipelineTwo) {
+  run(2, {.stage = 0, .pp = 2});
 }
-TEST(Offload, PipelineTwoStage1Bf16) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 1, .pp = 2, .dtype = D::kBF16, .grad_accum = 2});
-  });
+TEST_P(OffloadArch, PipelineTwoStage1Bf16) {
+  run(4, {.stage = 1, .pp = 2, .dtype = D::kBF16, .grad_accum = 2});
 }
 // ZeRO-Infinity: the parameter shards on NVMe too.
-TEST(Offload, ParametersTwoRanksFp32) {
-  KIRI_RUN_RANKS(
-      2, [](Communicator& w) { offload_equals_memory(w, {.stage = 3, .parameters = true}); });
+TEST_P(OffloadArch, ParametersTwoRanksFp32) {
+  run(2, {.stage = 3, .parameters = true});
 }
-TEST(Offload, ParametersTwoRanksBf16Accumulation) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 3, .dtype = D::kBF16, .grad_accum = 2, .parameters = true});
-  });
+TEST_P(OffloadArch, ParametersTwoRanksBf16Accumulation) {
+  run(2, {.stage = 3, .dtype = D::kBF16, .grad_accum = 2, .parameters = true});
 }
-TEST(Offload, ParametersFourRanksBf16) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 3, .dtype = D::kBF16, .parameters = true});
-  });
+TEST_P(OffloadArch, ParametersFourRanksBf16) {
+  run(4, {.stage = 3, .dtype = D::kBF16, .parameters = true});
 }
-TEST(Offload, ParametersTensorParallelTwoBf16) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 3, .tp = 2, .dtype = D::kBF16, .parameters = true});
-  });
+TEST_P(OffloadArch, ParametersTensorParallelTwoBf16) {
+  run(4, {.stage = 3, .tp = 2, .dtype = D::kBF16, .parameters = true});
 }
-TEST(Offload, ParametersOneRankBf16) {
-  KIRI_RUN_RANKS(1, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 3, .dtype = D::kBF16, .parameters = true});
-  });
+TEST_P(OffloadArch, ParametersOneRankBf16) {
+  run(1, {.stage = 3, .dtype = D::kBF16, .parameters = true});
 }
-TEST(Offload, TwoBuffersNoReadAhead) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) {
-    offload_equals_memory(w, {.stage = 2, .dtype = D::kBF16, .buffer_count = 2});
-  });
+TEST_P(OffloadArch, TwoBuffersNoReadAhead) {
+  run(2, {.stage = 2, .dtype = D::kBF16, .buffer_count = 2});
 }
+INSTANTIATE_TEST_SUITE_P(Offload, OffloadArch, kArchs,
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
 
 }  // namespace
 }  // namespace kiri::train

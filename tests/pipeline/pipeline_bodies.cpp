@@ -20,6 +20,9 @@ namespace {
 
 RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t micro_batch, int m) {
   RunConfig c = equivalence_config(8, 4, 32, micro_batch);
+  // Grouped-query attention on every layout: tp divides the key/value heads (tp 2: one
+  // each; tp 4: one of 4, each serving 2 query heads).
+  if (k.arch == model::Arch::kLlama) make_llama(c, 32, 8, std::max(2, k.tp), 88, k.tied);
   c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
   c.parallel.dp = dp;
   c.parallel.pp = pp;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/model/gpt.h"
 
 namespace kiri::train {
 
@@ -15,6 +16,10 @@ struct LayoutCase {
   int zero_stage = 0;
   bool bf16 = false;
   bool recompute = false;  // full activation checkpointing
+  // The model: GPT-2 (8 blocks of 32, 4 heads), or a Llama of the same blocks and width
+  // with 8 query heads and max(2, tp) key/value heads, untied unless `tied`.
+  model::Arch arch = model::Arch::kGpt2;
+  bool tied = false;
 };
 
 // 5 steps: losses within 1e-5 relative of 1x1x1, and the saved model within

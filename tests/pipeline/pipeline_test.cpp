@@ -3,9 +3,13 @@
 // ctest) and on MPI ranks (kiri_pipeline_tests_mpi2/4).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
+
 #include "comm/harness.h"
 #include "gemm_lowp_paths.h"
 #include "pipeline/pipeline_bodies.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
@@ -18,109 +22,149 @@ void run(LayoutCase k) {
   KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) { layout_equivalence(w, k); });
 }
 
-TEST(Layout, OneProcessMicroBatches) {
+const auto kArchs = ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama);
+std::string arch_param_name(const ::testing::TestParamInfo<model::Arch>& info) {
+  return arch_name(info.param);
+}
+
+// The layout matrix for each architecture: GPT-2, and a Llama with grouped-query attention
+// and an untied head (pipeline_bodies.h).
+class Layout : public ::testing::TestWithParam<model::Arch> {
+ protected:
+  void run(LayoutCase k) {
+    k.arch = GetParam();
+    ::kiri::train::run(k);
+  }
+};
+
+TEST_P(Layout, OneProcessMicroBatches) {
   run({.dp = 1, .pp = 1});
 }
-TEST(Layout, Dp2) {
+TEST_P(Layout, Dp2) {
   run({.dp = 2, .pp = 1});
 }
-TEST(Layout, Dp4) {
+TEST_P(Layout, Dp4) {
   run({.dp = 4, .pp = 1});
 }
-TEST(Layout, Pp2GPipe) {
+TEST_P(Layout, Pp2GPipe) {
   run({.pp = 2, .schedule = "gpipe"});
 }
-TEST(Layout, Pp2OneFOneB) {
+TEST_P(Layout, Pp2OneFOneB) {
   run({.pp = 2, .schedule = "1f1b"});
 }
-TEST(Layout, Pp2Interleaved) {
+TEST_P(Layout, Pp2Interleaved) {
   run({.pp = 2, .schedule = "interleaved", .virtual_stages = 2});
 }
-TEST(Layout, Pp4GPipe) {
+TEST_P(Layout, Pp4GPipe) {
   run({.pp = 4, .schedule = "gpipe"});
 }
-TEST(Layout, Pp4OneFOneB) {
+TEST_P(Layout, Pp4OneFOneB) {
   run({.pp = 4, .schedule = "1f1b"});
 }
-TEST(Layout, Pp4Interleaved) {
+TEST_P(Layout, Pp4Interleaved) {
   run({.pp = 4, .schedule = "interleaved", .virtual_stages = 2});
 }
-TEST(Layout, Dp2Pp2GPipe) {
+TEST_P(Layout, Dp2Pp2GPipe) {
   run({.dp = 2, .pp = 2, .schedule = "gpipe"});
 }
-TEST(Layout, Dp2Pp2OneFOneB) {
+TEST_P(Layout, Dp2Pp2OneFOneB) {
   run({.dp = 2, .pp = 2, .schedule = "1f1b"});
 }
-TEST(Layout, Dp2Pp2Interleaved) {
+TEST_P(Layout, Dp2Pp2Interleaved) {
   run({.dp = 2, .pp = 2, .schedule = "interleaved", .virtual_stages = 2});
 }
-TEST(Layout, Dp2Pp2Zero1) {
+TEST_P(Layout, Dp2Pp2Zero1) {
   run({.dp = 2, .pp = 2, .zero_stage = 1});
 }
-TEST(Layout, Pp2OneMicroBatch) {
+TEST_P(Layout, Pp2OneMicroBatch) {
   run({.pp = 2, .microbatches = 1});
 }
 
-TEST(Layout, Tp2) {
+TEST_P(Layout, Tp2) {
   run({.tp = 2});
 }
-TEST(Layout, Tp4) {
+TEST_P(Layout, Tp4) {
   run({.tp = 4});
 }
-TEST(Layout, Dp2Tp2) {
+TEST_P(Layout, Dp2Tp2) {
   run({.dp = 2, .tp = 2});
 }
-TEST(Layout, Tp2Pp2) {
+TEST_P(Layout, Tp2Pp2) {
   run({.pp = 2, .tp = 2});
 }
-TEST(Layout, Tp2Pp2GPipe) {
+TEST_P(Layout, Tp2Pp2GPipe) {
   run({.pp = 2, .tp = 2, .schedule = "gpipe"});
 }
-TEST(Layout, Tp2Pp2Interleaved) {
+TEST_P(Layout, Tp2Pp2Interleaved) {
   run({.pp = 2, .tp = 2, .schedule = "interleaved", .virtual_stages = 2});
 }
-TEST(Layout, Dp2Tp2Zero1) {
+TEST_P(Layout, Dp2Tp2Zero1) {
   run({.dp = 2, .tp = 2, .zero_stage = 1});
 }
-TEST(Layout, Dp2Tp2Zero3) {
+TEST_P(Layout, Dp2Tp2Zero3) {
   run({.dp = 2, .tp = 2, .zero_stage = 3});
 }
-TEST(Layout, Dp2Pp2Recompute) {
+TEST_P(Layout, Dp2Pp2Recompute) {
   run({.dp = 2, .pp = 2, .recompute = true});
 }
 
+INSTANTIATE_TEST_SUITE_P(Arch, Layout, kArchs, arch_param_name);
+
+// A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
+TEST(LayoutLlama, TiedPp2) {
+  run({.pp = 2, .arch = model::Arch::kLlama, .tied = true});
+}
+
 // The bf16 layouts through each gemm_lowp path (about 1.5 s, 1.5 s and 3 s
-// each on 2 cores).
-class LayoutBf16 : public ::testing::TestWithParam<kernels::LowpGemmImpl> {};
+// each on 2 cores), for each architecture.
+class LayoutBf16 : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, model::Arch>> {
+ protected:
+  void run(LayoutCase k) {
+    k.arch = std::get<1>(GetParam());
+    ::kiri::train::run(k);
+  }
+};
 
 TEST_P(LayoutBf16, Pp2Bf16) {
-  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.pp = 2, .bf16 = true});
 }
 TEST_P(LayoutBf16, Tp2Bf16) {
-  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.tp = 2, .bf16 = true});
 }
 TEST_P(LayoutBf16, Tp2Pp2RecomputeBf16) {
-  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.pp = 2, .tp = 2, .bf16 = true, .recompute = true});
 }
-INSTANTIATE_TEST_SUITE_P(Layout, LayoutBf16, test::kGemmLowpPaths, test::gemm_lowp_path_name);
+INSTANTIATE_TEST_SUITE_P(Layout, LayoutBf16, ::testing::Combine(test::kGemmLowpPaths, kArchs),
+                         [](const auto& info) {
+                           return std::string(
+                                      kernels::gemm_lowp_impl_name(std::get<0>(info.param))) +
+                                  "_" + arch_name(std::get<1>(info.param));
+                         });
 
-TEST(LayoutCheckpoint, Tp2RoundTrip) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.tp = 2}); });
+class LayoutCheckpoint : public ::testing::TestWithParam<model::Arch> {
+ protected:
+  void round_trip(int ranks, LayoutCase k) {
+    k.arch = GetParam();
+    KIRI_RUN_RANKS(ranks, [k](Communicator& w) { layout_checkpoint_round_trip(w, k); });
+  }
+};
+
+TEST_P(LayoutCheckpoint, Tp2RoundTrip) {
+  round_trip(2, {.tp = 2});
 }
-TEST(LayoutCheckpoint, Tp2Pp2RoundTrip) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) { layout_checkpoint_round_trip(w, {.pp = 2, .tp = 2}); });
+TEST_P(LayoutCheckpoint, Tp2Pp2RoundTrip) {
+  round_trip(4, {.pp = 2, .tp = 2});
 }
-TEST(LayoutCheckpoint, Pp2RoundTrip) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) { layout_checkpoint_round_trip(w, {.pp = 2}); });
+TEST_P(LayoutCheckpoint, Pp2RoundTrip) {
+  round_trip(2, {.pp = 2});
 }
-TEST(LayoutCheckpoint, Dp2Pp2Zero1RoundTrip) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) {
-    layout_checkpoint_round_trip(w, {.dp = 2, .pp = 2, .zero_stage = 1});
-  });
+TEST_P(LayoutCheckpoint, Dp2Pp2Zero1RoundTrip) {
+  round_trip(4, {.dp = 2, .pp = 2, .zero_stage = 1});
 }
+INSTANTIATE_TEST_SUITE_P(Arch, LayoutCheckpoint, kArchs, arch_param_name);
 
 }  // namespace
 }  // namespace kiri::train

@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +24,7 @@ namespace {
 // n_embd 30: block units of 11190 elements, so 4 ranks need padding.
 RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
   RunConfig c = equivalence_config(2, 2, 30, micro_batch);
+  if (k.arch == model::Arch::kLlama) make_llama(c, 24, 4, 2, 64);
   c.train.grad_accum = k.grad_accum;
   c.train.dtype = k.dtype;
   c.parallel.dp = dp;
@@ -81,7 +83,7 @@ void zero_equivalence(comm::Communicator& world, ZeroCase k) {
 void mixed_precision_tracks_fp32(comm::Communicator& world, ZeroCase k) {
   omp_set_num_threads(1);
   const int n = world.size();
-  Trainer ref(zero_config(n, 2, {.stage = 0}), world);
+  Trainer ref(zero_config(n, 2, {.stage = 0, .arch = k.arch}), world);
   Trainer z(zero_config(n, 2, k), world);
   // Against fp32 every 16-bit copy is rounded, and each weight gradient
   // carries r = 4 roundings fp32 does not make (its two 16-bit GEMM inputs,
@@ -97,17 +99,24 @@ void zero_memory_matches_formula(comm::Communicator& world, ZeroCase k) {
   Trainer t(zero_config(n, 2, k), world);
   t.train_step();
   const MemoryStats s = t.allocator().stats();
-  // Ψ and the padded P from the model's shape alone.
+  // Ψ and the padded P from the model's shape alone: the units are the embeddings, each
+  // block, and the final norm (with an untied head).
   const model::GPTConfig& m = t.config().model;
-  const int64_t c = m.n_embd;
-  const int64_t emb = int64_t{m.vocab_size} * c + int64_t{m.block_size} * c;
-  const int64_t block =
+  const int64_t c = m.n_embd, v = m.vocab_size;
+  int64_t emb = v * c + int64_t{m.block_size} * c, final_norm = 2 * c;
+  int64_t block =
       2 * c + (c * 3 * c + 3 * c) + (c * c + c) + 2 * c + (c * 4 * c + 4 * c) + (4 * c * c + c);
-  const int64_t psi = emb + m.n_layer * block + 2 * c;
+  if (m.llama()) {  // RMSNorms, q and o, k and v (kv columns), gate, up and down; the head
+    const int64_t kv = int64_t{m.kv_heads()} * m.head_dim(), i = m.mlp_width();
+    emb = v * c;
+    block = 2 * c + 2 * c * c + 2 * c * kv + 3 * c * i;
+    final_norm = c + (m.tie_word_embeddings ? 0 : v * c);
+  }
+  const int64_t psi = emb + m.n_layer * block + final_norm;
   ASSERT_EQ(psi, m.num_parameters());
   const int g = k.shard_group_size > 0 ? k.shard_group_size : n;
   auto pad = [g](int64_t x) { return (x + g - 1) / g * g; };
-  const int64_t padded = pad(emb) + m.n_layer * pad(block) + pad(2 * c);  // wrap_blocks = 1
+  const int64_t padded = pad(emb) + m.n_layer * pad(block) + pad(final_norm);  // wrap_blocks = 1
   ASSERT_EQ(k.wrap_blocks, 1);
   const bool mixed = k.dtype != ComputeDType::kF32;
   const int64_t d = mixed ? 2 : 4, opt = mixed ? 12 : 8;
@@ -135,10 +144,10 @@ void zero_memory_matches_formula(comm::Communicator& world, ZeroCase k) {
     // the schedule allows (stage 3: unit 0 and two more gathered, unit 0's
     // and up to all the others' gradients in flight), plus the rest of the
     // step's buffers, which stage 0 measures.
-    const int64_t unit_max = std::max(pad(emb), pad(block));
+    const int64_t unit_max = std::max({pad(emb), pad(block), pad(final_norm)});
     EXPECT_GE(s.peak_of(Category::kBuffers), d * unit_max * (k.stage == 3 ? 2 : 1));
     const int64_t schedule = d * (k.stage == 3 ? 3 * unit_max : 0) + d * padded * 2;
-    Trainer t0(zero_config(n, 2, {.stage = 0, .dtype = k.dtype}), world);
+    Trainer t0(zero_config(n, 2, {.stage = 0, .dtype = k.dtype, .arch = k.arch}), world);
     t0.train_step();
     EXPECT_LE(s.peak_of(Category::kBuffers),
               t0.allocator().stats().peak_of(Category::kBuffers) + schedule);
@@ -239,10 +248,11 @@ void zero_checkpoint_refuses_bad_shards(comm::Communicator& world) {
 }
 
 // N ranks at stage 3 against 1 process at stage 0 on the same global batch, both ways.
-void zero_checkpoint_across_layouts(comm::Communicator& world) {
+void zero_checkpoint_across_layouts(comm::Communicator& world, model::Arch arch) {
   omp_set_num_threads(1);
   const int n = world.size();
-  checkpoint_round_trip(world, zero_config(n, 2, {.stage = 3}), zero_config(1, 2 * n, {.stage = 0}),
+  checkpoint_round_trip(world, zero_config(n, 2, {.stage = 3, .arch = arch}),
+                        zero_config(1, 2 * n, {.stage = 0, .arch = arch}),
                         shared_temp_dir(world, "zero_ckpt"), 3, 2, 2);
 }
 

@@ -8,6 +8,7 @@
 
 #include "comm/harness.h"
 #include "gemm_lowp_paths.h"
+#include "train_test_util.h"
 #include "zero/zero_bodies.h"
 
 namespace kiri::train {
@@ -18,49 +19,76 @@ namespace test = ::kiri::test;
 using comm::Communicator;
 using D = ComputeDType;
 
-class Stages : public ::testing::TestWithParam<int> {};
+const auto kArchs = ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama);
+
+// Each stage for each architecture (zero_bodies.h: GPT-2, and a Llama with grouped-query
+// attention and an untied head).
+class Stages : public ::testing::TestWithParam<std::tuple<int, model::Arch>> {
+ protected:
+  int stage() const { return std::get<0>(GetParam()); }
+  model::Arch arch() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(Stages, Fp32EqualsStage0OnTwoRanks) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(2, [stage](Communicator& w) { zero_equivalence(w, {.stage = stage}); });
+  const ZeroCase k{.stage = stage(), .arch = arch()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
 TEST_P(Stages, Fp32EqualsStage0OnFourRanks) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(4, [stage](Communicator& w) { zero_equivalence(w, {.stage = stage}); });
+  const ZeroCase k{.stage = stage(), .arch = arch()};
+  KIRI_RUN_RANKS(4, [k](Communicator& w) { zero_equivalence(w, k); });
 }
 TEST_P(Stages, AccumulationEqualsStage0) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(
-      2, [stage](Communicator& w) { zero_equivalence(w, {.stage = stage, .grad_accum = 3}); });
+  const ZeroCase k{.stage = stage(), .grad_accum = 3, .arch = arch()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
 TEST_P(Stages, MemoryFp32OnTwoRanks) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(2, [stage](Communicator& w) { zero_memory_matches_formula(w, {.stage = stage}); });
+  const ZeroCase k{.stage = stage(), .arch = arch()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_memory_matches_formula(w, k); });
 }
 TEST_P(Stages, MemoryBf16OnFourRanks) {
-  const int stage = GetParam();
-  KIRI_RUN_RANKS(4, [stage](Communicator& w) {
-    zero_memory_matches_formula(w, {.stage = stage, .dtype = D::kBF16});
-  });
+  const ZeroCase k{.stage = stage(), .dtype = D::kBF16, .arch = arch()};
+  KIRI_RUN_RANKS(4, [k](Communicator& w) { zero_memory_matches_formula(w, k); });
 }
-INSTANTIATE_TEST_SUITE_P(Zero, Stages, ::testing::Values(0, 1, 2, 3),
-                         [](const auto& info) { return "stage" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Zero, Stages, ::testing::Combine(::testing::Values(0, 1, 2, 3), kArchs),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  arch_name(std::get<1>(info.param));
+                         });
 
-TEST(Zero, Stage3WithoutPrefetch) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) { zero_equivalence(w, {.stage = 3, .prefetch = false}); });
+// The FSDP strategies and checkpoints across layouts, for each architecture.
+class ZeroArch : public ::testing::TestWithParam<model::Arch> {};
+
+TEST_P(ZeroArch, Stage3WithoutPrefetch) {
+  const ZeroCase k{.stage = 3, .prefetch = false, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
-TEST(Zero, Stage3TwoBlocksPerUnit) {
-  KIRI_RUN_RANKS(2, [](Communicator& w) { zero_equivalence(w, {.stage = 3, .wrap_blocks = 2}); });
+TEST_P(ZeroArch, Stage3TwoBlocksPerUnit) {
+  const ZeroCase k{.stage = 3, .wrap_blocks = 2, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
-TEST(Zero, HybridShardOnFourRanks) {
-  KIRI_RUN_RANKS(4,
-                 [](Communicator& w) { zero_equivalence(w, {.stage = 3, .shard_group_size = 2}); });
+TEST_P(ZeroArch, HybridShardOnFourRanks) {
+  const ZeroCase k{.stage = 3, .shard_group_size = 2, .arch = GetParam()};
+  KIRI_RUN_RANKS(4, [k](Communicator& w) { zero_equivalence(w, k); });
 }
-TEST(Zero, HybridShardMemory) {
-  KIRI_RUN_RANKS(4, [](Communicator& w) {
-    zero_memory_matches_formula(w, {.stage = 3, .shard_group_size = 2});
-  });
+TEST_P(ZeroArch, HybridShardMemory) {
+  const ZeroCase k{.stage = 3, .shard_group_size = 2, .arch = GetParam()};
+  KIRI_RUN_RANKS(4, [k](Communicator& w) { zero_memory_matches_formula(w, k); });
 }
+TEST_P(ZeroArch, Stage3WithActivationCheckpointing) {
+  const ZeroCase k{.stage = 3, .checkpoint_every = 1, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
+}
+TEST_P(ZeroArch, CheckpointAcrossLayouts) {
+  const model::Arch a = GetParam();
+  KIRI_RUN_RANKS(2, [a](Communicator& w) { zero_checkpoint_across_layouts(w, a); });
+}
+TEST_P(ZeroArch, CheckpointAcrossLayoutsOnFourRanks) {
+  const model::Arch a = GetParam();
+  KIRI_RUN_RANKS(4, [a](Communicator& w) { zero_checkpoint_across_layouts(w, a); });
+}
+INSTANTIATE_TEST_SUITE_P(Zero, ZeroArch, kArchs,
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
 TEST(Zero, CommVolumeOnTwoRanks) {
   KIRI_RUN_RANKS(2, zero_comm_volume);
 }
@@ -73,66 +101,71 @@ TEST(Zero, Fp16SkipsTheOverflowingStepStage0) {
 TEST(Zero, Fp16SkipsTheOverflowingStepStage3) {
   KIRI_RUN_RANKS(2, [](Communicator& w) { fp16_skips_the_overflowing_step(w, 3); });
 }
-TEST(Zero, CheckpointAcrossLayouts) {
-  KIRI_RUN_RANKS(2, zero_checkpoint_across_layouts);
-}
-TEST(Zero, CheckpointAcrossLayoutsOnFourRanks) {
-  KIRI_RUN_RANKS(4, zero_checkpoint_across_layouts);
-}
 TEST(Zero, CheckpointRefusesBadShards) {
   KIRI_RUN_RANKS(2, zero_checkpoint_refuses_bad_shards);
-}
-TEST(Zero, Stage3WithActivationCheckpointing) {
-  KIRI_RUN_RANKS(2,
-                 [](Communicator& w) { zero_equivalence(w, {.stage = 3, .checkpoint_every = 1}); });
 }
 
 // The 16-bit runs through each gemm_lowp path (oneDNN's matmul, the
 // fp32-panel path), skipped with the reason where this CPU lacks one. About
 // a second each on 2 cores.
-class LowpStages : public ::testing::TestWithParam<std::tuple<int, kernels::LowpGemmImpl>> {};
+class LowpStages
+    : public ::testing::TestWithParam<std::tuple<int, kernels::LowpGemmImpl, model::Arch>> {
+ protected:
+  ZeroCase with(DType d) const {
+    return {.stage = std::get<0>(GetParam()),
+            .dtype = d == DType::kBF16 ? D::kBF16 : D::kF16,
+            .arch = std::get<2>(GetParam())};
+  }
+};
 
 TEST_P(LowpStages, Bf16EqualsBf16Stage0) {
-  const int stage = std::get<0>(GetParam());
   KIRI_USE_GEMM_LOWP(std::get<1>(GetParam()), DType::kBF16);
-  KIRI_RUN_RANKS(
-      2, [stage](Communicator& w) { zero_equivalence(w, {.stage = stage, .dtype = D::kBF16}); });
+  const ZeroCase k = with(DType::kBF16);
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
 TEST_P(LowpStages, Fp16EqualsFp16Stage0) {
-  const int stage = std::get<0>(GetParam());
   KIRI_USE_GEMM_LOWP(std::get<1>(GetParam()), DType::kF16);
-  KIRI_RUN_RANKS(
-      2, [stage](Communicator& w) { zero_equivalence(w, {.stage = stage, .dtype = D::kF16}); });
+  const ZeroCase k = with(DType::kF16);
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
-INSTANTIATE_TEST_SUITE_P(
-    Zero, LowpStages,
-    ::testing::Combine(::testing::Values(0, 1, 2, 3),
-                       ::testing::Values(kernels::LowpGemmImpl::kViaF32,
-                                         kernels::LowpGemmImpl::kOneDnnMatmul)),
-    [](const auto& info) {
-      return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
-             kernels::gemm_lowp_impl_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Zero, LowpStages,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(kernels::LowpGemmImpl::kViaF32,
+                                                              kernels::LowpGemmImpl::kOneDnnMatmul),
+                                            kArchs),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  kernels::gemm_lowp_impl_name(std::get<1>(info.param)) + "_" +
+                                  arch_name(std::get<2>(info.param));
+                         });
 
-class LowpPath : public ::testing::TestWithParam<kernels::LowpGemmImpl> {};
+class LowpPath : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, model::Arch>> {
+ protected:
+  kernels::LowpGemmImpl path() const { return std::get<0>(GetParam()); }
+  model::Arch arch() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(LowpPath, Bf16TracksFp32) {
-  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
-  KIRI_RUN_RANKS(
-      2, [](Communicator& w) { mixed_precision_tracks_fp32(w, {.stage = 3, .dtype = D::kBF16}); });
+  KIRI_USE_GEMM_LOWP(path(), DType::kBF16);
+  const ZeroCase k{.stage = 3, .dtype = D::kBF16, .arch = arch()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { mixed_precision_tracks_fp32(w, k); });
 }
 TEST_P(LowpPath, Fp16TracksFp32) {
-  KIRI_USE_GEMM_LOWP(GetParam(), DType::kF16);
-  KIRI_RUN_RANKS(
-      2, [](Communicator& w) { mixed_precision_tracks_fp32(w, {.stage = 2, .dtype = D::kF16}); });
+  KIRI_USE_GEMM_LOWP(path(), DType::kF16);
+  const ZeroCase k{.stage = 2, .dtype = D::kF16, .arch = arch()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { mixed_precision_tracks_fp32(w, k); });
 }
 TEST_P(LowpPath, Bf16Stage2WithActivationCheckpointingEvery2) {
-  KIRI_USE_GEMM_LOWP(GetParam(), DType::kBF16);
-  KIRI_RUN_RANKS(2, [](Communicator& w) {
-    zero_equivalence(w, {.stage = 2, .dtype = D::kBF16, .checkpoint_every = 2});
-  });
+  KIRI_USE_GEMM_LOWP(path(), DType::kBF16);
+  const ZeroCase k{.stage = 2, .dtype = D::kBF16, .checkpoint_every = 2, .arch = arch()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
-INSTANTIATE_TEST_SUITE_P(Zero, LowpPath, test::kGemmLowpPaths, test::gemm_lowp_path_name);
+INSTANTIATE_TEST_SUITE_P(Zero, LowpPath, ::testing::Combine(test::kGemmLowpPaths, kArchs),
+                         [](const auto& info) {
+                           return std::string(
+                                      kernels::gemm_lowp_impl_name(std::get<0>(info.param))) +
+                                  "_" + arch_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace kiri::train

@@ -90,4 +90,21 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
   }
 }
 
+// dst[c] += sum over rows i < N of term(i, c), for c < C (bias and norm-weight gradients):
+// blocks of 16 columns in parallel, each summed over the rows in order in double, so the
+// result does not depend on the thread count.
+template <typename T, typename Term>
+void add_column_sums(T* dst, int64_t N, int64_t C, const Term& term) {
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kBlock, w = std::min(kBlock, C - c0);
+    double acc[kBlock] = {};  // [w]
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(term(i, c0 + j));
+    for (int64_t j = 0; j < w; ++j) dst[c0 + j] += static_cast<T>(acc[j]);
+  }
+}
+
 }  // namespace kiri::kernels::detail

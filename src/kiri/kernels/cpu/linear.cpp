@@ -1,5 +1,9 @@
 // Linear layers on gemm: Hugging Face's Conv1D layout (weight [in, out], GPT-2's)
-// and nn.Linear's (weight [out, in], no bias: Llama's).
+// and nn.Linear's (weight [out, in], no bias: Llama's). Both layouts run the same
+// three products, the weight's transposes and leading dimension following its layout:
+//   forward   out[N,OC]  = inp @ W             | inp @ W^T
+//   dinp      dinp[N,IC] += dout @ W^T         | dout @ W
+//   dweight   dW[IC,OC]  += inp^T @ dout       | dW[OC,IC] += dout^T @ inp
 #include <algorithm>
 #include <cstdint>
 
@@ -13,84 +17,104 @@ using detail::check_dtype;
 using detail::check_matrix;
 using detail::check_tensor;
 
-template <typename T>
-void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
-  check_dtype<T>(weight, "linear_forward", "weight");
-  KIRI_CHECK(weight.rank() == 2, "linear_forward: weight must be [in, out], got ",
-             weight.shape().str());
-  const int64_t IC = weight.dim(0), OC = weight.dim(1);
-  const int64_t N = detail::rows_of(inp);
-  check_matrix<T>(inp, N, IC, "linear_forward", "inp");
-  check_matrix<T>(out, N, OC, "linear_forward", "out");
-  if (bias.defined()) check_tensor<T>(bias, Shape{OC}, "linear_forward", "bias");
-  T* o = out.data<T>();  // [N, OC]
-  T beta = T(0);
-  if (bias.defined() && N > 0) {
-    // Start from the bias in every row and let the gemm accumulate on it.
-    const T* b = bias.data<T>();  // [OC]
-#pragma omp parallel for schedule(static) if (N * OC > detail::kMinParallelWork)
-    for (int64_t i = 0; i < N; ++i) std::copy(b, b + OC, o + i * OC);
-    beta = T(1);
-  }
-  gemm<T>(false, false, N, OC, IC, T(1), inp.data<T>(), IC, weight.data<T>(), OC, beta, o, OC);
-}
-
 namespace {
 
-// dbias[OC] += column sums of dout[N, OC]. Parallel over blocks of columns,
-// each summed over all rows in order (in double): deterministic whatever the
-// thread count.
-template <typename T>
-void add_column_sums(T* dbias, const T* dout, int64_t N, int64_t OC) {
-  constexpr int64_t kBlock = 16;
-  const int64_t blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (N * OC > detail::kMinParallelWork)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kBlock, w = std::min(kBlock, OC - c0);
-    double acc[kBlock] = {};  // [w]
-    for (int64_t i = 0; i < N; ++i) {
-      const T* row = dout + i * OC + c0;
-      for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(row[j]);
-    }
-    for (int64_t j = 0; j < w; ++j) dbias[c0 + j] += static_cast<T>(acc[j]);
-  }
-}
-
-}  // namespace
-
-template <typename T>
-void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                     const Tensor& inp, const Tensor& weight) {
-  check_dtype<T>(weight, "linear_backward", "weight");
-  KIRI_CHECK(weight.rank() == 2, "linear_backward: weight must be [in, out], got ",
-             weight.shape().str());
-  const int64_t IC = weight.dim(0), OC = weight.dim(1);
-  const int64_t N = detail::rows_of(inp);
-  check_matrix<T>(inp, N, IC, "linear_backward", "inp");
-  check_matrix<T>(dout, N, OC, "linear_backward", "dout");
-  check_tensor<T>(dweight, weight.shape(), "linear_backward", "dweight");
-  if (dinp.defined()) check_matrix<T>(dinp, N, IC, "linear_backward", "dinp");
-  if (dbias.defined()) check_tensor<T>(dbias, Shape{OC}, "linear_backward", "dbias");
-  const T* g = dout.data<T>();    // [N, OC]
-  const T* x = inp.data<T>();     // [N, IC]
-  const T* w = weight.data<T>();  // [IC, OC]
-  // dinp[N, IC] += dout[N, OC] @ weight^T
-  if (dinp.defined()) gemm<T>(false, true, N, IC, OC, T(1), g, OC, w, OC, T(1), dinp.data<T>(), IC);
-  // dweight[IC, OC] += inp^T[IC, N] @ dout[N, OC]
-  gemm<T>(true, false, IC, OC, N, T(1), x, IC, g, OC, T(1), dweight.data<T>(), OC);
-  if (dbias.defined()) add_column_sums(dbias.data<T>(), g, N, OC);
-}
-
-namespace {
-
-// The shapes shared by the mixed-precision pair: weight [IC,OC] BF16 or F16,
-// inp [N,IC] of the same dtype; returns {N, IC, OC}.
 struct LinearDims {
   int64_t N, IC, OC;
 };
-// out_in: the weight is [OC, IC] (nn.Linear's layout).
-LinearDims check_linear_lowp(const Tensor& inp, const Tensor& weight, const char* op,
-                             bool out_in = false) {
+
+// gemm<T> with beta, for T's tensors (the C dtype is T's).
+template <typename T>
+struct TypedGemm {
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                  const void* B, int64_t ldb, double beta, void* C, DType, int64_t ldc) const {
+    gemm<T>(ta, tb, M, N, K, T(1), static_cast<const T*>(A), lda, static_cast<const T*>(B), ldb,
+            T(beta), static_cast<T*>(C), ldc);
+  }
+};
+// gemm_lowp on 16-bit A and B of dtype ab; C of the given dtype.
+struct LowpGemm {
+  DType ab;
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
+                  const void* B, int64_t ldb, double beta, void* C, DType c_dtype,
+                  int64_t ldc) const {
+    gemm_lowp(ab, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, static_cast<float>(beta), C, c_dtype, ldc);
+  }
+};
+
+// out[N, OC] = beta * out + inp @ W (W^T when out_in)
+template <typename G>
+void product_out(const G& gemm, bool out_in, const LinearDims& d, const void* x, const void* w,
+                 double beta, void* out) {
+  gemm(false, out_in, d.N, d.OC, d.IC, x, d.IC, w, out_in ? d.IC : d.OC, beta, out, DType::kF32,
+       d.OC);
+}
+// dinp[N, IC] += dout @ W^T (W when out_in); dinp is T's (fp32 on the 16-bit path)
+template <typename G>
+void product_dinp(const G& gemm, bool out_in, const LinearDims& d, const void* g, const void* w,
+                  void* dinp) {
+  gemm(false, !out_in, d.N, d.IC, d.OC, g, d.OC, w, out_in ? d.IC : d.OC, 1.0, dinp, DType::kF32,
+       d.IC);
+}
+// dW[IC, OC] += inp^T @ dout, or dW[OC, IC] += dout^T @ inp when out_in; dW of dtype wd
+template <typename G>
+void product_dweight(const G& gemm, bool out_in, const LinearDims& d, const void* x, const void* g,
+                     void* dw, DType wd) {
+  if (out_in)
+    gemm(true, false, d.OC, d.IC, d.N, g, d.OC, x, d.IC, 1.0, dw, wd, d.IC);
+  else
+    gemm(true, false, d.IC, d.OC, d.N, x, d.IC, g, d.OC, 1.0, dw, wd, d.OC);
+}
+
+// The weight's [IC, OC] (or [OC, IC]) and the rows of inp, checked for T.
+template <typename T>
+LinearDims check_linear(const Tensor& inp, const Tensor& weight, bool out_in, const char* op) {
+  check_dtype<T>(weight, op, "weight");
+  KIRI_CHECK(weight.rank() == 2, op, ": weight must be ", out_in ? "[out, in]" : "[in, out]",
+             ", got ", weight.shape().str());
+  const LinearDims d{detail::rows_of(inp), weight.dim(out_in ? 1 : 0), weight.dim(out_in ? 0 : 1)};
+  check_matrix<T>(inp, d.N, d.IC, op, "inp");
+  return d;
+}
+
+template <typename T>
+void forward_impl(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                  bool out_in, const char* op) {
+  const LinearDims d = check_linear<T>(inp, weight, out_in, op);
+  check_matrix<T>(out, d.N, d.OC, op, "out");
+  if (bias.defined()) check_tensor<T>(bias, Shape{d.OC}, op, "bias");
+  T* o = out.data<T>();  // [N, OC]
+  double beta = 0;
+  if (bias.defined() && d.N > 0) {
+    // Start from the bias in every row and let the gemm accumulate on it.
+    const T* b = bias.data<T>();  // [OC]
+#pragma omp parallel for schedule(static) if (d.N * d.OC > detail::kMinParallelWork)
+    for (int64_t i = 0; i < d.N; ++i) std::copy(b, b + d.OC, o + i * d.OC);
+    beta = 1;
+  }
+  product_out(TypedGemm<T>{}, out_in, d, inp.raw(), weight.raw(), beta, o);
+}
+
+template <typename T>
+void backward_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                   const Tensor& inp, const Tensor& weight, bool out_in, const char* op) {
+  const LinearDims d = check_linear<T>(inp, weight, out_in, op);
+  check_matrix<T>(dout, d.N, d.OC, op, "dout");
+  check_tensor<T>(dweight, weight.shape(), op, "dweight");
+  if (dinp.defined()) check_matrix<T>(dinp, d.N, d.IC, op, "dinp");
+  if (dbias.defined()) check_tensor<T>(dbias, Shape{d.OC}, op, "dbias");
+  const TypedGemm<T> gemm;
+  const T* g = dout.data<T>();  // [N, OC]
+  if (dinp.defined()) product_dinp(gemm, out_in, d, g, weight.raw(), dinp.raw());
+  product_dweight(gemm, out_in, d, inp.raw(), g, dweight.raw(), dweight.dtype());
+  const int64_t OC = d.OC;
+  if (dbias.defined())
+    detail::add_column_sums(dbias.data<T>(), d.N, OC,
+                            [&](int64_t i, int64_t c) { return g[i * OC + c]; });
+}
+
+// The mixed-precision pair: weight BF16 or F16, inp [N,IC] of the same dtype.
+LinearDims check_linear_lowp(const Tensor& inp, const Tensor& weight, bool out_in, const char* op) {
   KIRI_CHECK(weight.defined() && detail::is_lowp(weight.dtype()) && weight.rank() == 2, op,
              ": weight must be ", out_in ? "[out, in]" : "[in, out]", " BF16 or F16, got ",
              weight.defined() ? weight.shape().str() : "undefined", " ",
@@ -111,112 +135,93 @@ void check_lowp_like(const Tensor& t, const Tensor& weight, const Shape& shape, 
              t.defined() ? t.shape().str() : "");
 }
 
-}  // namespace
-
-void linear_forward_lowp(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
-  const char* op = "linear_forward_lowp";
-  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op);
-  check_matrix<float>(out, N, OC, op, "out");
-  if (bias.defined()) check_lowp_like(bias, weight, Shape{OC}, op, "bias");
+void forward_lowp_impl(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                       bool out_in, const char* op) {
+  const LinearDims d = check_linear_lowp(inp, weight, out_in, op);
+  check_matrix<float>(out, d.N, d.OC, op, "out");
+  if (bias.defined()) check_lowp_like(bias, weight, Shape{d.OC}, op, "bias");
   float* o = out.data<float>();  // [N, OC]
-  float beta = 0.0f;
-  if (bias.defined() && N > 0) {
+  double beta = 0;
+  if (bias.defined() && d.N > 0) {
     // Every row starts from the bias (widened once); the gemm adds on top.
-    detail::to_f32(o, bias.raw(), bias.dtype(), OC);
-#pragma omp parallel for schedule(static) if (N * OC > detail::kMinParallelWork)
-    for (int64_t i = 1; i < N; ++i) std::copy(o, o + OC, o + i * OC);
-    beta = 1.0f;
+    detail::to_f32(o, bias.raw(), bias.dtype(), d.OC);
+#pragma omp parallel for schedule(static) if (d.N * d.OC > detail::kMinParallelWork)
+    for (int64_t i = 1; i < d.N; ++i) std::copy(o, o + d.OC, o + i * d.OC);
+    beta = 1;
   }
-  gemm_lowp(weight.dtype(), false, false, N, OC, IC, 1.0f, inp.raw(), IC, weight.raw(), OC, beta, o,
-            DType::kF32, OC);
+  product_out(LowpGemm{weight.dtype()}, out_in, d, inp.raw(), weight.raw(), beta, o);
 }
 
-void linear_backward_lowp(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
-                          const Tensor& inp, const Tensor& weight, Allocator& scratch) {
-  const char* op = "linear_backward_lowp";
-  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op);
-  check_matrix<float>(dout, N, OC, op, "dout");
+void backward_lowp_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, Allocator& scratch, bool out_in,
+                        const char* op) {
+  const LinearDims d = check_linear_lowp(inp, weight, out_in, op);
+  check_matrix<float>(dout, d.N, d.OC, op, "dout");
   check_lowp_like(dweight, weight, weight.shape(), op, "dweight");
-  if (dinp.defined()) check_matrix<float>(dinp, N, IC, op, "dinp");
-  if (dbias.defined()) check_lowp_like(dbias, weight, Shape{OC}, op, "dbias");
+  if (dinp.defined()) check_matrix<float>(dinp, d.N, d.IC, op, "dinp");
+  if (dbias.defined()) check_lowp_like(dbias, weight, Shape{d.OC}, op, "dbias");
   const DType dt = weight.dtype();
+  const LowpGemm gemm{dt};
   // dout rounded once, shared by both GEMMs.
-  Tensor g = Tensor::empty(Shape{N, OC}, dt, Category::kBuffers, scratch);  // [N, OC]
+  Tensor g = Tensor::empty(Shape{d.N, d.OC}, dt, Category::kBuffers, scratch);  // [N, OC]
   convert(g, dout);
-  // dinp[N, IC] += dout[N, OC] @ weight^T
-  if (dinp.defined())
-    gemm_lowp(dt, false, true, N, IC, OC, 1.0f, g.raw(), OC, weight.raw(), OC, 1.0f,
-              dinp.data<float>(), DType::kF32, IC);
-  // dweight[IC, OC] += inp^T[IC, N] @ dout[N, OC], rounded once
-  gemm_lowp(dt, true, false, IC, OC, N, 1.0f, inp.raw(), IC, g.raw(), OC, 1.0f, dweight.raw(), dt,
-            OC);
+  if (dinp.defined()) product_dinp(gemm, out_in, d, g.raw(), weight.raw(), dinp.raw());
+  product_dweight(gemm, out_in, d, inp.raw(), g.raw(), dweight.raw(), dt);  // rounded once
   if (dbias.defined()) {
     // Column sums of the fp32 dout (as the fp32 layer computes them), then rounded in.
-    Tensor sums = Tensor::zeros(Shape{OC}, DType::kF32, Category::kBuffers, scratch);  // [OC]
-    add_column_sums(sums.data<float>(), dout.data<float>(), N, OC);
+    Tensor sums = Tensor::zeros(Shape{d.OC}, DType::kF32, Category::kBuffers, scratch);  // [OC]
+    const float* gd = dout.data<float>();
+    const int64_t OC = d.OC;
+    detail::add_column_sums(sums.data<float>(), d.N, OC,
+                            [&](int64_t i, int64_t c) { return gd[i * OC + c]; });
     add_into(dbias, sums);
   }
 }
 
-// nn.Linear's layout: weight [OC, IC], no bias (Llama's projections).
+}  // namespace
+
+template <typename T>
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  forward_impl<T>(out, inp, weight, bias, false, "linear_forward");
+}
+
+template <typename T>
+void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight) {
+  backward_impl<T>(dinp, dweight, dbias, dout, inp, weight, false, "linear_backward");
+}
+
+void linear_forward_lowp(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  forward_lowp_impl(out, inp, weight, bias, false, "linear_forward_lowp");
+}
+
+void linear_backward_lowp(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, Allocator& scratch) {
+  backward_lowp_impl(dinp, dweight, dbias, dout, inp, weight, scratch, false,
+                     "linear_backward_lowp");
+}
+
 template <typename T>
 void linear_nt_forward(Tensor& out, const Tensor& inp, const Tensor& weight) {
-  check_dtype<T>(weight, "linear_nt_forward", "weight");
-  KIRI_CHECK(weight.rank() == 2, "linear_nt_forward: weight must be [out, in], got ",
-             weight.shape().str());
-  const int64_t OC = weight.dim(0), IC = weight.dim(1), N = detail::rows_of(inp);
-  check_matrix<T>(inp, N, IC, "linear_nt_forward", "inp");
-  check_matrix<T>(out, N, OC, "linear_nt_forward", "out");
-  // out[N, OC] = inp[N, IC] @ weight[OC, IC]^T
-  gemm<T>(false, true, N, OC, IC, T(1), inp.data<T>(), IC, weight.data<T>(), IC, T(0),
-          out.data<T>(), OC);
+  forward_impl<T>(out, inp, weight, Tensor(), true, "linear_nt_forward");
 }
 
 template <typename T>
 void linear_nt_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                         const Tensor& weight) {
-  check_dtype<T>(weight, "linear_nt_backward", "weight");
-  KIRI_CHECK(weight.rank() == 2, "linear_nt_backward: weight must be [out, in], got ",
-             weight.shape().str());
-  const int64_t OC = weight.dim(0), IC = weight.dim(1), N = detail::rows_of(inp);
-  check_matrix<T>(inp, N, IC, "linear_nt_backward", "inp");
-  check_matrix<T>(dout, N, OC, "linear_nt_backward", "dout");
-  check_tensor<T>(dweight, weight.shape(), "linear_nt_backward", "dweight");
-  if (dinp.defined()) check_matrix<T>(dinp, N, IC, "linear_nt_backward", "dinp");
-  const T* g = dout.data<T>();  // [N, OC]
-  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
-  if (dinp.defined())
-    gemm<T>(false, false, N, IC, OC, T(1), g, OC, weight.data<T>(), IC, T(1), dinp.data<T>(), IC);
-  // dweight[OC, IC] += dout^T[OC, N] @ inp[N, IC]
-  gemm<T>(true, false, OC, IC, N, T(1), g, OC, inp.data<T>(), IC, T(1), dweight.data<T>(), IC);
+  Tensor no_bias;
+  backward_impl<T>(dinp, dweight, no_bias, dout, inp, weight, true, "linear_nt_backward");
 }
 
 void linear_nt_forward_lowp(Tensor& out, const Tensor& inp, const Tensor& weight) {
-  const char* op = "linear_nt_forward_lowp";
-  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op, true);
-  check_matrix<float>(out, N, OC, op, "out");
-  gemm_lowp(weight.dtype(), false, true, N, OC, IC, 1.0f, inp.raw(), IC, weight.raw(), IC, 0.0f,
-            out.data<float>(), DType::kF32, OC);
+  forward_lowp_impl(out, inp, weight, Tensor(), true, "linear_nt_forward_lowp");
 }
 
 void linear_nt_backward_lowp(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                              const Tensor& weight, Allocator& scratch) {
-  const char* op = "linear_nt_backward_lowp";
-  const auto [N, IC, OC] = check_linear_lowp(inp, weight, op, true);
-  check_matrix<float>(dout, N, OC, op, "dout");
-  check_lowp_like(dweight, weight, weight.shape(), op, "dweight");
-  if (dinp.defined()) check_matrix<float>(dinp, N, IC, op, "dinp");
-  const DType dt = weight.dtype();
-  // dout rounded once, shared by both GEMMs.
-  Tensor g = Tensor::empty(Shape{N, OC}, dt, Category::kBuffers, scratch);  // [N, OC]
-  convert(g, dout);
-  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
-  if (dinp.defined())
-    gemm_lowp(dt, false, false, N, IC, OC, 1.0f, g.raw(), OC, weight.raw(), IC, 1.0f,
-              dinp.data<float>(), DType::kF32, IC);
-  // dweight[OC, IC] += dout^T[OC, N] @ inp[N, IC], rounded once
-  gemm_lowp(dt, true, false, OC, IC, N, 1.0f, g.raw(), OC, inp.raw(), IC, 1.0f, dweight.raw(), dt,
-            IC);
+  Tensor no_bias;
+  backward_lowp_impl(dinp, dweight, no_bias, dout, inp, weight, scratch, true,
+                     "linear_nt_backward_lowp");
 }
 
 template void linear_forward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
@@ -225,7 +230,6 @@ template void linear_backward<float>(Tensor&, Tensor&, Tensor&, const Tensor&, c
                                      const Tensor&);
 template void linear_backward<double>(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&);
-
 template void linear_nt_forward<float>(Tensor&, const Tensor&, const Tensor&);
 template void linear_nt_forward<double>(Tensor&, const Tensor&, const Tensor&);
 template void linear_nt_backward<float>(Tensor&, Tensor&, const Tensor&, const Tensor&,

@@ -1,7 +1,6 @@
 // RMSNorm over the last dimension (Llama's): no mean subtracted, no bias. The
 // row statistic is computed in T (fp32 in training, as Hugging Face's
 // LlamaRMSNorm computes it in fp32 whatever the model's dtype).
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -66,26 +65,6 @@ void rmsnorm_dinp(T* dx, const T* g, const T* x, const T* w, const T* rs, int64_
   }
 }
 
-// dweight[c] += sum_i g[i,c] * xhat[i,c]: column blocks in parallel, rows in
-// order, summed in double (deterministic for any thread count, as LayerNorm's).
-template <typename T>
-void rmsnorm_dweight(T* dw, const T* g, const T* x, const T* rs, int64_t N, int64_t C) {
-  constexpr int64_t kBlock = 16;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (N * C > detail::kMinParallelWork)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kBlock, width = std::min(kBlock, C - c0);
-    double acc[kBlock] = {};  // [width]
-    for (int64_t i = 0; i < N; ++i) {
-      const T* gi = g + i * C + c0;
-      const T* xi = x + i * C + c0;
-      const T r = rs[i];
-      for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(gi[j] * (xi[j] * r));
-    }
-    for (int64_t j = 0; j < width; ++j) dw[c0 + j] += static_cast<T>(acc[j]);
-  }
-}
-
 }  // namespace
 
 template <typename T>
@@ -103,7 +82,10 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
   const T* x = inp.data<T>();    // [N, C]
   const T* rs = rstd.data<T>();  // [N]
   if (dinp.defined()) rmsnorm_dinp(dinp.data<T>(), g, x, weight.data<T>(), rs, N, C);
-  rmsnorm_dweight(dweight.data<T>(), g, x, rs, N, C);
+  // dweight[c] += sum_i g[i,c] * xhat[i,c], in double (as LayerNorm's)
+  detail::add_column_sums(dweight.data<T>(), N, C, [&](int64_t i, int64_t c) {
+    return g[i * C + c] * (x[i * C + c] * rs[i]);
+  });
 }
 
 template void rmsnorm_forward<float>(Tensor&, Tensor&, const Tensor&, const Tensor&, double);
