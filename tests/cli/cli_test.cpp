@@ -130,13 +130,18 @@ TEST(Cli, ConfigDocsAreInSyncWithTheSchema) {
       << "docs/config.md is stale: run `build/kiri config --markdown > docs/config.md`";
 }
 
-TEST(Cli, TrainEvalSampleEndToEnd) {
+// The same run for each architecture: GPT-2, and a Llama with grouped-query attention and
+// an untied head (the --set flags that make it one).
+class CliArch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliArch, TrainEvalSampleEndToEnd) {
   const std::string dir = temp_dir("e2e");
   const std::string common =
       " --set data.tokenizer=byte --set model.n_layer=1 --set model.n_embd=32"
       " --set model.block_size=32 --set train.seq_len=32 --set train.micro_batch=4"
       " --set run.dir=" +
-      dir + " --set checkpoint.dir=" + dir + "/ck --set log.metrics=" + dir + "/m.jsonl";
+      dir + " --set checkpoint.dir=" + dir + "/ck --set log.metrics=" + dir + "/m.jsonl" +
+      GetParam();
   Result r = kiri("train" + common + " --set train.steps=4 --set train.warmup=1");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("step      4/4"), std::string::npos) << r.output;
@@ -156,6 +161,14 @@ TEST(Cli, TrainEvalSampleEndToEnd) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Ishmael"), std::string::npos) << r.output;
 }
+INSTANTIATE_TEST_SUITE_P(Cli, CliArch,
+                         ::testing::Values("",
+                                           " --set model.arch=llama --set model.n_head=4"
+                                           " --set model.num_key_value_heads=2"
+                                           " --set model.tie_word_embeddings=false"),
+                         [](const auto& info) {
+                           return std::string(info.param.empty() ? "gpt2" : "llama");
+                         });
 
 // A short DDP run on 2 MPI ranks with a failure injected on rank 1.
 Result launch_with_fault(const std::string& fault, const std::string& dir) {

@@ -221,6 +221,51 @@ TEST(HfModel, ConfigKeysKiriCannotHonourAreNamed) {
   fs::remove_all(dir);
 }
 
+// A Llama's config.json is LlamaConfig's, key for key (model.* keys map one to one).
+TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
+  model::GPTConfig m;
+  m.arch = model::Arch::kLlama;
+  m.n_layer = 3;
+  m.n_head = 8;
+  m.num_key_value_heads = 2;
+  m.n_embd = 64;
+  m.intermediate_size = 160;
+  m.vocab_size = 300;
+  m.block_size = 128;
+  m.rms_norm_eps = 1e-5;
+  m.rope_theta = 500000;
+  m.rope_scaling.type = model::RopeScaling::Type::kLlama3;
+  m.rope_scaling.factor = 32;
+  m.tie_word_embeddings = true;
+  const json c = hf_config_json(m, 256, DType::kBF16, "byte");
+  const json expected = {{"model_type", "llama"},
+                         {"architectures", {"LlamaForCausalLM"}},
+                         {"num_hidden_layers", 3},
+                         {"num_attention_heads", 8},
+                         {"num_key_value_heads", 2},
+                         {"hidden_size", 64},
+                         {"head_dim", 8},
+                         {"intermediate_size", 160},
+                         {"vocab_size", 300},
+                         {"max_position_embeddings", 128},
+                         {"rms_norm_eps", 1e-5},
+                         {"rope_theta", 500000.0},
+                         {"tie_word_embeddings", true},
+                         {"hidden_act", "silu"},
+                         {"attention_bias", false},
+                         {"mlp_bias", false},
+                         {"torch_dtype", "bfloat16"},
+                         {"bos_token_id", 256},
+                         {"eos_token_id", 256}};
+  for (const auto& [key, value] : expected.items()) EXPECT_EQ(c[key], value) << key;
+  EXPECT_EQ(c["rope_scaling"], json({{"rope_type", "llama3"},
+                                     {"factor", 32.0},
+                                     {"low_freq_factor", 1.0},
+                                     {"high_freq_factor", 4.0},
+                                     {"original_max_position_embeddings", 8192}}));
+  EXPECT_FALSE(c.contains("n_layer"));  // nothing of GPT2Config's
+}
+
 // --init-from on dp 2 ZeRO-3, tp 2 and pp 2: the first step's loss (the loaded weights' loss
 // on the first global batch) equals one process's within 1e-6 relative.
 TEST(HfModel, InitFromEveryLayoutEqualsOneProcess) {

@@ -66,16 +66,20 @@ int config_int(const json& c, const std::string& path, const std::string& key, i
   return static_cast<int>(v.get<int64_t>());
 }
 
+// Before any other key: a folder of another architecture (a Llama's has no n_layer).
+void refuse_model_type(const json& c, const std::string& path) {
+  if (c.contains("model_type") && c["model_type"] != "gpt2")
+    KIRI_RAISE(kCheckpoint, path, ": model_type = ", quote_bounded(c["model_type"].dump(), 80),
+               " is not supported: kiri reads GPT-2 folders (model_type \"gpt2\") only; a Llama "
+               "folder is written (model.arch = llama) but not read yet");
+}
+
 // Refuses config.json values that kiri's GPT-2 cannot honour (the key, its value and why).
 void refuse_unsupported(const json& c, const std::string& path, const model::GPTConfig& m) {
   const auto refuse = [&](const std::string& key, const std::string& why) {
     KIRI_RAISE(kCheckpoint, path, ": ", key, " = ", quote_bounded(c[key].dump(), 80),
                " is not supported: ", why);
   };
-  if (c.contains("model_type") && c["model_type"] != "gpt2")
-    refuse("model_type",
-           "kiri reads GPT-2 folders (model_type \"gpt2\") only; a Llama folder is written "
-           "(model.arch = llama) but not read yet");
   if (c.contains("layer_norm_epsilon") &&
       !(c["layer_norm_epsilon"].is_number() &&
         std::fabs(c["layer_norm_epsilon"].get<double>() - 1e-5) <= 1e-12))
@@ -341,6 +345,7 @@ HfConfig read_hf_config(const std::string& dir) {
   const json c = read_json_file(path, "model config (config.json)");
   KIRI_CHECK_KIND(kCheckpoint, c.is_object(), path, " is not a JSON object");
   constexpr int64_t kMax = int64_t{1} << 20;
+  refuse_model_type(c, path);
   HfConfig out;
   out.model.n_layer = config_int(c, path, "n_layer", 1, kMax);
   out.model.n_head = config_int(c, path, "n_head", 1, kMax);
