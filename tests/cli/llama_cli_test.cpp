@@ -4,9 +4,11 @@
 // planner) and the shapes a Llama cannot take are named errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,12 +44,25 @@ json safetensors_header(const std::string& path) {
   return json::parse(text);
 }
 
+// The losses of a run's metrics.jsonl, in order.
+std::vector<double> losses(const std::string& metrics) {
+  std::ifstream f(metrics);
+  std::vector<double> out;
+  for (std::string line; std::getline(f, line);) out.push_back(json::parse(line)["loss"]);
+  return out;
+}
+
 TEST(LlamaCli, TrainsCheckpointsAndExportsALlamaFolder) {
   const std::string dir = kiri::testing::fresh_temp_dir("kiri_llama_cli", "folder");
-  Result r = run_kiri("train " + kConfig + " --set train.steps=3 --set train.warmup=1" +
-                      " --set train.eval_every=0 --set run.dir=" + dir + "/run");
+  // The README's run: 20 steps of configs/llama-tiny.json from ln(257) = 5.55 nats a byte.
+  Result r = run_kiri("train " + kConfig + " --set train.steps=20 --set train.eval_every=0" +
+                      " --set run.dir=" + dir + "/run");
   ASSERT_EQ(r.code, 0) << r.output;
-  const std::string step = dir + "/run/checkpoints/step_00000003";
+  const std::vector<double> l = losses(dir + "/run/metrics.jsonl");
+  ASSERT_EQ(l.size(), 20u);
+  EXPECT_NEAR(l.front(), std::log(257.0), 0.1);
+  EXPECT_LT(l.back(), l.front() - 1.0) << "the loss does not fall";
+  const std::string step = dir + "/run/checkpoints/step_00000020";
   const json c = read_json(step + "/config.json");
   EXPECT_EQ(c["model_type"], "llama");
   EXPECT_EQ(c["architectures"], json({"LlamaForCausalLM"}));
