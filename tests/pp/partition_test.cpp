@@ -88,6 +88,23 @@ TEST(PpPartition, Gpt2SmallFromFlops) {
                       "model.n_head = 7 must divide model.n_embd = 768");
 }
 
+// Llama 3 8B (C 4096, 32 query and 8 key/value heads, I 14336, V 128256, T 8192): grouped
+// keys and values cost a quarter of q's; the 3-matrix MLP 6 C I.
+TEST(PpPartition, Llama3_8BFromFlops) {
+  const LayerCosts c = llama_layer_costs(4096, 32, 8, 14336, 128256, 8192);
+  const double C = 4096, kv = 1024;
+  EXPECT_DOUBLE_EQ(c.block, 3.0 * (4 * C * C + 4 * C * kv + 6 * C * 14336.0 + 4 * 8192.0 * C));
+  EXPECT_DOUBLE_EQ(c.head, 3.0 * 2.0 * 128256 * C);
+  EXPECT_LT(llama_layer_costs(4096, 32, 8, 14336, 128256, 8192).block,
+            llama_layer_costs(4096, 32, 32, 14336, 128256, 8192).block);
+  const auto parts = partition_layers(32, 4, c);
+  expect_well_formed(parts, 32);
+  std::vector<int> counts;
+  EXPECT_DOUBLE_EQ(max_cost(parts, c), brute_force_best(32, 4, c, counts, 32));
+  expect_config_error([] { llama_layer_costs(4096, 30, 8, 14336, 128256, 8192); },
+                      "model.n_head = 30 must divide model.n_embd = 4096");
+}
+
 // The dynamic programme reaches the brute-force optimum on a grid of shapes and costs.
 TEST(PpPartition, MatchesBruteForce) {
   for (int n = 1; n <= 9; ++n)
