@@ -44,6 +44,7 @@ json memory_json(const plan::MemoryBreakdown& m) {
           {"total", m.total()},
           {"nvme",
            {{"parameters", m.nvme.parameters},
+            {"gradients", m.nvme.gradients},
             {"optimizer_states", m.nvme.optimizer_states},
             {"total", m.nvme.total()}}}};
 }
@@ -69,6 +70,7 @@ json layout_json(const plan::Layout& l) {
           {"offload",
            {{"optimizer", plan::name(l.offload.optimizer)},
             {"parameters", plan::name(l.offload.parameters)},
+            {"gradients", plan::name(l.offload.gradients)},
             {"buffer_count", l.offload.buffer_count},
             {"buffer_bytes", l.offload.buffer_bytes},
             {"block_size", l.offload.block_size},
@@ -242,6 +244,9 @@ plan::OffloadSpec offload_of(const Args& a) {
       plan::parse_offload(a.get("offload-optimizer").value_or("none"), "--offload-optimizer");
   o.parameters =
       plan::parse_offload(a.get("offload-parameters").value_or("none"), "--offload-parameters");
+  // auto: with the parameters, as offload.gradients' auto does in kiri train.
+  const std::string grads = a.get("offload-gradients").value_or("auto");
+  o.gradients = grads == "auto" ? o.parameters : plan::parse_offload(grads, "--offload-gradients");
   o.buffer_count = positive_int(a, "offload-buffer-count", o.buffer_count);
   const double mb = a.get_double("offload-buffer-mb", 64);
   KIRI_CHECK_KIND(kConfig, mb > 0 && mb <= 1 << 20,

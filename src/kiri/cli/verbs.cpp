@@ -201,6 +201,8 @@ std::vector<OptionSpec> plan_options() {
        "the optimizer states on NVMe (offload.optimizer)"},
       {"--offload-parameters", K::kValue, "none|nvme", "none (table mode: nvme when nothing fits)",
        "ZeRO-3's parameter shards on NVMe (offload.parameters)"},
+      {"--offload-gradients", K::kValue, "auto|none|nvme", "auto (with the parameters)",
+       "ZeRO-2/3's gradient shards on NVMe (offload.gradients)"},
       {"--no-offload", K::kFlag, "", "", "table mode: never offload, even when nothing fits"},
       {"--offload-buffer-count", K::kValue, "N", "4", "offload.buffer_count: staging buffers"},
       {"--offload-buffer-mb", K::kValue, "MB", "64", "offload.buffer_mb: MiB per staging buffer"},

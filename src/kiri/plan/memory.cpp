@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiri/base/engine_limits.h"
 #include "kiri/base/error.h"
 
 namespace kiri::plan {
@@ -32,11 +33,10 @@ double round_page(double bytes) {
 }  // namespace
 
 double offload_pool_bytes(const OffloadSpec& o, Precision dtype, double state_numel) {
-  const bool values = o.parameters == OffloadTarget::kNvme;
-  const double d = value_bytes(dtype);
-  const double per_elem = 4 * (dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
+  const StreamShape shape = stream_shape(o, dtype);
+  const double per_elem = static_cast<double>(shape.bytes_per_element);
   // A chunk is whole granules, so every state's offset in its file is whole blocks.
-  const double granule = static_cast<double>(o.block_size) / (values ? std::min(4.0, d) : 4.0);
+  const double granule = static_cast<double>(shape.granule);
   const double chunk =
       std::floor(static_cast<double>(o.buffer_bytes) / per_elem / granule) * granule;
   const double whole = std::ceil(std::max(state_numel, 1.0) / granule) * granule;
@@ -54,6 +54,16 @@ void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
     m.nvme.parameters += m.parameters;
     m.parameters = 0;
     m.buffers += 2 * round_page(unit_shard_elems * value_bytes(l.dtype));
+  }
+  if (l.offload.gradients == OffloadTarget::kNvme) {
+    // In RAM only the units in flight (parallel/shard/sharded.cpp): the one being written
+    // (or added to: the write before it is retired first); accumulating, also the partial
+    // sums read back for the unit in backward and the kMaxInflightReductions units reducing.
+    const int units =
+        kMaxInflightGradWrites + (l.microbatches() > 1 ? kMaxInflightReductions + 1 : 0);
+    m.nvme.gradients += m.gradients;
+    m.gradients = 0;
+    m.buffers += units * round_page(unit_shard_elems * value_bytes(l.dtype));
   }
 }
 
@@ -163,9 +173,8 @@ double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
 }
 
 namespace {
-// Matches parallel::kMaxInflightReductions (parallel/shard/sharded.h), which this library
-// cannot include: the reductions a ZeRO rank keeps outstanding during backward.
-constexpr int kInflightReductions = 2;
+// The reductions a ZeRO rank keeps outstanding during backward: the engine's own number.
+constexpr int kInflightReductions = kMaxInflightReductions;
 }  // namespace
 
 double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {

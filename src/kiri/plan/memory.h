@@ -14,8 +14,8 @@ namespace kiri::plan {
 struct MemoryBreakdown {
   double parameters = 0, gradients = 0, optimizer_states = 0, activations = 0, buffers = 0;
   struct Nvme {
-    double parameters = 0, optimizer_states = 0;
-    double total() const { return parameters + optimizer_states; }
+    double parameters = 0, gradients = 0, optimizer_states = 0;
+    double total() const { return parameters + gradients + optimizer_states; }
   } nvme;
   double model_states() const { return parameters + gradients + optimizer_states; }
   double total() const { return model_states() + activations + buffers; }
@@ -40,16 +40,19 @@ MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, i
 //
 // The staging pool of optimizer offload (optim::StateStore): buffer_count buffers, each one
 // chunk of every offloaded state: E bytes per element, 4 x 3 with a 16-bit dtype (master, m,
-// v), 4 x 2 in fp32 (m, v), + d under parameter offload (the values stream with the states).
+// v), 4 x 2 in fp32 (m, v), + d under parameter offload (the values stream with the states),
+// + d under gradient offload (the gradients too; stream_shape in layout.h).
 // A chunk is buffer_bytes / E elements rounded down to whole granules (block_size / 4
-// elements; with the values block_size / min(4, d)), but no more than the state of
+// elements; with values or gradients block_size / min(4, d)), but no more than the state of
 // `state_numel` elements rounded up to a granule: count x chunk x E bytes.
 double offload_pool_bytes(const OffloadSpec& offload, Precision dtype, double state_numel);
 
 // Moves what layout.offload offloads to m.nvme: the optimizer states (+ their staging pool in
 // buffers) and, under parameter offload, the parameter shard (+ two unit shards staged in
 // buffers, the one being gathered and the one read ahead, of `unit_shard_elems` values each,
-// whole 4 KiB pages). `state_numel`: the rank's optimizer state elements.
+// whole 4 KiB pages), and under gradient offload the gradient shard (+ the unit shards in
+// flight, in buffers: kMaxInflightGradWrites, and with accumulation
+// kMaxInflightReductions + 1 more). `state_numel`: the rank's optimizer state elements.
 void apply_offload(MemoryBreakdown& m, const Layout& layout, double state_numel,
                    double unit_shard_elems);
 

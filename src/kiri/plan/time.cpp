@@ -166,18 +166,25 @@ void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
   const double par = l.offload.parameters == OffloadTarget::kNvme
                          ? value_bytes(l.dtype) * (l.zero_stage >= 3 ? psi / n : psi)
                          : 0;
+  // Gradient offload: each micro-batch's backward writes the gradient shard, the ones after
+  // the first read the partial sum back first, and the update reads the final one.
+  const double grad = l.offload.gradients == OffloadTarget::kNvme
+                          ? value_bytes(l.dtype) * (l.zero_stage >= 2 ? psi / n : psi)
+                          : 0;
+  const double m = static_cast<double>(l.microbatches());
   // The node's disk is shared by the ranks on it.
   const double sharing = std::min<double>(l.world(), c.devices_per_node);
   const double rd = c.disk.read_bandwidth / sharing, wr = c.disk.write_bandwidth / sharing;
-  t.disk_read_bytes = opt + 2 * par;
-  t.disk_write_bytes = opt + par;
+  t.disk_read_bytes = opt + 2 * par + m * grad;
+  t.disk_write_bytes = opt + par + m * grad;
   t.disk_read_s = t.disk_read_bytes / rd;
   t.disk_write_s = t.disk_write_bytes / wr;
   // The update: the states stream through it (and the new parameters are written).
-  const double update_io = opt / rd + (opt + par) / wr;
-  const double prefetch_io = 2 * par / rd;
+  const double update_io = (opt + grad) / rd + (opt + par) / wr;
+  // Under forward and backward: the parameter shards read ahead, the gradients' traffic.
+  const double under_compute_io = 2 * par / rd + (m - 1) * grad / rd + m * grad / wr;
   t.io_exposed_s = std::max(0.0, update_io - t.optimizer_s - first_forward_s) +
-                   std::max(0.0, prefetch_io - forward_backward_s);
+                   std::max(0.0, under_compute_io - forward_backward_s);
 }
 
 }  // namespace

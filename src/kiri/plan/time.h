@@ -76,9 +76,11 @@ struct TimeBreakdown {
   double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)
   // Offload (per rank per step, the busiest stage): bytes read from and written to
   // offload.path's disk (optimizer: the states once each way; parameters: the shard read in
-  // forward and in backward, written once at the update), their time at the rank's share of
-  // the node's disk, and the part not hidden behind compute: the update streams the states
-  // (max(update, its I/O)), forward and backward read the parameters ahead of their use.
+  // forward and in backward, written once at the update; gradients: written by each
+  // micro-batch's backward, read back by every one after the first and by the update),
+  // their time at the rank's share of the node's disk, and the part not hidden behind
+  // compute: the update streams the states (max(update, its I/O)), forward and backward
+  // read the parameters ahead of their use and move the gradients.
   double disk_read_bytes = 0, disk_write_bytes = 0;
   double disk_read_s = 0, disk_write_s = 0;
   double io_exposed_s = 0;
