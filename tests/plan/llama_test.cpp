@@ -76,6 +76,8 @@ TEST(PlanLlama, ExplicitDimensionsAndTheirErrors) {
   EXPECT_EQ(llama_from_dims(32, 4096, 32, 8, 14336, 128256, false).total_params(), 8030261248);
   EXPECT_EQ(llama_from_dims(32, 4096, 32, 8, 14336, 128256, true).total_params(),
             8030261248.0 - 128256.0 * 4096);
+  // Llama 3.2 1B's shape (docs/planner.md's example): 16 × 2048, 8 kv heads, tied.
+  EXPECT_EQ(llama_from_dims(16, 2048, 32, 8, 8192, 128256, true).total_params(), 1235814400);
   // Multi-query attention: one kv head of head_dim 128.
   EXPECT_EQ(llama_from_dims(32, 4096, 32, 1, 14336, 128256, false).layer_params(),
             block_by_hand(4096, 32, 1, 14336));
