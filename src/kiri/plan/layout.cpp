@@ -185,8 +185,16 @@ void validate(const Layout& l, const ModelSpec& model, int world) {
                     l.tp, ", pp ", l.pp, ")");
     return;
   }
-  KIRI_CHECK_KIND(kConfig, model.heads % l.tp == 0, "--tp ", l.tp, " does not divide the ",
-                  model.heads, " heads");
+  if (model.arch == Arch::kLlama) {
+    // Megatron's cut of grouped-query attention: each tp rank keeps whole query heads and
+    // whole key/value heads (nanotron and picotron require both; no kv replication).
+    KIRI_CHECK_KIND(kConfig, model.heads % l.tp == 0 && model.kv_head_count() % l.tp == 0, "--tp ",
+                    l.tp, " must divide both the ", model.heads, " query heads and the ",
+                    model.kv_head_count(), " key/value heads of ", model.name);
+  } else {
+    KIRI_CHECK_KIND(kConfig, model.heads % l.tp == 0, "--tp ", l.tp, " does not divide the ",
+                    model.heads, " heads");
+  }
   KIRI_CHECK_KIND(kConfig, model.ffn_width() % l.tp == 0, "--tp ", l.tp,
                   " does not divide the MLP width ", model.ffn_width());
   KIRI_CHECK_KIND(kConfig, l.pp <= model.n_layer, "--pp ", l.pp, " is more than the ",

@@ -92,15 +92,16 @@ struct Layout {
 int64_t global_batch(int64_t micro_batch, int64_t grad_accum, int64_t dp);
 
 // Raises kConfig naming the rule and the numbers: positive sizes, dp·tp·pp = world (when
-// world > 0), tp divides heads and the MLP width, pp ≤ layers, ZeRO stage 0-3 and ≤ 1 with
-// pp > 1 (kiri's rule), the shard group divides dp, B a multiple of b·dp, the schedule's
-// rules (interleaved: v ≥ 2, m a multiple of pp, layers ≥ pp·v; otherwise v = 1), the
-// sequence within the model's context (GPT-2's learned positions). A parameter-count-only
-// model takes dp and the ZeRO stage only. Offload: parameters on NVMe need ZeRO stage 3 and
-// the optimizer states on NVMe (kiri's offload.parameters rule), gradients on NVMe ZeRO
-// stage 2 or 3 and the optimizer states on NVMe (offload.gradients), the
-// pool at least 2 buffers, a positive block (a multiple of 4096, O_DIRECT's alignment) and
-// a buffer that holds one block of each offloaded state (optim::StateStore's rules).
+// world > 0), tp divides heads (LLaMA: both the query and the key/value heads, named) and
+// the MLP width, pp ≤ layers, ZeRO stage 0-3 and ≤ 1 with pp > 1 (kiri's rule), the shard
+// group divides dp, B a multiple of b·dp, the schedule's rules (interleaved: v ≥ 2, m a
+// multiple of pp, layers ≥ pp·v; otherwise v = 1), the sequence within the model's context
+// (GPT-2's learned positions; LLaMA's RoPE has none). A parameter-count-only model takes dp
+// and the ZeRO stage only. Offload: parameters on NVMe need ZeRO stage 3 and the optimizer
+// states on NVMe (kiri's offload.parameters rule), gradients on NVMe ZeRO stage 2 or 3 and
+// the optimizer states on NVMe (offload.gradients), the pool at least 2 buffers, a positive
+// block (a multiple of 4096, O_DIRECT's alignment) and a buffer that holds one block of each
+// offloaded state (optim::StateStore's rules).
 void validate(const Layout& layout, const ModelSpec& model, int world = 0);
 
 }  // namespace kiri::plan

@@ -74,13 +74,31 @@ double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bo
 double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
                         Recompute recompute);
 
+// The same accounting for a LLaMA block (docs/planner.md, "LLaMA's activations"), kv = k's
+// and v's width (kv heads × head_dim), f = the SwiGLU width, no dropout: sb(12h + 4kv + 6f)
+// + 2as²b; tensor parallel t: sb(8h + (4h + 4kv + 6f)/t) + 2as²b/t; + sequence parallel:
+// sb(12h + 4kv + 6f)/t + 2as²b/t; selective drops the scores; full keeps 2sbh (/t with sp).
+double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
+                                     int t, bool sp, Recompute recompute);
+
+// kiri's storage pattern at LLaMA's shapes (fp32): the input, the two RMSNorms' outputs and
+// x1 (4·N·C, whole) + q, k, v, the attention output (2·N·C + 2·N·kv) and gate, up and their
+// product (3·N·f), cut by t + the RMSNorms' 1/rms 2·N + the log-sum-exp B·H·T/t; sequence
+// parallelism cuts all of it by t; `selective` equals `none`; `full` keeps the input.
+double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv, double f, int t,
+                              bool sp, Recompute recompute);
+
+// One layer of `model` for one micro-batch of the layout (its tp, sequence parallelism and
+// form; the paper form doubled in fp32) under `recompute`.
+double layer_activation_bytes(const ModelSpec& model, const Layout& layout, Recompute recompute);
+
 // Blocks on pipeline stage `stage` of pp (the remainder of L/pp to the first stages).
 int64_t layers_on_stage(int64_t n_layer, int pp, int stage);
 // Parameters held by a rank of pipeline stage `stage` with tensor parallelism tp: its
 // blocks (matrices and their column-parallel biases cut by tp, norms and row biases whole),
 // on stage 0 the embeddings (wte vocab-parallel over V padded to a multiple of tp; GPT-2's
-// wpe whole), on the last stage the final norm and the LM head (GPT-2: tied, a copy of wte
-// when pp > 1; LLaMA: its own, vocab-parallel).
+// wpe whole), on the last stage the final norm and the LM head (tied, as GPT-2's: a copy of
+// wte when pp > 1; untied, as most LLaMAs': its own, vocab-parallel).
 double stage_params(const ModelSpec& model, int tp, int pp, int stage);
 
 // Layer-micro-batches of activations a rank of `stage` holds at its peak: pp = 1: one

@@ -66,12 +66,10 @@ Layout with_dp(const Layout& base, int dp) {
 // the value type, and its activations for one micro-batch.
 double one_layer_bytes(const ModelSpec& m, const Layout& l) {
   if (m.params_only()) return 0;
-  const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
-  const double act = l.form == ActivationForm::kPaper
-                         ? korthikanti_layer_bytes(s, b, h, a, 1, false, Recompute::kNone) *
-                               (l.dtype == Precision::kFp32 ? 2 : 1)
-                         : kiri_layer_bytes(s, b, h, a, 1, false, Recompute::kNone);
+  Layout whole = l;
+  whole.tp = 1;
+  whole.sequence_parallel = false;
+  const double act = layer_activation_bytes(m, whole, Recompute::kNone);
   return 2.0 * static_cast<double>(m.layer_params()) * value_bytes(l.dtype) + act;
 }
 

@@ -119,6 +119,16 @@ double sustained_flops(const ClusterSpec& c, Precision p) {
 
 namespace {
 
+// A block's elementwise work per token × hidden relative to GPT's, which kActivationBytes
+// prices as four passes over Korthikanti's 34 bytes: a LLaMA block's stored bytes in the
+// same accounting, (12h + 4kv + 6f)/h (docs/planner.md, "LLaMA's activations"), over 34.
+double elementwise_scale(const ModelSpec& m) {
+  if (m.arch != Arch::kLlama) return 1;
+  const double h = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_width());
+  const double f = static_cast<double>(m.ffn_width());
+  return (12 * h + 4 * kv + 6 * f) / (34 * h);
+}
+
 // One micro-batch's forward + backward of each chunk on one tp rank (module comment).
 std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
                                   const std::vector<StageBlocks>& chunks) {
@@ -136,7 +146,8 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
   // rank, the rest (GELU, attention, the cut biases) is cut; full recomputation redoes the
   // forward's third.
   const double block_other = h * c.non_gemm.activation_s * (1 + 1 / t) / 2 *
-                             (l.recompute == Recompute::kFull ? 4.0 / 3 : 1.0);
+                             (l.recompute == Recompute::kFull ? 4.0 / 3 : 1.0) *
+                             elementwise_scale(model);
   const double block_s = tokens * (block_flops / t / rate + block_other);
   const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * c.non_gemm.logit_s);
   std::vector<double> out;

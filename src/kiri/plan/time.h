@@ -28,7 +28,9 @@ struct StepFlops {
   double executed = 0;  // what runs: + recomputed forwards
 };
 // 3 × (per token: L·(2·matmul weights + 4·s·h) + 2·h·V) per token, which is Narayanan's
-// formula for GPT (and its generalisation for LLaMA's SwiGLU); full recomputation adds a
+// formula for GPT (and its generalisation for LLaMA: matmul weights 2h² + 2h·kv_width +
+// 3h·ffn with grouped-query attention's smaller k and v, the same 4·s·h of attention over
+// the query heads, the head's 2·h·V tied or not); full recomputation adds a
 // forward of the blocks, selective one of attention's s-terms; the kiri form adds attention's
 // recomputed QKᵀ (kiri saves only the log-sum-exp) as the paper form's selective does.
 StepFlops step_flops(const ModelSpec& model, const Layout& layout);
