@@ -5,6 +5,7 @@
 # --mem-limit 20GiB), then 5 steps with optimizer offload and with parameter offload too.
 # Reports peak RSS (VmHWM), page-cache growth, step time and the metrics' I/O split.
 # Needs ~25 GB free under OFFLOAD_DIR (default /tmp/kiri-offload-bench); removes it after.
+# RUNS may also name parameters-grads-in-ram (parameter offload with offload.gradients=none).
 #   [STEPS=5] [LR=1e-4] [RUNS="none optimizer parameters"] [EXTRA="--mem-limit 4.5GiB"] \
 #     bench/offload_gpt2_xl.sh [build/kiri]
 # EXTRA: more kiri train arguments for the offload runs (a --mem-limit also caps the
@@ -72,7 +73,11 @@ print(f"kiri RAM: peak live {live / 2**30:.2f} GiB, peak held (peak_reserved) {h
 PY
 }
 if [[ " $runs " == *" optimizer "* ]]; then run optimizer --set offload.optimizer=nvme; fi
-if [[ " $runs " == *" parameters "* ]]; then
+if [[ " $runs " == *" parameters "* ]]; then  # offload.gradients' auto: the gradients too
   run parameters --set offload.optimizer=nvme --set offload.parameters=nvme \
     --set parallel.zero_stage=3
+fi
+if [[ " $runs " == *" parameters-grads-in-ram "* ]]; then
+  run parameters-grads-in-ram --set offload.optimizer=nvme --set offload.parameters=nvme \
+    --set offload.gradients=none --set parallel.zero_stage=3
 fi

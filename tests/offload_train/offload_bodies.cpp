@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "kiri/train/offload_config.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -25,6 +26,7 @@ RunConfig offload_config(comm::Communicator& world, const OffloadCase& k, bool o
   if (offload) {
     c.offload.optimizer = OffloadDevice::kNvme;
     if (k.parameters) c.offload.parameters = OffloadDevice::kNvme;
+    c.offload.gradients = k.gradients;
     c.offload.path = path;
     c.offload.block_size = "4KiB";
     c.offload.buffer_mb = 0.0625;
@@ -77,8 +79,15 @@ void offload_equals_memory(comm::Communicator& world, OffloadCase k) {
       // RAM after the first step: the run in memory's, with the optimizer states on NVMe
       // and the staging buffers added.
       const MemoryStats ma = a.mem, mb = b.mem;
-      for (Category c : {Category::kGradients, Category::kActivations})
-        EXPECT_EQ(ma.of(c), mb.of(c)) << category_name(c) << " rank " << world.rank();
+      EXPECT_EQ(ma.of(Category::kActivations), mb.of(Category::kActivations))
+          << "rank " << world.rank();
+      // Gradient offload: the gradient shards leave RAM for the NVMe tier, byte for byte.
+      const Category grads = Category::kGradients;
+      const bool grads_off = offload_gradients(offload_config(world, k, true, root).offload);
+      EXPECT_EQ(grads_off, k.gradients == OffloadDevice::kNvme ||
+                               (k.gradients == OffloadDevice::kAuto && k.parameters));
+      EXPECT_EQ(mb.of(grads), grads_off ? 0 : ma.of(grads)) << "rank " << world.rank();
+      EXPECT_EQ(mb.nvme_of(grads), grads_off ? ma.of(grads) : 0) << "rank " << world.rank();
       EXPECT_EQ(mb.of(Category::kOptimizerStates), 0) << "rank " << world.rank();
       EXPECT_EQ(mb.nvme_of(Category::kOptimizerStates), ma.of(Category::kOptimizerStates))
           << "rank " << world.rank();
@@ -89,7 +98,8 @@ void offload_equals_memory(comm::Communicator& world, OffloadCase k) {
       EXPECT_EQ(ma.nvme_total(), 0);
       const optim::AdamW& o = off.optimizer();
       const int states = o.has_master() ? 3 : 2;
-      EXPECT_EQ(mb.nvme_total(), states * 4 * o.state_numel() + (k.parameters ? ma.of(params) : 0));
+      EXPECT_EQ(mb.nvme_total(), states * 4 * o.state_numel() + (k.parameters ? ma.of(params) : 0) +
+                                     (grads_off ? ma.of(grads) : 0));
     }
     EXPECT_TRUE(bitwise_equal(states_of(ref), states_of(off))) << "rank " << world.rank();
   }  // every rank's swap space gone: its folder is empty

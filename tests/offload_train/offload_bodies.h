@@ -18,6 +18,8 @@ struct OffloadCase {
   int grad_accum = 1;
   bool parameters = false;  // offload.parameters = nvme too (stage 3)
   int buffer_count = 3;
+  // offload.gradients (auto: nvme with parameter offload); nvme: stages 2-3.
+  OffloadDevice gradients = OffloadDevice::kAuto;
   // GPT-2, or a Llama of the same blocks (zero_bodies.h's: grouped-query attention with 2
   // key/value heads, an untied head).
   model::Arch arch = model::Arch::kGpt2;
@@ -29,7 +31,8 @@ RunConfig offload_config(comm::Communicator& world, const OffloadCase& k, bool o
                          const std::string& path);
 // 10 losses, and every rank's fp32 weights, m and v, bitwise equal with and without
 // offload; RAM per category after the first step equals the run in memory with the
-// offloaded bytes moved to the NVMe tier, exactly.
+// offloaded bytes moved to the NVMe tier, exactly (gradients included when they are
+// offloaded: between steps none is in RAM).
 void offload_equals_memory(comm::Communicator& world, OffloadCase k);
 
 }  // namespace kiri::train

@@ -97,6 +97,29 @@ TEST_P(OffloadArch, ParametersTensorParallelTwoBf16) {
 TEST_P(OffloadArch, ParametersOneRankBf16) {
   run(1, {.stage = 3, .dtype = D::kBF16, .parameters = true});
 }
+// Gradient offload (offload.gradients = nvme at stages 2 and 3, and auto's none beside
+// parameter offload): each unit's reduced shard goes to its file as its reduction
+// completes, accumulation reads it back, the optimizer streams it with its states.
+TEST_P(OffloadArch, GradientsStage2TwoRanksFp32) {
+  run(2, {.stage = 2, .gradients = OffloadDevice::kNvme});
+}
+TEST_P(OffloadArch, GradientsStage2TwoRanksBf16Accumulation) {
+  run(2, {.stage = 2, .dtype = D::kBF16, .grad_accum = 3, .gradients = OffloadDevice::kNvme});
+}
+TEST_P(OffloadArch, GradientsStage3OneRankBf16) {
+  run(1, {.stage = 3, .dtype = D::kBF16, .gradients = OffloadDevice::kNvme});
+}
+TEST_P(OffloadArch, GradientsStage3FourRanksTensorParallelFp32Accumulation) {
+  run(4, {.stage = 3, .tp = 2, .grad_accum = 2, .gradients = OffloadDevice::kNvme});
+}
+TEST_P(OffloadArch, ParametersWithoutGradientsTwoRanksBf16) {
+  run(2, {.stage = 3,
+          .dtype = D::kBF16,
+          .grad_accum = 2,
+          .parameters = true,
+          .gradients = OffloadDevice::kNone});
+}
+
 TEST_P(OffloadArch, TwoBuffersNoReadAhead) {
   run(2, {.stage = 2, .dtype = D::kBF16, .buffer_count = 2});
 }
@@ -112,17 +135,20 @@ namespace {
 namespace fs = std::filesystem;
 
 // One process, optimizer offload under a fresh folder; `damage` is applied to the swap
-// file of unit 1's exp_avg after step 2, and step 3 must end in a kIo error naming it.
+// file of unit 1's `state` after step 2, and step 3 must end in a kIo error naming it.
 void expect_damage_named(const std::function<void(const std::string&)>& damage,
-                         const std::string& expected) {
+                         const std::string& expected,
+                         OffloadCase k = {.stage = 0, .dtype = D::kBF16},
+                         const std::string& state = "exp_avg") {
   const std::string root = ::testing::TempDir() + "kiri_offload_damage_" +
-                           std::to_string(::getpid()) + "_" + expected.substr(0, 8);
+                           std::to_string(::getpid()) + "_" + expected.substr(0, 8) + state;
+  const std::string name = "unit00001." + state + ".swp";
   fs::remove_all(root);
   comm::testing::run_ranks(1, [&](Communicator& w) {
-    Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, root), w);
+    Trainer t(offload_config(w, k, true, root), w);
     t.train_step();
     t.train_step();
-    const std::string file = root + "/rank00000/unit00001.exp_avg.swp";
+    const std::string file = root + "/rank00000/" + name;
     ASSERT_TRUE(fs::exists(file));
     damage(file);
     try {
@@ -131,7 +157,7 @@ void expect_damage_named(const std::function<void(const std::string&)>& damage,
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("unit00001.exp_avg.swp"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
   });
   fs::remove_all(root);
@@ -163,19 +189,31 @@ TEST(Offload, StepLeavesItsUpdateToTheNextForward) {
   fs::remove_all(root);
 }
 
+void flip_a_bit(const std::string& f) {
+  std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(100);
+  char c = 0;
+  io.read(&c, 1);
+  c ^= 0x10;
+  io.seekp(100);
+  io.write(&c, 1);
+}
+
 TEST(OffloadFiles, ABitFlippedIsAChecksumError) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
-  expect_damage_named(
-      [](const std::string& f) {
-        std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
-        io.seekg(100);
-        char c = 0;
-        io.read(&c, 1);
-        c ^= 0x10;
-        io.seekp(100);
-        io.write(&c, 1);
-      },
-      "checksum");
+  expect_damage_named(flip_a_bit, "checksum");
+}
+// A gradient file damaged between steps: the next forward's update reads it.
+TEST(OffloadFiles, ABitFlippedInAGradientFileIsAChecksumError) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
+  expect_damage_named(flip_a_bit, "checksum",
+                      {.stage = 3, .dtype = D::kBF16, .gradients = OffloadDevice::kNvme}, "grads");
+}
+// ... and one deleted while gradients accumulate: the second micro-batch reads it back.
+TEST(OffloadFiles, ADeletedGradientFileIsNamed) {
+  if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
+  expect_damage_named([](const std::string& f) { fs::remove(f); }, "deleted",
+                      {.stage = 2, .grad_accum = 2, .gradients = OffloadDevice::kNvme}, "grads");
 }
 TEST(OffloadFiles, ATruncatedFileIsNamed) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";

@@ -109,6 +109,40 @@ TEST(PlanOffload, ParameterOffloadMovesTheShardAndStagesTwoUnits) {
   EXPECT_DOUBLE_EQ(off.activations, plain.activations);
 }
 
+// Gradient offload (ZeRO 2-3): the gradient shard moves to NVMe; in RAM (buffers) stay the
+// units in flight (sharded.cpp): kMaxInflightGradWrites shards, and accumulating
+// kMaxInflightReductions + 1 more; the pool streams the 2-byte gradients with the states.
+TEST(PlanOffload, GradientOffloadMovesTheShardAndKeepsTheUnitsInFlight) {
+  const ModelSpec m = tiny();
+  for (int64_t accumulation : {1, 3}) {
+    Layout l = tiny_layout(4, 2, Precision::kBf16);
+    l.global_batch *= accumulation;
+    const MemoryBreakdown plain = rank_memory(m, l, 0);
+    l.offload.optimizer = l.offload.gradients = OffloadTarget::kNvme;
+    const MemoryBreakdown off = rank_memory(m, l, 0);
+    // The largest unit (a block, 49984) has shards of 12496 x 2 bytes: 7 pages (28672).
+    const double units = accumulation == 1 ? 1 : 4;
+    EXPECT_DOUBLE_EQ(off.gradients, 0) << accumulation;
+    EXPECT_DOUBLE_EQ(off.nvme.gradients, 2 * kTinyParams / 4) << accumulation;
+    EXPECT_DOUBLE_EQ(off.nvme.gradients, plain.gradients);
+    EXPECT_DOUBLE_EQ(off.parameters, plain.parameters);
+    // The pool: 14 bytes an element (master, m, v and the gradient) in granules of 524288,
+    // and the unit shards in flight.
+    EXPECT_DOUBLE_EQ(off.buffers, plain.buffers + 4 * 524288 * 14 + units * 28672);
+    EXPECT_DOUBLE_EQ(off.all_model_states(), plain.model_states());
+  }
+  // With parameter offload too: the values and the gradients stream (16 bytes an element).
+  Layout l = tiny_layout(4, 3, Precision::kBf16);
+  l.offload.optimizer = l.offload.parameters = l.offload.gradients = OffloadTarget::kNvme;
+  EXPECT_DOUBLE_EQ(offload_pool_bytes(l.offload, Precision::kBf16, 1e9),
+                   4.0 * 4194304 * 16);  // 64 MiB / 16 = 4194304 = 8 granules exactly
+  const MemoryBreakdown all = rank_memory(m, l, 0);
+  EXPECT_DOUBLE_EQ(all.parameters + all.optimizer_states, 0);
+  EXPECT_DOUBLE_EQ(all.nvme.total(), (2 + 2 + 12) * kTinyParams / 4);
+  EXPECT_EQ(l.str().find("offload optimizer+parameters+gradients") != std::string::npos, true)
+      << l.str();
+}
+
 TEST(PlanOffload, ExactModeUsesThePaddedShards) {
   const ModelSpec m = tiny();
   for (int zero = 0; zero <= 3; ++zero) {
@@ -151,6 +185,21 @@ TEST(PlanOffload, ValidationNamesTheRule) {
   EXPECT_THROW(validate(l, m), Error);
   l.offload.optimizer = OffloadTarget::kNvme;
   EXPECT_NO_THROW(validate(l, m));
+  l.offload.gradients = OffloadTarget::kNvme;
+  EXPECT_NO_THROW(validate(l, m));
+  l = tiny_layout(2, 1, Precision::kBf16);  // stage 1 keeps whole gradients
+  l.offload.optimizer = l.offload.gradients = OffloadTarget::kNvme;
+  try {
+    validate(l, m);
+    FAIL() << "gradient offload at stage 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(e.message().find("ZeRO stage 2 or 3"), std::string::npos) << e.message();
+  }
+  l.zero_stage = 2;
+  EXPECT_NO_THROW(validate(l, m));
+  l.offload.optimizer = OffloadTarget::kNone;  // the optimizer reads them with its states
+  EXPECT_THROW(validate(l, m), Error);
   l = tiny_layout(1, 0, Precision::kBf16);
   l.offload.optimizer = OffloadTarget::kNvme;
   l.offload.buffer_bytes = 2 << 20;  // 3 states x 1 MiB do not fit 2 MiB
@@ -215,6 +264,28 @@ TEST(PlanOffload, TimeAddsTheDiskByHand) {
       par.io_exposed_s,
       std::max(0.0, update - plain.optimizer_s - forward) + std::max(0.0, 2 * shard / 0.5e9 - fb),
       1e-12);
+}
+
+// Gradient offload: every micro-batch writes the shard, the later ones read it back first,
+// and the update reads the final one with the states.
+TEST(PlanOffload, GradientTimeByHand) {
+  const ModelSpec m = tiny();
+  const ClusterSpec c = slow_disk();
+  Layout l = tiny_layout(2, 2, Precision::kBf16);
+  l.global_batch *= 3;  // 3 micro-batches
+  const TimeBreakdown plain = estimate_time(m, l, c);
+  l.offload.optimizer = l.offload.gradients = OffloadTarget::kNvme;
+  const TimeBreakdown t = estimate_time(m, l, c);
+  const double states = 12 * kTinyParams / 2, grads = 2 * kTinyParams / 2;
+  EXPECT_DOUBLE_EQ(t.disk_read_bytes, states + 3 * grads);
+  EXPECT_DOUBLE_EQ(t.disk_write_bytes, states + 3 * grads);
+  const double fb = plain.compute_s - plain.optimizer_s;
+  const double forward = fb / 3.0 * (plain.model_flops_per_step / 3) / plain.flops_per_step;
+  const double update = (states + grads) / 0.5e9 + states / 0.25e9;
+  const double under = 2 * grads / 0.5e9 + 3 * grads / 0.25e9;
+  EXPECT_NEAR(t.io_exposed_s,
+              std::max(0.0, update - plain.optimizer_s - forward) + std::max(0.0, under - fb),
+              1e-12);
 }
 
 TEST(PlanOffload, IoHiddenWhenTheUpdateIsSlower) {
@@ -282,17 +353,20 @@ TEST(PlanOffload, ParametersTooWhenTheOptimizerIsNotEnough) {
   PlanRequest r = gpt2_xl_here();
   r.world = 1;
   // 1.5B x (2 + 2) bytes of parameters and gradients are 5.8 GiB: optimizer offload is not
-  // enough; with the parameters on NVMe the gradients (2.9 GiB) and the rest fit.
+  // enough; with the parameters (and with them the gradients: offload.gradients' auto) on
+  // NVMe the rest fits.
   r.cluster.memory_bytes = 6 * GiB;
   const Recommendation rec = recommend(r, enumerate_layouts(r));
   ASSERT_TRUE(rec.best.has_value()) << rec.message;
   EXPECT_EQ(rec.cut, "offload");
   EXPECT_EQ(rec.best->layout.offload.optimizer, OffloadTarget::kNvme);
   EXPECT_EQ(rec.best->layout.offload.parameters, OffloadTarget::kNvme);
+  EXPECT_EQ(rec.best->layout.offload.gradients, OffloadTarget::kNvme);
   EXPECT_EQ(rec.best->layout.zero_stage, 3);
-  EXPECT_NE(rec.message.find("the optimizer states and the parameters"), std::string::npos)
+  EXPECT_NE(rec.message.find("the optimizer states, the parameters and the gradients"),
+            std::string::npos)
       << rec.message;
-  // Not even parameters fit in 1 GiB (the gradients and a layer's activations stay).
+  // Nothing fits in 1 GiB (the activations, the staging pool and the units in flight stay).
   r.cluster.memory_bytes = 1 * GiB;
   const Recommendation none = recommend(r, enumerate_layouts(r));
   EXPECT_FALSE(none.best.has_value());

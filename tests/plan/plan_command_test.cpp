@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -207,6 +208,59 @@ TEST(PlanCommand, ClusterOptionsReplaceThePresetsNumbers) {
     const Result e = run(layout + bad);
     EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
   }
+}
+
+// The LLaMA presets print their published parameter counts; --arch llama gives the same
+// shapes by hand; the LLaMA options go only with --arch llama's dimensions.
+TEST(PlanCommand, LlamaPresetsAndDimensions) {
+  Result r = run("--model llama3-8B --gpus 8");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("llama3-8B (8.03B parameters) on 8 x a100-80g-nvlink"), std::string::npos)
+      << r.output;
+  struct Count {
+    const char* args;
+    double params;
+  };
+  for (const Count& c : std::vector<Count>{
+           {"--model llama3-8B", 8030261248},
+           {"--model smollm-135M", 134515008},
+           {"--model tinyllama-1.1B", 1100048384},
+           {"--model llama-7B", 6738415616},
+           {"--model llama-13B", 13015864320},
+           {"--model llama-tiny", 125248},
+           {"--arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 "
+            "--vocab 128256",
+            8030261248},
+           {"--arch llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 "
+            "--vocab 128256 --tie-word-embeddings",
+            8030261248.0 - 128256.0 * 4096},
+           {"--arch llama --layers 32 --hidden 4096 --heads 32 --vocab 32000", 6738415616}}) {
+    r = run(std::string(c.args) + " --dp 1 --json");
+    ASSERT_EQ(r.code, 0) << c.args << ": " << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["model"]["params"].get<double>(), c.params) << c.args;
+    EXPECT_EQ(j["model"]["arch"], "llama") << c.args;
+  }
+  r = run("--model smollm-135M --dp 1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json s = nlohmann::json::parse(r.output);
+  EXPECT_EQ(s["model"]["kv_heads"], 3);
+  EXPECT_EQ(s["model"]["ffn"], 1536);
+  EXPECT_EQ(s["model"]["tie_word_embeddings"], true);
+  for (const char* bad : {"--model llama3-8B --kv-heads 8",
+                          "--layers 2 --hidden 64 --heads 4 --vocab 256 --kv-heads 2",
+                          "--layers 2 --hidden 64 --heads 4 --vocab 256 --tie-word-embeddings",
+                          "--model llama3-8B --arch llama",
+                          "--arch mamba --layers 2 --hidden 64 --heads 4 --vocab 256",
+                          "--arch llama --layers 2 --hidden 64 --heads 4 --kv-heads 3 --vocab 256",
+                          "--model tinyllama-1.1B --tp 8"}) {
+    r = run(bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+  }
+  r = run("--model tinyllama-1.1B --tp 8");
+  EXPECT_NE(r.output.find("--tp 8 must divide both the 32 query heads and the 4 key/value heads"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(PlanCommand, BadInputIsAConfigError) {

@@ -29,7 +29,9 @@ namespace {
 
 using comm::Communicator;
 
-enum class Offload { kNone, kOptimizer, kParameters };  // kParameters: the optimizer too
+// kGradients: the optimizer's and the gradients; kParameters: all three (offload.gradients'
+// auto).
+enum class Offload { kNone, kOptimizer, kGradients, kParameters };
 
 struct Case {
   int dp = 1, tp = 1, pp = 1, zero = 0;
@@ -69,6 +71,7 @@ RunConfig config_of(const Case& k, const Shape& s) {
   if (k.offload != Offload::kNone) {
     c.offload.optimizer = OffloadDevice::kNvme;
     if (k.offload == Offload::kParameters) c.offload.parameters = OffloadDevice::kNvme;
+    if (k.offload == Offload::kGradients) c.offload.gradients = OffloadDevice::kNvme;
     c.offload.path = k.path;
     c.offload.block_size = "4KiB";  // small units in several chunks, as in offload_train
     c.offload.buffer_mb = 0.0625;
@@ -102,6 +105,8 @@ Planned planned(const Case& k, const Shape& s, int64_t vocab) {
   if (k.offload != Offload::kNone) {
     l.offload.optimizer = plan::OffloadTarget::kNvme;
     if (k.offload == Offload::kParameters) l.offload.parameters = plan::OffloadTarget::kNvme;
+    if (k.offload == Offload::kParameters || k.offload == Offload::kGradients)
+      l.offload.gradients = plan::OffloadTarget::kNvme;
     l.offload.block_size = 4096;
     l.offload.buffer_bytes = 65536;
     l.offload.buffer_count = 3;
@@ -119,7 +124,7 @@ Planned planned(const Case& k, const Shape& s, int64_t vocab) {
 struct Measured {
   plan::MemoryBreakdown predicted;
   int64_t params = 0, grads = 0, optim = 0, peak = 0;
-  int64_t nvme_params = 0, nvme_optim = 0;
+  int64_t nvme_params = 0, nvme_grads = 0, nvme_optim = 0;
   double step_s = 0;
 };
 
@@ -146,6 +151,7 @@ Measured measure(Communicator& world, const Case& k, const Shape& s, int timed_s
   r.optim = st.of(Category::kOptimizerStates);
   r.peak = st.peak_allocated;
   r.nvme_params = st.nvme_of(Category::kParameters);
+  r.nvme_grads = st.nvme_of(Category::kGradients);
   r.nvme_optim = st.nvme_of(Category::kOptimizerStates);
   r.predicted = plan::rank_memory_exact(p.model, p.layout, t.mesh().pp_index(), p.facts);
   return r;
@@ -154,6 +160,7 @@ Measured measure(Communicator& world, const Case& k, const Shape& s, int timed_s
 std::string name_of(const Case& k) {
   const char* off = k.offload == Offload::kNone        ? ""
                     : k.offload == Offload::kOptimizer ? " offload optimizer"
+                    : k.offload == Offload::kGradients ? " offload gradients"
                                                        : " offload parameters";
   return std::to_string(k.dp) + "x" + std::to_string(k.tp) + "x" + std::to_string(k.pp) + " zero " +
          std::to_string(k.zero) + off + (k.bf16 ? " bf16" : "");
@@ -170,6 +177,7 @@ void check_case(const Case& k) {
     EXPECT_EQ(static_cast<int64_t>(p.gradients), r.grads) << where;
     EXPECT_EQ(static_cast<int64_t>(p.optimizer_states), r.optim) << where;
     EXPECT_EQ(static_cast<int64_t>(p.nvme.parameters), r.nvme_params) << where;
+    EXPECT_EQ(static_cast<int64_t>(p.nvme.gradients), r.nvme_grads) << where;
     EXPECT_EQ(static_cast<int64_t>(p.nvme.optimizer_states), r.nvme_optim) << where;
     const double peak = static_cast<double>(r.peak);
     EXPECT_NEAR(p.total(), peak, 0.1 * peak) << where;
@@ -191,7 +199,8 @@ void check_layout(int dp, int tp, int pp) {
 // Every offload case of tests/offload_train: the RAM per category and on NVMe to the
 // byte, the peak within 10% (the staging pool and the parameter staging in buffers).
 void check_offload(int dp, int tp, int pp, Offload offload, bool bf16 = false) {
-  for (int zero = offload == Offload::kParameters ? 3 : 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+  const int lowest = offload == Offload::kParameters ? 3 : offload == Offload::kGradients ? 2 : 0;
+  for (int zero = lowest; zero <= (pp > 1 ? 1 : 3); ++zero) {
     Case k{dp, tp, pp, zero, offload, "", bf16};
     k.path = (std::filesystem::temp_directory_path() /
               ("kiri_plan_offload_" + std::to_string(::getpid()) + "_" + std::to_string(dp) +
@@ -229,6 +238,12 @@ TEST(PlanMeasuredOffload, ParametersBf16On1x2x1) {
 }
 TEST(PlanMeasuredOffload, ParametersBf16On2x1x1) {
   check_offload(2, 1, 1, Offload::kParameters, true);
+}
+TEST(PlanMeasuredOffload, GradientsBf16On2x1x1) {
+  check_offload(2, 1, 1, Offload::kGradients, true);
+}
+TEST(PlanMeasuredOffload, Gradients1x2x1) {
+  check_offload(1, 2, 1, Offload::kGradients);
 }
 TEST(PlanMeasuredOffload, Parameters1x1x1) {
   check_offload(1, 1, 1, Offload::kParameters);

@@ -356,6 +356,17 @@ std::vector<Field> make_fields() {
       "ZeRO-Infinity: `nvme` keeps this rank's parameter shards in swap files, read one unit "
       "ahead of their all-gather in forward and backward. ZeRO stage 3 with "
       "offload.optimizer = nvme only."));
+  f.push_back(enum_field(
+      "offload.gradients", KIRI_FIELD(offload.gradients),
+      std::vector<std::pair<std::string, train::OffloadDevice>>{
+          {"auto", train::OffloadDevice::kAuto},
+          {"none", train::OffloadDevice::kNone},
+          {"cpu", train::OffloadDevice::kCpu},
+          {"nvme", train::OffloadDevice::kNvme}},
+      "`nvme` writes each unit's reduced gradient shard to a swap file as soon as its "
+      "reduction completes, and the optimizer reads it with its states (ZeRO stage 2 or 3 "
+      "with offload.optimizer = nvme); `auto`: nvme when offload.parameters = nvme, else "
+      "none."));
   f.push_back(string_field(
       "offload.path", KIRI_FIELD(offload.path),
       "Folder of the swap files (one subfolder per rank, locked against a second run); a "

@@ -44,6 +44,7 @@ json memory_json(const plan::MemoryBreakdown& m) {
           {"total", m.total()},
           {"nvme",
            {{"parameters", m.nvme.parameters},
+            {"gradients", m.nvme.gradients},
             {"optimizer_states", m.nvme.optimizer_states},
             {"total", m.nvme.total()}}}};
 }
@@ -69,6 +70,7 @@ json layout_json(const plan::Layout& l) {
           {"offload",
            {{"optimizer", plan::name(l.offload.optimizer)},
             {"parameters", plan::name(l.offload.parameters)},
+            {"gradients", plan::name(l.offload.gradients)},
             {"buffer_count", l.offload.buffer_count},
             {"buffer_bytes", l.offload.buffer_bytes},
             {"block_size", l.offload.block_size},
@@ -116,7 +118,9 @@ json model_json(const plan::ModelSpec& m) {
     j["layers"] = m.n_layer;
     j["hidden"] = m.hidden;
     j["heads"] = m.heads;
+    j["kv_heads"] = m.kv_head_count();
     j["vocab"] = m.vocab;
+    j["tie_word_embeddings"] = m.tie_word_embeddings;
     j["ffn"] = m.ffn_width();
     j["context"] = m.max_seq;
   }
@@ -202,25 +206,40 @@ void override_cluster(const Args& a, plan::ClusterSpec& c) {
   }
 }
 
+// A preset, explicit dimensions (GPT-2's, or LLaMA's with --arch llama), or a parameter count.
 plan::ModelSpec model_of(const Args& a) {
   const bool dims = a.get("layers") || a.get("hidden") || a.get("heads") || a.get("vocab");
   const int given = (a.get("model") ? 1 : 0) + (dims ? 1 : 0) + (a.get("params") ? 1 : 0);
   KIRI_CHECK_KIND(kConfig, given <= 1,
                   "give one model: --model NAME, --layers/--hidden/--heads/--vocab, or --params");
+  const std::string arch = a.get("arch").value_or("gpt2");
+  KIRI_CHECK_KIND(kConfig, arch == "gpt2" || arch == "llama", "--arch must be gpt2 or llama, got '",
+                  arch, "'");
+  for (const char* o : {"ffn", "arch"})
+    KIRI_CHECK_KIND(kConfig, dims || !a.get(o), "--", o,
+                    " goes with --layers/--hidden/--heads/--vocab");
+  const bool llama_options = a.get("kv-heads") || a.flag("tie-word-embeddings");
+  KIRI_CHECK_KIND(kConfig, (dims && arch == "llama") || !llama_options,
+                  "--kv-heads and --tie-word-embeddings go with --arch llama and "
+                  "--layers/--hidden/--heads/--vocab");
   if (a.get("params")) return plan::model_from_params(a.get_double("params", 0));
-  if (dims) {
-    for (const char* o : {"layers", "hidden", "heads", "vocab"})
-      KIRI_CHECK_KIND(kConfig, a.get(o).has_value(), "explicit dimensions need --", o,
-                      " (--layers --hidden --heads --vocab)");
-    plan::ModelSpec m = plan::model_from_dims(a.get_int("layers", 0), a.get_int("hidden", 0),
-                                              a.get_int("heads", 0), a.get_int("vocab", 0),
-                                              std::max<int64_t>(1024, a.get_int("seq-len", 1024)));
-    m.ffn = a.get_int("ffn", 0);
-    KIRI_CHECK_KIND(kConfig, m.ffn >= 0, "--ffn must not be negative, got ", m.ffn);
-    return m;
+  if (!dims) return plan::model_preset(a.get("model").value_or("gpt2-124M"));
+  for (const char* o : {"layers", "hidden", "heads", "vocab"})
+    KIRI_CHECK_KIND(kConfig, a.get(o).has_value(), "explicit dimensions need --", o,
+                    " (--layers --hidden --heads --vocab)");
+  const int64_t context = std::max<int64_t>(1024, a.get_int("seq-len", 1024));
+  if (arch == "llama") {
+    const int64_t hidden = a.get_int("hidden", 0), heads = a.get_int("heads", 0);
+    return plan::llama_from_dims(a.get_int("layers", 0), hidden, heads,
+                                 a.get_int("kv-heads", heads),
+                                 a.get_int("ffn", plan::llama_default_ffn(hidden)),
+                                 a.get_int("vocab", 0), a.flag("tie-word-embeddings"), context);
   }
-  KIRI_CHECK_KIND(kConfig, !a.get("ffn"), "--ffn goes with --layers/--hidden/--heads/--vocab");
-  return plan::model_preset(a.get("model").value_or("gpt2-124M"));
+  plan::ModelSpec m = plan::model_from_dims(a.get_int("layers", 0), a.get_int("hidden", 0),
+                                            a.get_int("heads", 0), a.get_int("vocab", 0), context);
+  m.ffn = a.get_int("ffn", 0);
+  KIRI_CHECK_KIND(kConfig, m.ffn >= 0, "--ffn must not be negative, got ", m.ffn);
+  return m;
 }
 
 int64_t bytes_option(const Args& a, const std::string& opt, const std::string& fallback) {
@@ -242,6 +261,9 @@ plan::OffloadSpec offload_of(const Args& a) {
       plan::parse_offload(a.get("offload-optimizer").value_or("none"), "--offload-optimizer");
   o.parameters =
       plan::parse_offload(a.get("offload-parameters").value_or("none"), "--offload-parameters");
+  // auto: with the parameters, as offload.gradients' auto does in kiri train.
+  const std::string grads = a.get("offload-gradients").value_or("auto");
+  o.gradients = grads == "auto" ? o.parameters : plan::parse_offload(grads, "--offload-gradients");
   o.buffer_count = positive_int(a, "offload-buffer-count", o.buffer_count);
   const double mb = a.get_double("offload-buffer-mb", 64);
   KIRI_CHECK_KIND(kConfig, mb > 0 && mb <= 1 << 20,

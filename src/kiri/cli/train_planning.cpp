@@ -60,6 +60,9 @@ plan::OffloadSpec plan_offload(const train::OffloadConfig& o) {
   plan::OffloadSpec s;
   s.optimizer = plan_offload(o.optimizer, "offload.optimizer");
   s.parameters = plan_offload(o.parameters, "offload.parameters");
+  plan_offload(o.gradients, "offload.gradients");  // cpu: the same refusal
+  s.gradients =
+      train::offload_gradients(o) ? plan::OffloadTarget::kNvme : plan::OffloadTarget::kNone;
   s.buffer_count = o.buffer_count;
   s.buffer_bytes = train::offload_buffer_bytes(o);  // as the trainer reads them
   s.block_size = train::offload_block_bytes(o);
@@ -117,6 +120,7 @@ void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
   };
   cfg.offload.optimizer = device(l.offload.optimizer);
   cfg.offload.parameters = device(l.offload.parameters);
+  cfg.offload.gradients = device(l.offload.gradients);
 }
 
 // Whether kiri runs the layout (its config rules on top of the planner's).
@@ -167,7 +171,8 @@ std::string set_flags(const plan::Layout& l) {
              " --set parallel.microbatches=", l.microbatches());
   if (l.offload.any())
     s += str(" --set offload.optimizer=", plan::name(l.offload.optimizer),
-             " --set offload.parameters=", plan::name(l.offload.parameters));
+             " --set offload.parameters=", plan::name(l.offload.parameters),
+             " --set offload.gradients=", plan::name(l.offload.gradients));
   return s;
 }
 
@@ -196,14 +201,17 @@ std::pair<std::string, int> layout_change(const plan::Layout& from, const plan::
                         : std::string("full activation recomputation"));
   }
   if (from.offload.optimizer != to.offload.optimizer ||
-      from.offload.parameters != to.offload.parameters) {
+      from.offload.parameters != to.offload.parameters ||
+      from.offload.gradients != to.offload.gradients) {
     ++n;
-    const bool opt = to.offload.optimizer == plan::OffloadTarget::kNvme;
-    const bool par = to.offload.parameters == plan::OffloadTarget::kNvme;
-    parts.push_back(opt && par ? "the optimizer states and parameters offloaded to NVMe"
-                    : opt      ? "the optimizer states offloaded to NVMe"
-                    : par      ? "the parameters offloaded to NVMe"
-                               : "no offload");
+    std::vector<std::string> off;
+    if (to.offload.optimizer == plan::OffloadTarget::kNvme) off.push_back("optimizer states");
+    if (to.offload.parameters == plan::OffloadTarget::kNvme) off.push_back("parameters");
+    if (to.offload.gradients == plan::OffloadTarget::kNvme) off.push_back("gradients");
+    std::string what;
+    for (size_t i = 0; i < off.size(); ++i)
+      what += (i == 0 ? "" : i + 1 == off.size() ? " and " : ", ") + off[i];
+    parts.push_back(off.empty() ? std::string("no offload") : "the " + what + " offloaded to NVMe");
   }
   std::string text;
   for (size_t i = 0; i < parts.size(); ++i)

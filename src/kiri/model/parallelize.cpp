@@ -72,6 +72,9 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   KIRI_CHECK_KIND(kConfig, !options.param_swap || options.zero_stage == 3,
                   "offload.parameters = nvme needs ZeRO stage 3 (parallel.zero_stage = ",
                   options.zero_stage, ")");
+  KIRI_CHECK_KIND(kConfig, !options.grad_swap || options.zero_stage >= 2,
+                  "offload.gradients = nvme needs ZeRO stage 2 or 3 (parallel.zero_stage = ",
+                  options.zero_stage, ")");
   if (options.zero_stage == 0) {
     // 3a. Stage 0 = DDP: whole parameters and gradients in one flat store;
     //     bucketed all-reduce started from backward's grad-ready hook; the
@@ -112,6 +115,7 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   so.dtype = options.dtype;
   so.prefetch = options.prefetch;
   so.param_swap = options.param_swap;
+  so.grad_swap = options.grad_swap;
   so.tied_head = tied;
   std::vector<std::vector<nn::Parameter*>> groups;
   for (GPT<float>* c : chunks_)
@@ -277,6 +281,10 @@ std::vector<int64_t> ParallelGPT::optimizer_unit_starts() const {
 
 std::vector<int> ParallelGPT::optimizer_values_files() const {
   return sharded_ ? sharded_->param_files() : std::vector<int>{};
+}
+
+std::vector<int> ParallelGPT::optimizer_grads_files() const {
+  return sharded_ ? sharded_->grad_files() : std::vector<int>{};
 }
 
 std::vector<comm::Communicator*> ParallelGPT::norm_groups() {

@@ -31,6 +31,8 @@ struct ParallelOptions {
   PipelineOptions pipeline;   // schedule, micro-batches, virtual stages (pp > 1)
   // Stage 3, offload.parameters = nvme: the swap space of the parameter shards.
   offload::SwapSpace* param_swap = nullptr;
+  // Stages 2-3, offload.gradients: the swap space of the reduced gradient shards.
+  offload::SwapSpace* grad_swap = nullptr;
 };
 
 // This rank's chunks of the model: the whole model without pipeline
@@ -60,6 +62,8 @@ class ParallelGPT {
   std::vector<int64_t> optimizer_unit_starts() const;
   // Parameter offload: the swap file of each of those units' values (else empty).
   std::vector<int> optimizer_values_files() const;
+  // Gradient offload: the swap file of each of those units' gradients (else empty).
+  std::vector<int> optimizer_grads_files() const;
   // Where gradient norms are summed.
   std::vector<comm::Communicator*> norm_groups();
 

@@ -67,12 +67,24 @@ struct ParameterSegment {
   // [n] the values to update (F32, BF16 or F16); undefined when they are offloaded
   // (the optimizer streams them from swap: optim/state_store.h).
   Tensor value;
-  Tensor grad;  // [n] their gradient, the values' dtype; always in memory
+  // [n] their gradient, the values' dtype; undefined when the gradients are offloaded
+  // (the sharding engine writes each unit's reduced shard to swap and the optimizer
+  // streams it with its states), and then described by the three fields below.
+  Tensor grad;
   // False for a copy that another rank also holds and counts (the last
   // pipeline stage's copy of the tied embedding): the global gradient norm
   // must count every element once.
   bool counted_in_norm = true;
-  int64_t numel() const { return grad.numel(); }
+  // Offloaded gradients: the segment's size and the gradient's dtype, and where the
+  // engine leaves the sum of squares of the step's final gradient (the global norm's
+  // part, computed before the gradient left memory).
+  int64_t offloaded_numel = 0;
+  DType offloaded_dtype = DType::kF32;
+  const double* grad_sq = nullptr;
+
+  int64_t numel() const { return grad.defined() ? grad.numel() : offloaded_numel; }
+  DType grad_dtype() const { return grad.defined() ? grad.dtype() : offloaded_dtype; }
+  bool grad_offloaded() const { return !grad.defined(); }
 };
 
 }  // namespace kiri::nn

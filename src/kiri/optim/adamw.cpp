@@ -28,7 +28,7 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store) {
 namespace {
 bool any_lowp(const std::vector<Segment>& segments) {
   for (const Segment& s : segments)
-    if (s.grad.dtype() != DType::kF32) return true;
+    if (s.grad_dtype() != DType::kF32) return true;
   return false;
 }
 }  // namespace
@@ -43,12 +43,16 @@ AdamW::AdamW(int64_t state_numel, std::vector<Segment> segments, const AdamWConf
       states_(state_numel, any_lowp(segments_), offload, allocator) {
   for (const Segment& s : segments_) {
     // The gradient's dtype is the values' (which, offloaded, are not in memory).
-    const DType d = s.grad.dtype();
+    const DType d = s.grad_dtype();
     KIRI_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16,
                "AdamW updates F32, BF16 or F16 values, got ", dtype_name(d), " for ",
                s.param->name);
-    KIRI_CHECK(offloaded_values() || (s.value.dtype() == d && s.grad.numel() == s.value.numel()),
+    KIRI_CHECK(offloaded_values() || (s.value.dtype() == d && s.numel() == s.value.numel()),
                "the gradient of ", s.param->name, " must match its values' dtype and size");
+    KIRI_CHECK(s.grad_offloaded() == offloaded_grads() && (!s.grad_offloaded() || s.grad_sq),
+               "the gradient of ", s.param->name, " is ", s.grad_offloaded() ? "" : "not ",
+               "offloaded, the optimizer's gradients are ", offloaded_grads() ? "" : "not ",
+               "(and an offloaded one needs its sum of squares)");
     KIRI_CHECK(s.state_offset >= 0 && s.state_offset + s.numel() <= state_numel, "segment of ",
                s.param->name, " at ", s.state_offset, " + ", s.numel(),
                " lies outside the state of ", state_numel, " elements");
@@ -86,7 +90,7 @@ Tensor AdamW::value_of(const StateStore::Chunk& c, size_t i, int64_t a, int64_t 
 
 Tensor AdamW::weights(size_t i) {
   const Segment& s = segments_[i];
-  if (s.grad.dtype() == DType::kF32) {
+  if (s.grad_dtype() == DType::kF32) {
     KIRI_CHECK(!offloaded_values(), "the values of ", s.param->name,
                " are offloaded: read them with read_weights");
     return s.value;
@@ -98,7 +102,7 @@ void AdamW::read_weights(size_t i, int64_t begin, Tensor& dst) {
   const Segment& s = segments_[i];
   KIRI_CHECK(begin >= 0 && begin + dst.numel() <= s.numel(), "weights [", begin, ", ",
              begin + dst.numel(), ") of a segment of ", s.numel());
-  const bool fp32 = s.grad.dtype() == DType::kF32;
+  const bool fp32 = s.grad_dtype() == DType::kF32;
   if (fp32 && !offloaded_values())
     dst.copy_from(s.value.flat_range(begin, dst.numel()));
   else
@@ -109,7 +113,7 @@ void AdamW::write_weights(size_t i, int64_t begin, const Tensor& src) {
   const Segment& s = segments_[i];
   KIRI_CHECK(begin >= 0 && begin + src.numel() <= s.numel(), "weights [", begin, ", ",
              begin + src.numel(), ") of a segment of ", s.numel());
-  const bool fp32 = s.grad.dtype() == DType::kF32;
+  const bool fp32 = s.grad_dtype() == DType::kF32;
   if (fp32 && !offloaded_values())
     s.value.flat_range(begin, src.numel()).copy_from(src);
   else
@@ -122,7 +126,7 @@ void AdamW::initialize(uint64_t seed) {
   states_.for_each_chunk(0, kAllStates, [&](StateStore::Chunk& c) {
     for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
       const Segment& s = segments_[i];
-      const bool lowp = s.grad.dtype() != DType::kF32;
+      const bool lowp = s.grad_dtype() != DType::kF32;
       Tensor value = value_of(c, i, a, b - a);
       Tensor w = lowp ? c.state[0].flat_range(s.state_offset + a - c.begin, b - a) : value;
       w.zero_();  // padding rows of a vocab-parallel table stay 0
@@ -152,8 +156,11 @@ void AdamW::write_back() {
 
 double AdamW::grad_norm(double grad_divisor) const {
   Tensor sum = Tensor::zeros({1}, DType::kF64, Category::kBuffers, allocator_);
+  // An offloaded gradient's sum of squares was taken by its writer, from the same
+  // elements with the same kernel: the same number, added in the same order.
   for (const Segment& s : segments_)
-    if (s.counted_in_norm) sum.data<double>()[0] += kernels::sum_of_squares(s.grad);
+    if (s.counted_in_norm)
+      sum.data<double>()[0] += s.grad_offloaded() ? *s.grad_sq : kernels::sum_of_squares(s.grad);
   for (comm::Communicator* g : norm_groups_)
     if (g && g->size() > 1) g->all_reduce(sum, comm::ReduceOp::kSum);
   return std::sqrt(sum.data<double>()[0]) / grad_divisor;
@@ -174,17 +181,20 @@ void AdamW::begin_step(double lr, double grad_scale) {
   hp.step = step_;
   hp.grad_scale = static_cast<float>(grad_scale);
   // 16-bit values are only written (rounded from the master); fp32 values are the weights.
-  const unsigned read = has_master() ? kAllStates & ~state_bit(State::kValues) : kAllStates;
+  // Offloaded gradients are only read.
+  unsigned read = has_master() ? kAllStates & ~state_bit(State::kValues) : kAllStates;
+  if (offloaded_grads()) read |= state_bit(State::kGrads);
   states_.begin_pass(read, kAllStates, [this, hp](StateStore::Chunk& c) mutable {
     for_pieces(c, [&](size_t i, int64_t a, int64_t b) {
       const Segment& s = segments_[i];
       hp.weight_decay = s.param->weight_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
       const int64_t at = s.state_offset + a - c.begin, n = b - a;
-      const bool lowp = s.grad.dtype() != DType::kF32;
+      const bool lowp = s.grad_dtype() != DType::kF32;
       Tensor value = value_of(c, i, a, n);
       Tensor p = lowp ? c.state[0].flat_range(at, n) : value;
       Tensor m = c.state[1].flat_range(at, n), v = c.state[2].flat_range(at, n);
-      kernels::adamw_update(p, s.grad.flat_range(a, n), m, v, hp, lowp ? &value : nullptr);
+      Tensor g = s.grad_offloaded() ? c.state[4].flat_range(at, n) : s.grad.flat_range(a, n);
+      kernels::adamw_update(p, g, m, v, hp, lowp ? &value : nullptr);
     });
   });
 }

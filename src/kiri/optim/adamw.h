@@ -112,6 +112,8 @@ class AdamW {
   bool offloaded() const { return states_.offloaded(); }
   // Parameter offload: the segments' values live in swap too (StateOffload::values_files).
   bool offloaded_values() const { return states_.has(State::kValues); }
+  // Gradient offload: the segments' gradients are read from swap (StateOffload::grads_files).
+  bool offloaded_grads() const { return states_.has(State::kGrads); }
   StateStore& states() { return states_; }
   const AdamWConfig& config() const { return cfg_; }
 

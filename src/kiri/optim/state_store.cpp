@@ -20,6 +20,8 @@ const char* state_name(State s) {
       return "exp_avg_sq";
     case State::kValues:
       return "values";
+    case State::kGrads:
+      return "grads";
   }
   return "?";
 }
@@ -36,10 +38,12 @@ StateStore::StateStore(int64_t numel, bool master, const StateOffload& offload,
   KIRI_CHECK(numel >= 0, "optimizer state of ", numel, " elements");
   values_ = !offload.values_files.empty();
   values_dtype_ = offload.values_dtype;
+  grads_ = !offload.grads_files.empty();
+  grads_dtype_ = offload.grads_dtype;
   for (int s = 0; s < kNumStates; ++s)
     if (has(State(s))) states_.push_back(s);
   if (!swap_) {
-    KIRI_CHECK(!values_, "offloaded values need a swap space");
+    KIRI_CHECK(!values_ && !grads_, "offloaded values or gradients need a swap space");
     for (int s : states_)
       mem_[s] = Tensor::zeros({numel}, DType::kF32, Category::kOptimizerStates, allocator);
     return;
@@ -49,9 +53,12 @@ StateStore::StateStore(int64_t numel, bool master, const StateOffload& offload,
                   offload.buffer_count);
   // Chunks are whole granules: every state's offset in its file is then whole blocks.
   const int64_t block = swap_->block_size();
-  const int64_t granule = block / (values_ ? std::min<int64_t>(4, elem_size(3)) : 4);
-  int64_t per_elem = 0;
-  for (int s : states_) per_elem += elem_size(s);
+  int64_t per_elem = 0, smallest = 4;
+  for (int s : states_) {
+    per_elem += elem_size(s);
+    smallest = std::min(smallest, elem_size(s));
+  }
+  const int64_t granule = block / smallest;
   chunk_elems_ = offload.buffer_bytes / per_elem / granule * granule;
   KIRI_CHECK_KIND(kConfig, chunk_elems_ > 0,
                   "offload.buffer_mb = ", static_cast<double>(offload.buffer_bytes) / (1 << 20),
@@ -65,16 +72,20 @@ StateStore::StateStore(int64_t numel, bool master, const StateOffload& offload,
   KIRI_CHECK(!values_ || offload.values_files.size() == starts.size(),
              "parameter offload: ", offload.values_files.size(), " values files for ",
              starts.size(), " units");
+  KIRI_CHECK(!grads_ || offload.grads_files.size() == starts.size(),
+             "gradient offload: ", offload.grads_files.size(), " gradient files for ",
+             starts.size(), " units");
   starts.push_back(numel);
   for (size_t k = 0; k + 1 < starts.size(); ++k) {
     if (starts[k + 1] <= starts[k]) continue;  // an empty unit (a shard of padding only)
     Unit u{starts[k], starts[k + 1]};
     for (int s : states_) {
-      if (s == static_cast<int>(State::kValues)) {
-        u.file[s] = offload.values_files[k];
-        KIRI_CHECK(swap_->size(u.file[s]) == (u.end - u.begin) * elem_size(s), "values file ",
-                   swap_->path(u.file[s]), " holds ", swap_->size(u.file[s]), " bytes, unit ", k,
-                   " needs ", (u.end - u.begin) * elem_size(s));
+      if (s == static_cast<int>(State::kValues) || s == static_cast<int>(State::kGrads)) {
+        u.file[s] = s == static_cast<int>(State::kValues) ? offload.values_files[k]
+                                                          : offload.grads_files[k];
+        KIRI_CHECK(swap_->size(u.file[s]) == (u.end - u.begin) * elem_size(s), state_name(State(s)),
+                   " file ", swap_->path(u.file[s]), " holds ", swap_->size(u.file[s]),
+                   " bytes, unit ", k, " needs ", (u.end - u.begin) * elem_size(s));
         continue;
       }
       char name[64];
@@ -94,7 +105,7 @@ StateStore::StateStore(int64_t numel, bool master, const StateOffload& offload,
   for (int i = 0; i < offload.buffer_count; ++i)
     pool_.push_back(Tensor::empty({at / 4}, DType::kF32, Category::kBuffers, allocator));
   // Every block starts written (zeros), so that a read never meets a block never written.
-  for_each_chunk(0, kAllStates, [](Chunk&) {});
+  for_each_chunk(0, kAllStates | state_bit(State::kGrads), [](Chunk&) {});
 }
 
 StateStore::~StateStore() {
@@ -104,8 +115,8 @@ StateStore::~StateStore() {
 Tensor& StateStore::tensor(State s) {
   KIRI_CHECK(!swap_, "the optimizer's ", state_name(s),
              " is offloaded to swap files: read it with read_state");
-  KIRI_CHECK(has(s) && s != State::kValues, "this optimizer keeps no ", state_name(s),
-             " (fp32 values have no master weights)");
+  KIRI_CHECK(has(s) && s != State::kValues && s != State::kGrads, "this optimizer keeps no ",
+             state_name(s), " (fp32 values have no master weights)");
   return mem_[static_cast<int>(s)];
 }
 

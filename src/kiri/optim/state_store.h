@@ -23,13 +23,17 @@ namespace kiri::optim {
 
 // kValues: the parameters' own values (compute dtype) when they are offloaded too
 // (ZeRO-Infinity): the sharding engine's files, which the optimizer streams with its
-// states and the engine reads ahead of each all-gather.
-enum class State { kMaster, kExpAvg, kExpAvgSq, kValues };
-constexpr int kNumStates = 4;
-const char* state_name(State s);  // "master", "exp_avg", "exp_avg_sq", "values"
+// states and the engine reads ahead of each all-gather. kGrads: the reduced gradient
+// shards (compute dtype) when the gradients are offloaded: the engine's files too,
+// written as each unit's reduction completes, only read by the optimizer.
+enum class State { kMaster, kExpAvg, kExpAvgSq, kValues, kGrads };
+constexpr int kNumStates = 5;
+// "master", "exp_avg", "exp_avg_sq", "values", "grads"
+const char* state_name(State s);
 constexpr unsigned state_bit(State s) {
   return 1u << static_cast<int>(s);
 }
+// The states the optimizer writes: every state but the gradients.
 constexpr unsigned kAllStates = 0xF;
 
 struct StateOffload {
@@ -42,6 +46,10 @@ struct StateOffload {
   // unit_starts entry; empty: the values are in memory.
   std::vector<int> values_files;
   DType values_dtype = DType::kF32;
+  // Gradient offload: each unit's file of its reduced gradient (of grads_dtype), one per
+  // unit_starts entry; empty: the gradients are in memory.
+  std::vector<int> grads_files;
+  DType grads_dtype = DType::kF32;
 };
 
 class StateStore {
@@ -52,12 +60,17 @@ class StateStore {
   ~StateStore();
 
   int64_t numel() const { return numel_; }
-  bool has(State s) const { return s == State::kMaster ? master_ : s != State::kValues || values_; }
+  bool has(State s) const {
+    if (s == State::kMaster) return master_;
+    if (s == State::kValues) return values_;
+    if (s == State::kGrads) return grads_;
+    return true;
+  }
   bool offloaded() const { return swap_ != nullptr; }
   Tensor& tensor(State s);  // in memory only
 
   // One chunk: elements [begin, end) of the flat state, each state's values in
-  // memory (undefined for a state it does not have; kValues in memory: undefined).
+  // memory (undefined for a state it does not have; kValues, kGrads in memory: undefined).
   struct Chunk {
     int64_t begin = 0, end = 0;
     Tensor state[kNumStates];
@@ -93,7 +106,7 @@ class StateStore {
  private:
   struct Unit {
     int64_t begin, end;
-    int file[kNumStates] = {-1, -1, -1, -1};
+    int file[kNumStates] = {-1, -1, -1, -1, -1};
   };
   struct Slot;
   struct Pass;
@@ -107,7 +120,11 @@ class StateStore {
   void run_chunk(int64_t chunk, bool block);
   void run_ready_chunks();
   void abort_pass();
-  DType dtype_of(int s) const { return s == 3 ? values_dtype_ : DType::kF32; }
+  DType dtype_of(int s) const {
+    return s == static_cast<int>(State::kValues)  ? values_dtype_
+           : s == static_cast<int>(State::kGrads) ? grads_dtype_
+                                                  : DType::kF32;
+  }
   int64_t elem_size(int s) const { return static_cast<int64_t>(dtype_size(dtype_of(s))); }
   void transfer_range(State s, int64_t offset, Tensor& data, bool write);
 
@@ -115,6 +132,8 @@ class StateStore {
   bool master_;
   bool values_ = false;
   DType values_dtype_ = DType::kF32;
+  bool grads_ = false;
+  DType grads_dtype_ = DType::kF32;
   std::vector<int> states_;  // the states this store has, in order
   offload::SwapSpace* swap_;
   Allocator& allocator_;

@@ -101,12 +101,23 @@ std::string Layout::str() const {
   if (pp > 1) s += kiri::str(", ", name(schedule));
   if (virtual_stages > 1) s += kiri::str(" v ", virtual_stages);
   s += kiri::str(", b ", micro_batch, ", m ", microbatches());
-  if (offload.parameters == OffloadTarget::kNvme)
-    s += offload.optimizer == OffloadTarget::kNvme ? ", offload optimizer+parameters"
-                                                   : ", offload parameters";
-  else if (offload.optimizer == OffloadTarget::kNvme)
-    s += ", offload optimizer";
+  std::string off;
+  if (offload.optimizer == OffloadTarget::kNvme) off += "+optimizer";
+  if (offload.parameters == OffloadTarget::kNvme) off += "+parameters";
+  if (offload.gradients == OffloadTarget::kNvme) off += "+gradients";
+  if (!off.empty()) s += ", offload " + off.substr(1);
   return s;
+}
+
+StreamShape stream_shape(const OffloadSpec& o, Precision dtype) {
+  const int64_t d = value_bytes(dtype);
+  const bool values = o.parameters == OffloadTarget::kNvme;
+  const bool grads = o.gradients == OffloadTarget::kNvme;
+  StreamShape out;
+  out.bytes_per_element =
+      4 * (dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0) + (grads ? d : 0);
+  out.granule = o.block_size / (values || grads ? std::min<int64_t>(4, d) : 4);
+  return out;
 }
 
 namespace {
@@ -122,6 +133,14 @@ void validate_offload(const Layout& l) {
                   o.parameters == OffloadTarget::kNone || o.optimizer == OffloadTarget::kNvme,
                   "parameter offload needs the optimizer states offloaded too (ZeRO-Infinity "
                   "moves the larger states first; offload.optimizer = nvme)");
+  KIRI_CHECK_KIND(kConfig, o.gradients == OffloadTarget::kNone || l.zero_stage >= 2,
+                  "gradient offload needs ZeRO stage 2 or 3 (each rank keeps only its shard of "
+                  "the gradients, which is what moves to NVMe), got stage ",
+                  l.zero_stage);
+  KIRI_CHECK_KIND(kConfig,
+                  o.gradients == OffloadTarget::kNone || o.optimizer == OffloadTarget::kNvme,
+                  "gradient offload needs the optimizer states offloaded too (the optimizer "
+                  "reads the gradients with its states; offload.optimizer = nvme)");
   KIRI_CHECK_KIND(kConfig, o.buffer_count >= 2,
                   "offload.buffer_count must be >= 2 (one chunk read while one is written), got ",
                   o.buffer_count);
@@ -131,10 +150,8 @@ void validate_offload(const Layout& l) {
   KIRI_CHECK_KIND(kConfig, o.queue_depth >= 1, "offload.queue_depth must be >= 1, got ",
                   o.queue_depth);
   // optim::StateStore's rule: a buffer holds at least one granule of every streamed state.
-  const bool values = o.parameters == OffloadTarget::kNvme;
-  const int64_t d = value_bytes(l.dtype);
-  const int64_t per_elem = 4 * (l.dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
-  const int64_t granule = o.block_size / (values ? std::min<int64_t>(4, d) : 4);
+  const StreamShape shape = stream_shape(o, l.dtype);
+  const int64_t per_elem = shape.bytes_per_element, granule = shape.granule;
   KIRI_CHECK_KIND(
       kConfig, o.optimizer == OffloadTarget::kNone || o.buffer_bytes >= per_elem * granule,
       "an offload buffer of ", o.buffer_bytes, " bytes cannot hold one block of each ",
@@ -168,8 +185,16 @@ void validate(const Layout& l, const ModelSpec& model, int world) {
                     l.tp, ", pp ", l.pp, ")");
     return;
   }
-  KIRI_CHECK_KIND(kConfig, model.heads % l.tp == 0, "--tp ", l.tp, " does not divide the ",
-                  model.heads, " heads");
+  if (model.arch == Arch::kLlama) {
+    // Megatron's cut of grouped-query attention: each tp rank keeps whole query heads and
+    // whole key/value heads (nanotron and picotron require both; no kv replication).
+    KIRI_CHECK_KIND(kConfig, model.heads % l.tp == 0 && model.kv_head_count() % l.tp == 0, "--tp ",
+                    l.tp, " must divide both the ", model.heads, " query heads and the ",
+                    model.kv_head_count(), " key/value heads of ", model.name);
+  } else {
+    KIRI_CHECK_KIND(kConfig, model.heads % l.tp == 0, "--tp ", l.tp, " does not divide the ",
+                    model.heads, " heads");
+  }
   KIRI_CHECK_KIND(kConfig, model.ffn_width() % l.tp == 0, "--tp ", l.tp,
                   " does not divide the MLP width ", model.ffn_width());
   KIRI_CHECK_KIND(kConfig, l.pp <= model.n_layer, "--pp ", l.pp, " is more than the ",

@@ -25,14 +25,26 @@ enum class OffloadTarget { kNone, kNvme };
 struct OffloadSpec {
   OffloadTarget optimizer = OffloadTarget::kNone;   // fp32 master (16-bit runs), Adam m and v
   OffloadTarget parameters = OffloadTarget::kNone;  // ZeRO stage 3: the parameter shard
+  OffloadTarget gradients = OffloadTarget::kNone;   // ZeRO stage 2-3: the gradient shard
   int buffer_count = 4;                             // staging buffers per rank
   int64_t buffer_bytes = int64_t{64} << 20;         // each
   int64_t block_size = int64_t{1} << 20;            // bytes per request
   int queue_depth = 8;                              // requests in flight
   bool any() const {
-    return optimizer != OffloadTarget::kNone || parameters != OffloadTarget::kNone;
+    return optimizer != OffloadTarget::kNone || parameters != OffloadTarget::kNone ||
+           gradients != OffloadTarget::kNone;
   }
 };
+
+// What one element of the optimizer's pass streams (optim::StateStore): bytes per element
+// (4 x 3 with a 16-bit dtype: master, m, v; 4 x 2 in fp32: m, v; + d for values under
+// parameter offload, + d for gradients under gradient offload), and the granule a chunk is
+// whole of, in elements (a block of the narrowest state).
+struct StreamShape {
+  int64_t bytes_per_element = 0;
+  int64_t granule = 0;
+};
+StreamShape stream_shape(const OffloadSpec& offload, Precision dtype);
 
 const char* name(Precision p);
 const char* name(Recompute r);
@@ -80,14 +92,16 @@ struct Layout {
 int64_t global_batch(int64_t micro_batch, int64_t grad_accum, int64_t dp);
 
 // Raises kConfig naming the rule and the numbers: positive sizes, dp·tp·pp = world (when
-// world > 0), tp divides heads and the MLP width, pp ≤ layers, ZeRO stage 0-3 and ≤ 1 with
-// pp > 1 (kiri's rule), the shard group divides dp, B a multiple of b·dp, the schedule's
-// rules (interleaved: v ≥ 2, m a multiple of pp, layers ≥ pp·v; otherwise v = 1), the
-// sequence within the model's context (GPT-2's learned positions). A parameter-count-only
-// model takes dp and the ZeRO stage only. Offload: parameters on NVMe need ZeRO stage 3 and
-// the optimizer states on NVMe (kiri's offload.parameters rule), the
-// pool at least 2 buffers, a positive block (a multiple of 4096, O_DIRECT's alignment) and
-// a buffer that holds one block of each offloaded state (optim::StateStore's rules).
+// world > 0), tp divides heads (LLaMA: both the query and the key/value heads, named) and
+// the MLP width, pp ≤ layers, ZeRO stage 0-3 and ≤ 1 with pp > 1 (kiri's rule), the shard
+// group divides dp, B a multiple of b·dp, the schedule's rules (interleaved: v ≥ 2, m a
+// multiple of pp, layers ≥ pp·v; otherwise v = 1), the sequence within the model's context
+// (GPT-2's learned positions; LLaMA's RoPE has none). A parameter-count-only model takes dp
+// and the ZeRO stage only. Offload: parameters on NVMe need ZeRO stage 3 and the optimizer
+// states on NVMe (kiri's offload.parameters rule), gradients on NVMe ZeRO stage 2 or 3 and
+// the optimizer states on NVMe (offload.gradients), the pool at least 2 buffers, a positive
+// block (a multiple of 4096, O_DIRECT's alignment) and a buffer that holds one block of each
+// offloaded state (optim::StateStore's rules).
 void validate(const Layout& layout, const ModelSpec& model, int world = 0);
 
 }  // namespace kiri::plan

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiri/base/engine_limits.h"
 #include "kiri/base/error.h"
 
 namespace kiri::plan {
@@ -32,11 +33,10 @@ double round_page(double bytes) {
 }  // namespace
 
 double offload_pool_bytes(const OffloadSpec& o, Precision dtype, double state_numel) {
-  const bool values = o.parameters == OffloadTarget::kNvme;
-  const double d = value_bytes(dtype);
-  const double per_elem = 4 * (dtype == Precision::kFp32 ? 2 : 3) + (values ? d : 0);
+  const StreamShape shape = stream_shape(o, dtype);
+  const double per_elem = static_cast<double>(shape.bytes_per_element);
   // A chunk is whole granules, so every state's offset in its file is whole blocks.
-  const double granule = static_cast<double>(o.block_size) / (values ? std::min(4.0, d) : 4.0);
+  const double granule = static_cast<double>(shape.granule);
   const double chunk =
       std::floor(static_cast<double>(o.buffer_bytes) / per_elem / granule) * granule;
   const double whole = std::ceil(std::max(state_numel, 1.0) / granule) * granule;
@@ -54,6 +54,16 @@ void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
     m.nvme.parameters += m.parameters;
     m.parameters = 0;
     m.buffers += 2 * round_page(unit_shard_elems * value_bytes(l.dtype));
+  }
+  if (l.offload.gradients == OffloadTarget::kNvme) {
+    // In RAM only the units in flight (parallel/shard/sharded.cpp): the one being written
+    // (or added to: the write before it is retired first); accumulating, also the partial
+    // sums read back for the unit in backward and the kMaxInflightReductions units reducing.
+    const int units =
+        kMaxInflightGradWrites + (l.microbatches() > 1 ? kMaxInflightReductions + 1 : 0);
+    m.nvme.gradients += m.gradients;
+    m.gradients = 0;
+    m.buffers += units * round_page(unit_shard_elems * value_bytes(l.dtype));
   }
 }
 
@@ -75,6 +85,45 @@ double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
   return 4 * (4 * n * h + 12 * n * h / t + 4 * n + lse);
 }
 
+double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
+                                     int t, bool sp, Recompute recompute) {
+  const double sb = s * b;
+  if (recompute == Recompute::kFull) return sp ? 2 * sb * h / t : 2 * sb * h;
+  // Whole on every tp rank: the two RMSNorms' inputs and the two linear inputs (the norms'
+  // outputs). Cut by t: RoPE'd q and k, v, o_proj's input; gate, up and their product.
+  const double whole = 8 * sb * h, cut = sb * (4 * h + 4 * kv + 6 * f);
+  const double scores = recompute == Recompute::kNone ? 2 * a * s * sb / t : 0;
+  return (sp ? (whole + cut) / t : whole + cut / t) + scores;
+}
+
+double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv, double f, int t,
+                              bool sp, Recompute recompute) {
+  const double n = s * b;
+  if (recompute == Recompute::kFull) return 4 * (sp ? n * h / t : n * h);
+  const double lse = b * a * s / t;
+  // Whole: the input, the RMSNorms' outputs, x1 and the norms' 1/rms; cut: q, k, v, the
+  // attention output, gate, up and silu(gate)·up.
+  const double whole = 4 * n * h + 2 * n, cut = n * (2 * h + 2 * kv + 3 * f);
+  if (sp) return 4 * ((whole + cut) / t + lse);
+  return 4 * (whole + cut / t + lse);
+}
+
+double layer_activation_bytes(const ModelSpec& model, const Layout& l, Recompute recompute) {
+  const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
+  const double h = static_cast<double>(model.hidden), a = static_cast<double>(model.heads);
+  const bool paper = l.form == ActivationForm::kPaper;
+  const double scale = paper && l.dtype == Precision::kFp32 ? 2 : 1;
+  const bool sp = l.sequence_parallel;
+  if (model.arch == Arch::kLlama) {
+    const double kv = static_cast<double>(model.kv_width());
+    const double f = static_cast<double>(model.ffn_width());
+    return scale * (paper ? korthikanti_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute)
+                          : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute));
+  }
+  return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
+                        : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute));
+}
+
 int64_t layers_on_stage(int64_t n_layer, int pp, int stage) {
   return n_layer / pp + (stage < n_layer % pp ? 1 : 0);
 }
@@ -87,7 +136,8 @@ int64_t padded_vocab(int64_t vocab, int tp) {
 
 double block_params(const ModelSpec& m, int tp) {
   const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn_width());
-  if (m.arch == Arch::kLlama) return (4 * h * h + 3 * h * f) / tp + 2 * h;
+  // Every matrix cut (q/k/v/gate/up by columns, o/down by rows), the two RMSNorms whole.
+  if (m.arch == Arch::kLlama) return static_cast<double>(m.layer_matmul_params()) / tp + 2 * h;
   // Matrices and c_attn's / c_fc's biases cut; two c_proj biases and two LayerNorms whole.
   return (4 * h * h + 2 * h * f + 3 * h + f) / tp + 6 * h;
 }
@@ -99,8 +149,8 @@ double embedding_params(const ModelSpec& m, int tp) {
 
 double head_params(const ModelSpec& m, int tp, int pp) {
   const double wte = static_cast<double>(padded_vocab(m.vocab, tp) / tp * m.hidden);
-  if (m.arch == Arch::kLlama) return wte;
-  return pp > 1 ? wte : 0;  // tied: the last stage keeps its own copy of wte
+  if (!m.tie_word_embeddings) return wte;  // its own, vocab-parallel
+  return pp > 1 ? wte : 0;                 // tied: the last stage keeps its own copy of wte
 }
 
 int64_t logits_in_flight(const Layout& l) {
@@ -142,14 +192,9 @@ double layers_in_flight(const Layout& l, int64_t stage_layers, int stage) {
 double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
   if (model.params_only()) return 0;
   const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(model.hidden), a = static_cast<double>(model.heads);
   const double v = static_cast<double>(model.vocab);
   const bool paper = l.form == ActivationForm::kPaper;
-  const double scale = paper && l.dtype == Precision::kFp32 ? 2 : 1;
-  auto layer = [&](Recompute r) {
-    return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, l.sequence_parallel, r)
-                          : kiri_layer_bytes(s, b, h, a, l.tp, l.sequence_parallel, r));
-  };
+  auto layer = [&](Recompute r) { return layer_activation_bytes(model, l, r); };
   const int64_t layers = layers_on_stage(model.n_layer, l.pp, stage);
   double bytes = layers_in_flight(l, layers, stage) * layer(l.recompute);
   // The block being recomputed holds all of its activations (its input is counted already).
@@ -163,9 +208,8 @@ double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
 }
 
 namespace {
-// Matches parallel::kMaxInflightReductions (parallel/shard/sharded.h), which this library
-// cannot include: the reductions a ZeRO rank keeps outstanding during backward.
-constexpr int kInflightReductions = 2;
+// The reductions a ZeRO rank keeps outstanding during backward: the engine's own number.
+constexpr int kInflightReductions = kMaxInflightReductions;
 }  // namespace
 
 double buffer_bytes(const ModelSpec& model, const Layout& l, int stage) {

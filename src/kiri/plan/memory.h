@@ -14,8 +14,8 @@ namespace kiri::plan {
 struct MemoryBreakdown {
   double parameters = 0, gradients = 0, optimizer_states = 0, activations = 0, buffers = 0;
   struct Nvme {
-    double parameters = 0, optimizer_states = 0;
-    double total() const { return parameters + optimizer_states; }
+    double parameters = 0, gradients = 0, optimizer_states = 0;
+    double total() const { return parameters + gradients + optimizer_states; }
   } nvme;
   double model_states() const { return parameters + gradients + optimizer_states; }
   double total() const { return model_states() + activations + buffers; }
@@ -40,16 +40,19 @@ MemoryBreakdown model_state_bytes(double psi, Precision dtype, int zero_stage, i
 //
 // The staging pool of optimizer offload (optim::StateStore): buffer_count buffers, each one
 // chunk of every offloaded state: E bytes per element, 4 x 3 with a 16-bit dtype (master, m,
-// v), 4 x 2 in fp32 (m, v), + d under parameter offload (the values stream with the states).
+// v), 4 x 2 in fp32 (m, v), + d under parameter offload (the values stream with the states),
+// + d under gradient offload (the gradients too; stream_shape in layout.h).
 // A chunk is buffer_bytes / E elements rounded down to whole granules (block_size / 4
-// elements; with the values block_size / min(4, d)), but no more than the state of
+// elements; with values or gradients block_size / min(4, d)), but no more than the state of
 // `state_numel` elements rounded up to a granule: count x chunk x E bytes.
 double offload_pool_bytes(const OffloadSpec& offload, Precision dtype, double state_numel);
 
 // Moves what layout.offload offloads to m.nvme: the optimizer states (+ their staging pool in
 // buffers) and, under parameter offload, the parameter shard (+ two unit shards staged in
 // buffers, the one being gathered and the one read ahead, of `unit_shard_elems` values each,
-// whole 4 KiB pages). `state_numel`: the rank's optimizer state elements.
+// whole 4 KiB pages), and under gradient offload the gradient shard (+ the unit shards in
+// flight, in buffers: kMaxInflightGradWrites, and with accumulation
+// kMaxInflightReductions + 1 more). `state_numel`: the rank's optimizer state elements.
 void apply_offload(MemoryBreakdown& m, const Layout& layout, double state_numel,
                    double unit_shard_elems);
 
@@ -71,13 +74,31 @@ double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bo
 double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
                         Recompute recompute);
 
+// The same accounting for a LLaMA block (docs/planner.md, "LLaMA's activations"), kv = k's
+// and v's width (kv heads × head_dim), f = the SwiGLU width, no dropout: sb(12h + 4kv + 6f)
+// + 2as²b; tensor parallel t: sb(8h + (4h + 4kv + 6f)/t) + 2as²b/t; + sequence parallel:
+// sb(12h + 4kv + 6f)/t + 2as²b/t; selective drops the scores; full keeps 2sbh (/t with sp).
+double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
+                                     int t, bool sp, Recompute recompute);
+
+// kiri's storage pattern at LLaMA's shapes (fp32): the input, the two RMSNorms' outputs and
+// x1 (4·N·C, whole) + q, k, v, the attention output (2·N·C + 2·N·kv) and gate, up and their
+// product (3·N·f), cut by t + the RMSNorms' 1/rms 2·N + the log-sum-exp B·H·T/t; sequence
+// parallelism cuts all of it by t; `selective` equals `none`; `full` keeps the input.
+double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv, double f, int t,
+                              bool sp, Recompute recompute);
+
+// One layer of `model` for one micro-batch of the layout (its tp, sequence parallelism and
+// form; the paper form doubled in fp32) under `recompute`.
+double layer_activation_bytes(const ModelSpec& model, const Layout& layout, Recompute recompute);
+
 // Blocks on pipeline stage `stage` of pp (the remainder of L/pp to the first stages).
 int64_t layers_on_stage(int64_t n_layer, int pp, int stage);
 // Parameters held by a rank of pipeline stage `stage` with tensor parallelism tp: its
 // blocks (matrices and their column-parallel biases cut by tp, norms and row biases whole),
 // on stage 0 the embeddings (wte vocab-parallel over V padded to a multiple of tp; GPT-2's
-// wpe whole), on the last stage the final norm and the LM head (GPT-2: tied, a copy of wte
-// when pp > 1; LLaMA: its own, vocab-parallel).
+// wpe whole), on the last stage the final norm and the LM head (tied, as GPT-2's: a copy of
+// wte when pp > 1; untied, as most LLaMAs': its own, vocab-parallel).
 double stage_params(const ModelSpec& model, int tp, int pp, int stage);
 
 // Layer-micro-batches of activations a rank of `stage` holds at its peak: pp = 1: one

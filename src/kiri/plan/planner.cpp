@@ -66,12 +66,10 @@ Layout with_dp(const Layout& base, int dp) {
 // the value type, and its activations for one micro-batch.
 double one_layer_bytes(const ModelSpec& m, const Layout& l) {
   if (m.params_only()) return 0;
-  const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
-  const double act = l.form == ActivationForm::kPaper
-                         ? korthikanti_layer_bytes(s, b, h, a, 1, false, Recompute::kNone) *
-                               (l.dtype == Precision::kFp32 ? 2 : 1)
-                         : kiri_layer_bytes(s, b, h, a, 1, false, Recompute::kNone);
+  Layout whole = l;
+  whole.tp = 1;
+  whole.sequence_parallel = false;
+  const double act = layer_activation_bytes(m, whole, Recompute::kNone);
   return 2.0 * static_cast<double>(m.layer_params()) * value_bytes(l.dtype) + act;
 }
 
@@ -136,7 +134,8 @@ std::vector<Evaluation> enumerate_layouts(const PlanRequest& r) {
     o.optimizer = OffloadTarget::kNvme;
     add_layouts(r, o, ZeroRange::kAll, out);
     if (!any_fits(out) && !r.model.params_only()) {
-      o.parameters = OffloadTarget::kNvme;
+      // ZeRO-Infinity: the parameters and with them the gradients (offload.gradients' auto).
+      o.parameters = o.gradients = OffloadTarget::kNvme;
       add_layouts(r, o, ZeroRange::kStage3, out);
     }
   }
@@ -263,12 +262,16 @@ void match_headline(const std::vector<Evaluation>& candidates, Recommendation& r
   rec.cut = cut;
 }
 
-// "the optimizer states" / "the optimizer states and the parameters"
+// "the optimizer states" / "the optimizer states, the parameters and the gradients"
 std::string offloaded_what(const OffloadSpec& o) {
-  const bool opt = o.optimizer == OffloadTarget::kNvme, par = o.parameters == OffloadTarget::kNvme;
-  return opt && par ? "the optimizer states and the parameters"
-         : par      ? "the parameters"
-                    : "the optimizer states";
+  std::vector<std::string> parts;
+  if (o.optimizer == OffloadTarget::kNvme) parts.push_back("the optimizer states");
+  if (o.parameters == OffloadTarget::kNvme) parts.push_back("the parameters");
+  if (o.gradients == OffloadTarget::kNvme) parts.push_back("the gradients");
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return s;
 }
 
 std::string disk_words(const ClusterSpec& c) {
@@ -283,8 +286,9 @@ std::string offload_reason(const Evaluation& e, const ClusterSpec& c) {
   const TimeBreakdown& t = e.time;
   std::string s =
       str("offload (", offloaded_what(e.layout.offload), " to NVMe): ", gib(m.nvme.total()),
-          " per rank on NVMe (parameters ", gib(m.nvme.parameters), ", optimizer states ",
-          gib(m.nvme.optimizer_states), "), ", gib(m.total()), " in memory");
+          " per rank on NVMe (parameters ", gib(m.nvme.parameters), ", gradients ",
+          gib(m.nvme.gradients), ", optimizer states ", gib(m.nvme.optimizer_states), "), ",
+          gib(m.total()), " in memory");
   if (t.estimated)
     s += str("; per step ", gib(t.disk_read_bytes), " read, ", gib(t.disk_write_bytes),
              " written (", secs(t.disk_read_s + t.disk_write_s), " of I/O, ", secs(t.io_exposed_s),
@@ -442,7 +446,9 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
   } else {
     rec.message += str(". No layout of ", r.world, r.world == 1 ? " device" : " devices", " fits");
     if (r.offload_if_needed && !r.base.offload.any())
-      rec.message += ", not even with the optimizer states and the parameters offloaded to NVMe";
+      rec.message +=
+          ", not even with the optimizer states, the parameters and the gradients offloaded to "
+          "NVMe";
   }
   return rec;
 }
@@ -500,7 +506,7 @@ std::string format_evaluation(const ModelSpec& model, const ClusterSpec& cluster
     return e.layout.offload.any() ? str("  (nvme ", gib(nvme), ")") : std::string();
   };
   out += str("  parameters        ", gib(m.parameters), tier(m.nvme.parameters), "\n");
-  out += str("  gradients         ", gib(m.gradients), tier(0), "\n");
+  out += str("  gradients         ", gib(m.gradients), tier(m.nvme.gradients), "\n");
   out += str("  optimizer states  ", gib(m.optimizer_states), tier(m.nvme.optimizer_states), "\n");
   out += str("  activations       ", gib(m.activations), " (", name(e.layout.form), " form)\n");
   out += str("  buffers           ", gib(m.buffers), "\n");

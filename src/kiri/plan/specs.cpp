@@ -7,7 +7,8 @@ namespace kiri::plan {
 
 int64_t ModelSpec::layer_params() const {
   const int64_t h = hidden;
-  if (arch == Arch::kLlama) return 4 * h * h + 3 * h * ffn_width() + 2 * h;
+  // q, k, v, o, gate, up, down (no biases) and two RMSNorms.
+  if (arch == Arch::kLlama) return layer_matmul_params() + 2 * h;
   // c_attn 3h² + 3h, attn c_proj h² + h, c_fc h·f + f, mlp c_proj f·h + h, ln_1 and ln_2 4h.
   const int64_t f = ffn_width();
   return 4 * h * h + 2 * h * f + 3 * h + h + f + h + 4 * h;
@@ -15,7 +16,8 @@ int64_t ModelSpec::layer_params() const {
 
 int64_t ModelSpec::layer_matmul_params() const {
   const int64_t h = hidden;
-  if (arch == Arch::kLlama) return 4 * h * h + 3 * h * ffn_width();
+  // q and o h×h, k and v h×kv_width (grouped-query attention), gate/up/down h×ffn (SwiGLU).
+  if (arch == Arch::kLlama) return 2 * h * h + 2 * h * kv_width() + 3 * h * ffn_width();
   return 4 * h * h + 2 * h * ffn_width();
 }
 
@@ -29,7 +31,7 @@ int64_t ModelSpec::final_norm_params() const {
 }
 
 int64_t ModelSpec::head_params() const {
-  return arch == Arch::kLlama ? vocab * hidden : 0;
+  return tie_word_embeddings ? 0 : vocab * hidden;
 }
 
 double ModelSpec::total_params() const {
@@ -46,23 +48,21 @@ ModelSpec gpt(const std::string& name, int64_t l, int64_t h, int64_t a, int64_t 
   return m;
 }
 
-ModelSpec llama(const std::string& name, int64_t l, int64_t h, int64_t a, int64_t ffn) {
-  ModelSpec m;
+// The dimensions as Hugging Face's LlamaConfig names them: num_hidden_layers, hidden_size,
+// num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+// tie_word_embeddings, max_position_embeddings.
+ModelSpec llama(const std::string& name, int64_t l, int64_t h, int64_t a, int64_t kv, int64_t ffn,
+                int64_t vocab, bool tied, int64_t context) {
+  ModelSpec m = llama_from_dims(l, h, a, kv, ffn, vocab, tied, context);
   m.name = name;
-  m.arch = Arch::kLlama;
-  m.n_layer = l;
-  m.hidden = h;
-  m.heads = a;
-  m.vocab = 32000;
-  m.ffn = ffn;
-  m.max_seq = 2048;
   return m;
 }
 
 }  // namespace
 
 std::vector<std::string> model_preset_names() {
-  return {"gpt2-124M", "gpt2-350M", "gpt2-774M", "gpt2-1.5B", "llama-7B", "llama-13B", "gpt3-175B"};
+  return {"gpt2-124M",   "gpt2-350M",      "gpt2-774M", "gpt2-1.5B", "gpt3-175B", "llama-tiny",
+          "smollm-135M", "tinyllama-1.1B", "llama-7B",  "llama-13B", "llama3-8B"};
 }
 
 ModelSpec model_preset(const std::string& name) {
@@ -73,9 +73,20 @@ ModelSpec model_preset(const std::string& name) {
   if (name == "gpt2-1.5B") return gpt(name, 48, 1600, 25, 1024);
   // GPT-3: Brown et al. 2020, Table 2.1 (96 layers, d_model 12288, 96 heads, context 2048).
   if (name == "gpt3-175B") return gpt(name, 96, 12288, 96, 2048);
-  // LLaMA: Touvron et al. 2023, Table 2 and the released configs (intermediate_size).
-  if (name == "llama-7B") return llama(name, 32, 4096, 32, 11008);
-  if (name == "llama-13B") return llama(name, 40, 5120, 40, 13824);
+  // kiri's own tiny Llama for tests (no published model): grouped-query attention with 2
+  // query heads per kv head, head_dim 16, ffn 8h/3 rounded up to 16, a byte vocabulary.
+  if (name == "llama-tiny") return llama(name, 2, 64, 4, 2, 176, 256, false, 256);
+  // The rest as their Hugging Face config.json files give them:
+  // HuggingFaceTB/SmolLM-135M (SmolLM2-135M has the same shape, context 8192).
+  if (name == "smollm-135M") return llama(name, 30, 576, 9, 3, 1536, 49152, true, 2048);
+  // TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T (and TinyLlama-1.1B-Chat-v1.0).
+  if (name == "tinyllama-1.1B") return llama(name, 22, 2048, 32, 4, 5632, 32000, false, 2048);
+  // LLaMA: Touvron et al. 2023, Table 2, and huggyllama/llama-7b, llama-13b (Llama 2 7B and
+  // 13B, meta-llama/Llama-2-7b-hf, have the same shapes with context 4096).
+  if (name == "llama-7B") return llama(name, 32, 4096, 32, 32, 11008, 32000, false, 2048);
+  if (name == "llama-13B") return llama(name, 40, 5120, 40, 40, 13824, 32000, false, 2048);
+  // meta-llama/Meta-Llama-3-8B: 8 kv heads, the 128256-token vocabulary, context 8192.
+  if (name == "llama3-8B") return llama(name, 32, 4096, 32, 8, 14336, 128256, false, 8192);
   std::string known;
   for (const auto& n : model_preset_names()) known += " " + n;
   KIRI_RAISE(kConfig, "unknown model '", name, "' (known:", known,
@@ -95,6 +106,39 @@ ModelSpec model_from_dims(int64_t layers, int64_t hidden, int64_t heads, int64_t
   m.hidden = hidden;
   m.heads = heads;
   m.vocab = vocab;
+  m.max_seq = max_seq;
+  return m;
+}
+
+int64_t llama_default_ffn(int64_t hidden) {
+  const int64_t f = 8 * hidden / 3;
+  return (f + 255) / 256 * 256;
+}
+
+ModelSpec llama_from_dims(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
+                          int64_t ffn, int64_t vocab, bool tie_word_embeddings, int64_t max_seq) {
+  KIRI_CHECK_KIND(
+      kConfig,
+      layers > 0 && hidden > 0 && heads > 0 && kv_heads > 0 && ffn > 0 && vocab > 0 && max_seq > 0,
+      "model dimensions must be positive: --layers ", layers, " --hidden ", hidden, " --heads ",
+      heads, " --kv-heads ", kv_heads, " --ffn ", ffn, " --vocab ", vocab, " (context ", max_seq,
+      ")");
+  KIRI_CHECK_KIND(kConfig, hidden % heads == 0, "--heads ", heads, " does not divide --hidden ",
+                  hidden);
+  KIRI_CHECK_KIND(kConfig, heads % kv_heads == 0, "--kv-heads ", kv_heads,
+                  " does not divide --heads ", heads,
+                  " (grouped-query attention shares each key/value head among a whole number "
+                  "of query heads)");
+  ModelSpec m;
+  m.name = str("llama-L", layers, "-h", hidden);
+  m.arch = Arch::kLlama;
+  m.n_layer = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.ffn = ffn;
+  m.vocab = vocab;
+  m.tie_word_embeddings = tie_word_embeddings;
   m.max_seq = max_seq;
   return m;
 }

@@ -8,21 +8,29 @@
 namespace kiri::plan {
 
 enum class Arch {
-  kGpt2,   // GPT-2/GPT-3: biases, learned positions, GELU MLP 4h, tied LM head
-  kLlama,  // LLaMA: no biases, rotary positions, SwiGLU MLP of width ffn, untied head
+  kGpt2,   // GPT-2/GPT-3: biases, learned positions, GELU MLP 4h, LayerNorm, tied LM head
+  kLlama,  // LLaMA: no biases, rotary positions, SwiGLU MLP of width ffn, RMSNorm,
+           // grouped-query attention, LM head tied or not (tie_word_embeddings)
 };
 
 struct ModelSpec {
   std::string name;
   Arch arch = Arch::kGpt2;
   int64_t n_layer = 0, hidden = 0, heads = 0, vocab = 0;
-  int64_t ffn = 0;         // MLP width; 0 = 4·hidden (GPT-2)
-  int64_t max_seq = 1024;  // context length (GPT-2's position rows)
-  double params = 0;       // > 0: a parameter count only (--params), no structure
+  int64_t ffn = 0;                  // MLP width; 0 = 4·hidden (GPT-2)
+  int64_t kv_heads = 0;             // key/value heads (LLaMA's num_key_value_heads); 0 = heads
+  bool tie_word_embeddings = true;  // the LM head is wte (GPT-2 always; LLaMA per config)
+  int64_t max_seq = 1024;           // context length (GPT-2's position rows)
+  double params = 0;                // > 0: a parameter count only (--params), no structure
 
   bool params_only() const { return params > 0 && n_layer == 0; }
   int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * hidden; }
-  // One block: GPT-2 12h² + 13h; LLaMA 4h² + 3·h·ffn + 2h.
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head_dim() const { return hidden / heads; }
+  // k's and v's width: kv heads × head_dim (hidden without grouped-query attention).
+  int64_t kv_width() const { return kv_head_count() * head_dim(); }
+  // One block: GPT-2 12h² + 13h; LLaMA 2h² + 2·h·kv_width + 3·h·ffn + 2h (q and o h×h,
+  // k and v h×kv_width, gate/up/down h×ffn, two RMSNorms).
   int64_t layer_params() const;
   // The weights of a block's matrix multiplies (12h² for GPT-2): 2 FLOPs each per token.
   int64_t layer_matmul_params() const;
@@ -30,18 +38,27 @@ struct ModelSpec {
   int64_t embedding_params() const;
   // The final norm: 2h (LayerNorm) or h (RMSNorm).
   int64_t final_norm_params() const;
-  // The LM head's own weights: 0 when tied to wte (GPT-2), V·h for LLaMA.
+  // The LM head's own weights: 0 when tied to wte, else V·h.
   int64_t head_params() const;
   // All of them (or `params` for a parameter-count-only model).
   double total_params() const;
 };
 
-// gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1.5B, llama-7B, llama-13B, gpt3-175B;
-// raises kConfig naming the known ones.
+// gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1.5B, gpt3-175B, llama-tiny, smollm-135M,
+// tinyllama-1.1B, llama-7B, llama-13B, llama3-8B; raises kConfig naming the known ones.
 ModelSpec model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 // A GPT-2-style model of the given dimensions (kConfig on non-positive ones).
 ModelSpec model_from_dims(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab,
+                          int64_t max_seq = 1024);
+// LLaMA's SwiGLU width when a config does not give one (Meta's rule): 8h/3 rounded down,
+// then up to a multiple of 256 (11008 for h = 4096).
+int64_t llama_default_ffn(int64_t hidden);
+// A LLaMA model of the given dimensions: kConfig on non-positive ones, on heads not dividing
+// hidden, or kv_heads not dividing heads (grouped-query attention shares each kv head among
+// heads / kv_heads query heads), naming the numbers.
+ModelSpec llama_from_dims(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
+                          int64_t ffn, int64_t vocab, bool tie_word_embeddings,
                           int64_t max_seq = 1024);
 // A model known only by its parameter count (model-state questions).
 ModelSpec model_from_params(double params);

@@ -119,6 +119,16 @@ double sustained_flops(const ClusterSpec& c, Precision p) {
 
 namespace {
 
+// A block's elementwise work per token × hidden relative to GPT's, which kActivationBytes
+// prices as four passes over Korthikanti's 34 bytes: a LLaMA block's stored bytes in the
+// same accounting, (12h + 4kv + 6f)/h (docs/planner.md, "LLaMA's activations"), over 34.
+double elementwise_scale(const ModelSpec& m) {
+  if (m.arch != Arch::kLlama) return 1;
+  const double h = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_width());
+  const double f = static_cast<double>(m.ffn_width());
+  return (12 * h + 4 * kv + 6 * f) / (34 * h);
+}
+
 // One micro-batch's forward + backward of each chunk on one tp rank (module comment).
 std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
                                   const std::vector<StageBlocks>& chunks) {
@@ -136,7 +146,8 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
   // rank, the rest (GELU, attention, the cut biases) is cut; full recomputation redoes the
   // forward's third.
   const double block_other = h * c.non_gemm.activation_s * (1 + 1 / t) / 2 *
-                             (l.recompute == Recompute::kFull ? 4.0 / 3 : 1.0);
+                             (l.recompute == Recompute::kFull ? 4.0 / 3 : 1.0) *
+                             elementwise_scale(model);
   const double block_s = tokens * (block_flops / t / rate + block_other);
   const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * c.non_gemm.logit_s);
   std::vector<double> out;
@@ -166,18 +177,25 @@ void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
   const double par = l.offload.parameters == OffloadTarget::kNvme
                          ? value_bytes(l.dtype) * (l.zero_stage >= 3 ? psi / n : psi)
                          : 0;
+  // Gradient offload: each micro-batch's backward writes the gradient shard, the ones after
+  // the first read the partial sum back first, and the update reads the final one.
+  const double grad = l.offload.gradients == OffloadTarget::kNvme
+                          ? value_bytes(l.dtype) * (l.zero_stage >= 2 ? psi / n : psi)
+                          : 0;
+  const double m = static_cast<double>(l.microbatches());
   // The node's disk is shared by the ranks on it.
   const double sharing = std::min<double>(l.world(), c.devices_per_node);
   const double rd = c.disk.read_bandwidth / sharing, wr = c.disk.write_bandwidth / sharing;
-  t.disk_read_bytes = opt + 2 * par;
-  t.disk_write_bytes = opt + par;
+  t.disk_read_bytes = opt + 2 * par + m * grad;
+  t.disk_write_bytes = opt + par + m * grad;
   t.disk_read_s = t.disk_read_bytes / rd;
   t.disk_write_s = t.disk_write_bytes / wr;
   // The update: the states stream through it (and the new parameters are written).
-  const double update_io = opt / rd + (opt + par) / wr;
-  const double prefetch_io = 2 * par / rd;
+  const double update_io = (opt + grad) / rd + (opt + par) / wr;
+  // Under forward and backward: the parameter shards read ahead, the gradients' traffic.
+  const double under_compute_io = 2 * par / rd + (m - 1) * grad / rd + m * grad / wr;
   t.io_exposed_s = std::max(0.0, update_io - t.optimizer_s - first_forward_s) +
-                   std::max(0.0, prefetch_io - forward_backward_s);
+                   std::max(0.0, under_compute_io - forward_backward_s);
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ struct StepFlops {
   double executed = 0;  // what runs: + recomputed forwards
 };
 // 3 × (per token: L·(2·matmul weights + 4·s·h) + 2·h·V) per token, which is Narayanan's
-// formula for GPT (and its generalisation for LLaMA's SwiGLU); full recomputation adds a
+// formula for GPT (and its generalisation for LLaMA: matmul weights 2h² + 2h·kv_width +
+// 3h·ffn with grouped-query attention's smaller k and v, the same 4·s·h of attention over
+// the query heads, the head's 2·h·V tied or not); full recomputation adds a
 // forward of the blocks, selective one of attention's s-terms; the kiri form adds attention's
 // recomputed QKᵀ (kiri saves only the log-sum-exp) as the paper form's selective does.
 StepFlops step_flops(const ModelSpec& model, const Layout& layout);
@@ -76,9 +78,11 @@ struct TimeBreakdown {
   double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)
   // Offload (per rank per step, the busiest stage): bytes read from and written to
   // offload.path's disk (optimizer: the states once each way; parameters: the shard read in
-  // forward and in backward, written once at the update), their time at the rank's share of
-  // the node's disk, and the part not hidden behind compute: the update streams the states
-  // (max(update, its I/O)), forward and backward read the parameters ahead of their use.
+  // forward and in backward, written once at the update; gradients: written by each
+  // micro-batch's backward, read back by every one after the first and by the update),
+  // their time at the rank's share of the node's disk, and the part not hidden behind
+  // compute: the update streams the states (max(update, its I/O)), forward and backward
+  // read the parameters ahead of their use and move the gradients.
   double disk_read_bytes = 0, disk_write_bytes = 0;
   double disk_read_s = 0, disk_write_s = 0;
   double io_exposed_s = 0;

@@ -24,6 +24,8 @@ const char* device_name(OffloadDevice d) {
       return "cpu";
     case OffloadDevice::kNvme:
       return "nvme";
+    case OffloadDevice::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -83,6 +85,22 @@ void check_on(const RunConfig& cfg, std::vector<std::string>& problems) {
               ": the optimizer states (12 bytes per parameter) leave RAM before "
               "the parameters (2 to 4)"));
   }
+  if (o.gradients == OffloadDevice::kNvme) {
+    const int stage = resolve_sharding(cfg.parallel).stage;
+    if (stage < 2)
+      problems.push_back(
+          str("offload.gradients = nvme needs ZeRO stage 2 or 3 (what goes to "
+              "NVMe is each rank's gradient shard), but ",
+              stage_source(cfg.parallel, stage),
+              " keeps whole gradients: set parallel.zero_stage = 2 or 3, or "
+              "offload.gradients = none"));
+    if (o.optimizer != OffloadDevice::kNvme)
+      problems.push_back(
+          str("offload.gradients = nvme needs offload.optimizer = nvme too, got "
+              "offload.optimizer = ",
+              device_name(o.optimizer),
+              ": the optimizer reads the gradients from NVMe with its states"));
+  }
   if (o.path.empty())
     problems.push_back(
         "offload.path is empty: the swap files need a folder (default {run.dir}/offload)");
@@ -109,7 +127,9 @@ void validate_offload(const RunConfig& cfg) {
   std::vector<std::string> problems;
   check_cpu("offload.optimizer", o.optimizer, "optimizer states", problems);
   check_cpu("offload.parameters", o.parameters, "parameters", problems);
-  if (o.optimizer == OffloadDevice::kNvme || o.parameters == OffloadDevice::kNvme)
+  check_cpu("offload.gradients", o.gradients, "gradients", problems);
+  if (o.optimizer == OffloadDevice::kNvme || o.parameters == OffloadDevice::kNvme ||
+      o.gradients == OffloadDevice::kNvme)
     check_on(cfg, problems);
   if (problems.empty()) return;
   if (problems.size() == 1) KIRI_RAISE(kConfig, problems.front(), " (docs/offload.md)");
@@ -117,6 +137,11 @@ void validate_offload(const RunConfig& cfg) {
   for (const std::string& p : problems) list += "\n  - " + p;
   KIRI_RAISE(kConfig, problems.size(),
              " problems with the offload.* keys (docs/offload.md):", list);
+}
+
+bool offload_gradients(const OffloadConfig& o) {
+  return o.gradients == OffloadDevice::kNvme ||
+         (o.gradients == OffloadDevice::kAuto && o.parameters == OffloadDevice::kNvme);
 }
 
 int64_t offload_block_bytes(const OffloadConfig& o) {

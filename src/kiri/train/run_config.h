@@ -114,13 +114,15 @@ struct CheckpointConfig {
 
 // Where the training state lives (docs/offload.md). On the CPU backend device and host
 // memory are the same RAM, so the tier that moves state off is NVMe: files under `path`.
-enum class OffloadDevice { kNone, kCpu, kNvme };
+// kAuto: offload.gradients only (nvme when the parameters are offloaded, else none).
+enum class OffloadDevice { kNone, kCpu, kNvme, kAuto };
 // The asynchronous direct-I/O mechanism of the swap files (offload/async_io.h).
 enum class IoEngine { kAuto, kIoUring, kThreads };
 
 struct OffloadConfig {
   OffloadDevice optimizer = OffloadDevice::kNone;   // fp32 master weights, Adam m and v
   OffloadDevice parameters = OffloadDevice::kNone;  // ZeRO stage 3: the parameter shards
+  OffloadDevice gradients = OffloadDevice::kAuto;   // ZeRO stage 2-3: the gradient shards
   std::string path = "{run.dir}/offload";           // swap files: <path>/rank<R>/...
   int buffer_count = 4;                             // aligned staging buffers per rank
   double buffer_mb = 64;                            // size of each (MiB)

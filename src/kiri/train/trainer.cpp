@@ -22,6 +22,7 @@
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/offload_config.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
 
@@ -237,6 +238,12 @@ void Trainer::build() {
                     "offload.parameters = nvme needs offload.optimizer = nvme "
                     "(the optimizer writes the updated shards back)");
     po.param_swap = swap_.get();
+  }
+  if (offload_gradients(cfg_.offload)) {
+    KIRI_CHECK_KIND(kConfig, swap_,
+                    "offload.gradients = nvme needs offload.optimizer = nvme "
+                    "(the optimizer reads the gradients with its states)");
+    po.grad_swap = swap_.get();
   }
   parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
   optimizer_ = std::make_unique<optim::AdamW>(

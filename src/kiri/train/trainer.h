@@ -174,12 +174,13 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> mesh_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
+  // offload.optimizer = nvme: this rank's swap files; outlives the sharding engine and the
+  // optimizer that use them.
+  std::unique_ptr<offload::SwapSpace> swap_;
   // The model (this rank's chunks of it) outlives the cuts applied to it
   // (ParallelGPT unhooks itself).
   std::vector<std::unique_ptr<model::GPT<float>>> chunks_;
   std::unique_ptr<model::ParallelGPT> parallel_;
-  // offload.optimizer = nvme: this rank's swap files; outlives the optimizer that uses them.
-  std::unique_ptr<offload::SwapSpace> swap_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32

@@ -8,6 +8,7 @@
 
 #include "kiri/base/units.h"
 #include "kiri/comm/agree.h"
+#include "kiri/train/offload_config.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -123,7 +124,8 @@ void Trainer::check_model_states_fit() const {
   const bool opt_off = cfg_.offload.optimizer == OffloadDevice::kNvme;
   const bool par_off = cfg_.offload.parameters == OffloadDevice::kNvme;
   const int64_t params = par_off ? 0 : d * (sharding.stage < 3 ? local : shard);
-  const int64_t grads = d * (sharding.stage < 2 ? local : shard);
+  const int64_t grads =
+      offload_gradients(cfg_.offload) ? 0 : d * (sharding.stage < 2 ? local : shard);
   const int64_t states =
       opt_off ? 0
               : (compute_dtype() == DType::kF32 ? 8 : 12) * (sharding.stage == 0 ? local : shard);

@@ -30,6 +30,8 @@ optim::StateOffload Trainer::make_state_offload() {
   so.buffer_bytes = offload_buffer_bytes(o);
   so.values_files = parallel_->optimizer_values_files();
   so.values_dtype = compute_dtype();
+  so.grads_files = parallel_->optimizer_grads_files();
+  so.grads_dtype = compute_dtype();
   return so;
 }
 

@@ -21,6 +21,16 @@ struct ShardedDataParallel::Runtime {
   comm::WorkHandle reduce;  // the reduce-scatter, then (hybrid) the replicas' all-reduce
   bool replica_pending = false;
   int forward_done = 0, backward_done = 0;  // groups of the unit done in this pass
+  // Gradient offload: the unit's [shard] gradient (category buffers) while it is read
+  // back, added to or written; at most one transfer of it in flight; whether the file
+  // holds this accumulation's partial sum; whether the buffer is kept after its write
+  // (the next micro-batch adds to it: no read back needed).
+  enum class GradIo { kNone, kReading, kWriting };
+  Tensor grad_buf;
+  offload::SwapSpace::Ticket grad_ticket = 0;
+  GradIo grad_io = GradIo::kNone;
+  bool grad_on_disk = false;
+  bool grad_keep = false;
 };
 
 std::vector<std::vector<int>> wrap_policy(int num_groups, int blocks_per_unit) {
@@ -86,6 +96,10 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
                   "offload.parameters = nvme needs ZeRO stage 3 (this run shards with stage ",
                   options.stage, ")");
   const bool offloaded = options.param_swap != nullptr;
+  KIRI_CHECK_KIND(kConfig, !options.grad_swap || options.stage >= 2,
+                  "offload.gradients = nvme needs ZeRO stage 2 or 3 (this run shards with stage ",
+                  options.stage, ", which keeps whole gradients)");
+  const bool grads_offloaded = options.grad_swap != nullptr;
   if (full_params)
     params_full_ = Tensor::zeros({full_total}, d, Category::kParameters, allocator);
   else if (!offloaded)
@@ -99,10 +113,18 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
   }
   if (full_grads)
     grads_full_ = Tensor::zeros({full_total}, d, Category::kGradients, allocator);
-  else
+  else if (!grads_offloaded)
     grads_shard_ = Tensor::zeros({state_numel_}, d, Category::kGradients, allocator);
+  for (size_t k = 0; grads_offloaded && k < units_.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "unit%05zu.grads.swp", k);
+    grad_files_.push_back(options.grad_swap->create(
+        name, std::max<int64_t>(units_[k].shard, 1) * static_cast<int64_t>(dtype_size(d)),
+        Category::kGradients));
+  }
 
   for (const ShardUnit& u : units_) {
+    unit_segments_.emplace_back(segments_.size(), segments_.size());
     const int64_t lo = rank * u.shard, hi = lo + u.shard;
     for (size_t i = 0; i < u.params.size(); ++i) {
       nn::Parameter* p = u.params[i];
@@ -122,14 +144,28 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
       s.value = full_params ? params_full_.flat_range(u.full_offset + a, b - a)
                 : offloaded ? Tensor()  // in the swap file: the optimizer streams it
                             : params_shard_.flat_range(s.state_offset, b - a);
-      s.grad = full_grads ? grads_full_.flat_range(u.full_offset + a, b - a)
-                          : grads_shard_.flat_range(s.state_offset, b - a);
+      s.grad = full_grads        ? grads_full_.flat_range(u.full_offset + a, b - a)
+               : grads_offloaded ? Tensor()  // in the swap file: the optimizer streams it
+                                 : grads_shard_.flat_range(s.state_offset, b - a);
+      s.offloaded_numel = b - a;
+      s.offloaded_dtype = d;
       segments_.push_back(std::move(s));
+      unit_segments_.back().second = segments_.size();
     }
   }
+  grad_sq_.assign(segments_.size(), 0.0);  // not resized again: the segments point into it
+  for (size_t i = 0; grads_offloaded && i < segments_.size(); ++i)
+    segments_[i].grad_sq = &grad_sq_[i];
 }
 
-ShardedDataParallel::~ShardedDataParallel() = default;
+ShardedDataParallel::~ShardedDataParallel() {
+  // Transfers into this engine's buffers land before the buffers are freed.
+  for (Runtime& rt : runtime_) try {
+      if (rt.reading) options_.param_swap->wait(rt.read);
+      if (rt.grad_io != Runtime::GradIo::kNone) options_.grad_swap->wait(rt.grad_ticket);
+    } catch (...) {  // an I/O error has been reported where it happened
+    }
+}
 
 int ShardedDataParallel::next_unit(int unit, bool backward) const {
   const int last = static_cast<int>(units_.size()) - 1;
@@ -242,6 +278,7 @@ void ShardedDataParallel::before_backward(int group) {
       }
   }
   if (options_.stage >= 2) bind_grads(unit);
+  prefetch_grad(unit);  // the partial sum its reduction will add to, read under its backward
 }
 
 void ShardedDataParallel::after_backward(int group) {
@@ -316,7 +353,11 @@ void ShardedDataParallel::finish_reduce(int unit) {
     Tensor mine = grads_full_.flat_range(u.full_offset + shard_group_.rank() * u.shard, u.shard);
     mine.copy_from(rt.reduce_out);
   } else {
-    Tensor acc = grads_shard_.flat_range(u.shard_offset, u.shard);
+    // Gradient offload: the last unit's write had this unit's backward to land; it is
+    // retired before this unit's sum takes a buffer, so one unit's gradient is in RAM.
+    if (options_.grad_swap) retire_grad_io(true);
+    Tensor acc = options_.grad_swap ? take_grad_accumulator(unit)
+                                    : grads_shard_.flat_range(u.shard_offset, u.shard);
     if (options_.dtype == DType::kF32) {
       kernels::add_into(acc, rt.reduce_out);
     } else {  // 16-bit: add through fp32
@@ -324,6 +365,7 @@ void ShardedDataParallel::finish_reduce(int unit) {
       kernels::convert(wide, rt.reduce_out);
       kernels::add_into(acc, wide);
     }
+    if (options_.grad_swap) offload_grad(unit, acc);
   }
   rt.reduce.reset();
   rt.reduce_out = rt.full_grad = Tensor();
@@ -334,10 +376,13 @@ void ShardedDataParallel::progress() {
   shard_group_.progress();
   if (replica_group_) replica_group_->progress();
   complete_reduces(false);
+  retire_grad_io(false);
 }
 
 void ShardedDataParallel::finalize_grads() {
   complete_reduces(true);
+  // The last micro-batch's gradients are on disk before the optimizer reads them.
+  retire_grad_io(sync_);
 }
 
 void ShardedDataParallel::reduce_gradients() {
@@ -350,6 +395,7 @@ void ShardedDataParallel::reduce_gradients() {
 void ShardedDataParallel::zero_grad() {
   if (grads_full_.defined()) grads_full_.zero_();
   if (grads_shard_.defined()) grads_shard_.zero_();
+  for (int unit = 0; unit < static_cast<int>(units_.size()); ++unit) drop_unit_grad(unit);
 }
 
 void ShardedDataParallel::gather_parameters() {
@@ -371,6 +417,102 @@ void ShardedDataParallel::zero_unit_grad(int unit) {
   const ShardUnit& u = units_.at(unit);
   if (grads_full_.defined()) grads_full_.flat_range(u.full_offset, u.padded).zero_();
   if (grads_shard_.defined()) grads_shard_.flat_range(u.shard_offset, u.shard).zero_();
+  drop_unit_grad(unit);
+}
+
+Tensor ShardedDataParallel::grad_buffer(int unit) {
+  // Whole pages: the allocator aligns them for O_DIRECT, which moves whole pages.
+  const int64_t es = static_cast<int64_t>(dtype_size(options_.dtype));
+  const int64_t shard = units_[unit].shard, room = (shard * es + 4095) / 4096 * 4096 / es;
+  // Staging, as the parameter shards read from swap: category buffers (between steps no
+  // gradient is in RAM, and the gradients' RAM is 0).
+  return Tensor::empty({room}, options_.dtype, Category::kBuffers, allocator_).flat_range(0, shard);
+}
+
+void ShardedDataParallel::prefetch_grad(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (!options_.grad_swap || !rt.grad_on_disk || units_[unit].shard == 0) return;
+  if (rt.grad_buf.defined()) {  // being read, or its write's buffer: it holds the sum
+    rt.grad_keep = true;
+    return;
+  }
+  const int64_t bytes = units_[unit].shard * static_cast<int64_t>(dtype_size(options_.dtype));
+  rt.grad_buf = grad_buffer(unit);
+  rt.grad_ticket = options_.grad_swap->read(grad_files_[unit], 0, rt.grad_buf.raw(), bytes);
+  rt.grad_io = Runtime::GradIo::kReading;
+}
+
+Tensor ShardedDataParallel::take_grad_accumulator(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (rt.grad_on_disk) prefetch_grad(unit);  // (started at its backward, unless missed)
+  if (rt.grad_io != Runtime::GradIo::kNone) {
+    rt.grad_io = Runtime::GradIo::kNone;
+    std::erase(grad_writes_, unit);
+    options_.grad_swap->wait(rt.grad_ticket);  // kIo (checksum, truncation) names the file
+  }
+  Tensor acc = rt.grad_on_disk ? rt.grad_buf : Tensor();
+  rt.grad_buf = Tensor();
+  rt.grad_keep = false;
+  if (!acc.defined()) {  // the accumulation's first: zeros, as the shard in memory starts
+    acc = grad_buffer(unit);
+    acc.zero_();
+  }
+  return acc;
+}
+
+void ShardedDataParallel::offload_grad(int unit, Tensor acc) {
+  Runtime& rt = runtime_[unit];
+  const ShardUnit& u = units_[unit];
+  if (sync_)  // the step's final gradient: its part of the global norm, as AdamW takes it
+    for (size_t i = unit_segments_[unit].first; i < unit_segments_[unit].second; ++i) {
+      const nn::ParameterSegment& s = segments_[i];
+      grad_sq_[i] =
+          kernels::sum_of_squares(acc.flat_range(s.state_offset - u.shard_offset, s.numel()));
+    }
+  rt.grad_on_disk = true;
+  if (u.shard == 0) return;
+  rt.grad_buf = std::move(acc);
+  rt.grad_ticket =
+      options_.grad_swap->write(grad_files_[unit], 0, rt.grad_buf.raw(),
+                                u.shard * static_cast<int64_t>(dtype_size(options_.dtype)));
+  rt.grad_io = Runtime::GradIo::kWriting;
+  grad_writes_.push_back(unit);
+  while (grad_writes_.size() > static_cast<size_t>(kMaxInflightGradWrites)) {
+    retire_grad_write(grad_writes_.front());
+    grad_writes_.pop_front();
+  }
+}
+
+void ShardedDataParallel::retire_grad_write(int unit) {
+  Runtime& rt = runtime_[unit];
+  if (rt.grad_io != Runtime::GradIo::kWriting) return;  // taken or dropped meanwhile
+  rt.grad_io = Runtime::GradIo::kNone;
+  options_.grad_swap->wait(rt.grad_ticket);  // kIo names the file
+  if (!rt.grad_keep) rt.grad_buf = Tensor();
+}
+
+void ShardedDataParallel::retire_grad_io(bool block) {
+  while (!grad_writes_.empty()) {
+    const Runtime& rt = runtime_[grad_writes_.front()];
+    if (!block && rt.grad_io == Runtime::GradIo::kWriting &&
+        !options_.grad_swap->ready(rt.grad_ticket))
+      return;
+    retire_grad_write(grad_writes_.front());
+    grad_writes_.pop_front();
+  }
+}
+
+void ShardedDataParallel::drop_unit_grad(int unit) {
+  if (!options_.grad_swap) return;
+  Runtime& rt = runtime_[unit];
+  if (rt.grad_io != Runtime::GradIo::kNone) {
+    rt.grad_io = Runtime::GradIo::kNone;
+    std::erase(grad_writes_, unit);
+    options_.grad_swap->wait(rt.grad_ticket);
+  }
+  rt.grad_buf = Tensor();
+  rt.grad_on_disk = rt.grad_keep = false;
+  for (size_t i = unit_segments_[unit].first; i < unit_segments_[unit].second; ++i) grad_sq_[i] = 0;
 }
 
 void ShardedDataParallel::all_gather_unit(int unit, const Tensor& shard, Tensor& full) {

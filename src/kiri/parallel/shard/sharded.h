@@ -33,19 +33,15 @@
 #include <functional>
 #include <vector>
 
+#include "kiri/base/engine_limits.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/nn/parameter.h"
 #include "kiri/offload/swap_space.h"
 
 namespace kiri::parallel {
 
-// Reductions (a unit's reduce-scatter, then with hybrid sharding its replicas'
-// all-reduce) outstanding at once, as FSDP's limit_all_gathers caps all-gathers.
-// 2: the reduction of the unit just finished overlaps the next unit's backward.
-// One still outstanding after that is waiting for a lagging peer (the backends
-// progress only when ranks poll), not for bandwidth: a third would only keep one
-// more unit's full gradient alive. plan/memory.cpp counts the same number.
-inline constexpr int kMaxInflightReductions = 2;
+// The reductions and gradient writes a rank keeps in flight (kMaxInflightReductions,
+// kMaxInflightGradWrites) are in base/engine_limits.h, where the planner reads them too.
 
 struct ShardOptions {
   int stage = 3;              // 1, 2 or 3
@@ -57,6 +53,14 @@ struct ShardOptions {
   // prefetch: two ahead of its use), in forward and in backward; the optimizer
   // writes the updated shard back (optim::StateOffload::values_files).
   offload::SwapSpace* param_swap = nullptr;
+  // Stages 2 and 3, gradient offload: each unit's reduced gradient shard lives in a swap
+  // file here (unit<KKKKK>.grads.swp, category gradients on the NVMe tier), written as
+  // soon as the unit's reduction completes, and only a unit being accumulated holds a
+  // [shard] buffer in RAM. With gradient accumulation a later micro-batch reads the
+  // partial sum back (prefetched when the unit's backward begins) and adds to it; the
+  // last micro-batch's sum of squares per segment is kept for the global norm. The
+  // optimizer reads the files with its states (optim::StateOffload::grads_files).
+  offload::SwapSpace* grad_swap = nullptr;
   // Whether unit 0 (the embedding) is also the LM head: backward then starts
   // with it and runs from the last unit down to unit 1; untied, backward runs
   // from the last unit down to unit 0 (the order stage 3 prefetches in).
@@ -128,6 +132,8 @@ class ShardedDataParallel {
 
   // Parameter offload: the swap file of each unit's shard (param_swap's ids, by unit).
   const std::vector<int>& param_files() const { return param_files_; }
+  // Gradient offload: the swap file of each unit's reduced gradient (grad_swap's ids).
+  const std::vector<int>& grad_files() const { return grad_files_; }
 
   // All-gathers a unit's [shard] tensor (this rank's part, F32) into [padded].
   void all_gather_unit(int unit, const Tensor& shard, Tensor& full);
@@ -147,6 +153,14 @@ class ShardedDataParallel {
   void finish_reduce(int unit);  // adds (stage 1: copies) the reduced shard
   void bind_grads(int unit);     // stage 2/3: a fresh full gradient buffer for backward
   int next_unit(int unit, bool backward) const;
+  // Gradient offload (grad_swap).
+  Tensor grad_buffer(int unit);             // [shard] page-aligned, for O_DIRECT
+  void prefetch_grad(int unit);             // starts reading the unit's partial sum back
+  Tensor take_grad_accumulator(int unit);   // the partial sum, or zeros when there is none
+  void offload_grad(int unit, Tensor acc);  // the unit's norm part (last), then its write
+  void retire_grad_io(bool block);          // frees the buffers whose writes landed
+  void retire_grad_write(int unit);         // waits for the unit's write, frees its buffer
+  void drop_unit_grad(int unit);            // zero_grad: the file holds nothing of this step
 
   std::vector<ShardUnit> units_;
   std::vector<int> unit_of_group_;
@@ -159,8 +173,12 @@ class ShardedDataParallel {
   Tensor params_full_, params_shard_, grads_full_, grads_shard_;
   std::vector<nn::ParameterSegment> segments_;
   std::vector<int> param_files_;
+  std::vector<int> grad_files_;
+  std::vector<double> grad_sq_;  // [segments] sums of squares of offloaded gradients
+  std::vector<std::pair<size_t, size_t>> unit_segments_;  // [unit] its segments [first, end)
   std::vector<Runtime> runtime_;
-  std::deque<int> order_;  // units whose reduction is outstanding, oldest first
+  std::deque<int> order_;        // units whose reduction is outstanding, oldest first
+  std::deque<int> grad_writes_;  // units whose gradient write is in flight, oldest first
   std::function<void(int)> before_read_;
 };
 
