@@ -1,7 +1,7 @@
 // model.arch = llama through the binary: configs/llama-tiny.json trains and checkpoints a
 // folder whose config.json is a LlamaConfig and whose tensors carry LlamaForCausalLM's
-// names; kiri export writes one; what is not supported yet (reading a Llama folder, the
-// planner) and the shapes a Llama cannot take are named errors.
+// names; kiri export writes one; --auto plans it; what is not supported yet (reading a Llama
+// folder) and the shapes a Llama cannot take are named errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,11 +88,13 @@ TEST(LlamaCli, TrainsCheckpointsAndExportsALlamaFolder) {
   EXPECT_EQ(e["torch_dtype"], "bfloat16");
   EXPECT_EQ(safetensors_header(dir + "/hf/model.safetensors")["lm_head.weight"]["dtype"], "BF16");
 
-  // Not yet: reading a Llama folder, and the planner for a Llama.
+  // Not yet: reading a Llama folder.
   expect_error("train " + kConfig + " --init-from " + dir + "/hf --set run.dir=" + dir + "/ft", 1,
                "model_type = \"llama\" is not supported: kiri reads GPT-2 folders");
-  expect_error("train " + kConfig + " --auto --dry-run --mem-limit 1GiB", 2,
-               "the planner models model.arch = gpt2 only");
+  // The planner takes the Llama's own shape (grouped-query attention, SwiGLU, untied head).
+  r = run_kiri("train " + kConfig + " --auto --dry-run --mem-limit 1GiB", "KIRI_CALIBRATION=none");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("auto layout: "), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 

@@ -24,16 +24,15 @@ using nlohmann::json;
 
 namespace {
 
-// kiri's GPT as the planner's model: GPT-2's structure at the config's dimensions.
+// kiri's model as the planner's: GPT-2's or LLaMA's structure at the config's dimensions.
 plan::ModelSpec plan_model(const train::RunConfig& cfg) {
-  // The planner's ModelSpec has no GQA, SwiGLU or untied head yet: refused rather than
-  // predicting a GPT-2 of the same dimensions.
-  KIRI_CHECK_KIND(kConfig, !cfg.model.llama(),
-                  "the planner models model.arch = gpt2 only (kiri train --auto and its memory "
-                  "advice do not cover model.arch = llama yet)");
-  plan::ModelSpec m = plan::model_from_dims(cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head,
-                                            cfg.model.vocab_size, cfg.model.block_size);
-  m.name = str("kiri L", cfg.model.n_layer, " h", cfg.model.n_embd, " V", cfg.model.vocab_size);
+  const model::GPTConfig& c = cfg.model;
+  plan::ModelSpec m =
+      c.llama() ? plan::llama_from_dims(c.n_layer, c.n_embd, c.n_head, c.kv_heads(), c.mlp_width(),
+                                        c.vocab_size, c.tie_word_embeddings, c.block_size)
+                : plan::model_from_dims(c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.block_size);
+  m.name =
+      str("kiri ", c.llama() ? "llama " : "", "L", c.n_layer, " h", c.n_embd, " V", c.vocab_size);
   return m;
 }
 
