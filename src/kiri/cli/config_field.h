@@ -17,6 +17,12 @@
 
 namespace kiri::cli {
 
+// A Field's accessor: `path` of a RunConfig (KIRI_FIELD(model.n_layer)).
+#define KIRI_FIELD(path)              \
+  [](train::RunConfig & c) -> auto& { \
+    return c.path;                    \
+  }
+
 struct Field {
   KeyDoc doc;
   std::function<void(train::RunConfig&, const nlohmann::json&)> set;
@@ -27,6 +33,9 @@ struct Field {
 int64_t as_int(const nlohmann::json& v, const std::string& key);
 double as_float(const nlohmann::json& v, const std::string& key);
 std::string as_string(const nlohmann::json& v, const std::string& key);
+
+// The model.* rows, in documentation order (config_model_fields.cpp).
+void add_model_fields(std::vector<Field>& f);
 
 template <typename Access>
 Field int_field(std::string key, Access acc, int64_t lo, int64_t hi, std::string doc) {
