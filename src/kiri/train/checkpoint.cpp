@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <map>
 
@@ -227,15 +228,16 @@ std::string Trainer::checkpoint_state_text(int writers) const {
 std::string Trainer::save_checkpoint() {
   const std::string& root = cfg_.checkpoint.dir;
   const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
-  if (async_) async_->wait();  // a save waits for the previous one (and raises its failure)
   Timer timer;
+  if (async_) async_->wait();  // a save waits for the previous one (and raises its failure)
+  last_save_wait_s_ = timer.seconds();
   finish_update();  // a deferred update (offload) first: the checkpoint holds its result
+  if (cfg_.checkpoint.async) return stage_checkpoint(timer);
   // A checkpoint of non-finite weights would only spread the divergence to every resume:
   // each rank checks its master weights, and all stop together before anything is written.
   comm::run_agreed(*world_, [&] { check_weights_finite(*optimizer_, step_, piece, allocator_); });
   if (is_rank0()) ckpt::begin_checkpoint(root, step_);
   world_->barrier();
-  if (cfg_.checkpoint.async) return stage_checkpoint(timer);
   const std::string tmp = ckpt::temp_dir(root, step_);
   // One optimizer file per shard of each pipeline stage.
   const int writers = optimizer_writers();
@@ -270,10 +272,11 @@ int Trainer::optimizer_file_index() const {
 }
 
 // checkpoint.async: copies what this rank writes into the staging buffers (rank 0 gathers
-// the model, a collective), then hands the files to the background writer.
+// the model, a collective), checks the staged model (every parameter passes through rank 0),
+// then hands the files to the background writer.
 std::string Trainer::stage_checkpoint(const Timer& timer) {
   const std::string& root = cfg_.checkpoint.dir;
-  if (!async_) async_ = std::make_unique<AsyncCheckpointWriter>(allocator_);
+  if (!async_) reserve_async_staging();
   AsyncSaveJob job;
   job.root = root;
   job.step = step_;
@@ -282,13 +285,12 @@ std::string Trainer::stage_checkpoint(const Timer& timer) {
   job.timeout_s = cfg_.parallel.timeout_s;
   job.keep_last = cfg_.checkpoint.keep_last;
   job.slow_ms = slow_save_ms_for(world_->rank());
-  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
   if (writes_optimizer_states()) {
     const int64_t n = optimizer_->state_numel();
     Tensor& states = async_->states_staging(n);
     for (const auto& [k, s] :
          {std::pair{0, optim::State::kExpAvg}, std::pair{1, optim::State::kExpAvgSq}})
-      for_each_piece(n, piece, [&](int64_t b, int64_t len) {
+      for_each_piece(n, checkpoint_piece_elements(cfg_.checkpoint), [&](int64_t b, int64_t len) {
         Tensor part = states.flat_range(k * n + b, len);
         optimizer_->read_state(s, b, part);
       });
@@ -296,34 +298,84 @@ std::string Trainer::stage_checkpoint(const Timer& timer) {
     job.optimizer_metadata = optimizer_metadata(*optimizer_, *parallel_, mesh_->tp_index());
     job.state_numel = n;
   }
-  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
-  if (!is_rank0()) {
-    model.run();
-  } else {
-    int64_t total = 0;
-    for (const ckpt::TensorSpec& s : model.specs()) total += s.shape.numel();
-    Tensor& staged = async_->model_staging(total);
-    int64_t at = 0;
-    for (size_t k = 0; k < model.specs().size(); ++k) {
-      const Tensor& t = model.next(k);
-      staged.flat_range(at, t.numel()).copy_from(t.view({t.numel()}));
-      at += t.numel();
-    }
-    model.finish();
-    job.writes_model = true;
-    job.model_specs = model.specs();
-    job.max_shard_bytes =
-        parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size");
-    job.model = cfg_.model;
-    job.tokenizer_name = cfg_.data.tokenizer;
-    job.tokenizer = tokenizer_.get();
-    for (int i = 0; i < optimizer_writers(); ++i)
-      job.optimizer_files.push_back(optimizer_file_name(i, optimizer_writers()));
+  const std::exception_ptr bad = stage_model(job);
+  // As a synchronous save's check: a non-finite weight stops every rank before any file.
+  comm::run_agreed(*world_, [&] {
+    if (bad) std::rethrow_exception(bad);
+  });
+  if (is_rank0()) {
+    ckpt::begin_checkpoint(root, step_);
     job.state_json = checkpoint_state_text(optimizer_writers());
   }
-  async_->start(std::move(job));
+  world_->barrier();
   last_save_s_ = timer.seconds();
+  job.stall_s = last_save_s_;
+  job.waited_s = last_save_wait_s_;
+  async_->start(std::move(job));
   return root + "/" + ckpt::step_dir_name(step_);
+}
+
+// Rank 0: the whole fp32 model into the staging buffer in the model's order, each parameter
+// checked as it lands; the first non-finite one's error is returned (raised once the ranks
+// agree), the stream finished regardless. The other ranks take their part in the stream.
+std::exception_ptr Trainer::stage_model(AsyncSaveJob& job) {
+  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  // Plain data parallelism (stage 0, one stage, no tp): rank 0 holds every parameter whole and
+  // the stream moves nothing between ranks, so the weights go straight into the staging.
+  const bool whole = !parallel_->sharded() && mesh_->shape().tp == 1 && mesh_->shape().pp == 1;
+  if (!is_rank0()) {
+    if (!whole) model.run();
+    return nullptr;
+  }
+  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
+  int64_t total = 0;
+  for (const ckpt::TensorSpec& s : model.specs()) total += s.shape.numel();
+  Tensor& staged = async_->model_staging(total);
+  std::map<std::string, size_t> segment;
+  for (size_t i = 0; i < optimizer_->segments().size(); ++i)
+    segment[optimizer_->segments()[i].param->name] = i;
+  std::exception_ptr bad;
+  int64_t at = 0;
+  for (size_t k = 0; k < model.specs().size(); ++k) {
+    const std::string& name = model.specs()[k].name;
+    const int64_t n = model.specs()[k].shape.numel();
+    if (!whole) staged.flat_range(at, n).copy_from(model.next(k).view({n}));
+    for_each_piece(n, piece, [&](int64_t b, int64_t len) {
+      Tensor part = staged.flat_range(at + b, len);
+      if (whole) optimizer_->read_weights(segment.at(name), b, part);
+      try {
+        if (!bad)
+          check_finite_piece(
+              part, str("refusing to save the checkpoint of step ", step_, ": parameter ", name), b,
+              n);
+      } catch (const Error&) {
+        bad = std::current_exception();
+      }
+    });
+    at += n;
+  }
+  if (!whole) model.finish();
+  job.writes_model = true;
+  job.model_specs = model.specs();
+  job.max_shard_bytes =
+      parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size");
+  job.model = cfg_.model;
+  job.tokenizer_name = cfg_.data.tokenizer;
+  job.tokenizer = tokenizer_.get();
+  for (int i = 0; i < optimizer_writers(); ++i)
+    job.optimizer_files.push_back(optimizer_file_name(i, optimizer_writers()));
+  return bad;
+}
+
+void Trainer::reserve_async_staging() {
+  async_ = std::make_unique<AsyncCheckpointWriter>(allocator_);
+  // Touched now (zeroed): the pages are faulted in at start, not in the first save's stall.
+  if (writes_optimizer_states()) async_->states_staging(optimizer_->state_numel()).zero_();
+  if (!is_rank0()) return;
+  int64_t total = 0;
+  model::GPT<float> whole(cfg_.model);
+  for (nn::Parameter* p : whole.parameters()) total += p->shape.numel();
+  async_->model_staging(total).zero_();
 }
 
 void Trainer::wait_for_checkpoint() {

@@ -1,6 +1,7 @@
 #include "kiri/train/checkpoint_async.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -88,6 +89,7 @@ void AsyncCheckpointWriter::rethrow_failure() {
 
 void AsyncCheckpointWriter::run() noexcept {
   log::set_rank(job_.rank);
+  started_.reset();
   try {
     write_files();
   } catch (const Cancelled&) {
@@ -187,7 +189,12 @@ void AsyncCheckpointWriter::commit() {
   write_file_atomic(job_.tmp + "/state.json", job_.state_json);
   if (cancel_) throw Cancelled{};
   const std::string done = ckpt::commit_checkpoint(job_.root, job_.step, job_.keep_last);
-  log::info("saved checkpoint ", done, " (written in the background)");
+  char times[160];
+  std::snprintf(times, sizeof times,
+                "training stopped %.3f s, %.3f s of it waiting for the previous save; the files "
+                "took %.3f s in the background",
+                job_.stall_s, job_.waited_s, started_.seconds());
+  log::info("saved checkpoint ", done, " (", times, ")");
 }
 
 }  // namespace kiri::train

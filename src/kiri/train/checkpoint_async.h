@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiri/base/error.h"
+#include "kiri/base/timer.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/data/tokenizer.h"
 #include "kiri/model/gpt.h"
@@ -52,6 +53,9 @@ struct AsyncSaveJob {
   const data::Tokenizer* tokenizer = nullptr;
   std::vector<std::string> optimizer_files;
   std::string state_json;
+  // For the log: how long the save stopped training, and of that how long it waited for
+  // the previous save.
+  double stall_s = 0, waited_s = 0;
   // Test hook (KIRI_FAULT=slowsave:R:MS): sleep this long before each file it writes.
   int slow_ms = 0;
 };
@@ -90,6 +94,7 @@ class AsyncCheckpointWriter {
   std::thread thread_;
   std::atomic<bool> running_{false}, cancel_{false};
   std::mutex mutex_;
+  Timer started_;  // the thread's start, for the log
   std::optional<ErrorKind> failed_kind_;
   std::string failed_message_;
 };

@@ -225,6 +225,9 @@ void Trainer::build() {
       parallel_->norm_groups(), make_state_offload());
   optimizer_->initialize(t.seed);
   parallel_->synchronize_parameters();
+  // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
+  // save's stall is a copy like every later one's, not the kernel faulting in its pages.
+  if (cfg_.checkpoint.async && !cfg_.checkpoint.dir.empty()) reserve_async_staging();
   if (t.dtype == ComputeDType::kF16) {
     optim::LossScalerOptions lo;
     lo.dynamic = t.loss_scale == 0;
@@ -567,10 +570,8 @@ void Trainer::run_steps() {
     if (!cfg_.checkpoint.dir.empty() &&
         ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last)) {
       const std::string dir = save_checkpoint();
-      if (rank0 && cfg_.checkpoint.async)
-        log::info("checkpoint of step ", step_, " staged in ", seconds_text(last_save_s_),
-                  "; its files are written in the background");
-      else if (rank0)
+      // An asynchronous save logs itself once committed (checkpoint_async.h).
+      if (rank0 && !cfg_.checkpoint.async)
         log::info("saved checkpoint ", dir, " in ", seconds_text(last_save_s_));
     }
   }

@@ -1,6 +1,7 @@
 #pragma once
 // The training loop of one process: data, model, optimizer, metrics and
 // checkpoints, configured by a RunConfig. `kiri train` is Trainer::run().
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -93,8 +94,9 @@ class Trainer {
   // Waits for an asynchronous save in flight, raising its failure (no-op without one).
   void wait_for_checkpoint();
   // The seconds the last save_checkpoint held this rank: the whole save, or with
-  // checkpoint.async the staging copy alone.
+  // checkpoint.async the staging copy (and the wait for the previous save, also given alone).
   double last_save_seconds() const { return last_save_s_; }
+  double last_save_wait_seconds() const { return last_save_wait_s_; }
   // Restores parameters, optimizer state, step and data position. Collective: every rank
   // reads its part, then all agree, so that a failure on any rank raises
   // comm::AgreedError (that rank's error) on every rank. Refuses non-finite values.
@@ -180,6 +182,8 @@ class Trainer {
   int optimizer_file_index() const;                      // this rank's, when it writes one
   std::string checkpoint_state_text(int writers) const;  // state.json
   std::string stage_checkpoint(const Timer& timer);      // save_checkpoint's async part
+  void reserve_async_staging();                       // the writer and its staging buffers, touched
+  std::exception_ptr stage_model(AsyncSaveJob& job);  // rank 0's model staging (collective)
 
   RunConfig cfg_;
   std::string config_json_;
@@ -204,7 +208,7 @@ class Trainer {
   // checkpoint.async: the background writer and its staging buffers (allocator_'s, so
   // declared after it and destroyed first).
   std::unique_ptr<AsyncCheckpointWriter> async_;
-  double last_save_s_ = 0;
+  double last_save_s_ = 0, last_save_wait_s_ = 0;
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32
   Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32
   int64_t step_ = 0;
