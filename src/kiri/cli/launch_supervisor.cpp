@@ -113,12 +113,17 @@ Progress read_progress(const train::RunConfig& run) {
         p.tp = s.layout.value("tp", 1);
         p.pp = s.layout.value("pp", 1);
       }
-      if (s.config.is_object()) {
+      // state.json's global_batch; a checkpoint written before it had one: its config's
+      // batch over its layout's dp.
+      const json raw = json::parse(read_file(p.checkpoint + "/state.json"));
+      if (raw.contains("global_batch") && raw["global_batch"].is_number_integer()) {
+        p.global_batch = raw["global_batch"].get<int64_t>();
+      } else if (s.config.is_object()) {
         train::RunConfig c = config_from_json(s.config);
         if (s.layout.is_object()) c.parallel.dp = s.layout.value("dp", 0);
         p.global_batch = config_global_batch(c);
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       say(str("cannot read the latest checkpoint of ", root, ": ", e.what()));
       p.checkpoint.clear();
     }
@@ -284,164 +289,221 @@ std::vector<std::string> restart_command(const std::vector<std::string>& command
   return out;
 }
 
-int supervise(const LaunchPlan& plan) {
-  const std::vector<std::string> train_args(plan.command.begin() + 1, plan.command.end());
-  const train::RunConfig run = train_command_paths(train_args);
-  const bool auto_layout = has_flag(train_args, "--auto");
-  const std::string folder = run.run.dir + "/launch";
-  fs::create_directories(folder);
-  train::RunLock lock;
-  lock.acquire(folder);  // one supervisor per run folder
-  for (const auto& e : fs::directory_iterator(folder))
+namespace {
+
+// The supervisor's state across attempts.
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchPlan& plan);
+  int run();
+
+ private:
+  // One attempt: runs it, and returns the exit code to end with, or nullopt to restart.
+  std::optional<int> attempt(int k);
+  // After a failure: leaves out what failed (--exclude-failed) and returns the next world.
+  int64_t exclude_and_resize(const Verdict& v, const Progress& p, json& rec,
+                             std::vector<std::string>& excluded);
+  std::string lost_text(const Progress& p) const;
+  void record_failure(int k, const AttemptResult& a, const Verdict& v, const Progress& p,
+                      json& rec) const;
+
+  const LaunchPlan& plan_;
+  const train::RunConfig run_;
+  const bool auto_layout_;
+  const std::string folder_;
+  train::RunLock lock_;
+  std::vector<Host> hosts_;
+  std::map<std::string, int> failures_of_;
+  int64_t world_;
+  std::vector<std::string> command_;
+};
+
+Supervisor::Supervisor(const LaunchPlan& plan)
+    : plan_(plan),
+      run_(train_command_paths(
+          std::vector<std::string>(plan.command.begin() + 1, plan.command.end()))),
+      auto_layout_(has_flag(plan.command, "--auto")),
+      folder_(run_.run.dir + "/launch"),
+      world_(plan.n),
+      command_(plan.command) {
+  fs::create_directories(folder_);
+  lock_.acquire(folder_);  // one supervisor per run folder
+  for (const auto& e : fs::directory_iterator(folder_))
     if (e.path().filename().string().rfind("attempt_", 0) == 0) fs::remove_all(e.path());
-  if (has_flag(train_args, "--overwrite")) fs::remove(folder + "/attempts.jsonl");
-  if (run.checkpoint.dir.empty())
+  if (has_flag(plan.command, "--overwrite")) fs::remove(folder_ + "/attempts.jsonl");
+  if (run_.checkpoint.dir.empty())
     say("checkpoint.dir is empty: a restart starts the run over from step 0");
-  const bool hostfile = plan.hostfile.has_value();
-  std::vector<Host> hosts =
-      hostfile ? parse_hostfile(*plan.hostfile) : std::vector<Host>{{"localhost", plan.n}};
+  hosts_ =
+      plan.hostfile ? parse_hostfile(*plan.hostfile) : std::vector<Host>{{"localhost", plan.n}};
   int64_t slots = 0;
-  for (const Host& h : hosts) slots += h.slots;
+  for (const Host& h : hosts_) slots += h.slots;
   KIRI_CHECK_KIND(
-      kConfig, !hostfile || slots >= plan.n, "the hostfile ", *plan.hostfile, " has ", slots,
-      " slots for -n ", plan.n,
+      kConfig, !plan.hostfile || slots >= plan.n, "the hostfile ", plan.hostfile.value_or(""),
+      " has ", slots, " slots for -n ", plan.n,
       ": a supervised job maps one rank per slot, so that a failed rank names its host");
-  std::map<std::string, int> failures_of;
-  int64_t world = plan.n;
-  std::vector<std::string> command = plan.command;
-  for (int attempt = 1;; ++attempt) {
+}
+
+int Supervisor::run() {
+  for (int k = 1;; ++k) {
     if (stop_requested()) {
-      say("stopped by a signal before attempt " + std::to_string(attempt));
+      say(str("stopped by a signal before attempt ", k));
       return 1;
     }
-    const std::string dir = str(folder, "/attempt_", attempt);
-    fs::create_directories(dir);
-    std::optional<std::string> hf;
-    if (hostfile) {
-      std::string text;
-      for (const Host& h : hosts) text += str(h.name, " slots=", h.slots, "\n");
-      write_file_atomic(dir + "/hostfile", text);
-      hf = dir + "/hostfile";
-    }
-    const std::vector<std::string> host_of = rank_hosts(hosts, world);
-    const std::vector<std::string> cmd = launcher_command(plan, world, hf, dir, command);
-    say(str("attempt ", attempt, " of ", plan.max_restarts + 1, ": ", world,
-            " rank(s): ", join(cmd)));
-    std::map<std::string, std::string> env;
-    if (plan.launcher)  // mpirun passes these with -x
-      env = {{kLaunchStatusEnv, dir},
-             {"OMP_NUM_THREADS", std::to_string(launch_threads(plan, world))}};
-    const double started = unix_now();
-    const AttemptResult a = run_attempt(cmd, env, dir, static_cast<int>(world));
-    json rec = {{"attempt", attempt},     {"ranks", world},
-                {"hosts", host_of},       {"started_at", started},
-                {"ended_at", unix_now()}, {"exit_code", a.exit_code},
-                {"seconds", a.seconds},   {"wait_gone_s", a.wait_gone_s}};
-    if (a.exit_code == 0 && !a.interrupted) {
-      say(str("attempt ", attempt, " finished the run",
-              attempt > 1 ? str(" after ", attempt - 1, " restart(s)") : ""));
-      append_line(folder + "/attempts.jsonl", rec);
-      return 0;
-    }
-    const Verdict v = judge(a, read_launch_status(dir, static_cast<int>(world)), host_of);
-    const Progress p = read_progress(run);
-    json failures = json::array();
-    std::vector<std::string> causes;
-    for (const RankFailure& f : v.failures) {
-      failures.push_back({{"rank", f.rank}, {"host", f.host}, {"cause", f.cause}});
-      causes.push_back(str("rank ", f.rank, " (", f.host, ") ", f.cause));
-    }
-    rec["failures"] = failures;
-    rec["error"] = v.why;
-    rec["retryable"] = v.retryable && !a.interrupted;
-    rec["checkpoint"] = p.checkpoint;
-    rec["checkpoint_step"] = p.checkpoint_step;
-    if (p.reached) rec["reached_step"] = *p.reached;
-    const std::string lost =
-        run.log.metrics.empty() ? std::string("steps lost: unknown (log.metrics is off)")
-        : !p.reached            ? std::string("no step finished")
-                     : str(std::max<int64_t>(0, *p.reached - p.checkpoint_step), " step(s) lost (",
-                           *p.reached, " reached, ",
-                           p.checkpoint.empty() ? std::string("no checkpoint yet")
-                                                : str("the checkpoint is step ", p.checkpoint_step),
-                           ")");
-    if (p.reached) rec["steps_lost"] = std::max<int64_t>(0, *p.reached - p.checkpoint_step);
-    say(str("attempt ", attempt, " failed after ", secs(a.seconds), " (exit code ", a.exit_code,
-            "): ", causes.empty() ? v.why : join(causes, "; "), "; ", lost,
-            a.killed_leftovers
-                ? str("; ", a.killed_leftovers, " rank(s) outlived the launcher and were killed")
-                : ""));
-    auto stop = [&](const std::string& why, int code) {
-      say(why);
-      rec["decision"] = why;
-      append_line(folder + "/attempts.jsonl", rec);
-      return code;
-    };
-    if (a.interrupted) return stop("stopped by a signal: no restart", a.exit_code);
-    if (!v.retryable)
-      return stop(
-          str("not retried: the job ended with ", v.kind.empty() ? "an error" : "a " + v.kind,
-              " (exit code ", v.code, "), which a restart would repeat"),
-          v.code);
-    if (attempt > plan.max_restarts)
-      return stop(str("giving up: ", plan.max_restarts, " restart(s) used (--max-restarts)"),
-                  a.exit_code == 0 ? 1 : a.exit_code);
-    // Leave out what failed: a host (with a hostfile) after --max-host-failures failures, a
-    // slot (without one) at once.
-    std::vector<std::string> excluded;
-    if (plan.exclude_failed) {
-      std::set<std::string> failed_hosts;
-      int failed_slots = 0;
-      for (const RankFailure& f : v.failures)
-        if (f.host_fault) {
-          failed_hosts.insert(f.host);
-          ++failed_slots;
-        }
-      if (hostfile) {
-        for (const std::string& h : failed_hosts)
-          if (++failures_of[h] >= plan.max_host_failures) excluded.push_back(h);
-        std::erase_if(hosts, [&](const Host& h) {
-          return std::find(excluded.begin(), excluded.end(), h.name) != excluded.end();
-        });
-      } else if (failed_slots > 0) {
-        hosts[0].slots -= failed_slots;
-        excluded.push_back(str(failed_slots, " slot(s)"));
-      }
-    }
-    int64_t available = 0;
-    for (const Host& h : hosts) available += std::max<int64_t>(h.slots, 0);
-    // tp x pp must divide the world unless --auto plans it anew.
-    std::optional<train::RunConfig> first = run_folder_config(run);
-    const int64_t unit = auto_layout ? 1
-                                     : (!p.checkpoint.empty() ? p.tp * p.pp
-                                        : first ? first->parallel.tp * first->parallel.pp
-                                                : run.parallel.tp * run.parallel.pp);
-    const int64_t next = std::min(available, plan.n) / unit * unit;
-    rec["excluded"] = excluded;
-    if (next < plan.min_ranks || next == 0)
-      return stop(str("cannot restart: ", available, " slot(s) remain",
-                      excluded.empty() ? "" : " (" + join(excluded, ", ") + " excluded)",
-                      ", room for ", next, " rank(s) in multiples of tp x pp = ", unit,
-                      ", below --min-ranks ", plan.min_ranks),
-                  1);
-    int64_t global = p.global_batch;
-    if (global == 0 && first) global = config_global_batch(*first);
-    command = plan.command;
-    const std::vector<std::string> args =
-        restart_command(std::vector<std::string>(plan.command.begin() + 1, plan.command.end()),
-                        p.checkpoint, next != plan.n, global);
-    command.resize(1);
-    command.insert(command.end(), args.begin(), args.end());
-    rec["next_ranks"] = next;
-    rec["decision"] = str("restart on ", next, " rank(s)");
-    append_line(folder + "/attempts.jsonl", rec);
-    say(str("restarting on ", next, " rank(s)",
-            excluded.empty() ? "" : " without " + join(excluded, ", "),
-            p.checkpoint.empty() ? std::string(" from the start (no checkpoint yet)")
-                                 : str(" from ", p.checkpoint, " (step ", p.checkpoint_step, ")"),
-            next != world && global > 0 ? str(", keeping the global batch of ", global) : ""));
-    world = next;
+    if (const std::optional<int> code = attempt(k)) return *code;
   }
+}
+
+std::string Supervisor::lost_text(const Progress& p) const {
+  if (run_.log.metrics.empty()) return "steps lost: unknown (log.metrics is off)";
+  if (!p.reached) return "no step finished";
+  return str(std::max<int64_t>(0, *p.reached - p.checkpoint_step), " step(s) lost (", *p.reached,
+             " reached, ",
+             p.checkpoint.empty() ? std::string("no checkpoint yet")
+                                  : str("the checkpoint is step ", p.checkpoint_step),
+             ")");
+}
+
+std::optional<int> Supervisor::attempt(int k) {
+  const std::string dir = str(folder_, "/attempt_", k);
+  fs::create_directories(dir);
+  std::optional<std::string> hostfile;
+  if (plan_.hostfile) {
+    std::string text;
+    for (const Host& h : hosts_) text += str(h.name, " slots=", h.slots, "\n");
+    write_file_atomic(dir + "/hostfile", text);
+    hostfile = dir + "/hostfile";
+  }
+  const std::vector<std::string> host_of = rank_hosts(hosts_, world_);
+  const std::vector<std::string> cmd = launcher_command(plan_, world_, hostfile, dir, command_);
+  say(str("attempt ", k, " of ", plan_.max_restarts + 1, ": ", world_, " rank(s): ", join(cmd)));
+  std::map<std::string, std::string> env;
+  if (plan_.launcher)  // mpirun passes these with -x
+    env = {{kLaunchStatusEnv, dir},
+           {"OMP_NUM_THREADS", std::to_string(launch_threads(plan_, world_))}};
+  const double started = unix_now();
+  const AttemptResult a = run_attempt(cmd, env, dir, static_cast<int>(world_));
+  json rec = {{"attempt", k},           {"ranks", world_},
+              {"hosts", host_of},       {"started_at", started},
+              {"ended_at", unix_now()}, {"exit_code", a.exit_code},
+              {"seconds", a.seconds},   {"wait_gone_s", a.wait_gone_s}};
+  const std::string log = folder_ + "/attempts.jsonl";
+  if (a.exit_code == 0 && !a.interrupted) {
+    say(str("attempt ", k, " finished the run",
+            k > 1 ? str(" after ", k - 1, " restart(s)") : std::string()));
+    append_line(log, rec);
+    return 0;
+  }
+  const Verdict v = judge(a, read_launch_status(dir, static_cast<int>(world_)), host_of);
+  const Progress p = read_progress(run_);
+  record_failure(k, a, v, p, rec);
+  auto stop = [&](const std::string& why, int code) {
+    say(why);
+    rec["decision"] = why;
+    append_line(log, rec);
+    return code;
+  };
+  if (a.interrupted) return stop("stopped by a signal: no restart", a.exit_code);
+  if (!v.retryable)
+    return stop(str("not retried: the job ended with ", v.kind.empty() ? "an error" : "a " + v.kind,
+                    " (exit code ", v.code, "), which a restart would repeat"),
+                v.code);
+  if (k > plan_.max_restarts)
+    return stop(str("giving up: ", plan_.max_restarts, " restart(s) used (--max-restarts)"),
+                a.exit_code == 0 ? 1 : a.exit_code);
+  std::vector<std::string> excluded;
+  const int64_t next = exclude_and_resize(v, p, rec, excluded);
+  if (next < plan_.min_ranks || next == 0) return stop(rec["decision"].get<std::string>(), 1);
+  // The global batch to keep on a smaller world: the checkpoint's, else the first attempt's.
+  int64_t global = p.global_batch;
+  if (const auto first = run_folder_config(run_); global == 0 && first)
+    global = config_global_batch(*first);
+  const std::vector<std::string> args =
+      restart_command(std::vector<std::string>(plan_.command.begin() + 1, plan_.command.end()),
+                      p.checkpoint, next != plan_.n, global);
+  command_.assign(plan_.command.begin(), plan_.command.begin() + 1);
+  command_.insert(command_.end(), args.begin(), args.end());
+  rec["next_ranks"] = next;
+  rec["decision"] = str("restart on ", next, " rank(s)");
+  append_line(log, rec);
+  say(str("restarting on ", next, " rank(s)",
+          excluded.empty() ? "" : " without " + join(excluded, ", "),
+          p.checkpoint.empty() ? std::string(" from the start (no checkpoint yet)")
+                               : str(" from ", p.checkpoint, " (step ", p.checkpoint_step, ")"),
+          next != world_ && global > 0 ? str(", keeping the global batch of ", global) : ""));
+  world_ = next;
+  return std::nullopt;
+}
+
+// Logs a failed attempt (what failed, the checkpoint, the steps lost) and adds it to rec.
+void Supervisor::record_failure(int k, const AttemptResult& a, const Verdict& v, const Progress& p,
+                                json& rec) const {
+  json failures = json::array();
+  std::vector<std::string> causes;
+  for (const RankFailure& f : v.failures) {
+    failures.push_back({{"rank", f.rank}, {"host", f.host}, {"cause", f.cause}});
+    causes.push_back(str("rank ", f.rank, " (", f.host, ") ", f.cause));
+  }
+  rec.update({{"failures", failures},
+              {"error", v.why},
+              {"retryable", v.retryable && !a.interrupted},
+              {"checkpoint", p.checkpoint},
+              {"checkpoint_step", p.checkpoint_step}});
+  if (p.reached) {
+    rec["reached_step"] = *p.reached;
+    rec["steps_lost"] = std::max<int64_t>(0, *p.reached - p.checkpoint_step);
+  }
+  say(str("attempt ", k, " failed after ", secs(a.seconds), " (exit code ", a.exit_code,
+          "): ", causes.empty() ? v.why : join(causes, "; "), "; ", lost_text(p),
+          a.killed_leftovers
+              ? str("; ", a.killed_leftovers, " rank(s) outlived the launcher and were killed")
+              : std::string()));
+}
+
+// A host (with a hostfile) after --max-host-failures failures, a slot (without one) at once;
+// then the remaining slots (at most -n) in multiples of tp x pp, unless --auto re-plans.
+int64_t Supervisor::exclude_and_resize(const Verdict& v, const Progress& p, json& rec,
+                                       std::vector<std::string>& excluded) {
+  if (plan_.exclude_failed) {
+    std::set<std::string> failed_hosts;
+    int failed_slots = 0;
+    for (const RankFailure& f : v.failures)
+      if (f.host_fault) {
+        failed_hosts.insert(f.host);
+        ++failed_slots;
+      }
+    if (plan_.hostfile) {
+      for (const std::string& h : failed_hosts)
+        if (++failures_of_[h] >= plan_.max_host_failures) excluded.push_back(h);
+      std::erase_if(hosts_, [&](const Host& h) {
+        return std::find(excluded.begin(), excluded.end(), h.name) != excluded.end();
+      });
+    } else if (failed_slots > 0) {
+      hosts_[0].slots -= failed_slots;
+      excluded.push_back(str(failed_slots, " slot(s)"));
+    }
+  }
+  rec["excluded"] = excluded;
+  int64_t available = 0;
+  for (const Host& h : hosts_) available += std::max<int64_t>(h.slots, 0);
+  const std::optional<train::RunConfig> first = run_folder_config(run_);
+  const int64_t unit = auto_layout_            ? 1
+                       : !p.checkpoint.empty() ? p.tp * p.pp
+                       : first                 ? first->parallel.tp * first->parallel.pp
+                                               : run_.parallel.tp * run_.parallel.pp;
+  const int64_t next = std::min(available, plan_.n) / unit * unit;
+  if (next < plan_.min_ranks || next == 0)
+    rec["decision"] =
+        str("cannot restart: ", available, " slot(s) remain",
+            excluded.empty() ? "" : " (" + join(excluded, ", ") + " excluded)", ", room for ", next,
+            " rank(s) in multiples of tp x pp = ", unit, ", below --min-ranks ", plan_.min_ranks);
+  return next;
+}
+
+}  // namespace
+
+int supervise(const LaunchPlan& plan) {
+  Supervisor s(plan);
+  return s.run();
 }
 
 }  // namespace kiri::cli
