@@ -63,12 +63,24 @@ double parse_seconds(const std::string& bytes, std::optional<SafetensorsFile>* f
 // O(n log n) now: four times the tensors take well under the 16 times a quadratic parse
 // would (a ratio, so it holds on a slow or sanitized build alike; 40k take ~0.3 s in
 // Release, ~4 s under ASan on a loaded machine), and the file order of the names is kept.
-TEST(SafetensorsHostile, ManyTensorsParseInLinearishTime) {
+// A timing ratio on shared cores: the suite runs alone (*Timing), and a pair of
+// measurements that a busy host stretched (CI once saw 0.019 s against 0.38 s, 19.5x, with
+// three other builds running) is measured again, up to 3 times.
+TEST(SafetensorsHostileTiming, ManyTensorsParseInLinearishTime) {
   const std::string small = many_tensors(10'000), large = many_tensors(40'000);
   std::optional<SafetensorsFile> f;
-  const double t_small = parse_seconds(small, &f), t_large = parse_seconds(large, &f);
+  std::string seen;
+  double t_large = 0, ratio = 0;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    const double t_small = parse_seconds(small, &f);
+    t_large = parse_seconds(large, &f);
+    ratio = t_large / t_small;
+    seen +=
+        " " + std::to_string(t_small) + " s for 10k, " + std::to_string(t_large) + " s for 40k;";
+    if (ratio < 8.0) break;
+  }
   EXPECT_LT(t_large, 10.0);
-  EXPECT_LT(t_large / t_small, 8.0) << t_small << " s for 10k tensors, " << t_large << " s for 40k";
+  EXPECT_LT(ratio, 8.0) << seen;
   ASSERT_EQ(f->names().size(), 40'000u);
   EXPECT_EQ(f->names().front(), "t39999");
   EXPECT_EQ(f->names().back(), "t0");

@@ -31,30 +31,34 @@ TEST(NonFinite, CheckFiniteNamesTheFirstBadElement) {
   }
 }
 
+// Synchronous and asynchronous (the staged model is checked) alike.
 TEST(NonFinite, ASaveOfNonFiniteWeightsIsRefusedAndWritesNothing) {
-  RunConfig c = byte_test_config(1, 2, 16, 2);
-  const fs::path dir = fs::temp_directory_path() / ("kiri_nonfinite_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  c.checkpoint.dir = dir.string();
-  c.train.steps = 1;
-  Trainer t(c);
-  t.train_step();
-  const std::string name = t.optimizer().segments()[1].param->name;
-  t.optimizer().weights(1).data<float>()[2] = NAN;
-  try {
-    t.save_checkpoint();
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint);
-    EXPECT_EQ(e.message().rfind("refusing to save the checkpoint of step 1: parameter " + name +
-                                    " holds a non-finite value (nan) at element 2",
-                                0),
-              0u)
-        << e.message();
+  for (const bool async : {false, true}) {
+    RunConfig c = byte_test_config(1, 2, 16, 2);
+    const fs::path dir = fs::temp_directory_path() / ("kiri_nonfinite_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    c.checkpoint.dir = dir.string();
+    c.checkpoint.async = async;
+    c.train.steps = 1;
+    Trainer t(c);
+    t.train_step();
+    const std::string name = t.optimizer().segments()[1].param->name;
+    t.optimizer().weights(1).data<float>()[2] = NAN;
+    try {
+      t.save_checkpoint();
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint);
+      EXPECT_EQ(e.message().rfind("refusing to save the checkpoint of step 1: parameter " + name +
+                                      " holds a non-finite value (nan) at element 2",
+                                  0),
+                0u)
+          << async << ": " << e.message();
+    }
+    EXPECT_FALSE(fs::exists(dir / "step_00000001"));
+    EXPECT_FALSE(fs::exists(dir / ".step_00000001.tmp"));
+    fs::remove_all(dir);
   }
-  EXPECT_FALSE(fs::exists(dir / "step_00000001"));
-  EXPECT_FALSE(fs::exists(dir / ".step_00000001.tmp"));
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -175,6 +175,17 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
 
 }  // namespace
 
+train::RunConfig train_command_paths(const std::vector<std::string>& argv) {
+  Args a(argv, verb_spec("train"));
+  const std::string file = config_file(a, 1);
+  std::vector<std::string> sets = a.all("set");
+  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  const std::optional<std::string> init = a.get("init-from");
+  const std::optional<std::string> resume = a.get("resume");
+  return train::resolve_run_paths(
+      resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init).cfg);
+}
+
 int cmd_train(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
@@ -193,7 +204,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   const std::string& init_dir = start.init_dir;
   std::optional<double> peak;  // checked before the trainer's set-up
   if (a.get("peak-flops")) peak = train::check_peak_flops(a.get_double("peak-flops", 0));
-  if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"));
+  std::optional<int64_t> keep_batch;  // --global-batch
+  if (a.get("global-batch")) {
+    keep_batch = a.get_int("global-batch", 0);
+    KIRI_CHECK_KIND(kConfig, *keep_batch >= 1 && *keep_batch <= (int64_t{1} << 40),
+                    "--global-batch must be in [1, 2^40], got ", *keep_batch);
+  }
+  if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"), keep_batch);
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
   if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
@@ -209,9 +226,14 @@ int cmd_train(const std::vector<std::string>& argv) {
     for (const std::string& tmp : ckpt::remove_stale_temp_dirs(paths.checkpoint.dir))
       log::info("removed ", tmp, ", left by a save that did not finish");
   if (a.flag("auto")) {
+    if (keep_batch) plan_for_global_batch(cfg, *keep_batch, world.comm->size());
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
-    validate(cfg);
   }
+  if (keep_batch)
+    if (const std::string note = fit_global_batch(cfg, *keep_batch, world.comm->size());
+        rank0 && !note.empty())
+      log::info(note);
+  if (a.flag("auto") || keep_batch) validate(cfg);
   // state.json keeps the config as given (dp inferred and lr scaled again on resume);
   // config.json the one the run uses.
   train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump(), oom_advice);

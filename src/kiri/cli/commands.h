@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "kiri/train/run_config.h"
+
 namespace kiri::cli {
 
 int run_cli(const std::vector<std::string>& argv);
@@ -17,6 +19,9 @@ int cmd_bench(const std::vector<std::string>& args);
 int cmd_launch(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
+// The config of a `kiri train` command line (its arguments after `train`) as the run would
+// start, paths resolved: kiri launch's supervisor reads the run folder's from it.
+train::RunConfig train_command_paths(const std::vector<std::string>& args);
 // The mpirun command line of `kiri launch` (exposed for tests).
 std::vector<std::string> launch_argv(const std::vector<std::string>& args);
 

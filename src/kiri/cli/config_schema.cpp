@@ -254,7 +254,15 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("checkpoint.every", KIRI_FIELD(checkpoint.every), 0, kBig,
                         "Steps between checkpoints; 0: only at the end of the run."));
   f.push_back(int_field("checkpoint.keep_last", KIRI_FIELD(checkpoint.keep_last), 0, 1 << 20,
-                        "Step directories to keep; 0 keeps all."));
+                        "Step directories to keep; 0 keeps all. The older ones are removed only "
+                        "once the newer checkpoint is complete and `latest` names it."));
+  f.push_back(bool_field(
+      "checkpoint.async", KIRI_FIELD(checkpoint.async),
+      "Asynchronous saves: training stops only while this rank copies its part (rank 0: the "
+      "fp32 model; the optimizer-file writers: m and v) into staging buffers (the `buffers` "
+      "category, reused), and a background thread writes the files; `latest` moves once every "
+      "rank's files are complete and fsynced. A save waits for the previous one; a failed one "
+      "is an error at the next step, the previous checkpoint intact (docs/checkpoints.md)."));
   f.push_back(string_field(
       "checkpoint.piece_size", KIRI_FIELD(checkpoint.piece_size),
       "Largest piece of the optimizer's states and the weights that saving or resuming a "
@@ -514,6 +522,13 @@ void validate(const RunConfig& cfg) {
                   " with parallel.pp = ", par.pp,
                   ": pipeline parallelism composes with ZeRO stage 0 or 1");
   train::validate_offload(cfg);  // before any work: `cpu`, stage 3 for parameters, sizes
+  KIRI_CHECK_KIND(kConfig,
+                  !cfg.checkpoint.async || (cfg.offload.optimizer != train::OffloadDevice::kNvme &&
+                                            cfg.offload.parameters != train::OffloadDevice::kNvme),
+                  "checkpoint.async = true stages the model and the optimizer's states in "
+                  "memory, which would bring back into RAM what offload.optimizer / "
+                  "offload.parameters = nvme moved out of it: set checkpoint.async = false "
+                  "(the synchronous save streams them in pieces)");
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/config_schema.h"
+#include "kiri/cli/launch_status.h"
 #include "kiri/cli/report.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/version.h"
@@ -125,10 +126,14 @@ int run_cli(const std::vector<std::string>& argv) {
     if (a == "--") break;
     if (a == "--verbose") set_verbose(true);
   }
+  start_launch_status();  // a rank of kiri launch --max-restarts: its records (launch_status.h)
   try {
-    return run(argv);
+    const int code = run(argv);
+    record_launch_exit(code);
+    return code;
   } catch (const HelpRequested& h) {
     if (job_rank() <= 0) std::cout << h.what();  // once per job (kiri launch -- train --help)
+    record_launch_exit(0);
     return 0;
   } catch (const Error& e) {
     return report_error(e);

@@ -371,15 +371,51 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
   log::info("auto layout: the same as ", set_flags(e.layout));
 }
 
+std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int world) {
+  train::ParallelConfig layout = cfg.parallel;
+  train::resolve_layout(layout, world);  // dp inferred from the world (names a bad one)
+  const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
+  const int64_t before = b * m * cfg.train.grad_accum * dp;
+  if (before == global_batch) return "";
+  for (int64_t mb = b; mb >= 1; --mb)
+    if (global_batch % (mb * m * dp) == 0) {
+      cfg.train.micro_batch = mb;
+      cfg.train.grad_accum = global_batch / (mb * m * dp);
+      return str("--global-batch ", global_batch, ": train.grad_accum = ", cfg.train.grad_accum,
+                 mb != b ? str(", train.micro_batch = ", mb, " (was ", b, ")") : std::string(),
+                 " on dp ", dp, " (the global batch was ", before, " sequences)");
+    }
+  const int64_t per = b * m * dp;
+  cfg.train.grad_accum = std::max<int64_t>(1, (global_batch + per / 2) / per);
+  return str("--global-batch ", global_batch, " cannot be kept on dp ", dp, ": micro_batch ", b,
+             " x microbatches ", m, " x dp ", dp, " = ", per,
+             " sequences per accumulation step, and no smaller micro_batch divides it; "
+             "train.grad_accum = ",
+             cfg.train.grad_accum, ", so the global batch is ", per * cfg.train.grad_accum,
+             " sequences (learning rates scale with it as train.lr_scaling says)");
+}
+
+void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int world) {
+  cfg.parallel.microbatches = 1;
+  const int64_t per = cfg.train.micro_batch * world;
+  cfg.train.grad_accum = std::max<int64_t>(1, (global_batch + per / 2) / per);
+}
+
 // kiri train --dry-run: the checks a run makes before its first step (the config, the
 // layout against this job's world, --auto's choice), then the resolved config and a layout
 // line from rank 0, without building the model or starting MPI.
-int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit) {
+int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
+            std::optional<int64_t> global_batch) {
   const int world = job_size(), rank = std::max(0, job_rank());
   if (auto_layout) {
+    if (global_batch) plan_for_global_batch(cfg, *global_batch, world);
     choose_layout(cfg, world, rank, mem_limit);
-    validate(cfg);
   }
+  if (global_batch)
+    if (const std::string note = fit_global_batch(cfg, *global_batch, world);
+        !note.empty() && rank == 0)
+      std::printf("%s\n", note.c_str());
+  if (auto_layout || global_batch) validate(cfg);
   const std::optional<std::string> inferred = train::resolve_layout(cfg.parallel, world);
   parallel::validate_layout({cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp},
                             {world, cfg.model.n_head, cfg.model.n_layer, cfg.train.micro_batch});

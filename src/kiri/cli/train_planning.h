@@ -17,8 +17,18 @@ std::string oom_advice(const train::RunConfig& cfg, int world, const MemoryStats
 // fits the limit, and logs the choice (rank 0).
 void choose_layout(train::RunConfig& cfg, int world, int rank,
                    const std::optional<std::string>& mem_limit);
+// kiri train --global-batch G on a world of `world` ranks (dp resolved from it and tp x pp
+// unless given): sets train.grad_accum so that micro_batch x microbatches x grad_accum x dp
+// = G; when that does not divide, the largest smaller train.micro_batch that makes it exact;
+// when none does, the nearest grad_accum (at least 1), and the note says the global batch
+// changed. Returns a note for the log ("" when nothing changed).
+std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int world);
+// --auto with --global-batch: the plain data-parallel start that choose_layout plans from
+// (B = micro_batch x grad_accum x world) set to G as nearly as it goes.
+void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int world);
 // kiri train --dry-run: the checks before the first step, then the resolved config and
 // the layout (rank 0), without building the model; returns the exit code.
-int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit);
+int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
+            std::optional<int64_t> global_batch = std::nullopt);
 
 }  // namespace kiri::cli

@@ -32,6 +32,9 @@ VerbSpec train_verb() {
             "config, or `auto`: from the run folder's latest checkpoint, fresh if it has none"},
            {"--peak-flops", K::kValue, "FLOPS", "measured (FMA loop)",
             "MFU's peak per rank in FLOP/s, e.g. 2.5e12 (docs/metrics.md)"},
+           {"--global-batch", K::kValue, "G", "the config's",
+            "sequences per step to keep on this world: train.grad_accum (and if needed "
+            "train.micro_batch) are set so that micro_batch x microbatches x grad_accum x dp = G"},
            {"--init-from", K::kValue, "MODEL_DIR", "",
             "start from a model's weights (a Hugging Face GPT-2 folder, or a kiri checkpoint) "
             "with a fresh optimizer at step 0; the model config comes from its config.json"},
@@ -54,7 +57,18 @@ VerbSpec launch_verb() {
            {"--np", K::kValue, "N", "", "the same as -n (mpirun's -np)"},
            {"--hostfile", K::kValue, "FILE", "one node", "mpirun's hostfile, for more nodes"},
            {"--threads", K::kValue, "T", "cores / N", "OpenMP threads per rank"},
-           {"--mpirun", K::kValue, "PATH", "mpirun", "the mpirun to start"}}};
+           {"--mpirun", K::kValue, "PATH", "mpirun", "the mpirun to start"},
+           {"--launcher", K::kValue, "CMD", "mpirun",
+            "another launcher's command, {n} replaced by the ranks, e.g. \"srun -n {n}\""},
+           {"--max-restarts", K::kValue, "R", "0",
+            "restart a train job that fails on a rank (killed, hung, a communication or I/O "
+            "error) up to R times from its latest checkpoint (docs/cli.md)"},
+           {"--exclude-failed", K::kFlag, "", "",
+            "restart without the hosts (or, without --hostfile, the slots) that failed"},
+           {"--max-host-failures", K::kValue, "K", "1",
+            "--exclude-failed: the failures after which a host is left out"},
+           {"--min-ranks", K::kValue, "M", "-n",
+            "the fewest ranks a restart may run on (dp shrinks, the global batch is kept)"}}};
 }
 
 VerbSpec config_verb() {

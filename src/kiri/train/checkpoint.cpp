@@ -16,6 +16,9 @@
 // AdamW's ranged API, from and into whichever tier holds them.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <map>
 
@@ -24,11 +27,14 @@
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/file_read.h"
 #include "kiri/base/log.h"
+#include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
+#include "kiri/train/checkpoint_async.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/checkpoint_stream.h"
+#include "kiri/train/faults.h"
 #include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
 
@@ -120,11 +126,11 @@ std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
 }
 
 namespace {
-// This rank's m and v, each appended in pieces, with the segments it holds.
-void write_optimizer_file(const std::string& path, optim::AdamW& opt, model::ParallelGPT& parallel,
-                          int tp_index, int64_t piece, Allocator& alloc) {
-  // Segments in the whole parameters' coordinates, so that any layout
-  // (another tp, dp or pp) can find its elements.
+// An optimizer file's metadata: the optimizer, its step and the segments this rank holds,
+// in the whole parameters' coordinates so that any layout (another tp, dp or pp) can find
+// its elements.
+std::map<std::string, std::string> optimizer_metadata(optim::AdamW& opt,
+                                                      model::ParallelGPT& parallel, int tp_index) {
   json segs = json::array();
   for (const auto& s : opt.segments())
     // One copy of everything: the first stage's tied embedding, tp rank 0's
@@ -132,15 +138,20 @@ void write_optimizer_file(const std::string& path, optim::AdamW& opt, model::Par
     if (s.param != parallel.tied_copy() && (s.param->tp.dim >= 0 || tp_index == 0))
       for (const GlobalPiece& g : global_pieces(s))
         segs.push_back({s.param->name, g.global, g.length, g.state});
+  return {{"optimizer", "adamw"},
+          {"step", std::to_string(opt.step_count())},
+          {"segments", segs.dump()}};
+}
+
+// This rank's m and v, each appended in pieces, with the segments it holds.
+void write_optimizer_file(const std::string& path, optim::AdamW& opt, model::ParallelGPT& parallel,
+                          int tp_index, int64_t piece, Allocator& alloc) {
   const int64_t n = opt.state_numel();
   const std::vector<ckpt::TensorSpec> specs = {{"exp_avg", DType::kF32, Shape({n})},
                                                {"exp_avg_sq", DType::kF32, Shape({n})}};
   Tensor buf = Tensor::empty({std::min(piece, std::max<int64_t>(n, 1))}, DType::kF32,
                              Category::kBuffers, alloc);
-  ckpt::save_safetensors_streaming(path, specs,
-                                   {{"optimizer", "adamw"},
-                                    {"step", std::to_string(opt.step_count())},
-                                    {"segments", segs.dump()}},
+  ckpt::save_safetensors_streaming(path, specs, optimizer_metadata(opt, parallel, tp_index),
                                    [&](size_t k, const ckpt::AppendBytes& append) {
                                      const optim::State s =
                                          k == 0 ? optim::State::kExpAvg : optim::State::kExpAvgSq;
@@ -186,35 +197,7 @@ void check_weights_finite(optim::AdamW& opt, int64_t step, int64_t piece, Alloca
 }
 }  // namespace
 
-std::string Trainer::save_checkpoint() {
-  const std::string& root = cfg_.checkpoint.dir;
-  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
-  finish_update();  // a deferred update (offload) first: the checkpoint holds its result
-  // A checkpoint of non-finite weights would only spread the divergence to every resume:
-  // each rank checks its master weights, and all stop together before anything is written.
-  comm::run_agreed(*world_, [&] { check_weights_finite(*optimizer_, step_, piece, allocator_); });
-  if (is_rank0()) ckpt::begin_checkpoint(root, step_);
-  world_->barrier();
-  const std::string tmp = ckpt::temp_dir(root, step_);
-  // One optimizer file per shard of each pipeline stage.
-  const int per_stage = optimizer_writers_per_stage();
-  const int writers = per_stage * mesh_->shape().pp * mesh_->shape().tp;
-  if (writes_optimizer_states()) {
-    const int index =
-        (mesh_->pp_index() * mesh_->shape().tp + mesh_->tp_index()) * per_stage + mesh_->dp_index();
-    write_optimizer_file(tmp + "/" + optimizer_file_name(index, writers), *optimizer_, *parallel_,
-                         mesh_->tp_index(), piece, allocator_);
-  }
-  // The model, one parameter at a time into rank 0's files (collective under sharding).
-  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
-  if (!is_rank0()) {
-    model.run();
-    world_->barrier();  // every shard is on disk before rank 0 commits
-    world_->barrier();
-    return root + "/" + ckpt::step_dir_name(step_);
-  }
-  write_model_folder(tmp, cfg_, *tokenizer_, model);
-  world_->barrier();  // every shard is on disk before rank 0 commits
+std::string Trainer::checkpoint_state_text(int writers) const {
   json files = json::array();
   for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
   json state = {{"format_version", kCheckpointFormatVersion},
@@ -228,6 +211,7 @@ std::string Trainer::save_checkpoint() {
                   {"zero_stage", parallel_->zero_stage()},
                   {"shard_group_size", parallel_->options().shard_group_size},
                   {"dtype", dtype_name(compute_dtype())}}},
+                {"global_batch", global_batch(cfg_)},
                 {"data", {{"position", data_position_}, {"seed", cfg_.train.seed}}},
                 // kiri's random numbers are counter-based: every draw is a function of
                 // (seed, stream, index), so the seed and the data position are the whole state.
@@ -238,10 +222,164 @@ std::string Trainer::save_checkpoint() {
     state["loss_scaler"] = {
         {"scale", s.scale}, {"clean_steps", s.clean_steps}, {"skipped_steps", s.skipped_steps}};
   }
-  write_file_atomic(tmp + "/state.json", state.dump(2) + "\n");
+  return state.dump(2) + "\n";
+}
+
+std::string Trainer::save_checkpoint() {
+  const std::string& root = cfg_.checkpoint.dir;
+  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
+  Timer timer;
+  if (async_) async_->wait();  // a save waits for the previous one (and raises its failure)
+  last_save_wait_s_ = timer.seconds();
+  finish_update();  // a deferred update (offload) first: the checkpoint holds its result
+  if (cfg_.checkpoint.async) return stage_checkpoint(timer);
+  // A checkpoint of non-finite weights would only spread the divergence to every resume:
+  // each rank checks its master weights, and all stop together before anything is written.
+  comm::run_agreed(*world_, [&] { check_weights_finite(*optimizer_, step_, piece, allocator_); });
+  if (is_rank0()) ckpt::begin_checkpoint(root, step_);
+  world_->barrier();
+  const std::string tmp = ckpt::temp_dir(root, step_);
+  // One optimizer file per shard of each pipeline stage.
+  const int writers = optimizer_writers();
+  if (writes_optimizer_states())
+    write_optimizer_file(tmp + "/" + optimizer_file_name(optimizer_file_index(), writers),
+                         *optimizer_, *parallel_, mesh_->tp_index(), piece, allocator_);
+  // The model, one parameter at a time into rank 0's files (collective under sharding).
+  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  if (!is_rank0()) {
+    model.run();
+    world_->barrier();  // every shard is on disk before rank 0 commits
+    world_->barrier();
+    return root + "/" + ckpt::step_dir_name(step_);
+  }
+  write_model_folder(tmp, cfg_, *tokenizer_, model);
+  world_->barrier();  // every shard is on disk before rank 0 commits
+  write_file_atomic(tmp + "/state.json", checkpoint_state_text(writers));
   const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
+  last_save_s_ = timer.seconds();
   world_->barrier();
   return done;
+}
+
+int Trainer::optimizer_writers() const {
+  return optimizer_writers_per_stage() * mesh_->shape().pp * mesh_->shape().tp;
+}
+
+int Trainer::optimizer_file_index() const {
+  return (mesh_->pp_index() * mesh_->shape().tp + mesh_->tp_index()) *
+             optimizer_writers_per_stage() +
+         mesh_->dp_index();
+}
+
+// checkpoint.async: copies what this rank writes into the staging buffers (rank 0 gathers
+// the model, a collective), checks the staged model (every parameter passes through rank 0),
+// then hands the files to the background writer.
+std::string Trainer::stage_checkpoint(const Timer& timer) {
+  const std::string& root = cfg_.checkpoint.dir;
+  if (!async_) reserve_async_staging();
+  AsyncSaveJob job;
+  job.root = root;
+  job.step = step_;
+  job.tmp = ckpt::temp_dir(root, step_);
+  job.rank = world_->rank();
+  job.timeout_s = cfg_.parallel.timeout_s;
+  job.keep_last = cfg_.checkpoint.keep_last;
+  job.slow_ms = slow_save_ms_for(world_->rank());
+  if (writes_optimizer_states()) {
+    const int64_t n = optimizer_->state_numel();
+    Tensor& states = async_->states_staging(n);
+    for (const auto& [k, s] :
+         {std::pair{0, optim::State::kExpAvg}, std::pair{1, optim::State::kExpAvgSq}})
+      for_each_piece(n, checkpoint_piece_elements(cfg_.checkpoint), [&](int64_t b, int64_t len) {
+        Tensor part = states.flat_range(k * n + b, len);
+        optimizer_->read_state(s, b, part);
+      });
+    job.optimizer_file = optimizer_file_name(optimizer_file_index(), optimizer_writers());
+    job.optimizer_metadata = optimizer_metadata(*optimizer_, *parallel_, mesh_->tp_index());
+    job.state_numel = n;
+  }
+  const std::exception_ptr bad = stage_model(job);
+  // As a synchronous save's check: a non-finite weight stops every rank before any file.
+  comm::run_agreed(*world_, [&] {
+    if (bad) std::rethrow_exception(bad);
+  });
+  if (is_rank0()) {
+    ckpt::begin_checkpoint(root, step_);
+    job.state_json = checkpoint_state_text(optimizer_writers());
+  }
+  world_->barrier();
+  last_save_s_ = timer.seconds();
+  job.stall_s = last_save_s_;
+  job.waited_s = last_save_wait_s_;
+  async_->start(std::move(job));
+  return root + "/" + ckpt::step_dir_name(step_);
+}
+
+// Rank 0: the whole fp32 model into the staging buffer in the model's order, each parameter
+// checked as it lands; the first non-finite one's error is returned (raised once the ranks
+// agree), the stream finished regardless. The other ranks take their part in the stream.
+std::exception_ptr Trainer::stage_model(AsyncSaveJob& job) {
+  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  // Plain data parallelism (stage 0, one stage, no tp): rank 0 holds every parameter whole and
+  // the stream moves nothing between ranks, so the weights go straight into the staging.
+  const bool whole = !parallel_->sharded() && mesh_->shape().tp == 1 && mesh_->shape().pp == 1;
+  if (!is_rank0()) {
+    if (!whole) model.run();
+    return nullptr;
+  }
+  const int64_t piece = checkpoint_piece_elements(cfg_.checkpoint);
+  int64_t total = 0;
+  for (const ckpt::TensorSpec& s : model.specs()) total += s.shape.numel();
+  Tensor& staged = async_->model_staging(total);
+  std::map<std::string, size_t> segment;
+  for (size_t i = 0; i < optimizer_->segments().size(); ++i)
+    segment[optimizer_->segments()[i].param->name] = i;
+  std::exception_ptr bad;
+  int64_t at = 0;
+  for (size_t k = 0; k < model.specs().size(); ++k) {
+    const std::string& name = model.specs()[k].name;
+    const int64_t n = model.specs()[k].shape.numel();
+    if (!whole) staged.flat_range(at, n).copy_from(model.next(k).view({n}));
+    for_each_piece(n, piece, [&](int64_t b, int64_t len) {
+      Tensor part = staged.flat_range(at + b, len);
+      if (whole) optimizer_->read_weights(segment.at(name), b, part);
+      try {
+        if (!bad)
+          check_finite_piece(
+              part, str("refusing to save the checkpoint of step ", step_, ": parameter ", name), b,
+              n);
+      } catch (const Error&) {
+        bad = std::current_exception();
+      }
+    });
+    at += n;
+  }
+  if (!whole) model.finish();
+  job.writes_model = true;
+  job.model_specs = model.specs();
+  job.max_shard_bytes =
+      parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size");
+  job.model = cfg_.model;
+  job.tokenizer_name = cfg_.data.tokenizer;
+  job.tokenizer = tokenizer_.get();
+  for (int i = 0; i < optimizer_writers(); ++i)
+    job.optimizer_files.push_back(optimizer_file_name(i, optimizer_writers()));
+  return bad;
+}
+
+void Trainer::reserve_async_staging() {
+  async_ = std::make_unique<AsyncCheckpointWriter>(allocator_);
+  // Touched now (zeroed): the pages are faulted in at start, not in the first save's stall.
+  if (writes_optimizer_states()) async_->states_staging(optimizer_->state_numel()).zero_();
+  if (!is_rank0()) return;
+  int64_t total = 0;
+  model::GPT<float> whole(cfg_.model);
+  for (nn::Parameter* p : whole.parameters()) total += p->shape.numel();
+  async_->model_staging(total).zero_();
+}
+
+void Trainer::wait_for_checkpoint() {
+  if (async_) async_->wait();
 }
 
 // Into the master weights only: load_checkpoint writes them back once every rank has read.
@@ -359,7 +497,8 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
-  finish_update();  // a step's update still running would write over what is loaded
+  wait_for_checkpoint();  // a save in flight would commit over what is resumed
+  finish_update();        // a step's update still running would write over what is loaded
   // Every rank reads its part, then all agree: a bad file on one rank stops every rank here
   // with that rank's error, instead of the others waiting in their first collective until
   // parallel.timeout_s while it exits.

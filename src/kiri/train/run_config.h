@@ -106,6 +106,9 @@ struct CheckpointConfig {
   std::string dir = "{run.dir}/checkpoints";
   int64_t every = 0;  // steps between checkpoints; 0: only at the end
   int keep_last = 2;  // step directories kept; 0 keeps all
+  // Stage this rank's part in memory and write the files from a background thread
+  // (checkpoint_async.h) instead of stopping training for the whole save.
+  bool async = false;
   // Above it the model is written as model-0000k-of-0000n.safetensors + index (as HF does)
   std::string max_shard_size = "5GB";
   // Save and resume move the states and weights in pieces of at most this (checkpoint_stream.h)

@@ -1,12 +1,10 @@
 #include "kiri/train/trainer.h"
 
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include <omp.h>
 
@@ -22,6 +20,7 @@
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/faults.h"
 #include "kiri/train/offload_config.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
@@ -30,24 +29,6 @@ namespace kiri::train {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-namespace {
-// KIRI_FAULT=inf:R:S multiplies rank R's loss by +inf in step S (1-based, as
-// printed): every gradient of that rank overflows, as in an fp16 overflow.
-// KIRI_FAULT=nan:R:S multiplies it by NaN in step S and every step after, as in a run
-// that diverged.
-double fault_scale_for(int rank, int64_t step_index) {
-  const char* spec = std::getenv("KIRI_FAULT");
-  int r = -1;
-  long long s = -1;
-  if (spec && std::sscanf(spec, "inf:%d:%lld", &r, &s) == 2 && r == rank && s == step_index + 1)
-    return HUGE_VAL;
-  if (spec && std::sscanf(spec, "nan:%d:%lld", &r, &s) == 2 && r == rank && s <= step_index + 1)
-    return std::nan("");
-  return 1.0;
-}
-
-}  // namespace
 
 std::string resolve_data_dir(const DataConfig& cfg) {
   if (!cfg.assets.empty()) return cfg.assets;
@@ -251,6 +232,9 @@ void Trainer::build() {
       parallel_->norm_groups(), make_state_offload());
   optimizer_->initialize(t.seed);
   parallel_->synchronize_parameters();
+  // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
+  // save's stall is a copy like every later one's, not the kernel faulting in its pages.
+  if (cfg_.checkpoint.async && !cfg_.checkpoint.dir.empty()) reserve_async_staging();
   if (t.dtype == ComputeDType::kF16) {
     optim::LossScalerOptions lo;
     lo.dynamic = t.loss_scale == 0;
@@ -293,6 +277,15 @@ double Trainer::peak_flops() {
 }
 
 Trainer::~Trainer() {
+  // A save in flight completes, unless an error is unwinding the trainer: then it is cancelled
+  // (the writer's destructor), leaving its temporary directory as a killed save would.
+  if (async_ && std::uncaught_exceptions() == 0) {
+    try {
+      async_->wait();
+    } catch (const std::exception& e) {
+      log::warn(e.what());
+    }
+  }
   if (tracer_ && !trace_written_) {  // run() did not finish: keep what was recorded
     try {
       write_trace();
@@ -353,6 +346,8 @@ StepMetrics Trainer::train_step() {
   for (comm::Communicator* c : {&mesh_->dp(), &mesh_->pp(), world_}) c->reset_stats();
   Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
                          Tracer::Lane::kStep);
+  // A failed background save is named at the step after it (checkpoint_async.h).
+  if (async_) async_->rethrow_failure();
   model::Pipeline* pipeline = mesh_->shape().pp > 1 ? parallel_->pipeline() : nullptr;
   const model::PipelineStats pipeline_before =
       pipeline ? pipeline->stats() : model::PipelineStats{};
@@ -377,6 +372,8 @@ StepMetrics Trainer::train_step() {
   for (int64_t accum = 0; accum < t.grad_accum; ++accum) {
     fill_batch(inputs_, targets_, *train_stream_,
                data_position_ + static_cast<uint64_t>(rank * rows), false);
+    if (sample_observer_)
+      sample_observer_(data_position_ + static_cast<uint64_t>(rank * rows), rows);
     data_position_ += static_cast<uint64_t>(rows * dp);
     loss_sum += parallel_->forward_backward(
         ctx, inputs_, targets_, weight * loss_scale * fault_scale_for(world_->rank(), step_),
@@ -503,24 +500,10 @@ double Trainer::evaluate(int64_t n_batches) {
 }
 
 namespace {
-// Failure injection for the tests of failure handling: KIRI_FAULT=kill:R:S
-// (rank R dies by SIGKILL before step S), hang:R:S (rank R stops
-// communicating before step S, as a rank stuck in a loop would) or raise:R:S
-// (rank R raises a kData error before step S, as a bad read on one rank would).
-void inject_fault(int rank, int64_t step) {
-  const char* spec = std::getenv("KIRI_FAULT");
-  if (!spec || !*spec) return;
-  char kind[16] = {0};
-  int r = -1;
-  long long s = -1;
-  if (std::sscanf(spec, "%15[a-z]:%d:%lld", kind, &r, &s) != 3 || r != rank || s != step) return;
-  if (std::string(kind) == "inf" || std::string(kind) == "nan") return;  // fault_scale_for's
-  log::warn("KIRI_FAULT: injecting '", kind, "' on rank ", rank, " before step ", step + 1);
-  if (std::string(kind) == "kill") std::raise(SIGKILL);
-  if (std::string(kind) == "hang")
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  if (std::string(kind) == "raise")
-    KIRI_RAISE(kData, "KIRI_FAULT: the error injected on rank ", rank, " before step ", step + 1);
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", s);
+  return buf;
 }
 }  // namespace
 
@@ -594,9 +577,12 @@ void Trainer::run_steps() {
     if (!cfg_.checkpoint.dir.empty() &&
         ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last)) {
       const std::string dir = save_checkpoint();
-      if (rank0) log::info("saved checkpoint ", dir);
+      // An asynchronous save logs itself once committed (checkpoint_async.h).
+      if (rank0 && !cfg_.checkpoint.async)
+        log::info("saved checkpoint ", dir, " in ", seconds_text(last_save_s_));
     }
   }
+  wait_for_checkpoint();  // the last save is committed before the run ends
   parallel_->finish_update();
   const std::string plot = plot_path(cfg_.log);
   if (rank0 && !plot.empty() && !history.steps.empty()) {

@@ -1,11 +1,13 @@
 #pragma once
 // The training loop of one process: data, model, optimizer, metrics and
 // checkpoints, configured by a RunConfig. `kiri train` is Trainer::run().
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/data/dataset.h"
@@ -17,6 +19,7 @@
 #include "kiri/offload/swap_space.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/optim/loss_scaler.h"
+#include "kiri/train/checkpoint_async.h"
 #include "kiri/train/metrics.h"
 #include "kiri/train/run_config.h"
 
@@ -83,8 +86,17 @@ class Trainer {
   // "MFU against a peak of ... (mfu_gemm)", for the start-up log.
   std::string describe_peak();
 
-  // Writes <checkpoint.dir>/step_N atomically and returns its path.
+  // Writes <checkpoint.dir>/step_N atomically and returns its path. With checkpoint.async
+  // it returns once this rank's part is staged; a background thread writes the files and
+  // rank 0's commits the directory (checkpoint_async.h). Either way it first waits for the
+  // previous save, raising its failure.
   std::string save_checkpoint();
+  // Waits for an asynchronous save in flight, raising its failure (no-op without one).
+  void wait_for_checkpoint();
+  // The seconds the last save_checkpoint held this rank: the whole save, or with
+  // checkpoint.async the staging copy (and the wait for the previous save, also given alone).
+  double last_save_seconds() const { return last_save_s_; }
+  double last_save_wait_seconds() const { return last_save_wait_s_; }
   // Restores parameters, optimizer state, step and data position. Collective: every rank
   // reads its part, then all agree, so that a failure on any rank raises
   // comm::AgreedError (that rank's error) on every rank. Refuses non-finite values.
@@ -96,6 +108,11 @@ class Trainer {
   void init_from(const std::string& path);
 
   int64_t step() const { return step_; }
+  // Called with (first position, count) for each block of training samples this rank reads
+  // (tests check that a resumed run on another layout reads each sample once).
+  void set_sample_observer(std::function<void(uint64_t, int64_t)> observer) {
+    sample_observer_ = std::move(observer);
+  }
   // The config the run uses: {run.dir} paths resolved, dp inferred, lr scaled.
   const RunConfig& config() const { return cfg_; }
   // The model, or with pipeline parallelism this rank's first chunk of it.
@@ -161,6 +178,12 @@ class Trainer {
   // Whether this rank writes its optimizer states (one copy per shard).
   bool writes_optimizer_states() const;
   int optimizer_writers_per_stage() const;
+  int optimizer_writers() const;                         // optimizer files per checkpoint
+  int optimizer_file_index() const;                      // this rank's, when it writes one
+  std::string checkpoint_state_text(int writers) const;  // state.json
+  std::string stage_checkpoint(const Timer& timer);      // save_checkpoint's async part
+  void reserve_async_staging();                       // the writer and its staging buffers, touched
+  std::exception_ptr stage_model(AsyncSaveJob& job);  // rank 0's model staging (collective)
 
   RunConfig cfg_;
   std::string config_json_;
@@ -183,6 +206,10 @@ class Trainer {
   std::unique_ptr<model::ParallelGPT> parallel_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
+  // checkpoint.async: the background writer and its staging buffers (allocator_'s, so
+  // declared after it and destroyed first).
+  std::unique_ptr<AsyncCheckpointWriter> async_;
+  double last_save_s_ = 0, last_save_wait_s_ = 0;
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32
   Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32
   int64_t step_ = 0;
@@ -191,6 +218,7 @@ class Trainer {
   std::string peak_source_;
   double gemm_flops_ = 0;  // the fp32 GEMM rate measured at start, per rank
   bool mfu_warned_ = false;
+  std::function<void(uint64_t, int64_t)> sample_observer_;
 };
 
 }  // namespace kiri::train

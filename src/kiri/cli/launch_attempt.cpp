@@ -1,0 +1,174 @@
+#include "kiri/cli/launch_attempt.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "kiri/base/error.h"
+#include "kiri/base/timer.h"
+
+namespace kiri::cli {
+
+namespace {
+
+// How long the ranks on this host may outlive the launcher before they are killed.
+constexpr double kGoneTimeoutS = 30;
+constexpr int kPollMs = 100;
+
+// The supervisor's signal flag: a handler may only set it. Process-wide by nature.
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_stop(int) {
+  g_stop = 1;
+}
+
+std::string this_host() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T', 'Z', ...), or 0 when the process is gone.
+char process_state(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  if (!in || !std::getline(in, s)) return 0;
+  const size_t close = s.rfind(')');
+  return close != std::string::npos && close + 2 < s.size() ? s[close + 2] : 0;
+}
+
+bool alive(long pid) {
+  const char st = process_state(pid);
+  return st != 0 && st != 'Z' && st != 'X';  // a zombie has exited: its parent reaps it
+}
+
+std::string exe_of(long pid) {
+  char buf[PATH_MAX];
+  const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// pid and host of a rank's rank_R.start, if written.
+std::optional<std::pair<long, std::string>> start_record(const std::string& dir, int r) {
+  std::ifstream in(dir + "/rank_" + std::to_string(r) + ".start");
+  long pid = 0;
+  std::string host;
+  if (in >> pid >> host) return std::pair{pid, host};
+  return std::nullopt;
+}
+
+pid_t spawn(const std::vector<std::string>& command, const std::map<std::string, std::string>& env,
+            int err_fd) {
+  const pid_t child = ::fork();
+  KIRI_CHECK_KIND(kIo, child >= 0, "cannot fork to start ", command[0], ": ", std::strerror(errno));
+  if (child > 0) return child;
+  ::dup2(err_fd, STDERR_FILENO);
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv;
+  for (const std::string& s : command) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  std::fprintf(stderr, "kiri: I/O error: cannot start %s: %s\n", argv[0], std::strerror(errno));
+  ::_exit(127);
+}
+
+}  // namespace
+
+bool stop_requested() {
+  return g_stop != 0;
+}
+
+AttemptResult run_attempt(const std::vector<std::string>& command,
+                          const std::map<std::string, std::string>& env,
+                          const std::string& status_dir, int ranks) {
+  ::signal(SIGTERM, on_stop);
+  ::signal(SIGINT, on_stop);
+  int fds[2];
+  KIRI_CHECK_KIND(kIo, ::pipe(fds) == 0, "cannot make a pipe: ", std::strerror(errno));
+  Timer timer;
+  const pid_t child = spawn(command, env, fds[1]);
+  ::close(fds[1]);
+  AttemptResult res;
+  const std::string host = this_host();
+  const std::string self = exe_of(::getpid());
+  std::map<int, long> local;  // rank -> pid, for the ranks started on this host
+  const std::regex noticed(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
+  std::string line;
+  bool exited = false, eof = false, forwarded = false;
+  int status = 0;
+  Timer since_exit;
+  while (!(exited && (eof || since_exit.seconds() > 2))) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (!eof && ::poll(&p, 1, kPollMs) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) {
+        eof = true;
+      } else {
+        [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, static_cast<size_t>(n));
+        line.append(buf, static_cast<size_t>(n));
+        for (size_t at; (at = line.find('\n')) != std::string::npos; line.erase(0, at + 1)) {
+          std::smatch m;
+          const std::string l = line.substr(0, at);
+          if (!res.noticed && std::regex_search(l, m, noticed))
+            res.noticed = std::pair{std::stoi(m[1]), std::stoi(m[2])};
+        }
+      }
+    } else if (eof) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+    }
+    for (int r = 0; r < ranks; ++r)
+      if (!local.count(r))
+        if (auto rec = start_record(status_dir, r); rec && rec->second == host)
+          local[r] = rec->first;
+    for (const auto& [r, pid] : local) {
+      const char st = process_state(pid);
+      if (st == 'T' || st == 't') res.stopped.insert(r);
+    }
+    if (g_stop && !forwarded) {
+      ::kill(child, SIGTERM);  // the launcher ends its ranks
+      forwarded = true;
+      res.interrupted = true;
+    }
+    if (!exited && ::waitpid(child, &status, WNOHANG) == child) {
+      exited = true;
+      since_exit.reset();
+    }
+  }
+  ::close(fds[0]);
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  res.seconds = timer.seconds();
+  // The ranks on this host must be gone before the next attempt takes the run folder.
+  Timer gone;
+  auto any_alive = [&] {
+    for (const auto& [r, pid] : local)
+      if (alive(pid)) return true;
+    return false;
+  };
+  while (any_alive() && gone.seconds() < kGoneTimeoutS)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (const auto& [r, pid] : local)
+    if (alive(pid) && exe_of(pid) == self) {  // this binary still: never a reused pid
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      ++res.killed_leftovers;
+    }
+  while (any_alive() && gone.seconds() < kGoneTimeoutS + 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  res.wait_gone_s = gone.seconds();
+  return res;
+}
+
+}  // namespace kiri::cli

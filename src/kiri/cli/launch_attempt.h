@@ -1,0 +1,34 @@
+#pragma once
+// One attempt of a supervised job (launch_supervisor.h): the launcher runs as a child whose
+// stderr passes through this process, which meanwhile watches the ranks on this host (the
+// pids their rank_R.start files give) for a stopped one, and after the launcher exits waits
+// until every one of them is gone.
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kiri::cli {
+
+struct AttemptResult {
+  int exit_code = 0;  // the launcher's; 128 + N when a signal N ended it
+  double seconds = 0;
+  std::set<int> stopped;  // ranks seen stopped (state T: SIGSTOP, a debugger) on this host
+  // mpirun's "process rank R with PID P on node H exited on signal S": {R, S}.
+  std::optional<std::pair<int, int>> noticed;
+  double wait_gone_s = 0;    // from the launcher's exit until its ranks here were gone
+  int killed_leftovers = 0;  // ranks still alive after the wait, ended with SIGKILL
+  bool interrupted = false;  // this process was asked to stop (SIGTERM, SIGINT)
+};
+
+// Runs `command` (the launcher's argv) with `env` added to its environment; `status_dir`
+// holds the ranks' records (launch_status.h) of `ranks` ranks.
+AttemptResult run_attempt(const std::vector<std::string>& command,
+                          const std::map<std::string, std::string>& env,
+                          const std::string& status_dir, int ranks);
+
+// Whether a SIGTERM or SIGINT asked the supervisor to stop (no restart follows).
+bool stop_requested();
+
+}  // namespace kiri::cli
