@@ -19,7 +19,23 @@ int64_t padded_vocab(int64_t vocab, int tp) {
   return (vocab + tp - 1) / tp * tp;
 }
 
-int64_t kiri_block_params(int64_t h, int tp) {
+// A tensor-parallel rank's share of a width that tp splits whole (kiri refuses the rest).
+int64_t tp_share(int64_t width, int tp, const char* what) {
+  KIRI_CHECK_KIND(kConfig, width % tp == 0, "kiri's exact layout: tp = ", tp, " must divide ", what,
+                  " = ", width);
+  return width / tp;
+}
+
+int64_t kiri_block_params(const ModelSpec& m, int tp) {
+  const int64_t h = m.hidden;
+  if (m.arch == Arch::kLlama) {
+    // q_proj [h/t, h], k_proj and v_proj [kv/t, h], o_proj [h, h/t], gate_proj and up_proj
+    // [f/t, h], down_proj [h, f/t], no biases; two RMSNorms h each, whole.
+    const int64_t q = tp_share(h, tp, "the hidden size"),
+                  kv = tp_share(m.kv_width(), tp, "the key/value width"),
+                  f = tp_share(m.ffn_width(), tp, "the MLP width");
+    return h * (2 * q + 2 * kv + 3 * f) + 2 * h;
+  }
   // c_attn [3h/t, h] + 3h/t, c_proj [h, h/t] + h, c_fc [4h/t, h] + 4h/t, c_proj [h, 4h/t] + h,
   // two LayerNorms 4h.
   return (12 * h * h + 7 * h) / tp + 6 * h;
@@ -44,14 +60,18 @@ StageBlocks stage_blocks(const ModelSpec& m, int pp, int stage, const KiriLayout
 
 std::vector<int64_t> kiri_parameter_groups(const ModelSpec& m, int tp, int pp, int stage,
                                            StageBlocks blocks) {
-  KIRI_CHECK_KIND(kConfig, m.arch == Arch::kGpt2 && !m.params_only(),
-                  "kiri's exact layout needs a GPT-2 model of known dimensions");
+  KIRI_CHECK_KIND(kConfig, !m.params_only(),
+                  "kiri's exact layout needs a model of known dimensions, not a parameter count");
+  const bool llama = m.arch == Arch::kLlama;
   const int64_t h = m.hidden, wte = kiri_wte_rows(m, tp) * h;
   std::vector<int64_t> g;
-  g.push_back(stage == 0 ? wte + m.max_seq * h : 0);
-  for (int64_t b = blocks.first; b < blocks.end; ++b) g.push_back(kiri_block_params(h, tp));
+  g.push_back(stage == 0 ? wte + (llama ? 0 : m.max_seq * h) : 0);  // RoPE: no position table
+  for (int64_t b = blocks.first; b < blocks.end; ++b) g.push_back(kiri_block_params(m, tp));
   int64_t last = 0;
-  if (stage == pp - 1) last = 2 * h + (stage > 0 ? wte : 0);
+  // The final norm; an untied head ([V/t, h], vocab parallel), or a tied one's copy of wte
+  // when the last stage is not the first.
+  const bool head = !m.tie_word_embeddings || stage > 0;
+  if (stage == pp - 1) last = m.final_norm_params() + (head ? wte : 0);
   g.push_back(last);
   return g;
 }
@@ -109,6 +129,47 @@ struct KiriActivations {
   double head = 0;        // the LM head's backward working set (last stage)
 };
 
+// One block of one micro-batch, fp32 elements (a 16-bit element counts half): what it saves
+// for backward (less the norms' statistics and the log-sum-exp) and the working set of its
+// backward beyond that.
+struct KiriBlock {
+  double saved = 0, work = 0;
+};
+
+// GPT-2's (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv, the attention
+// output, the MLP hidden before and after GELU (12nc/t). Under mixed precision each linear
+// layer keeps the 16-bit copy of its input (nn::Linear) instead of the input: ln_1's and
+// ln_2's outputs (2nc -> nc) and the GELU output (4nc/t -> 2nc/t) are kept only so; the
+// attention output is kept whole by the attention and as c_proj's copy too (+0.5nc/t).
+// Backward: dy, dx1, dh, dprev and the MLP's two [n, 4c/t] gradients, the larger of the
+// MLP's and the attention's working sets.
+KiriBlock gpt_block(double n, double c, double t, bool fp32) {
+  return {fp32 ? 4 * n * c + 12 * n * c / t : 3 * n * c + 10.5 * n * c / t,
+          4 * n * c + 8 * n * c / t};
+}
+
+// Llama's (nn/llama_layers.cpp), kv the key/value width, f the SwiGLU width: whole, the input,
+// the two RMSNorms' outputs (the projections' input) and x1 (4nc); cut by t the RoPE'd q (in
+// place), k, v, the attention output, gate, up and silu(gate)·up (n(2c + 2kv + 3f)/t). Under
+// mixed precision the norms' outputs are kept as one shared 16-bit copy each (2nc -> nc), and
+// o_proj's and down_proj's inputs as 16-bit copies, the attention output beside its fp32 one
+// (+0.5nc/t), silu(gate)·up instead of it (nf/t -> 0.5nf/t). Backward: dy, dx1, dh and dprev
+// (4nc) and, at the MLP, dh [n, f/t], dgate and dup (3nf/t), down_proj's input freed; at the
+// attention (the MLP's half freed: x1, norm 2's output and 1/rms, gate, up, silu·up) datt, dq,
+// dk and dv (n(2c + 2kv)/t).
+KiriBlock llama_block(const ModelSpec& m, double n, double t, bool fp32) {
+  const double c = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_width());
+  const double f = static_cast<double>(m.ffn_width());
+  const double norm_out = fp32 ? 2 * n * c : n * c, att_copy = fp32 ? 0 : 0.5 * n * c / t;
+  const double down_in = fp32 ? n * f / t : 0.5 * n * f / t;  // silu(gate)·up as down_proj keeps it
+  const double mlp = 2 * n * f / t + down_in;                 // + gate, up
+  KiriBlock b;
+  b.saved = 2 * n * c + norm_out + n * (2 * c + 2 * kv) / t + att_copy + mlp;
+  const double mlp_half = n * c + norm_out / 2 + n + mlp;
+  b.work = 4 * n * c + std::max(3 * n * f / t - down_in, n * (2 * c + 2 * kv) / t - mlp_half);
+  return b;
+}
+
 KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int stage,
                                  StageBlocks blocks) {
   // n tokens of a micro-batch, c the width, c/t a tensor-parallel rank's share of it.
@@ -116,16 +177,15 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   const double c = static_cast<double>(model.hidden), heads = static_cast<double>(model.heads);
   const double v = static_cast<double>(kiri_wte_rows(model, l.tp));
   const double layers = static_cast<double>(blocks.end - blocks.first);
-  // What a block saves (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv,
-  // attention output, MLP hidden pre/post-GELU (12nc/t) + LayerNorm statistics 4n + lse.
-  const bool full = l.recompute == Recompute::kFull;
-  const double stats = 4 * n + static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
-  // Under mixed precision each linear layer keeps the 16-bit copy of its input (nn::Linear)
-  // instead of the input: ln_1's and ln_2's outputs (2nc -> nc) and the MLP's GELU output
-  // (4nc/t -> 2nc/t) are kept only so; the attention output is kept whole by the attention
-  // and as c_proj's copy too (+0.5nc/t).
-  const double saved_block = l.dtype == Precision::kFp32 ? 4 * n * c + 12 * n * c / t + stats
-                                                         : 3 * n * c + 10.5 * n * c / t + stats;
+  const bool full = l.recompute == Recompute::kFull, llama = model.arch == Arch::kLlama;
+  const bool fp32 = l.dtype == Precision::kFp32;
+  // Per token the norms' statistics (LayerNorm a mean and 1/σ, RMSNorm 1/rms, two norms),
+  // and the attention's log-sum-exp per query head.
+  const double norm_stats = llama ? 1 : 2;
+  const double stats =
+      2 * norm_stats * n + static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  KiriBlock blk = llama ? llama_block(model, n, t, fp32) : gpt_block(n, c, t, fp32);
+  const double saved_block = blk.saved + stats;
   KiriActivations a;
   a.kept_block = full ? n * c : saved_block;
   const double in_flight = layers_in_flight(l, blocks.end - blocks.first, stage) /
@@ -133,16 +193,14 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   // The stage's saved activations of all micro-batches in flight (+ the last block's output,
   // the next stage's / ln_f's input).
   a.saved = in_flight * (layers * a.kept_block + n * c);
-  // Backward of a block: the recomputed block (full), dy, dx1, dh, dprev and the MLP's
-  // [n, 4c/t] gradients (two) — the larger of the MLP's and attention's working sets.
-  a.block_work = 4 * n * c + 8 * n * c / t;
+  a.block_work = blk.work;
   if (full) a.block_work += saved_block - n * c;
   // The head (last stage): ln_f's output and statistics, the [n, V/t] logits (their gradient
   // in place), losses, lse, dloss, dxf; logits of all micro-batches in flight under GPipe.
   if (stage == l.pp - 1) {
     const double logits_mb =
         l.pp > 1 && l.schedule == Schedule::kGpipe ? static_cast<double>(l.microbatches()) : 1.0;
-    a.head = logits_mb * (n * v + n * c + 5 * n) + n * c;
+    a.head = logits_mb * (n * v + n * c + (norm_stats + 3) * n) + n * c;
     if (l.dtype != Precision::kFp32) a.head += n * v / 2 + n * c / 2;  // 16-bit copies
   }
   return a;
@@ -155,26 +213,30 @@ struct Moment {
 };
 
 // The peak of a pp = 1 backward under ZeRO (parallel/shard/sharded.h's schedule), the
-// largest of: the LM head's backward (stages 2-3: the embeddings' full gradient; stage 3
-// also the gathered embeddings and the prefetched final unit), and the first block of each
-// block unit's backward (less the later blocks' activations; the embeddings' and this
-// unit's full gradients, the reductions in flight, each a full gradient and its shard
-// (stage 1: the shard, last micro-batch); stage 3 also the gathered embeddings, this unit
-// and the prefetched next).
+// largest of: the LM head's backward, and the first block of each block unit's backward
+// (less the later blocks' activations; this unit's full gradient, the reductions in flight,
+// each a full gradient and its shard (stage 1: the shard, last micro-batch); stage 3 also
+// this unit gathered and the prefetched next). A tied head is unit 0 (the embeddings):
+// backward starts with it and keeps it to the end, so its full gradient (stages 2-3) and
+// its gathered values (stage 3) are live at every moment, and the head prefetches the final
+// unit. An untied head is the final unit: its full gradient and values at the head, and the
+// head prefetches the last block unit; the embeddings come back last, after every block.
+// Without data parallelism (dp 1) a reduction is a copy, done when it starts: none is in flight.
 Moment kiri_zero_peak(const KiriActivations& a, const std::vector<int64_t>& units, int stage, int n,
-                      double d, int wrap_blocks, int64_t layers) {
+                      double d, int wrap_blocks, int64_t layers, bool tied, bool alone) {
   auto pad = [n](int64_t u) { return static_cast<double>((u + n - 1) / n * n); };
-  const double emb = pad(units.front());
+  const double emb = tied ? pad(units.front()) : 0, head_unit = tied ? emb : pad(units.back());
   const double grads = stage >= 2 ? 1 : 0, gathered = stage == 3 ? 1 : 0;
-  Moment best{4 * (a.saved + a.head), d * emb * (grads + gathered)};
-  best.zero_buffers += d * gathered * pad(units.back());
+  const double prefetched = pad(units[tied ? units.size() - 1 : units.size() - 2]);
+  Moment best{4 * (a.saved + a.head), d * (head_unit * (grads + gathered) + gathered * prefetched)};
   std::vector<double> reducing{pad(units.back())};  // finished units, newest last
   const int last_block_unit = static_cast<int>(units.size()) - 2;
   for (int u = last_block_unit; u >= 1; --u) {
     const double here = pad(units[static_cast<size_t>(u)]);
     double buf = d * (grads * (emb + here) + gathered * (emb + here));
-    if (u > 1) buf += d * gathered * pad(units[static_cast<size_t>(u - 1)]);
-    const size_t flying = std::min(reducing.size(), static_cast<size_t>(kInflightReductions));
+    if (u > 1 || !tied) buf += d * gathered * pad(units[static_cast<size_t>(u - 1)]);
+    const size_t cap = alone ? 0 : static_cast<size_t>(kInflightReductions);
+    const size_t flying = std::min(reducing.size(), cap);
     for (size_t k = reducing.size() - flying; k < reducing.size(); ++k)
       buf += d * (grads * reducing[k] + reducing[k] / n);
     const int64_t done = layers - std::min<int64_t>(layers, int64_t{u} * wrap_blocks);
@@ -215,8 +277,9 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
     apply_offload(m, l, static_cast<double>(state_numel), static_cast<double>(unit_shard));
     return m;
   }
-  const Moment peak = kiri_zero_peak(a, units, l.zero_stage, l.shard_size(), value_bytes(l.dtype),
-                                     l.wrap_blocks, blocks.end - blocks.first);
+  const Moment peak =
+      kiri_zero_peak(a, units, l.zero_stage, l.shard_size(), value_bytes(l.dtype), l.wrap_blocks,
+                     blocks.end - blocks.first, model.tie_word_embeddings, l.dp == 1);
   m.activations = peak.activations;
   m.buffers = buffers + peak.zero_buffers;
   apply_offload(m, l, static_cast<double>(state_numel), static_cast<double>(unit_shard));
