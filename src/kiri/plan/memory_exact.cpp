@@ -41,6 +41,11 @@ int64_t kiri_block_params(const ModelSpec& m, int tp) {
   return (12 * h * h + 7 * h) / tp + 6 * h;
 }
 
+// Whether the LM head is wte (GPT-2 always; a Llama per tie_word_embeddings).
+bool kiri_tied(const ModelSpec& m) {
+  return m.arch != Arch::kLlama || m.tie_word_embeddings;
+}
+
 int64_t kiri_wte_rows(const ModelSpec& m, int tp) {
   return padded_vocab(m.vocab, tp) / tp;
 }
@@ -70,7 +75,7 @@ std::vector<int64_t> kiri_parameter_groups(const ModelSpec& m, int tp, int pp, i
   int64_t last = 0;
   // The final norm; an untied head ([V/t, h], vocab parallel), or a tied one's copy of wte
   // when the last stage is not the first.
-  const bool head = !m.tie_word_embeddings || stage > 0;
+  const bool head = !kiri_tied(m) || stage > 0;
   if (stage == pp - 1) last = m.final_norm_params() + (head ? wte : 0);
   g.push_back(last);
   return g;
@@ -279,7 +284,7 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
   }
   const Moment peak =
       kiri_zero_peak(a, units, l.zero_stage, l.shard_size(), value_bytes(l.dtype), l.wrap_blocks,
-                     blocks.end - blocks.first, model.tie_word_embeddings, l.dp == 1);
+                     blocks.end - blocks.first, kiri_tied(model), l.dp == 1);
   m.activations = peak.activations;
   m.buffers = buffers + peak.zero_buffers;
   apply_offload(m, l, static_cast<double>(state_numel), static_cast<double>(unit_shard));
