@@ -22,9 +22,10 @@ int shape_int(const json& c, const std::string& path, const std::string& key, in
   KIRI_CHECK_KIND(kCheckpoint, c.contains(key), path, " has no '", key,
                   "': not the config.json of a Llama");
   const json& v = c[key];
-  KIRI_CHECK_KIND(
-      kCheckpoint, v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, path,
-      ": '", key, "' must be an integer in [", lo, ", ", hi, "], got ", quote_bounded(v.dump(), 80));
+  KIRI_CHECK_KIND(kCheckpoint,
+                  v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, path,
+                  ": '", key, "' must be an integer in [", lo, ", ", hi, "], got ",
+                  quote_bounded(v.dump(), 80));
   return static_cast<int>(v.get<int64_t>());
 }
 

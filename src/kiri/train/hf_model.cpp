@@ -113,7 +113,11 @@ std::string kiri_name(const std::string& name) {
   const auto ends_with = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) return "";
+  // GPT-2's attention masks and the rotary frequencies older transformers saved with a Llama:
+  // buffers, computed from config.json.
+  if (ends_with(".attn.bias") || ends_with(".attn.masked_bias") ||
+      ends_with(".rotary_emb.inv_freq"))
+    return "";
   // Llama's names (model.*) and both architectures' lm_head.weight are kiri's own.
   if (name == "lm_head.weight" || name.rfind("transformer.", 0) == 0 ||
       name.rfind("model.", 0) == 0)
@@ -354,11 +358,10 @@ void write_hf_folder(const std::string& dir, const model::GPTConfig& model,
                      int64_t max_shard_bytes) {
   write_hf_weights(dir, tensors, dtype, max_shard_bytes);
   write_hf_tokenizer(dir, tokenizer, model.block_size);
-  write_file_atomic(
-      dir + "/config.json",
-      hf_config_json(model, tokenizer.eot_token(), dtype, tokenizer_name, hf_bos_token(tokenizer))
-              .dump(2) +
-          "\n");
+  write_file_atomic(dir + "/config.json", hf_config_json(model, tokenizer.eot_token(), dtype,
+                                                         tokenizer_name, hf_bos_token(tokenizer))
+                                                  .dump(2) +
+                                              "\n");
 }
 
 HfConfig read_hf_config(const std::string& dir) {
@@ -459,7 +462,10 @@ void HfWeights::check_names(const std::vector<std::string>& names) {
                     ") has no place in kiri's model of this config");
   for (const std::string& n : names)
     KIRI_CHECK_KIND(kCheckpoint, stored_.count(n), dir_, ": the model's tensor '", n,
-                    "' is missing");
+                    "' is missing",
+                    n == "lm_head.weight" ? " (config.json's tie_word_embeddings is false: the "
+                                            "LM head is a tensor of its own)"
+                                          : "");
 }
 
 const ckpt::SafetensorsFile& HfWeights::file_of(const std::string& file) {
@@ -514,8 +520,8 @@ void HfWeights::read_range(const std::string& name, int64_t first, Tensor& dst) 
     if (a[i] != b[i]) {
       const int64_t e = static_cast<int64_t>(i / dtype_size(dst.dtype()));
       KIRI_RAISE(kCheckpoint, head_open_->path(), ": lm_head.weight differs from ", name,
-                 " at element ", first + e, " (", head.item(e), " against ", dst.item(e), "): ",
-                 untied_refusal(name));
+                 " at element ", first + e, " (", head.item(e), " against ", dst.item(e),
+                 "): ", untied_refusal(name));
     }
 }
 

@@ -125,11 +125,11 @@ class HfWeights {
   void check_tied_head(const Tensor& embedding);
 
   std::string dir_;
-  std::map<std::string, std::string> stored_;  // kiri name -> name in the file
-  std::map<std::string, std::string> file_;    // kiri name -> file in dir
-  std::string head_file_;                      // lm_head.weight's file, "" when absent
+  std::map<std::string, std::string> stored_;       // kiri name -> name in the file
+  std::map<std::string, std::string> file_;         // kiri name -> file in dir
+  std::string head_file_;                           // lm_head.weight's file, "" when absent
   std::string tied_to_ = "transformer.wte.weight";  // what lm_head.weight must equal; "": own
-  std::string open_name_;                      // the one shard kept open
+  std::string open_name_;                           // the one shard kept open
   std::unique_ptr<ckpt::SafetensorsFile> open_;
   std::unique_ptr<ckpt::SafetensorsFile> head_open_;  // lm_head's file, for read_range's check
 };

@@ -172,8 +172,8 @@ void Trainer::build() {
   data::Dataset ds;
   if (world_->rank() == 0) {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, *tokenizer_, cfg_.data, cfg_.model.vocab_size, t.seq_len,
-                          true);
+    ds =
+        open_run_dataset(shard_dir, *tokenizer_, cfg_.data, cfg_.model.vocab_size, t.seq_len, true);
   }
   world_->barrier();
   if (world_->rank() != 0) {
