@@ -192,7 +192,7 @@ TEST(HfModel, ConfigKeysKiriCannotHonourAreNamed) {
   EXPECT_EQ(ok.model.block_size, 32);
   EXPECT_EQ(ok.tokenizer, "byte");
   const std::vector<std::pair<std::string, json>> bad = {
-      {"model_type", "llama"},          {"layer_norm_epsilon", 1e-6},
+      {"model_type", "bert"},           {"layer_norm_epsilon", 1e-6},
       {"activation_function", "relu"},  {"n_inner", 64},
       {"scale_attn_weights", false},    {"tie_word_embeddings", false},
       {"architectures", {"BertModel"}}, {"scale_attn_by_inverse_layer_idx", true}};
