@@ -59,20 +59,14 @@ std::string prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& 
   return out;
 }
 
-data::Dataset open_run_dataset(const std::string& dir, const data::Tokenizer& tokenizer,
-                               const DataConfig& cfg, int64_t vocab_size, int64_t seq_len,
+data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg,
+                               const std::string& tokenizer, int64_t vocab_size, int64_t seq_len,
                                bool verify) {
   data::Dataset ds = data::open_dataset(dir);
-  // Shards carry the tokenizer's name(), not data.tokenizer: a Hugging Face tokenizer given as
-  // a folder is named by its files' hash (hf-70697bff), the same from any path to them.
-  if (!ds.tokenizer.empty() && ds.tokenizer != tokenizer.name()) {
-    const bool named = ds.tokenizer == "gpt2" || ds.tokenizer == "byte";
+  if (!ds.tokenizer.empty() && ds.tokenizer != tokenizer)
     KIRI_RAISE(kData, "the shards in ", dir, " were made with tokenizer ", ds.tokenizer,
-               ", this run's data.tokenizer = ", cfg.tokenizer, " is ", tokenizer.name(),
-               named ? " (set data.tokenizer=" + ds.tokenizer + ")"
-                     : std::string(" (set data.tokenizer to the folder of the Hugging Face "
-                                   "tokenizer whose files made them)"));
-  }
+               ", this run's is ", tokenizer, " (data.tokenizer = ", cfg.tokenizer,
+               "): set data.tokenizer to the one that made them, or tokenize the text again");
   for (const auto* split : {&ds.train, &ds.val}) {
     const char* name = split == &ds.train ? "training" : "validation";
     if (split->size() == 0) KIRI_RAISE(kData, "the ", name, " split of ", dir, " is empty");
@@ -172,14 +166,14 @@ void Trainer::build() {
   data::Dataset ds;
   if (world_->rank() == 0) {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds =
-        open_run_dataset(shard_dir, *tokenizer_, cfg_.data, cfg_.model.vocab_size, t.seq_len, true);
+    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
+                          t.seq_len, true);
   }
   world_->barrier();
   if (world_->rank() != 0) {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, *tokenizer_, cfg_.data, cfg_.model.vocab_size, t.seq_len,
-                          false);
+    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
+                          t.seq_len, false);
   }
   if (!cfg_.log.trace.empty()) {
     // Right after a barrier: the ranks' epochs agree to within its skew.
