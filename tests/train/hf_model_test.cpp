@@ -318,12 +318,12 @@ TEST_P(HfModelLayouts, InitFromEveryLayoutEqualsOneProcess) {
   fs::remove_all(dir);
 }
 
+std::string model_name(const ::testing::TestParamInfo<Model>& info) {
+  return info.param == Model::kGpt2 ? "gpt2" : info.param == Model::kLlama ? "llama" : "llama_tied";
+}
 INSTANTIATE_TEST_SUITE_P(HfModel, HfModelLayouts,
                          ::testing::Values(Model::kGpt2, Model::kLlama, Model::kLlamaTied),
-                         [](const auto& info) {
-                           const char* names[] = {"gpt2", "llama", "llama_tied"};
-                           return std::string(names[static_cast<int>(info.param)]);
-                         });
+                         model_name);
 
 TEST(HfModel, InitFromAFolderOfAnotherShapeNamesTheTensor) {
   const std::string dir = temp_dir("othershape");
