@@ -93,7 +93,10 @@ VerbSpec sample_verb() {
            {"--tokens", K::kValue, "N", "100", "tokens to generate"},
            {"--temperature", K::kValue, "T", "0.8", "softmax temperature; 0 is greedy"},
            {"--top-k", K::kValue, "K", "0 (all)", "sample from the K most likely tokens"},
-           {"--seed", K::kValue, "S", "0", "the sampling seed"}}};
+           {"--seed", K::kValue, "S", "0", "the sampling seed"},
+           {"--logits", K::kValue, "FILE", "",
+            "also write the prompt's next-token logits [T, V] to FILE (float32, little-endian; "
+            "row t after prompt tokens 0..t)"}}};
 }
 
 VerbSpec eval_verb() {
