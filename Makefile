@@ -4,12 +4,16 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo test test-asan fuzz bench format clean
+.PHONY: all setup setup-test build demo test test-asan fuzz bench format clean
 
 all: build
 
 setup:
 	@bash scripts/bootstrap.sh
+
+# What the tests need beside the build: PyTorch for the outside-reference Llama.
+setup-test:
+	@bash scripts/bootstrap.sh test
 
 # CMake writes $(BUILD)/Makefile only when configure succeeds, so a configure that
 # failed (a missing package) is simply run again next time.
@@ -25,7 +29,7 @@ demo: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS) --target kiri  # the binary only: the tests are make test's
 	bash scripts/demo.sh $(BUILD)/kiri
 
-test: build
+test: setup-test build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	$(MAKE) test-asan
 

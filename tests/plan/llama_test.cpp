@@ -231,6 +231,48 @@ TEST(PlanLlama, TpMustDivideQueryAndKvHeads) {
   EXPECT_NO_THROW(validate(l, model_preset("llama3-8B")));
 }
 
+// The exact mode's parameter groups (kiri's GPT::parameter_groups for a Llama): llama-tiny's
+// block in 4 layers with the byte vocabulary (257) by hand; whole, they sum to the model's
+// count; the units and the model states of a ZeRO-3 shard group of 2.
+TEST(PlanLlama, ExactModeGroupsByHand) {
+  const ModelSpec untied = llama_from_dims(4, 64, 4, 2, 176, 257, false, 64);
+  const ModelSpec tied = llama_from_dims(4, 64, 4, 2, 176, 257, true, 64);
+  // A block: q and o 64·64, k and v 32·64, gate, up and down 176·64, two RMSNorms 64.
+  const int64_t block = 2 * 4096 + 2 * 2048 + 3 * 11264 + 128, wte = 257 * 64;
+  ASSERT_EQ(block, 46208);
+  using G = std::vector<int64_t>;
+  EXPECT_EQ(kiri_parameter_groups(untied, 1, 1, 0, {0, 4}),
+            (G{wte, block, block, block, block, 64 + wte}));
+  EXPECT_EQ(kiri_parameter_groups(tied, 1, 1, 0, {0, 4}), (G{wte, block, block, block, block, 64}));
+  double sum = 0;
+  for (int64_t g : kiri_parameter_groups(untied, 1, 1, 0, {0, 4})) sum += static_cast<double>(g);
+  EXPECT_EQ(sum, untied.total_params());
+  // tp 2: 129 of the 258 padded rows; q 32, k and v 16, gate/up/down 88 of 176 per rank.
+  const int64_t block_tp2 = 64 * (2 * 32 + 2 * 16 + 3 * 88) + 128, wte_tp2 = 129 * 64;
+  EXPECT_EQ(kiri_parameter_groups(untied, 2, 1, 0, {0, 4}),
+            (G{wte_tp2, block_tp2, block_tp2, block_tp2, block_tp2, 64 + wte_tp2}));
+  // pp 2: stage 0 the embedding and its blocks; the last stage the norm and the head (tied:
+  // its own copy of the embedding).
+  EXPECT_EQ(kiri_parameter_groups(untied, 1, 2, 0, {0, 2}), (G{wte, block, block, 0}));
+  EXPECT_EQ(kiri_parameter_groups(untied, 1, 2, 1, {2, 4}), (G{0, block, block, 64 + wte}));
+  EXPECT_EQ(kiri_parameter_groups(tied, 1, 2, 1, {2, 4}), (G{0, block, block, 64 + wte}));
+  // Units of 2 blocks, each padded to a multiple of 2: 16448, 92416, 92416, 16512 (all even).
+  const G units = kiri_units(kiri_parameter_groups(untied, 1, 1, 0, {0, 4}), 1, 2);
+  EXPECT_EQ(units, (G{wte, 2 * block, 2 * block, 64 + wte}));
+  const MemoryBreakdown z3 = kiri_model_state_bytes(units, Precision::kBf16, 3, 2);
+  EXPECT_EQ(z3.parameters, 2.0 * 217792 / 2);
+  EXPECT_EQ(z3.optimizer_states, 12.0 * 217792 / 2);
+  // kiri splits the SwiGLU width whole: tp 2 and 175 columns is refused, naming both.
+  try {
+    kiri_parameter_groups(llama_from_dims(4, 64, 4, 2, 175, 257, false, 64), 2, 1, 0, {0, 4});
+    ADD_FAILURE() << "tp 2 split 175 columns";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+    EXPECT_NE(e.message().find("tp = 2 must divide the MLP width = 175"), std::string::npos)
+        << e.message();
+  }
+}
+
 TEST(PlanLlama, PlannerLaysOutLlama3On8A100s) {
   PlanRequest r{model_preset("llama3-8B"), cluster_preset("a100-80g-nvlink"), 8, Layout{}};
   r.base.seq_len = 8192;

@@ -2,7 +2,8 @@
 // layout of the layout-equivalence matrix (dp x tp x pp) and each ZeRO stage it allows,
 // one training step on threads (or MPI ranks), then per rank the parameters, gradients and
 // optimizer states to the byte and the peak within 10%; likewise with optimizer and parameter
-// offload (RAM and NVMe per category to the byte). KIRI_PLAN_TINY=1 also runs the
+// offload (RAM and NVMe per category to the byte), and for a Llama (llama-tiny's block: GQA,
+// SwiGLU, RoPE, the head untied or tied) in fp32 and bf16. KIRI_PLAN_TINY=1 also runs the
 // bench's tiny config (docs/planner.md's table; minutes).
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -44,7 +45,24 @@ struct Shape {
   int64_t n_layer = 8, n_head = 4, n_embd = 32, vocab = 0, block_size = 32;
   int64_t micro_batch = 2, seq = 32;
   int m = 4;  // micro-batches per step per dp rank
+  // model.arch = llama (else GPT-2): key/value heads, the SwiGLU width, the head tied or not.
+  bool llama = false;
+  int64_t kv_heads = 0, ffn = 0;
+  bool tied = true;
 };
+
+// configs/llama-tiny.json's block (4 query heads, 2 key/value heads, n_embd 64, SwiGLU 176)
+// in 4 layers, so that ZeRO has several block units.
+Shape llama_shape(bool tied) {
+  Shape s;
+  s.llama = true;
+  s.n_layer = 4;
+  s.n_embd = 64;
+  s.kv_heads = 2;
+  s.ffn = 176;
+  s.tied = tied;
+  return s;
+}
 
 RunConfig config_of(const Case& k, const Shape& s) {
   RunConfig c = default_run_config();
@@ -53,6 +71,12 @@ RunConfig config_of(const Case& k, const Shape& s) {
   c.model.n_embd = static_cast<int>(s.n_embd);
   c.model.block_size = static_cast<int>(s.block_size);
   if (s.vocab > 0) c.model.vocab_size = static_cast<int>(s.vocab);
+  if (s.llama) {
+    c.model.arch = model::Arch::kLlama;
+    c.model.num_key_value_heads = static_cast<int>(s.kv_heads);
+    c.model.intermediate_size = static_cast<int>(s.ffn);
+    c.model.tie_word_embeddings = s.tied;
+  }
   c.data.tokenizer = "byte";
   c.data.assets = KIRI_TEST_DATA_DIR;
   c.train.micro_batch = s.micro_batch;
@@ -90,7 +114,9 @@ struct Planned {
 
 Planned planned(const Case& k, const Shape& s, int64_t vocab) {
   Planned p;
-  p.model = plan::model_from_dims(s.n_layer, s.n_embd, s.n_head, vocab, s.block_size);
+  p.model = s.llama ? plan::llama_from_dims(s.n_layer, s.n_embd, s.n_head, s.kv_heads, s.ffn, vocab,
+                                            s.tied, s.block_size)
+                    : plan::model_from_dims(s.n_layer, s.n_embd, s.n_head, vocab, s.block_size);
   plan::Layout& l = p.layout;
   l.dp = k.dp;
   l.tp = k.tp;
@@ -112,9 +138,11 @@ Planned planned(const Case& k, const Shape& s, int64_t vocab) {
     l.offload.buffer_count = 3;
   }
   if (k.pp > 1) {
-    const auto costs =
-        parallel::pp::gpt_layer_costs(static_cast<int>(s.n_embd), static_cast<int>(s.n_head),
-                                      static_cast<int>(vocab), static_cast<int>(s.seq));
+    const int c = static_cast<int>(s.n_embd), a = static_cast<int>(s.n_head);
+    const int v = static_cast<int>(vocab), t = static_cast<int>(s.seq);
+    const auto costs = s.llama ? parallel::pp::llama_layer_costs(c, a, static_cast<int>(s.kv_heads),
+                                                                 static_cast<int>(s.ffn), v, t)
+                               : parallel::pp::gpt_layer_costs(c, a, v, t);
     for (const auto& st : parallel::pp::partition_layers(static_cast<int>(s.n_layer), k.pp, costs))
       p.facts.stages.push_back({st.first_block, st.end_block});
   }
@@ -157,22 +185,22 @@ Measured measure(Communicator& world, const Case& k, const Shape& s, int timed_s
   return r;
 }
 
-std::string name_of(const Case& k) {
+std::string name_of(const Case& k, const Shape& s = Shape{}) {
   const char* off = k.offload == Offload::kNone        ? ""
                     : k.offload == Offload::kOptimizer ? " offload optimizer"
                     : k.offload == Offload::kGradients ? " offload gradients"
                                                        : " offload parameters";
-  return std::to_string(k.dp) + "x" + std::to_string(k.tp) + "x" + std::to_string(k.pp) + " zero " +
-         std::to_string(k.zero) + off + (k.bf16 ? " bf16" : "");
+  const char* arch = !s.llama ? "" : s.tied ? "llama tied " : "llama ";
+  return arch + std::to_string(k.dp) + "x" + std::to_string(k.tp) + "x" + std::to_string(k.pp) +
+         " zero " + std::to_string(k.zero) + off + (k.bf16 ? " bf16" : "");
 }
 
-void check_case(const Case& k) {
-  KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) {
+void check_case(const Case& k, const Shape& s = Shape{}) {
+  KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k, s](Communicator& w) {
     omp_set_num_threads(1);  // ranks share the cores
-    const Shape s;
     const Measured r = measure(w, k, s, 0);
     const plan::MemoryBreakdown& p = r.predicted;
-    const std::string where = name_of(k) + " rank " + std::to_string(w.rank());
+    const std::string where = name_of(k, s) + " rank " + std::to_string(w.rank());
     EXPECT_EQ(static_cast<int64_t>(p.parameters), r.params) << where;
     EXPECT_EQ(static_cast<int64_t>(p.gradients), r.grads) << where;
     EXPECT_EQ(static_cast<int64_t>(p.optimizer_states), r.optim) << where;
@@ -184,15 +212,16 @@ void check_case(const Case& k) {
     static std::mutex mu;
     std::lock_guard<std::mutex> lock(mu);
     std::printf("%-16s rank %d: peak predicted %10.0f measured %10lld (%+.1f%%)\n",
-                name_of(k).c_str(), w.rank(), p.total(), static_cast<long long>(r.peak),
+                name_of(k, s).c_str(), w.rank(), p.total(), static_cast<long long>(r.peak),
                 100.0 * (p.total() - peak) / peak);
   });
 }
 
-void check_layout(int dp, int tp, int pp) {
+void check_layout(int dp, int tp, int pp, const Shape& s = Shape{}, bool bf16 = false) {
   for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
-    SCOPED_TRACE(name_of({dp, tp, pp, zero}));
-    check_case({dp, tp, pp, zero});
+    const Case k{dp, tp, pp, zero, Offload::kNone, "", bf16};
+    SCOPED_TRACE(name_of(k, s));
+    check_case(k, s);
   }
 }
 
@@ -287,6 +316,40 @@ TEST(PlanMeasured, L2x1x2) {
 }
 TEST(PlanMeasured, L1x2x2) {
   check_layout(1, 2, 2);
+}
+
+// A Llama (llama_shape): one rank, dp 2 (DDP and ZeRO 1-3), tp 2 (one key/value head per
+// rank) and pp 2 (the untied head on the last stage only), fp32 and bf16; a tied head on
+// dp 2 and pp 2 (the last stage's copy of the embedding).
+TEST(PlanMeasuredLlama, L1x1x1) {
+  check_layout(1, 1, 1, llama_shape(false));
+}
+TEST(PlanMeasuredLlama, L2x1x1) {
+  check_layout(2, 1, 1, llama_shape(false));
+}
+TEST(PlanMeasuredLlama, L1x2x1) {
+  check_layout(1, 2, 1, llama_shape(false));
+}
+TEST(PlanMeasuredLlama, L1x1x2) {
+  check_layout(1, 1, 2, llama_shape(false));
+}
+TEST(PlanMeasuredLlama, Bf16On1x1x1) {
+  check_layout(1, 1, 1, llama_shape(false), true);
+}
+TEST(PlanMeasuredLlama, Bf16On2x1x1) {
+  check_layout(2, 1, 1, llama_shape(false), true);
+}
+TEST(PlanMeasuredLlama, Bf16On1x2x1) {
+  check_layout(1, 2, 1, llama_shape(false), true);
+}
+TEST(PlanMeasuredLlama, Bf16On1x1x2) {
+  check_layout(1, 1, 2, llama_shape(false), true);
+}
+TEST(PlanMeasuredLlama, Tied2x1x1) {
+  check_layout(2, 1, 1, llama_shape(true));
+}
+TEST(PlanMeasuredLlama, Tied1x1x2) {
+  check_layout(1, 1, 2, llama_shape(true));
 }
 
 // docs/planner.md's table: the bench's tiny config (4 x 256, V 50257, seq 128, batch 8 per

@@ -192,7 +192,8 @@ TEST(DataDir, BadShardsAreNamedBeforeTheFirstStep) {
   data::build_corpus({dir + "/t.txt"}, byte, dir + "/kiri2", 0.1, {});
   RunConfig gpt2 = dir_config(dir + "/kiri2");
   gpt2.data.tokenizer = "gpt2";
-  expect_data_error(gpt2, {"made with tokenizer byte", "data.tokenizer is gpt2"});
+  expect_data_error(gpt2,
+                    {"made with tokenizer byte", "this run's is gpt2 (data.tokenizer = gpt2)"});
   // data.corpus and data.dir both.
   RunConfig both = dir_config(dir + "/kiri2");
   both.data.corpus = dir + "/t.txt";

@@ -37,17 +37,22 @@ std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr)
   return "";
 }
 
-RunConfig small(int64_t micro_batch = 4) {
+// The model of these tests: GPT-2, or a Llama of 4 query heads over 2 key/value heads.
+enum class Model { kGpt2, kLlama, kLlamaTied };
+
+RunConfig small(int64_t micro_batch = 4, Model m = Model::kGpt2) {
   RunConfig c = equivalence_config(2, 2, 32, micro_batch);
   c.model.vocab_size = 257;  // the byte tokenizer's
   c.train.steps = 2;
+  if (m != Model::kGpt2) make_llama(c, 32, 4, 2, 48, m == Model::kLlamaTied);
   return c;
 }
 
 // A model trained 2 steps, as a kiri checkpoint under dir/ckpt; its whole weights in *model.
 std::string trained_checkpoint(const std::string& dir,
-                               std::vector<std::pair<std::string, Tensor>>* model = nullptr) {
-  RunConfig c = small();
+                               std::vector<std::pair<std::string, Tensor>>* model = nullptr,
+                               Model m = Model::kGpt2) {
+  RunConfig c = small(4, m);
   c.checkpoint.dir = dir + "/ckpt";
   Trainer t(c);
   t.train_step();
@@ -192,7 +197,7 @@ TEST(HfModel, ConfigKeysKiriCannotHonourAreNamed) {
   EXPECT_EQ(ok.model.block_size, 32);
   EXPECT_EQ(ok.tokenizer, "byte");
   const std::vector<std::pair<std::string, json>> bad = {
-      {"model_type", "llama"},          {"layer_norm_epsilon", 1e-6},
+      {"model_type", "bert"},           {"layer_norm_epsilon", 1e-6},
       {"activation_function", "relu"},  {"n_inner", 64},
       {"scale_attn_weights", false},    {"tie_word_embeddings", false},
       {"architectures", {"BertModel"}}, {"scale_attn_by_inverse_layer_idx", true}};
@@ -267,14 +272,19 @@ TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
 }
 
 // --init-from on dp 2 ZeRO-3, tp 2 and pp 2: the first step's loss (the loaded weights' loss
-// on the first global batch) equals one process's within 1e-6 relative.
-TEST(HfModel, InitFromEveryLayoutEqualsOneProcess) {
+// on the first global batch) equals one process's within 1e-6 relative. GPT-2, and a Llama's
+// folder (LlamaForCausalLM's names; tied: no lm_head.weight, the last pp stage's head read
+// from model.embed_tokens.weight).
+class HfModelLayouts : public ::testing::TestWithParam<Model> {};
+
+TEST_P(HfModelLayouts, InitFromEveryLayoutEqualsOneProcess) {
   omp_set_num_threads(1);
+  const Model m = GetParam();
   const std::string dir = temp_dir("layouts");
-  const std::string ck = trained_checkpoint(dir);
+  const std::string ck = trained_checkpoint(dir, nullptr, m);
   double one = 0;
   {
-    Trainer t(small());
+    Trainer t(small(4, m));
     t.init_from(ck);
     one = t.train_step().loss;
   }
@@ -289,7 +299,7 @@ TEST(HfModel, InitFromEveryLayoutEqualsOneProcess) {
     std::mutex mu;
     std::vector<double> losses;
     comm::run_local(2, [&](comm::Communicator& world) {
-      RunConfig c = small(l.micro_batch);
+      RunConfig c = small(l.micro_batch, m);
       c.parallel.dp = l.dp;
       c.parallel.tp = l.tp;
       c.parallel.pp = l.pp;
@@ -307,6 +317,13 @@ TEST(HfModel, InitFromEveryLayoutEqualsOneProcess) {
   }
   fs::remove_all(dir);
 }
+
+std::string model_name(const ::testing::TestParamInfo<Model>& info) {
+  return info.param == Model::kGpt2 ? "gpt2" : info.param == Model::kLlama ? "llama" : "llama_tied";
+}
+INSTANTIATE_TEST_SUITE_P(HfModel, HfModelLayouts,
+                         ::testing::Values(Model::kGpt2, Model::kLlama, Model::kLlamaTied),
+                         model_name);
 
 TEST(HfModel, InitFromAFolderOfAnotherShapeNamesTheTensor) {
   const std::string dir = temp_dir("othershape");

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiri/base/atomic_file.h"
 #include "kiri/base/log.h"
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
@@ -262,6 +263,27 @@ int cmd_config(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// sample --logits FILE: the next-token logits after each prefix of the prompt, [T, V] fp32,
+// for comparing kiri's forward with another implementation's (tests/cli/hf_llama_test.cpp).
+// Each row is a forward of its prefix: next_token_logits keeps no state, and causal attention
+// makes row t the full sequence's.
+void write_prompt_logits(const std::string& path, model::GPT<float>& model, Allocator& allocator,
+                         const std::vector<int32_t>& ids) {
+  const int64_t t = static_cast<int64_t>(ids.size()), v = model.config().vocab_size;
+  KIRI_CHECK_KIND(kConfig, t <= model.config().block_size, "--logits: the prompt's ", t,
+                  " tokens exceed the model's block_size = ", model.config().block_size);
+  nn::Context ctx{allocator, /*training=*/false};
+  std::string bytes;
+  bytes.reserve(static_cast<size_t>(t * v) * sizeof(float));
+  for (int64_t i = 1; i <= t; ++i) {
+    Tensor x = Tensor::empty({1, i}, DType::kI32, Category::kActivations, allocator);
+    std::copy(ids.begin(), ids.begin() + i, x.data<int32_t>());
+    const Tensor logits = model.next_token_logits(ctx, x);  // [V]
+    bytes.append(static_cast<const char*>(logits.raw()), static_cast<size_t>(v) * sizeof(float));
+  }
+  write_file_atomic(path, bytes);
+}
+
 // The bounds of sample's --tokens and eval's --batches (train.eval_batches' own).
 constexpr int64_t kMaxSampleTokens = int64_t{1} << 20;
 constexpr int64_t kMaxEvalBatches = int64_t{1} << 20;
@@ -277,6 +299,9 @@ int cmd_sample(const std::vector<std::string>& argv) {
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
   train::HfWeights file = train::HfWeights::open(dir);
+  std::vector<std::string> names;
+  for (nn::Parameter* p : store.parameters()) names.push_back(p->name);
+  file.check_names(names);
   for (nn::Parameter* p : store.parameters()) {
     file.read(p->name, p->value);
     train::check_finite(p->value, file.path_of(p->name) + ": tensor " + p->name);
@@ -300,6 +325,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
   std::string prompt = a.get("prompt").value_or("\n");
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   KIRI_CHECK_KIND(kConfig, !ids.empty(), "--prompt must not be empty");
+  if (const auto path = a.get("logits")) write_prompt_logits(*path, model, allocator, ids);
   std::vector<int32_t> out = train::generate(model, allocator, ids, o, tokenizer->vocab_size());
   std::cout << tokenizer->decode(out) << std::endl;
   return 0;

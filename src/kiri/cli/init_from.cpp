@@ -27,8 +27,9 @@ train::RunConfig init_from_config(train::RunConfig cfg, const std::string& dir,
         "): --init-from takes the model's shape from its config.json; drop the ", key, " you give");
   }
   KIRI_CHECK_KIND(kConfig, from.train.seq_len <= hf.model.block_size,
-                  "train.seq_len = ", from.train.seq_len,
-                  " exceeds the model's n_positions = ", hf.model.block_size, " (", dir,
+                  "train.seq_len = ", from.train.seq_len, " exceeds the model's ",
+                  hf.model.llama() ? "max_position_embeddings" : "n_positions", " = ",
+                  hf.model.block_size, " (", dir,
                   "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
   const bool rank0 = job_rank() <= 0;
   const std::string tokenizer = train::model_folder_tokenizer(dir, hf);

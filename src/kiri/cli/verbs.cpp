@@ -93,7 +93,10 @@ VerbSpec sample_verb() {
            {"--tokens", K::kValue, "N", "100", "tokens to generate"},
            {"--temperature", K::kValue, "T", "0.8", "softmax temperature; 0 is greedy"},
            {"--top-k", K::kValue, "K", "0 (all)", "sample from the K most likely tokens"},
-           {"--seed", K::kValue, "S", "0", "the sampling seed"}}};
+           {"--seed", K::kValue, "S", "0", "the sampling seed"},
+           {"--logits", K::kValue, "FILE", "",
+            "also write the prompt's next-token logits [T, V] to FILE (float32, little-endian; "
+            "row t after prompt tokens 0..t)"}}};
 }
 
 VerbSpec eval_verb() {
@@ -147,8 +150,8 @@ VerbSpec bench_verb() {
       0,
       0,
       "Time training steps: one JSON line per result (docs/performance.md).",
-      {{"--config", K::kRepeated, "tiny|gpt2-124M", "tiny and gpt2-124M (tiny with a mode)",
-        "the model to time"},
+      {{"--config", K::kRepeated, "tiny|gpt2-124M|tiny-llama|smollm-135M",
+        "tiny and gpt2-124M (tiny with a mode)", "the model to time"},
        {"--threads", K::kRepeated, "T", "1 and 2 (1 with --dtypes, --layouts)", "OpenMP threads"},
        {"--steps", K::kValue, "N", "the config's", "timed steps"},
        {"--warmup", K::kValue, "N", "the config's", "untimed steps first"},

@@ -134,7 +134,8 @@ RankMemory worst_rank_memory(const ModelSpec& model, const Layout& layout);
 //
 // What one rank of a kiri run allocates, to the byte for the model states (the allocator's
 // parameters, gradients and optimizer_states after a step) and within about 10% for its
-// peak (docs/planner.md, "kiri's own runs: exact mode"). GPT-2 structure only.
+// peak (docs/planner.md, "kiri's own runs: exact mode"). GPT-2's structure or Llama's (a model
+// of known dimensions; kConfig for a parameter count only).
 
 // Blocks [first, end) of one pipeline stage (parallel::pp::partition_layers' cut).
 struct StageBlocks {
@@ -150,9 +151,11 @@ struct KiriLayoutFacts {
 };
 
 // Elements of a stage's parameter groups on one tensor-parallel rank, in the order of
-// GPT::parameter_groups: [0] the embeddings (wte's padded(V)/t rows + wpe; 0 off stage 0),
-// one per block ((12h² + 7h)/t + 6h), and last ln_f (+ the last stage's own copy of wte
-// when pp > 1; 0 off the last stage).
+// GPT::parameter_groups: [0] the embeddings (wte's padded(V)/t rows, + GPT-2's wpe; 0 off
+// stage 0), one per block (GPT-2 (12h² + 7h)/t + 6h; Llama h(2h + 2kv + 3f)/t + 2h, kConfig
+// naming the width when tp does not divide h, kv or f), and last the final norm (2h, Llama h)
+// with the LM head: untied (Llama) its own padded(V)/t rows, tied the last stage's own copy
+// of wte when pp > 1 (0 off the last stage).
 std::vector<int64_t> kiri_parameter_groups(const ModelSpec& model, int tp, int pp, int stage,
                                            StageBlocks blocks);
 

@@ -15,6 +15,22 @@
 
 namespace kiri::train {
 
+namespace {
+
+model::GPTConfig llama_shape(int layers, int heads, int kv_heads, int embd, int ffn, int vocab,
+                             bool tied) {
+  model::GPTConfig c{layers, heads, embd, vocab, 1024};
+  c.arch = model::Arch::kLlama;
+  c.num_key_value_heads = kv_heads;
+  c.intermediate_size = ffn;
+  c.tie_word_embeddings = tied;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-5;
+  return c;
+}
+
+}  // namespace
+
 BenchSpec bench_preset(const std::string& name) {
   BenchSpec s;
   s.name = name;
@@ -26,8 +42,22 @@ BenchSpec bench_preset(const std::string& name) {
     s.model = {12, 12, 768, 50257, 1024};
     s.batch = 4;
     s.seq = 64;
+  } else if (name == "tiny-llama") {
+    // tiny's size as a Llama: 4 x 256, 4 query heads over 2 key/value heads, SwiGLU of width
+    // 688 (8h/3 rounded up to 16: the MLP's parameters of tiny's 4h GELU MLP), Llama 2's
+    // 32000-token vocabulary with an untied head.
+    s.model = llama_shape(4, 4, 2, 256, 688, 32000, false);
+    s.batch = 8;
+    s.seq = 128;
+  } else if (name == "smollm-135M") {
+    // HuggingFaceTB/SmolLM-135M's config.json: 30 x 576, 9 heads over 3, SwiGLU 1536, the
+    // 49152-token vocabulary tied; T and B as gpt2-124M's.
+    s.model = llama_shape(30, 9, 3, 576, 1536, 49152, true);
+    s.batch = 4;
+    s.seq = 64;
   } else {
-    KIRI_RAISE(kConfig, "unknown benchmark config '", name, "' (known: tiny, gpt2-124M)");
+    KIRI_RAISE(kConfig, "unknown benchmark config '", name,
+               "' (known: tiny, gpt2-124M, tiny-llama, smollm-135M)");
   }
   return s;
 }
@@ -45,8 +75,8 @@ struct GemmShape {
   int64_t m, n, k;
 };
 
-// The GEMMs of one training step of a GPT: each linear layer's forward and
-// its two backward products, the tied LM head's three, and per (batch, head)
+// The GEMMs of one training step of a GPT-2 or a Llama: each linear layer's forward and
+// its two backward products, the LM head's three, and per (batch, query head)
 // the attention products (QK^T, PV forward; recompute QK^T, and dV, dP, dQ,
 // dK backward).
 std::vector<GemmShape> step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
@@ -57,15 +87,24 @@ std::vector<GemmShape> step_gemms(const model::GPTConfig& c, int64_t b, int64_t 
     out.push_back({false, true, n, in, o});   // dx = dy W^T
     out.push_back({true, false, in, o, n});   // dW = x^T dy
   };
+  const int64_t kv = int64_t{c.kv_heads()} * c.head_dim(), f = c.mlp_width();
   for (int l = 0; l < c.n_layer; ++l) {
-    linear(e, 3 * e);
-    linear(e, e);
-    linear(e, 4 * e);
-    linear(4 * e, e);
+    if (c.llama()) {  // q, k, v, o; gate, up, down
+      for (int64_t o : {e, kv, kv, e}) linear(e, o);
+      linear(e, f);
+      linear(e, f);
+      linear(f, e);
+    } else {  // c_attn, attn.c_proj; c_fc, mlp.c_proj
+      linear(e, 3 * e);
+      linear(e, e);
+      linear(e, f);
+      linear(f, e);
+    }
   }
-  out.push_back({false, true, n, v, e});   // logits = x wte^T
-  out.push_back({false, false, n, e, v});  // dx = dlogits wte
-  out.push_back({true, false, v, e, n});   // dwte = dlogits^T x
+  // The LM head (tied to the embedding or not, the same products).
+  out.push_back({false, true, n, v, e});   // logits = x W^T
+  out.push_back({false, false, n, e, v});  // dx = dlogits W
+  out.push_back({true, false, v, e, n});   // dW = dlogits^T x
   return out;
 }
 

@@ -34,7 +34,9 @@ struct BenchResult {
   double loss_first = 0, loss_last = 0;
 };
 
-// Named configs: "tiny" (4 x 256, T 128, B 8) and "gpt2-124M" (12 x 768, T 64, B 4), GPT-2 vocab.
+// Named configs: "tiny" (4 x 256, T 128, B 8) and "gpt2-124M" (12 x 768, T 64, B 4), GPT-2 vocab;
+// Llamas "tiny-llama" (tiny's size: 4 x 256, GQA 4/2, SwiGLU 688, vocab 32000 untied, T 128,
+// B 8) and "smollm-135M" (SmolLM-135M's shape, T 64, B 4).
 BenchSpec bench_preset(const std::string& name);
 BenchResult run_training_bench(const BenchSpec& spec);
 

@@ -175,10 +175,11 @@ void write_model_folder(const std::string& dir, const RunConfig& cfg,
       });
   model.finish();
   write_hf_tokenizer(dir, tokenizer, cfg.model.block_size);
-  write_file_atomic(
-      dir + "/config.json",
-      hf_config_json(cfg.model, tokenizer.eot_token(), DType::kF32, cfg.data.tokenizer).dump(2) +
-          "\n");
+  write_file_atomic(dir + "/config.json",
+                    hf_config_json(cfg.model, tokenizer.eot_token(), DType::kF32,
+                                   cfg.data.tokenizer, hf_bos_token(tokenizer))
+                            .dump(2) +
+                        "\n");
 }
 
 // This rank's fp32 weights, in pieces.

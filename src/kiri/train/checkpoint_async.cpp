@@ -161,11 +161,11 @@ void AsyncCheckpointWriter::write_model_folder() {
                                append(base + offsets[k], job_.model_specs[k].nbytes());
                              });
   write_hf_tokenizer(job_.tmp, *job_.tokenizer, job_.model.block_size);
-  write_file_atomic(
-      job_.tmp + "/config.json",
-      hf_config_json(job_.model, job_.tokenizer->eot_token(), DType::kF32, job_.tokenizer_name)
-              .dump(2) +
-          "\n");
+  write_file_atomic(job_.tmp + "/config.json",
+                    hf_config_json(job_.model, job_.tokenizer->eot_token(), DType::kF32,
+                                   job_.tokenizer_name, hf_bos_token(*job_.tokenizer))
+                            .dump(2) +
+                        "\n");
 }
 
 void AsyncCheckpointWriter::await_optimizer_files() {

@@ -24,6 +24,8 @@ model::GPTConfig tiny_stand_in(model::GPTConfig c) {
   c.n_layer = 1;
   c.n_head = 1;
   c.n_embd = 8;
+  c.num_key_value_heads = 0;  // a Llama's: its one head's
+  c.intermediate_size = 0;
   return c;
 }
 

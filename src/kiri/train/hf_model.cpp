@@ -8,7 +8,9 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/data/hf_tokenizer.h"
 #include "kiri/train/checkpoint_state.h"
+#include "kiri/train/hf_llama_config.h"
 
 namespace kiri::train {
 
@@ -66,12 +68,12 @@ int config_int(const json& c, const std::string& path, const std::string& key, i
   return static_cast<int>(v.get<int64_t>());
 }
 
-// Before any other key: a folder of another architecture (a Llama's has no n_layer).
+// Before any other key: a folder of another architecture (a Llama's is read apart).
 void refuse_model_type(const json& c, const std::string& path) {
   if (c.contains("model_type") && c["model_type"] != "gpt2")
     KIRI_RAISE(kCheckpoint, path, ": model_type = ", quote_bounded(c["model_type"].dump(), 80),
-               " is not supported: kiri reads GPT-2 folders (model_type \"gpt2\") only; a Llama "
-               "folder is written (model.arch = llama) but not read yet");
+               " is not supported: kiri reads GPT-2 (model_type \"gpt2\") and Llama (\"llama\") "
+               "folders");
 }
 
 // Refuses config.json values that kiri's GPT-2 cannot honour (the key, its value and why).
@@ -111,12 +113,31 @@ std::string kiri_name(const std::string& name) {
   const auto ends_with = [&](const std::string& s) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
-  if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) return "";
+  // GPT-2's attention masks and the rotary frequencies older transformers saved with a Llama:
+  // buffers, computed from config.json.
+  if (ends_with(".attn.bias") || ends_with(".attn.masked_bias") ||
+      ends_with(".rotary_emb.inv_freq"))
+    return "";
   // Llama's names (model.*) and both architectures' lm_head.weight are kiri's own.
   if (name == "lm_head.weight" || name.rfind("transformer.", 0) == 0 ||
       name.rfind("model.", 0) == 0)
     return name;
   return "transformer." + name;
+}
+
+// Why an lm_head.weight that differs from the token embedding `name` is refused.
+std::string untied_refusal(const std::string& name) {
+  if (name == "transformer.wte.weight")
+    return "kiri ties the LM head to the token embedding and cannot load an untied one";
+  return "config.json's tie_word_embeddings is true, so the head is the embedding (an untied "
+         "model says tie_word_embeddings false)";
+}
+
+// The "kiri" block's data.tokenizer, when there is one.
+void read_kiri_block(const json& c, HfConfig& out) {
+  if (c.contains("kiri") && c["kiri"].is_object() && c["kiri"].contains("tokenizer") &&
+      c["kiri"]["tokenizer"].is_string())
+    out.tokenizer = c["kiri"]["tokenizer"].get<std::string>();
 }
 
 }  // namespace
@@ -171,15 +192,19 @@ json llama_config_json(const model::GPTConfig& m, DType dtype) {
 
 }  // namespace
 
+int32_t hf_bos_token(const data::Tokenizer& tokenizer) {
+  const auto* hf = dynamic_cast<const data::HfTokenizer*>(&tokenizer);
+  return hf && hf->bos_token() >= 0 ? hf->bos_token() : tokenizer.eot_token();
+}
+
 json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
-                    const std::string& tokenizer) {
+                    const std::string& tokenizer, int32_t bos) {
+  if (bos < 0) bos = eot;
   if (m.llama()) {
     json c = llama_config_json(m, dtype);
     c["kiri"] = {{"format_version", 1}, {"tokenizer", tokenizer}};
-    if (eot >= 0) {
-      c["bos_token_id"] = eot;
-      c["eos_token_id"] = eot;
-    }
+    if (bos >= 0) c["bos_token_id"] = bos;
+    if (eot >= 0) c["eos_token_id"] = eot;
     return c;
   }
   json c = {{"architectures", {"GPT2LMHeadModel"}},
@@ -205,10 +230,8 @@ json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
             {"use_cache", true},
             {"torch_dtype", torch_dtype_name(dtype)},
             {"kiri", {{"format_version", 1}, {"tokenizer", tokenizer}}}};
-  if (eot >= 0) {
-    c["bos_token_id"] = eot;
-    c["eos_token_id"] = eot;
-  }
+  if (bos >= 0) c["bos_token_id"] = bos;
+  if (eot >= 0) c["eos_token_id"] = eot;
   return c;
 }
 
@@ -335,9 +358,10 @@ void write_hf_folder(const std::string& dir, const model::GPTConfig& model,
                      int64_t max_shard_bytes) {
   write_hf_weights(dir, tensors, dtype, max_shard_bytes);
   write_hf_tokenizer(dir, tokenizer, model.block_size);
-  write_file_atomic(
-      dir + "/config.json",
-      hf_config_json(model, tokenizer.eot_token(), dtype, tokenizer_name).dump(2) + "\n");
+  write_file_atomic(dir + "/config.json", hf_config_json(model, tokenizer.eot_token(), dtype,
+                                                         tokenizer_name, hf_bos_token(tokenizer))
+                                                  .dump(2) +
+                                              "\n");
 }
 
 HfConfig read_hf_config(const std::string& dir) {
@@ -345,8 +369,13 @@ HfConfig read_hf_config(const std::string& dir) {
   const json c = read_json_file(path, "model config (config.json)");
   KIRI_CHECK_KIND(kCheckpoint, c.is_object(), path, " is not a JSON object");
   constexpr int64_t kMax = int64_t{1} << 20;
-  refuse_model_type(c, path);
   HfConfig out;
+  if (is_llama_config(c)) {
+    out = read_llama_config(c, path);
+    read_kiri_block(c, out);
+    return out;
+  }
+  refuse_model_type(c, path);
   out.model.n_layer = config_int(c, path, "n_layer", 1, kMax);
   out.model.n_head = config_int(c, path, "n_head", 1, kMax);
   out.model.n_embd = config_int(c, path, "n_embd", 1, kMax);
@@ -362,9 +391,7 @@ HfConfig read_hf_config(const std::string& dir) {
     if (c.contains(key) && c[key].is_number() && c[key].get<double>() != 0)
       out.notes.push_back(str(path, ": ", key, " = ", c[key].get<double>(),
                               " ignored: kiri trains without dropout"));
-  if (c.contains("kiri") && c["kiri"].is_object() && c["kiri"].contains("tokenizer") &&
-      c["kiri"]["tokenizer"].is_string())
-    out.tokenizer = c["kiri"]["tokenizer"].get<std::string>();
+  read_kiri_block(c, out);
   return out;
 }
 
@@ -423,16 +450,22 @@ HfWeights HfWeights::open(const std::string& dir) {
   return w;
 }
 
-void HfWeights::check_names(const std::vector<std::string>& names) const {
+void HfWeights::check_names(const std::vector<std::string>& names) {
   std::map<std::string, bool> wanted;
   for (const std::string& n : names) wanted[n] = true;
+  tied_to_ = wanted.count("lm_head.weight")              ? ""
+             : wanted.count("model.embed_tokens.weight") ? "model.embed_tokens.weight"
+                                                         : "transformer.wte.weight";
   for (const auto& [k, stored] : stored_)
     KIRI_CHECK_KIND(kCheckpoint, wanted.count(k) || k == "lm_head.weight", dir_, ": tensor '",
                     quote_bounded(stored, 200), "' (", file_.at(k),
                     ") has no place in kiri's model of this config");
   for (const std::string& n : names)
     KIRI_CHECK_KIND(kCheckpoint, stored_.count(n), dir_, ": the model's tensor '", n,
-                    "' is missing");
+                    "' is missing",
+                    n == "lm_head.weight" ? " (config.json's tie_word_embeddings is false: the "
+                                            "LM head is a tensor of its own)"
+                                          : "");
 }
 
 const ckpt::SafetensorsFile& HfWeights::file_of(const std::string& file) {
@@ -451,7 +484,7 @@ void HfWeights::read(const std::string& name, Tensor& dst) {
   check_shape(name, dst.shape());
   const ckpt::SafetensorsFile& f = file_of(file_.at(name));
   f.read_into_converting(it->second, dst);
-  if (name == "transformer.wte.weight" && !head_file_.empty()) check_tied_head(dst);
+  if (name == tied_to_ && !head_file_.empty()) check_tied_head(dst);
 }
 
 void HfWeights::check_shape(const std::string& name, const Shape& shape) {
@@ -470,14 +503,14 @@ void HfWeights::read_range(const std::string& name, int64_t first, Tensor& dst) 
                   "' is missing");
   const ckpt::SafetensorsFile& f = file_of(file_.at(name));
   f.read_range(it->second, first, dst);
-  if (name != "transformer.wte.weight" || head_file_.empty()) return;
+  if (name != tied_to_ || head_file_.empty()) return;
   if (!head_open_)
     head_open_ = std::make_unique<ckpt::SafetensorsFile>(
         ckpt::SafetensorsFile::map(dir_ + "/" + head_file_));
   KIRI_CHECK_KIND(kCheckpoint, head_open_->info("lm_head.weight").shape == f.info(it->second).shape,
                   head_open_->path(), ": lm_head.weight has shape ",
                   head_open_->info("lm_head.weight").shape.str(), ", the token embedding ",
-                  f.info(it->second).shape.str(), ": kiri ties the LM head to the token embedding");
+                  f.info(it->second).shape.str(), ": the model's LM head is tied to it");
   Allocator alloc;
   Tensor head = Tensor::empty(dst.shape(), dst.dtype(), Category::kBuffers, alloc);
   head_open_->read_range("lm_head.weight", first, head);
@@ -486,10 +519,9 @@ void HfWeights::read_range(const std::string& name, int64_t first, Tensor& dst) 
   for (size_t i = 0; i < head.nbytes(); ++i)
     if (a[i] != b[i]) {
       const int64_t e = static_cast<int64_t>(i / dtype_size(dst.dtype()));
-      KIRI_RAISE(kCheckpoint, head_open_->path(),
-                 ": lm_head.weight differs from transformer.wte.weight at element ", first + e,
-                 " (", head.item(e), " against ", dst.item(e),
-                 "): kiri ties the LM head to the token embedding and cannot load an untied one");
+      KIRI_RAISE(kCheckpoint, head_open_->path(), ": lm_head.weight differs from ", name,
+                 " at element ", first + e, " (", head.item(e), " against ", dst.item(e),
+                 "): ", untied_refusal(name));
     }
 }
 
@@ -497,7 +529,7 @@ void HfWeights::release(const std::string& name) {
   const auto it = stored_.find(name);
   if (it == stored_.end()) return;
   file_of(file_.at(name)).release(it->second);
-  if (name == "transformer.wte.weight" && head_open_) head_open_->release("lm_head.weight");
+  if (name == tied_to_ && head_open_) head_open_->release("lm_head.weight");
 }
 
 std::string HfWeights::path_of(const std::string& name) const {
@@ -505,23 +537,23 @@ std::string HfWeights::path_of(const std::string& name) const {
   return it == file_.end() ? dir_ : dir_ + "/" + it->second;
 }
 
-void HfWeights::check_tied_head(const Tensor& wte) {
+void HfWeights::check_tied_head(const Tensor& embedding) {
   const ckpt::SafetensorsFile& f = file_of(head_file_);
   const ckpt::TensorInfo& info = f.info("lm_head.weight");
-  KIRI_CHECK_KIND(kCheckpoint, info.shape == wte.shape(), f.path(), ": lm_head.weight has shape ",
-                  info.shape.str(), ", the token embedding ", wte.shape().str(),
-                  ": kiri ties the LM head to the token embedding");
+  KIRI_CHECK_KIND(kCheckpoint, info.shape == embedding.shape(), f.path(),
+                  ": lm_head.weight has shape ", info.shape.str(), ", the token embedding ",
+                  embedding.shape().str(), ": the model's LM head is tied to it");
   Allocator alloc;
-  Tensor head = Tensor::empty(wte.shape(), wte.dtype(), Category::kBuffers, alloc);
+  Tensor head = Tensor::empty(embedding.shape(), embedding.dtype(), Category::kBuffers, alloc);
   f.read_into_converting("lm_head.weight", head);
   const auto* a = static_cast<const unsigned char*>(head.raw());
-  const auto* b = static_cast<const unsigned char*>(wte.raw());
+  const auto* b = static_cast<const unsigned char*>(embedding.raw());
   for (size_t i = 0; i < head.nbytes(); ++i)
     if (a[i] != b[i]) {
-      const int64_t e = static_cast<int64_t>(i / dtype_size(wte.dtype()));
-      KIRI_RAISE(kCheckpoint, f.path(), ": lm_head.weight differs from transformer.wte.weight at ",
-                 "element ", e, " (", head.item(e), " against ", wte.item(e),
-                 "): kiri ties the LM head to the token embedding and cannot load an untied one");
+      const int64_t e = static_cast<int64_t>(i / dtype_size(embedding.dtype()));
+      KIRI_RAISE(kCheckpoint, f.path(), ": lm_head.weight differs from ", tied_to_, " at element ",
+                 e, " (", head.item(e), " against ", embedding.item(e),
+                 "): ", untied_refusal(tied_to_));
     }
 }
 

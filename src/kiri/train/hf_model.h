@@ -30,12 +30,17 @@ inline constexpr const char* kDefaultMaxShardSize = "5GB";
 // number of bytes. kConfig naming `what` and the text unless it is a positive size.
 int64_t parse_max_shard_size(const std::string& text, const std::string& what);
 
-// config.json for `model` (GPT2Config's keys; kiri's GPT-2 has no dropout, biases
-// everywhere, LayerNorm eps 1e-5, tanh GELU, a tied LM head). `eot`: the tokenizer's
-// end-of-text id (bos/eos_token_id), -1 for none; `tokenizer`: data.tokenizer, kept in the
-// "kiri" block so that --init-from can default to it.
+// config.json for `model`: GPT2Config's keys (kiri's GPT-2 has no dropout, biases
+// everywhere, LayerNorm eps 1e-5, tanh GELU, a tied LM head), or a Llama's LlamaConfig's.
+// `eot`: the tokenizer's end-of-text id (eos_token_id), -1 for none; `bos`: bos_token_id, -1
+// for eot's; `tokenizer`: data.tokenizer, kept in the "kiri" block so that --init-from can
+// default to it.
 nlohmann::json hf_config_json(const model::GPTConfig& model, int32_t eot, DType dtype,
-                              const std::string& tokenizer);
+                              const std::string& tokenizer, int32_t bos = -1);
+
+// A config.json's bos_token_id for `tokenizer`: a Hugging Face tokenizer's beginning-of-text
+// token (Llama 3's <|begin_of_text|>) when it has one, else its end-of-text token (GPT-2's).
+int32_t hf_bos_token(const data::Tokenizer& tokenizer);
 
 // Writes into the existing folder `dir` the weights in `dtype` (F32, BF16 or F16): one
 // model.safetensors, or model-0000k-of-0000n.safetensors + model.safetensors.index.json when
@@ -72,9 +77,10 @@ struct HfConfig {
   std::string tokenizer;           // the "kiri" block's data.tokenizer; "" when absent
   std::vector<std::string> notes;  // what kiri does differently (dropout), for the log
 };
-// Reads dir/config.json. kCheckpoint naming the key and value for what kiri's GPT-2 cannot
-// be: a model_type other than gpt2, layer_norm_epsilon != 1e-5, an activation other than
-// tanh GELU, n_inner != 4 n_embd, unscaled or layer-scaled attention, untied embeddings,
+// Reads dir/config.json: a Llama's (model_type "llama"; hf_llama_config.h says what it
+// refuses), else a GPT-2's. kCheckpoint naming the key and value for what kiri's GPT-2 cannot
+// be: a model_type other than gpt2 and llama, layer_norm_epsilon != 1e-5, an activation other
+// than tanh GELU, n_inner != 4 n_embd, unscaled or layer-scaled attention, untied embeddings,
 // cross-attention; a missing or malformed file.
 HfConfig read_hf_config(const std::string& dir);
 
@@ -84,18 +90,22 @@ HfConfig read_hf_config(const std::string& dir);
 // else "" (the config's data.tokenizer).
 std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config);
 
-// The weights of a model folder, whole or sharded, under kiri's parameter names: a name
-// without the `transformer.` prefix is taken with it; the attention-mask buffers of old GPT-2
-// files (attn.bias, attn.masked_bias) are skipped; lm_head.weight must equal the token
-// embedding (kiri ties them). Shards are opened one at a time, when first needed.
+// The weights of a model folder, whole or sharded, under kiri's parameter names: a Llama's
+// (model.*, lm_head.weight) as they are; a GPT-2 name without the `transformer.` prefix is
+// taken with it; the attention-mask buffers of old GPT-2 files (attn.bias, attn.masked_bias)
+// are skipped; for a tied model, an lm_head.weight in the files must equal the token
+// embedding. Shards are opened one at a time, when first needed.
 class HfWeights {
  public:
   // kCheckpoint when dir holds neither model.safetensors nor model.safetensors.index.json, the
   // index is malformed or names a missing file.
   static HfWeights open(const std::string& dir);
   // kCheckpoint naming the tensor when the folder holds a tensor kiri's model has no place
-  // for, or lacks one of `names`.
-  void check_names(const std::vector<std::string>& names) const;
+  // for, or lacks one of `names`. `names` also say whether the model is tied: without
+  // lm_head.weight, a stored lm_head.weight is checked against the token embedding
+  // (transformer.wte.weight or model.embed_tokens.weight) as it is read; without a call,
+  // against transformer.wte.weight (GPT-2's, always tied).
+  void check_names(const std::vector<std::string>& names);
   // Reads tensor `name` (kiri's name) into dst, converting F32/BF16/F16 to dst's dtype; a
   // shape other than dst's is kCheckpoint naming the tensor and both shapes.
   void read(const std::string& name, Tensor& dst);
@@ -112,13 +122,14 @@ class HfWeights {
 
  private:
   const ckpt::SafetensorsFile& file_of(const std::string& file);
-  void check_tied_head(const Tensor& wte);
+  void check_tied_head(const Tensor& embedding);
 
   std::string dir_;
-  std::map<std::string, std::string> stored_;  // kiri name -> name in the file
-  std::map<std::string, std::string> file_;    // kiri name -> file in dir
-  std::string head_file_;                      // lm_head.weight's file, "" when absent
-  std::string open_name_;                      // the one shard kept open
+  std::map<std::string, std::string> stored_;       // kiri name -> name in the file
+  std::map<std::string, std::string> file_;         // kiri name -> file in dir
+  std::string head_file_;                           // lm_head.weight's file, "" when absent
+  std::string tied_to_ = "transformer.wte.weight";  // what lm_head.weight must equal; "": own
+  std::string open_name_;                           // the one shard kept open
   std::unique_ptr<ckpt::SafetensorsFile> open_;
   std::unique_ptr<ckpt::SafetensorsFile> head_open_;  // lm_head's file, for read_range's check
 };

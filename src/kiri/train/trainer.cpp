@@ -59,13 +59,14 @@ std::string prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& 
   return out;
 }
 
-data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg, int64_t vocab_size,
-                               int64_t seq_len, bool verify) {
+data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg,
+                               const std::string& tokenizer, int64_t vocab_size, int64_t seq_len,
+                               bool verify) {
   data::Dataset ds = data::open_dataset(dir);
-  if (!ds.tokenizer.empty() && ds.tokenizer != cfg.tokenizer)
+  if (!ds.tokenizer.empty() && ds.tokenizer != tokenizer)
     KIRI_RAISE(kData, "the shards in ", dir, " were made with tokenizer ", ds.tokenizer,
-               ", this run's data.tokenizer is ", cfg.tokenizer,
-               " (set data.tokenizer=", ds.tokenizer, ")");
+               ", this run's is ", tokenizer, " (data.tokenizer = ", cfg.tokenizer,
+               "): set data.tokenizer to the one that made them, or tokenize the text again");
   for (const auto* split : {&ds.train, &ds.val}) {
     const char* name = split == &ds.train ? "training" : "validation";
     if (split->size() == 0) KIRI_RAISE(kData, "the ", name, " split of ", dir, " is empty");
@@ -165,12 +166,14 @@ void Trainer::build() {
   data::Dataset ds;
   if (world_->rank() == 0) {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, cfg_.data, cfg_.model.vocab_size, t.seq_len, true);
+    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
+                          t.seq_len, true);
   }
   world_->barrier();
   if (world_->rank() != 0) {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, cfg_.data, cfg_.model.vocab_size, t.seq_len, false);
+    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
+                          t.seq_len, false);
   }
   if (!cfg_.log.trace.empty()) {
     // Right after a barrier: the ranks' epochs agree to within its skew.

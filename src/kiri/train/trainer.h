@@ -32,11 +32,13 @@ std::string resolve_data_dir(const DataConfig& cfg);
 // data.corpus (tokenized on first use, reused after). Both set is kConfig.
 std::string prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& tokenizer);
 // The shards of `dir` (data::open_dataset) checked for this run: the tokenizer
-// that made kiri shards is data.tokenizer, and (when `verify`: one pass over
+// that made kiri shards is this run's (`tokenizer`: its name, which for a
+// tokenizer.json folder is hf-<hash of the file>, not the path), and (when `verify`: one pass over
 // every token) checksums hold and every token is below vocab_size; each split
 // holds a sample of seq_len + 1 tokens. kData naming the file and the numbers.
-data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg, int64_t vocab_size,
-                               int64_t seq_len, bool verify);
+data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg,
+                               const std::string& tokenizer, int64_t vocab_size, int64_t seq_len,
+                               bool verify);
 // The trace file of `rank` for log.trace = path: the path itself in a world
 // of one rank, else ".rank<R>" before the extension (runs/trace.rank3.json).
 std::string trace_path_for_rank(const std::string& path, int rank, int world_size);

@@ -1,0 +1,175 @@
+// A Llama folder's config.json (hf_llama_config.h): what kiri writes reads back as the same
+// model, LlamaConfig's defaults fill what is absent, and what kiri cannot build is a
+// kCheckpoint error naming the file, the key and its value.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+
+#include "kiri/base/atomic_file.h"
+#include "kiri/train/hf_model.h"
+
+namespace kiri::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string temp_dir(const std::string& name) {
+  const fs::path p =
+      fs::temp_directory_path() / ("kiri_hf_llama_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (kind) *kind = e.kind();
+    return e.what();
+  }
+  return "";
+}
+
+model::GPTConfig llama() {
+  model::GPTConfig m;
+  m.arch = model::Arch::kLlama;
+  m.n_layer = 3;
+  m.n_head = 8;
+  m.num_key_value_heads = 2;
+  m.n_embd = 64;
+  m.intermediate_size = 160;
+  m.vocab_size = 300;
+  m.block_size = 128;
+  m.rms_norm_eps = 1e-5;
+  m.rope_theta = 500000;
+  m.rope_scaling.type = model::RopeScaling::Type::kLlama3;
+  m.rope_scaling.factor = 32;
+  m.rope_scaling.low_freq_factor = 2;
+  m.rope_scaling.high_freq_factor = 8;
+  m.rope_scaling.original_max_position_embeddings = 64;
+  m.tie_word_embeddings = true;
+  return m;
+}
+
+HfConfig read(const std::string& dir, const json& c) {
+  write_file_atomic(dir + "/config.json", c.dump());
+  return read_hf_config(dir);
+}
+
+TEST(HfLlamaConfig, WhatKiriWritesReadsBackAsTheSameModel) {
+  const std::string dir = temp_dir("roundtrip");
+  for (const bool tied : {true, false}) {
+    model::GPTConfig m = llama();
+    m.tie_word_embeddings = tied;
+    const HfConfig back = read(dir, hf_config_json(m, 256, DType::kF32, "byte"));
+    const model::GPTConfig& r = back.model;
+    EXPECT_TRUE(r.llama());
+    EXPECT_EQ(r.n_layer, 3);
+    EXPECT_EQ(r.n_head, 8);
+    EXPECT_EQ(r.num_key_value_heads, 2);
+    EXPECT_EQ(r.n_embd, 64);
+    EXPECT_EQ(r.intermediate_size, 160);
+    EXPECT_EQ(r.vocab_size, 300);
+    EXPECT_EQ(r.block_size, 128);
+    EXPECT_EQ(r.rms_norm_eps, 1e-5);
+    EXPECT_EQ(r.rope_theta, 500000);
+    EXPECT_EQ(r.rope_scaling.type, model::RopeScaling::Type::kLlama3);
+    EXPECT_EQ(r.rope_scaling.factor, 32);
+    EXPECT_EQ(r.rope_scaling.low_freq_factor, 2);
+    EXPECT_EQ(r.rope_scaling.high_freq_factor, 8);
+    EXPECT_EQ(r.rope_scaling.original_max_position_embeddings, 64);
+    EXPECT_EQ(r.tie_word_embeddings, tied);
+    EXPECT_EQ(back.tokenizer, "byte");
+    EXPECT_TRUE(back.notes.empty());
+  }
+  fs::remove_all(dir);
+}
+
+// A minimal LlamaConfig: the shape keys only; the rest are transformers' defaults (MHA,
+// eps 1e-6, theta 10000, no scaling, an untied head). "type" is rope_type's older name.
+TEST(HfLlamaConfig, AbsentKeysTakeLlamaConfigsDefaults) {
+  const std::string dir = temp_dir("defaults");
+  const json c = {{"model_type", "llama"},        {"hidden_size", 32},
+                  {"intermediate_size", 48},      {"num_hidden_layers", 2},
+                  {"num_attention_heads", 4},     {"vocab_size", 257},
+                  {"max_position_embeddings", 64}};
+  const model::GPTConfig m = read(dir, c).model;
+  EXPECT_EQ(m.num_key_value_heads, 4);
+  EXPECT_EQ(m.rms_norm_eps, 1e-6);
+  EXPECT_EQ(m.rope_theta, 10000);
+  EXPECT_EQ(m.rope_scaling.type, model::RopeScaling::Type::kNone);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  json old = c;
+  old["rope_scaling"] = {{"type", "llama3"},
+                         {"factor", 8},
+                         {"low_freq_factor", 1},
+                         {"high_freq_factor", 4},
+                         {"original_max_position_embeddings", 32}};
+  EXPECT_EQ(read(dir, old).model.rope_scaling.type, model::RopeScaling::Type::kLlama3);
+  old["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_EQ(read(dir, old).model.rope_scaling.type, model::RopeScaling::Type::kNone);
+  old = c;
+  old.erase("model_type");  // architectures alone say Llama
+  old["architectures"] = {"LlamaForCausalLM"};
+  EXPECT_TRUE(read(dir, old).model.llama());
+  old["attention_dropout"] = 0.1;
+  const HfConfig noted = read(dir, old);
+  ASSERT_EQ(noted.notes.size(), 1u);
+  EXPECT_NE(noted.notes[0].find("attention_dropout = 0.1 ignored"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(HfLlamaConfig, WhatKiriCannotBuildIsNamed) {
+  const std::string dir = temp_dir("refused");
+  const json base = hf_config_json(llama(), 256, DType::kF32, "byte");
+  const std::vector<std::pair<std::string, json>> bad = {
+      {"attention_bias", true},
+      {"mlp_bias", true},
+      {"hidden_act", "gelu"},
+      {"head_dim", 16},
+      {"architectures", {"MistralForCausalLM"}},
+      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}}};
+  for (const auto& [key, value] : bad) {
+    json c = base;
+    c[key] = value;
+    ErrorKind kind{};
+    const std::string e = error_of([&] { read(dir, c); }, &kind);
+    EXPECT_EQ(kind, ErrorKind::kCheckpoint) << key;
+    EXPECT_NE(e.find(dir + "/config.json"), std::string::npos) << e;
+    const std::string shown =
+        key == "rope_scaling" ? "rope_scaling.rope_type = \"yarn\"" : key + " = " + value.dump();
+    EXPECT_NE(e.find(shown + " is not supported"), std::string::npos) << e;
+  }
+  const auto expect = [&](const json& c, const std::string& needle) {
+    ErrorKind kind{};
+    const std::string e = error_of([&] { read(dir, c); }, &kind);
+    EXPECT_EQ(kind, ErrorKind::kCheckpoint) << c.dump();
+    EXPECT_NE(e.find(needle), std::string::npos) << e;
+  };
+  json c = base;
+  c.erase("hidden_size");
+  expect(c, "has no 'hidden_size'");
+  c = base;
+  c["num_key_value_heads"] = 3;  // does not divide 8 query heads
+  expect(c, "num_key_value_heads = 3 must divide");
+  c = base;
+  c["num_attention_heads"] = 0;
+  expect(c, "'num_attention_heads' must be an integer in [1, ");
+  c = base;
+  c["rope_scaling"].erase("factor");
+  expect(c, "has no 'rope_scaling.factor'");
+  c = base;
+  c["rope_theta"] = "big";
+  expect(c, "'rope_theta' must be a number, got \"big\"");
+  c = base;
+  c["tie_word_embeddings"] = 1;
+  expect(c, "'tie_word_embeddings' must be true or false, got 1");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiri::train
