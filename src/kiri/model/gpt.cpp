@@ -7,6 +7,7 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/parallel/tp/cross_entropy.h"
 #include "kiri/parallel/tp/embedding.h"
+#include "kiri/parallel/tp/mappings.h"
 #include "kiri/parallel/tp/utils.h"
 
 namespace kiri::model {
@@ -32,26 +33,25 @@ class LmHead final : public nn::Module {
 }  // namespace
 
 template <typename T>
-Block<T>::Block(int index, const GPTConfig& cfg, comm::Communicator* tp,
+Block<T>::Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParallel& tp,
                 std::shared_ptr<const nn::RopeTable> rope)
     : nn::Module((cfg.llama() ? "model.layers." : "transformer.h.") + std::to_string(index)) {
   const std::string& n = name();
   if (cfg.llama()) {
     norm_1_ =
         std::make_unique<nn::RmsNorm<T>>(n + ".input_layernorm", cfg.n_embd, cfg.rms_norm_eps);
-    attn_ = std::make_unique<nn::LlamaAttention<T>>(n + ".self_attn", cfg.n_embd, cfg.n_head,
-                                                    cfg.kv_heads(), kInitStd, std::move(rope), tp);
+    attn_ = std::make_unique<LlamaAttention<T>>(n + ".self_attn", cfg.n_embd, cfg.n_head,
+                                                cfg.kv_heads(), kInitStd, std::move(rope), tp);
     norm_2_ = std::make_unique<nn::RmsNorm<T>>(n + ".post_attention_layernorm", cfg.n_embd,
                                                cfg.rms_norm_eps);
-    mlp_ =
-        std::make_unique<nn::SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd, tp);
+    mlp_ = std::make_unique<SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd, tp);
   } else {
     const double proj_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
     norm_1_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_1", cfg.n_embd);
-    attn_ = std::make_unique<nn::CausalSelfAttention<T>>(n + ".attn", cfg.n_embd, cfg.n_head,
-                                                         kInitStd, proj_std, tp);
+    attn_ = std::make_unique<CausalSelfAttention<T>>(n + ".attn", cfg.n_embd, cfg.n_head, kInitStd,
+                                                     proj_std, tp);
     norm_2_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_2", cfg.n_embd);
-    mlp_ = std::make_unique<nn::Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std, tp);
+    mlp_ = std::make_unique<Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std, tp);
   }
   add_child(*norm_1_);
   add_child(*attn_);
@@ -136,7 +136,7 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp)
     rope_ = std::make_shared<nn::RopeTable>(cfg.block_size, cfg.head_dim(), rp, dtype_of<T>());
   }
   for (int i = part_.first_block; i < part_.end_block; ++i) {
-    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, tp_, rope_));
+    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, parallel::tp::TensorParallel{tp_}, rope_));
     add_child(*blocks_.back());
   }
   if (part_.last) {
@@ -349,7 +349,7 @@ Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
   st.logits = st.xf = Tensor();
   // Each rank's dxf sums over its vocabulary rows only (xf was replicated:
   // Megatron's f backward).
-  if (tp_) tp_->all_reduce(dxf, comm::ReduceOp::kSum);
+  if (tp_) parallel::tp::copy_to_region_backward(*tp_, dxf);
   if (hook_) {
     if (!tied()) hook_({lm_head_});
     // The tied head's copy of wte is complete in a last part that is not the

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "kiri/model/layers.h"
 #include "kiri/nn/layers.h"
 #include "kiri/nn/llama_layers.h"
 
@@ -76,9 +77,9 @@ struct GPTConfig {
 template <typename T>
 class Block : public nn::Module {
  public:
-  // tp: the tensor-parallel group (attention by heads, MLP by columns), or
-  // nullptr. rope: the model's rotary table (llama), else nullptr.
-  Block(int index, const GPTConfig& cfg, comm::Communicator* tp = nullptr,
+  // tp: the tensor-parallel group (attention by heads, MLP by columns; model/layers.h).
+  // rope: the model's rotary table (llama), else nullptr.
+  Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParallel& tp = {},
         std::shared_ptr<const nn::RopeTable> rope = nullptr);
   // x: [B*T, C] -> [B*T, C]
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
@@ -123,7 +124,7 @@ template <typename T>
 class GPT : public nn::Module {
  public:
   // tp: the tensor-parallel group, or nullptr. With p > 1 ranks, each
-  // block's attention and MLP are split Megatron-style (nn::TpLinear), and
+  // block's attention and MLP are split Megatron-style (model/layers.h), and
   // the token embedding and the LM head by vocabulary rows (the vocabulary
   // padded to a multiple of p): the full logits never exist on one rank.
   explicit GPT(const GPTConfig& cfg, GPTPart part = {}, comm::Communicator* tp = nullptr);

@@ -31,7 +31,6 @@ class CausalSelfAttention final : public nn::SequenceLayer<T> {
                       double proj_init_std, const parallel::tp::TensorParallel& tp = {});
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
-  void set_recompute_core(bool on) override { core_.set_recompute(on); }
 
  private:
   int n_head_;  // this rank's
@@ -72,7 +71,6 @@ class LlamaAttention final : public nn::SequenceLayer<T> {
                  const parallel::tp::TensorParallel& tp = {});
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
-  void set_recompute_core(bool on) override { core_.set_recompute(on); }
 
  private:
   std::shared_ptr<const nn::RopeTable> rope_;

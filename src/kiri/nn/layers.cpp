@@ -107,7 +107,7 @@ Tensor CausalAttentionCore<T>::forward(Context& ctx, const Tensor& qkv) {
   Tensor lse = activation(ctx, {b, n_head_, t}, dtype_of<T>());  // [B,H,T]
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
   k::attention_forward<T>(att, lse, qkv, n_head_, scratch);
-  if (ctx.training) saved_.put(ctx) = recompute_ ? State{qkv, {}, {}} : State{qkv, att, lse};
+  if (ctx.training) saved_.put(ctx) = {qkv, att, lse};
   return att;
 }
 
@@ -116,12 +116,6 @@ void CausalAttentionCore<T>::backward(Context& ctx, const Tensor& datt, Tensor& 
   State s = saved_.take(ctx, "CausalAttentionCore");
   const int64_t t = s.qkv.dim(1);
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
-  if (!s.att.defined()) {  // selective recomputation: the forward again, for att and lse
-    s.att = activation(ctx, datt.shape(), dtype_of<T>());                  // [B,T,C']
-    s.lse = activation(ctx, {s.qkv.dim(0), n_head_, t}, dtype_of<T>());  // [B,H,T]
-    k::attention_forward<T>(s.att, s.lse, s.qkv, n_head_, scratch);
-    ctx.progress();
-  }
   k::attention_backward<T>(dqkv, datt, s.qkv, s.att, s.lse, n_head_, scratch);
   ctx.progress();
 }

@@ -55,9 +55,6 @@ class SequenceLayer : public Module {
   // x: [B, T, C] viewed as [B*T, C]; batch and seq given explicitly.
   virtual Tensor forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq) = 0;
   virtual void backward(Context& ctx, const Tensor& dy, Tensor& dx) = 0;
-  // Selective recomputation: the attention core keeps only its inputs and recomputes
-  // its output in backward.
-  virtual void set_recompute_core(bool on) = 0;
 };
 
 // y[N,C] = (x - mean) * rstd * weight + bias, over the last dimension.
@@ -77,14 +74,11 @@ class LayerNorm final : public RowLayer<T> {
   Saved<State> saved_;
 };
 
-// The attention core of causal multi-head self-attention (what Megatron's selective
-// recomputation recomputes): per head h of this rank's H,
+// The attention core of causal multi-head self-attention: per head h of this rank's H,
 //   att_h = softmax(q_h k_h^T / sqrt(hs) + causal mask) v_h,
 // from qkv [B, T, 3C'] (q | k | v, each [B, T, C'] = H heads of hs). The kernel never holds
 // the T x T probabilities: forward keeps its output and the rows' log-sum-exp lse [B, H, T],
 // and backward recomputes the probabilities from q, k and lse (as FlashAttention does).
-// With recompute on, forward keeps only qkv (the core's input), and backward first runs the
-// forward again for att and lse: bitwise the same values, so the same gradients.
 template <typename T>
 class CausalAttentionCore {
  public:
@@ -93,13 +87,11 @@ class CausalAttentionCore {
   Tensor forward(Context& ctx, const Tensor& qkv);
   // dqkv [B, T, 3C'] += the gradient for datt [B, T, C'].
   void backward(Context& ctx, const Tensor& datt, Tensor& dqkv);
-  void set_recompute(bool on) { recompute_ = on; }
 
  private:
   int n_head_;
-  bool recompute_ = false;
   struct State {
-    Tensor qkv, att, lse;  // [B,T,3C'], [B,T,C'] and [B,H,T] (undefined under recompute)
+    Tensor qkv, att, lse;  // [B,T,3C'], [B,T,C'] and [B,H,T]
   };
   Saved<State> saved_;
 };

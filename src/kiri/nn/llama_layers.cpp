@@ -53,8 +53,7 @@ Tensor GqaAttentionCore<T>::forward(Context& ctx, const Tensor& q, const Tensor&
   Tensor lse = activation(ctx, {b, n_head_, t}, dtype_of<T>());  // [B,Hq,T]
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
   k::gqa_attention_forward<T>(att, lse, q, k, v, n_head_, n_kv_head_, scratch);
-  if (ctx.training)
-    saved_.put(ctx) = recompute_ ? State{q, k, v, {}, {}} : State{q, k, v, att, lse};
+  if (ctx.training) saved_.put(ctx) = {q, k, v, att, lse};
   return att;
 }
 
@@ -64,14 +63,8 @@ void GqaAttentionCore<T>::backward(Context& ctx, const Tensor& datt, Tensor& dq,
   State s = saved_.take(ctx, "GqaAttentionCore");
   const int64_t t = s.q.dim(1);
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
-  if (!s.att.defined()) {  // selective recomputation: the forward again, for att and lse
-    s.att = activation(ctx, s.q.shape(), dtype_of<T>());                 // [B,T,Hq*hs]
-    s.lse = activation(ctx, {s.q.dim(0), n_head_, t}, dtype_of<T>());  // [B,Hq,T]
-    k::gqa_attention_forward<T>(s.att, s.lse, s.q, s.k, s.v, n_head_, n_kv_head_, scratch);
-    ctx.progress();
-  }
-  k::gqa_attention_backward<T>(dq, dk, dv, datt, s.q, s.k, s.v, s.att, s.lse, n_head_,
-                               n_kv_head_, scratch);
+  k::gqa_attention_backward<T>(dq, dk, dv, datt, s.q, s.k, s.v, s.att, s.lse, n_head_, n_kv_head_,
+                               scratch);
   ctx.progress();
 }
 

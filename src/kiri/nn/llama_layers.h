@@ -43,12 +43,11 @@ class RmsNorm final : public RowLayer<T> {
   Saved<State> saved_;
 };
 
-// The attention core of grouped-query attention (what selective recomputation recomputes):
-// query head h of this rank's Hq attends with key/value head h / (Hq / Hkv),
+// The attention core of grouped-query attention: query head h of this rank's Hq attends with
+// key/value head h / (Hq / Hkv),
 //   att_h = softmax(q_h k_{h'}^T / sqrt(hs) + causal mask) v_{h'},
 // from the rotated q [B, T, Hq*hs] and k, v [B, T, Hkv*hs]. Forward keeps its inputs, its
-// output and lse [B, Hq, T]; with recompute on only its inputs, and backward runs the forward
-// again first (bitwise the same values), as CausalAttentionCore.
+// output and lse [B, Hq, T] for backward, as CausalAttentionCore.
 template <typename T>
 class GqaAttentionCore {
  public:
@@ -56,13 +55,11 @@ class GqaAttentionCore {
   Tensor forward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
   // dq [B,T,Hq*hs], dk, dv [B,T,Hkv*hs] += the gradients for datt [B,T,Hq*hs].
   void backward(Context& ctx, const Tensor& datt, Tensor& dq, Tensor& dk, Tensor& dv);
-  void set_recompute(bool on) { recompute_ = on; }
 
  private:
   int n_head_, n_kv_head_;
-  bool recompute_ = false;
   struct State {
-    Tensor q, k, v, att, lse;  // att and lse undefined under recompute
+    Tensor q, k, v, att, lse;  // [B,T,Hq*hs], [B,T,Hkv*hs] x2, [B,T,Hq*hs], [B,Hq,T]
   };
   Saved<State> saved_;
 };

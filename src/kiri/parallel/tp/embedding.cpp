@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kiri/parallel/tp/mappings.h"
+
 namespace kiri::parallel::tp {
 
 namespace {
@@ -70,7 +72,7 @@ void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& out, const
     KIRI_CHECK(tok[i] >= 0 && tok[i] < V, op, ": token ", tok[i], " at position ", i,
                " outside the padded vocabulary of ", V, " (", tp.size(), " ranks x ", Vl, ")");
   lookup_rows(out.data<float>(), tok, B * T, wte_local, vocab_start);
-  tp.all_reduce(out, comm::ReduceOp::kSum);  // g: one non-zero term per row
+  reduce_from_region_forward(tp, out);  // g: one non-zero term per row
 }
 
 void vocab_parallel_embedding_backward(Tensor& dwte_local, const Tensor& dout, const Tensor& tokens,

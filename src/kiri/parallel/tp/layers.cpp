@@ -18,22 +18,19 @@ int64_t TensorParallel::local_rows(int64_t rows) const {
 
 template <typename T>
 Tensor ColumnParallelInput<T>::forward(nn::Context& ctx, const Tensor& x, const Tensor& weight) {
-  const Tensor xin = nn::gemm_input<T>(ctx, x, weight);  // [N or N/P, C]
+  Tensor full = x;  // [N, C]
+  if (tp_.split_sequence()) {
+    full = nn::activation(ctx, {x.dim(0) * tp_.size(), x.dim(1)}, dtype_of<T>());  // [N, C]
+    gather_from_sequence_forward(*tp_.group, x, full);
+  }
+  const Tensor xin = nn::gemm_input<T>(ctx, full, weight);  // [N, C]
   if (ctx.training) x_.put(ctx) = xin;
-  if (!tp_.split_sequence()) return xin;
-  Tensor full = nn::activation(ctx, {x.dim(0) * tp_.size(), x.dim(1)}, xin.dtype());  // [N, C]
-  gather_from_sequence_forward(*tp_.group, xin, full);
-  return full;
+  return xin;
 }
 
 template <typename T>
 Tensor ColumnParallelInput<T>::saved_input(nn::Context& ctx) {
-  const Tensor xin = x_.take(ctx, "ColumnParallelInput");
-  if (!tp_.split_sequence()) return xin;
-  Tensor full = nn::activation(ctx, {xin.dim(0) * tp_.size(), xin.dim(1)}, xin.dtype());  // [N, C]
-  gather_from_sequence_forward(*tp_.group, xin, full);
-  ctx.progress();
-  return full;
+  return x_.take(ctx, "ColumnParallelInput");
 }
 
 template <typename T>
@@ -67,8 +64,8 @@ nn::TpSplit cut(const TensorParallel& tp, int dim, int blocks) {
 
 template <typename T>
 ColumnParallelLinear<T>::ColumnParallelLinear(const std::string& name, int64_t in, int64_t out,
-                                              double init_std, const TensorParallel& tp,
-                                              int blocks, nn::LinearLayout layout)
+                                              double init_std, const TensorParallel& tp, int blocks,
+                                              nn::LinearLayout layout)
     : nn::Module(name), layout_(layout) {
   const int p = tp.size();
   KIRI_CHECK_KIND(kConfig, out % (int64_t{p} * blocks) == 0, name, ": ", out, " output columns (",
@@ -81,16 +78,20 @@ ColumnParallelLinear<T>::ColumnParallelLinear(const std::string& name, int64_t i
                            {nn::InitKind::kNormal, init_std},
                            nn::linear_weight_shape(layout, in, out), cut(tp, out_dim, blocks));
   if (conv)
-    bias_ = &add_parameter("bias", {out / p}, false, {nn::InitKind::kZeros}, {out},
-                           cut(tp, 0, blocks));
+    bias_ =
+        &add_parameter("bias", {out / p}, false, {nn::InitKind::kZeros}, {out}, cut(tp, 0, blocks));
 }
 
 template <typename T>
 Tensor ColumnParallelLinear<T>::forward(nn::Context& ctx, const Tensor& x_region) {
-  const int64_t cols = weight_->shape[1 - nn::linear_input_dim(layout_)];
-  Tensor y = nn::activation(ctx, {x_region.dim(0), cols}, dtype_of<T>());  // [N, out/P]
+  Tensor y = nn::activation(ctx, {x_region.dim(0), cols()}, dtype_of<T>());  // [N, out/P]
   nn::linear_apply<T>(y, x_region, weight_->value, bias_ ? bias_->value : Tensor(), layout_);
   return y;
+}
+
+template <typename T>
+int64_t ColumnParallelLinear<T>::cols() const {
+  return weight_->shape[1 - nn::linear_input_dim(layout_)];
 }
 
 template <typename T>
@@ -107,9 +108,10 @@ RowParallelLinear<T>::RowParallelLinear(const std::string& name, int64_t in, int
   const int p = tp.size();
   KIRI_CHECK_KIND(kConfig, in % p == 0, name, ": ", in,
                   " input rows do not split over parallel.tp = ", p);
-  weight_ = &add_parameter(
-      "weight", nn::linear_weight_shape(layout, in / p, out), true, {nn::InitKind::kNormal, init_std},
-      nn::linear_weight_shape(layout, in, out), cut(tp, nn::linear_input_dim(layout), 1));
+  weight_ =
+      &add_parameter("weight", nn::linear_weight_shape(layout, in / p, out), true,
+                     {nn::InitKind::kNormal, init_std}, nn::linear_weight_shape(layout, in, out),
+                     cut(tp, nn::linear_input_dim(layout), 1));
   if (layout == nn::LinearLayout::kConv1D)
     bias_ = &add_parameter("bias", {out}, false, {nn::InitKind::kZeros});
 }
@@ -154,8 +156,10 @@ void RowParallelLinear<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& 
 }
 
 SequenceParallelGrads::SequenceParallelGrads(const TensorParallel& tp,
-                                             std::vector<nn::Parameter*> params)
-    : tp_(tp), params_(std::move(params)) {
+                                             std::vector<nn::Parameter*> params, DType dtype)
+    : tp_(tp), dtype_(dtype), params_(std::move(params)) {
+  KIRI_CHECK(!tp_.split_sequence() || dtype_ == DType::kF32,
+             "sequence parallelism sums the norms' gradients in F32, not ", dtype_name(dtype_));
   for (const nn::Parameter* p : params_) numel_ += p->numel();
 }
 
@@ -164,7 +168,7 @@ void SequenceParallelGrads::run(nn::Context& ctx, const std::function<void()>& b
     backward();
     return;
   }
-  Tensor sum = Tensor::zeros({numel_}, DType::kF32, Category::kBuffers, ctx.allocator);
+  Tensor sum = Tensor::zeros({numel_}, dtype_, Category::kBuffers, ctx.allocator);  // [params]
   std::vector<Tensor> grads;  // the parameters' own gradients, back in place after backward
   int64_t at = 0;
   for (nn::Parameter* p : params_) {

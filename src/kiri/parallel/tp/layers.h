@@ -44,11 +44,14 @@ struct TensorParallel {
 //                                                              partial input gradients)
 //   sequence parallel    forward  X_region = [X_0; ...; X_{P-1}]   all-gather of the ranks' rows
 //                        backward dX_r = block r of sum_s dX_s      reduce-scatter
-// It keeps what the layers' weight gradients need: X_region, or under sequence parallelism
-// only this rank's rows X_r, all-gathered again in backward (Megatron's choice: N/P rows
-// kept instead of N, for one more all-gather per region and micro-batch). Under mixed
-// precision X_region is the 16-bit copy the GEMMs take, converted once for all the region's
-// layers (under sequence parallelism before the all-gather, which then moves 16-bit values).
+// It keeps what the layers' weight gradients need, X_region [N, C], whole under sequence
+// parallelism too: Megatron keeps only X_r and all-gathers it again in backward, which would
+// move (P-1)/P of X_region's bytes more per region and micro-batch than tensor parallelism;
+// kept whole, sequence parallelism moves exactly tensor parallelism's bytes (each all-reduce
+// becomes a reduce-scatter and an all-gather) and splits the norms' and the residual stream's
+// activations. Under mixed precision X_region is the 16-bit copy the GEMMs take, converted
+// once for all the region's layers, after the all-gather (which moves T values, as the
+// all-reduces do).
 template <typename T>
 class ColumnParallelInput {
  public:
@@ -56,7 +59,7 @@ class ColumnParallelInput {
   // x: [N, C] of T (sequence parallel: this rank's rows [N/P, C]); weight: a weight of the
   // region's layers (its dtype decides mixed precision). Returns X_region [N, C].
   Tensor forward(nn::Context& ctx, const Tensor& x, const Tensor& weight);
-  // Backward: X_region again [N, C] (sequence parallel: all-gathered again).
+  // Backward: X_region [N, C] as forward kept it.
   Tensor saved_input(nn::Context& ctx);
   // Where the region's layers accumulate their input gradient for dx [N or N/P, C]: dx itself
   // without tensor parallelism, else a zeroed partial [N, C]; finish_backward() then adds
@@ -66,7 +69,7 @@ class ColumnParallelInput {
 
  private:
   TensorParallel tp_;
-  nn::Saved<Tensor> x_;  // [N, C] or [N/P, C]: X_region or this rank's rows of it
+  nn::Saved<Tensor> x_;  // [N, C] X_region (16-bit under mixed precision)
 };
 
 // Y_r = X A_r + b_r: A [in, out] (in nn.Linear's layout its transpose) cut by output columns,
@@ -84,6 +87,7 @@ class ColumnParallelLinear final : public nn::Module {
   Tensor forward(nn::Context& ctx, const Tensor& x_region);
   void backward(nn::Context& ctx, const Tensor& dy, const Tensor& x_region, Tensor& dx_partial);
   nn::Parameter& weight() { return *weight_; }
+  int64_t cols() const;  // this rank's output columns, out/P
 
  private:
   nn::Parameter* weight_;
@@ -118,18 +122,20 @@ class RowParallelLinear final : public nn::Module {
 
 // The gradients of parameters applied to this rank's rows only (the norms' under sequence
 // parallelism): a replicated parameter w used on every rank's rows has dw = sum_r dw_r, the
-// backward of f (copy to region). run() points these parameters' gradients at one zeroed fp32
-// buffer while `backward` runs, sums the buffer over tp (one all-reduce) and adds it into the
-// gradients, so that accumulation over micro-batches adds each micro-batch's sum once.
-// Without sequence parallelism it only runs `backward` (the gradients are whole already).
+// backward of f (copy to region). run() points these parameters' gradients at one zeroed
+// buffer of the compute dtype while `backward` runs, sums the buffer over tp (one all-reduce) and
+// adds it into the gradients, so that accumulation over micro-batches adds each micro-batch's sum
+// once. Without sequence parallelism it only runs `backward` (the gradients are whole already).
 class SequenceParallelGrads {
  public:
   SequenceParallelGrads() = default;
-  SequenceParallelGrads(const TensorParallel& tp, std::vector<nn::Parameter*> params);
+  // dtype: the layers' compute dtype (their gradient targets' under mixed precision).
+  SequenceParallelGrads(const TensorParallel& tp, std::vector<nn::Parameter*> params, DType dtype);
   void run(nn::Context& ctx, const std::function<void()>& backward) const;
 
  private:
   TensorParallel tp_;
+  DType dtype_ = DType::kF32;
   std::vector<nn::Parameter*> params_;
   int64_t numel_ = 0;
 };
