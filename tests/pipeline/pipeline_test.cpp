@@ -108,6 +108,33 @@ TEST_P(Layout, Dp2Pp2Recompute) {
   run({.dp = 2, .pp = 2, .recompute = true});
 }
 
+// Sequence parallelism (parallel.sequence_parallel) on the tp layouts above.
+TEST_P(Layout, Tp2Sp) {
+  run({.tp = 2, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp4Sp) {
+  run({.tp = 4, .sequence_parallel = true});
+}
+TEST_P(Layout, Dp2Tp2Sp) {
+  run({.dp = 2, .tp = 2, .sequence_parallel = true});
+}
+TEST_P(Layout, Dp2Tp2Zero1Sp) {
+  run({.dp = 2, .tp = 2, .zero_stage = 1, .sequence_parallel = true});
+}
+TEST_P(Layout, Dp2Tp2Zero3Sp) {
+  run({.dp = 2, .tp = 2, .zero_stage = 3, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp2Pp2Sp) {
+  run({.pp = 2, .tp = 2, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp2Pp2RecomputeSp) {
+  run({.pp = 2, .tp = 2, .recompute = true, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp2SpBytes) {
+  LayoutCase k{.tp = 2, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { sequence_parallel_bytes(w, k); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Arch, Layout, kArchs, arch_param_name);
 
 // A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
@@ -132,6 +159,10 @@ TEST_P(LayoutBf16, Pp2Bf16) {
 TEST_P(LayoutBf16, Tp2Bf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.tp = 2, .bf16 = true});
+}
+TEST_P(LayoutBf16, Tp2SpBf16) {
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
+  run({.tp = 2, .bf16 = true, .sequence_parallel = true});
 }
 TEST_P(LayoutBf16, Tp2Pp2RecomputeBf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
