@@ -3,6 +3,7 @@
 // ctest) and on MPI ranks (kiri_pipeline_tests_mpi2/4).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <tuple>
 
@@ -136,6 +137,34 @@ TEST_P(Layout, Tp2SpBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, Layout, kArchs, arch_param_name);
+
+// parallel.sequence_parallel is refused, a config error with the numbers, without tp > 1
+// and when tp does not divide the micro-batch's token rows.
+void expect_config_error(const std::function<void()>& f, const std::string& words) {
+  try {
+    f();
+    ADD_FAILURE() << "accepted; expected a config error saying: " << words;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+TEST(LayoutSequenceParallel, RefusesTp1) {
+  RunConfig c = equivalence_config(8, 4, 32, 2);
+  c.parallel.sequence_parallel = true;
+  expect_config_error([&] { Trainer t(c); }, "needs parallel.tp > 1, got parallel.tp = 1");
+}
+TEST(LayoutSequenceParallel, RefusesRowsThatDoNotSplit) {
+  KIRI_RUN_RANKS(2, [](Communicator& w) {
+    RunConfig c = equivalence_config(8, 4, 32, 1);
+    c.train.seq_len = 15;
+    c.parallel.tp = 2;
+    c.parallel.sequence_parallel = true;
+    expect_config_error([&] { Trainer t(c, w); },
+                        "train.micro_batch x train.seq_len = 1 x 15 = 15 token rows do not split "
+                        "over parallel.tp = 2");
+  });
+}
 
 // A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
 TEST(LayoutLlama, TiedPp2) {
