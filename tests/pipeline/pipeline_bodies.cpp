@@ -32,6 +32,7 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
   c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
   c.parallel.zero_stage = k.zero_stage;
   if (k.recompute) c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;
+  c.parallel.sequence_parallel = k.sequence_parallel && tp > 1;
   return c;
 }
 
@@ -81,6 +82,44 @@ void layout_equivalence(comm::Communicator& world, LayoutCase k) {
   const double va = ref.evaluate(1), vb = t.evaluate(k.microbatches * k.dp);
   EXPECT_NEAR(va, vb, drift.loss_tolerance(drift.last_grad_norm(), va) * va)
       << "rank " << world.rank();
+}
+
+void sequence_parallel_bytes(comm::Communicator& world, LayoutCase k) {
+  omp_set_num_threads(1);
+  ASSERT_EQ(world.size(), k.tp);
+  // The bytes this rank's tp communicator sent in one step, and per kind its calls.
+  const auto step = [&](bool sp, std::vector<int64_t>* calls) {
+    LayoutCase c = k;
+    c.sequence_parallel = sp;
+    Trainer t(layout_config(c, 1, k.tp, 1, 2, k.microbatches), world);
+    comm::Communicator& tp = t.mesh().tp();
+    tp.reset_stats();
+    t.train_step();
+    int64_t bytes = 0;
+    for (int i = 0; i < comm::kNumOpKinds; ++i) {
+      const comm::OpStats s = tp.stats(static_cast<comm::OpKind>(i));
+      bytes += s.bytes_sent;
+      calls->push_back(s.calls);
+    }
+    return bytes;
+  };
+  std::vector<int64_t> tp_calls, sp_calls;
+  const int64_t tp_bytes = step(false, &tp_calls), sp_bytes = step(true, &sp_calls);
+  // The norms' gradients: per micro-batch one F32 all-reduce per block (its two norms)
+  // and one for the final norm, each 2 (P-1) B / P bytes sent (docs/comm.md).
+  const RunConfig cfg = layout_config(k, 1, k.tp, 1, 2, k.microbatches);
+  const int64_t c = cfg.model.n_embd, per_norm = cfg.model.llama() ? c : 2 * c;
+  const auto all_reduce = [&](int64_t numel) { return 2 * (k.tp - 1) * numel * 4 / k.tp; };
+  const int64_t norms =
+      k.microbatches * (cfg.model.n_layer * all_reduce(2 * per_norm) + all_reduce(per_norm));
+  EXPECT_EQ(sp_bytes, tp_bytes + norms) << "tp " << tp_bytes << ", norms " << norms;
+  const auto kind = [](comm::OpKind o) { return static_cast<size_t>(o); };
+  // Plain tp: no all-gather, no reduce-scatter; sp: per micro-batch and block, 2 regions
+  // x (all-gather + reduce-scatter) forward and backward, + the embedding's and the head's.
+  EXPECT_EQ(tp_calls[kind(comm::OpKind::kAllGather)], 0);
+  const int64_t per_direction = k.microbatches * (2 * cfg.model.n_layer + 1) * 2;
+  EXPECT_EQ(sp_calls[kind(comm::OpKind::kAllGather)], per_direction);
+  EXPECT_EQ(sp_calls[kind(comm::OpKind::kReduceScatter)], per_direction);
 }
 
 void layout_checkpoint_round_trip(comm::Communicator& world, LayoutCase k) {

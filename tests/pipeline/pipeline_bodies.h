@@ -15,7 +15,8 @@ struct LayoutCase {
   int virtual_stages = 1;
   int zero_stage = 0;
   bool bf16 = false;
-  bool recompute = false;  // full activation checkpointing
+  bool recompute = false;          // full activation checkpointing
+  bool sequence_parallel = false;  // parallel.sequence_parallel (tp > 1)
   // The model: GPT-2 (8 blocks of 32, 4 heads), or a Llama of the same blocks and width
   // with 8 query heads and max(2, tp) key/value heads, untied unless `tied`.
   model::Arch arch = model::Arch::kGpt2;
@@ -25,6 +26,9 @@ struct LayoutCase {
 // 5 steps: losses within 1e-5 relative of 1x1x1, and the saved model within
 // 1e-5 (bf16: of 1x1x1 bf16, within the bounds lowp_tolerance.h derives).
 void layout_equivalence(comm::Communicator& world, LayoutCase c);
+// One step of tp (k.tp > 1) with and without sequence parallelism: the bytes the tp
+// communicator sends differ by exactly the all-reduces of the norms' weight gradients.
+void sequence_parallel_bytes(comm::Communicator& world, LayoutCase c);
 // A checkpoint saved on this layout loads on 1 process (and the reverse);
 // training continues with the same losses.
 void layout_checkpoint_round_trip(comm::Communicator& world, LayoutCase c);

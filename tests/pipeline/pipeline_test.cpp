@@ -3,6 +3,7 @@
 // ctest) and on MPI ranks (kiri_pipeline_tests_mpi2/4).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <tuple>
 
@@ -108,7 +109,62 @@ TEST_P(Layout, Dp2Pp2Recompute) {
   run({.dp = 2, .pp = 2, .recompute = true});
 }
 
+// Sequence parallelism (parallel.sequence_parallel) on the tp layouts above.
+TEST_P(Layout, Tp2Sp) {
+  run({.tp = 2, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp4Sp) {
+  run({.tp = 4, .sequence_parallel = true});
+}
+TEST_P(Layout, Dp2Tp2Sp) {
+  run({.dp = 2, .tp = 2, .sequence_parallel = true});
+}
+TEST_P(Layout, Dp2Tp2Zero1Sp) {
+  run({.dp = 2, .tp = 2, .zero_stage = 1, .sequence_parallel = true});
+}
+TEST_P(Layout, Dp2Tp2Zero3Sp) {
+  run({.dp = 2, .tp = 2, .zero_stage = 3, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp2Pp2Sp) {
+  run({.pp = 2, .tp = 2, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp2Pp2RecomputeSp) {
+  run({.pp = 2, .tp = 2, .recompute = true, .sequence_parallel = true});
+}
+TEST_P(Layout, Tp2SpBytes) {
+  LayoutCase k{.tp = 2, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { sequence_parallel_bytes(w, k); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Arch, Layout, kArchs, arch_param_name);
+
+// parallel.sequence_parallel is refused, a config error with the numbers, without tp > 1
+// and when tp does not divide the micro-batch's token rows.
+void expect_config_error(const std::function<void()>& f, const std::string& words) {
+  try {
+    f();
+    ADD_FAILURE() << "accepted; expected a config error saying: " << words;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+TEST(LayoutSequenceParallel, RefusesTp1) {
+  RunConfig c = equivalence_config(8, 4, 32, 2);
+  c.parallel.sequence_parallel = true;
+  expect_config_error([&] { Trainer t(c); }, "needs parallel.tp > 1, got parallel.tp = 1");
+}
+TEST(LayoutSequenceParallel, RefusesRowsThatDoNotSplit) {
+  KIRI_RUN_RANKS(2, [](Communicator& w) {
+    RunConfig c = equivalence_config(8, 4, 32, 1);
+    c.train.seq_len = 15;
+    c.parallel.tp = 2;
+    c.parallel.sequence_parallel = true;
+    expect_config_error([&] { Trainer t(c, w); },
+                        "train.micro_batch x train.seq_len = 1 x 15 = 15 token rows do not split "
+                        "over parallel.tp = 2");
+  });
+}
 
 // A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
 TEST(LayoutLlama, TiedPp2) {
@@ -132,6 +188,10 @@ TEST_P(LayoutBf16, Pp2Bf16) {
 TEST_P(LayoutBf16, Tp2Bf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.tp = 2, .bf16 = true});
+}
+TEST_P(LayoutBf16, Tp2SpBf16) {
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
+  run({.tp = 2, .bf16 = true, .sequence_parallel = true});
 }
 TEST_P(LayoutBf16, Tp2Pp2RecomputeBf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);

@@ -231,6 +231,14 @@ std::vector<Field> make_fields() {
   f.push_back(int_field("parallel.activation_checkpointing_k",
                         KIRI_FIELD(parallel.activation_checkpointing_k), 1, 1 << 20,
                         "every_k: checkpoint every k-th block."));
+  f.push_back(bool_field(
+      "parallel.sequence_parallel", KIRI_FIELD(parallel.sequence_parallel),
+      "Megatron's sequence parallelism (needs parallel.tp > 1): the norms and the residual "
+      "stream hold micro_batch x seq_len / tp token rows per tensor-parallel rank (tp must "
+      "divide them); an all-gather enters each attention and MLP and a reduce-scatter leaves "
+      "it, in place of tensor parallelism's all-reduces (the same bytes; the norms' weight "
+      "gradients add one small all-reduce per block and micro-batch). "
+      "docs/parallelism.md."));
   f.push_back(enum_field(
       "parallel.schedule", KIRI_FIELD(parallel.schedule),
       std::vector<std::pair<std::string, std::string>>{

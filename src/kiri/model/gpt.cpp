@@ -7,6 +7,7 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/parallel/tp/cross_entropy.h"
 #include "kiri/parallel/tp/embedding.h"
+#include "kiri/parallel/tp/mappings.h"
 #include "kiri/parallel/tp/utils.h"
 
 namespace kiri::model {
@@ -32,31 +33,33 @@ class LmHead final : public nn::Module {
 }  // namespace
 
 template <typename T>
-Block<T>::Block(int index, const GPTConfig& cfg, comm::Communicator* tp,
+Block<T>::Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParallel& tp,
                 std::shared_ptr<const nn::RopeTable> rope)
     : nn::Module((cfg.llama() ? "model.layers." : "transformer.h.") + std::to_string(index)) {
   const std::string& n = name();
   if (cfg.llama()) {
     norm_1_ =
         std::make_unique<nn::RmsNorm<T>>(n + ".input_layernorm", cfg.n_embd, cfg.rms_norm_eps);
-    attn_ = std::make_unique<nn::LlamaAttention<T>>(n + ".self_attn", cfg.n_embd, cfg.n_head,
-                                                    cfg.kv_heads(), kInitStd, std::move(rope), tp);
+    attn_ = std::make_unique<LlamaAttention<T>>(n + ".self_attn", cfg.n_embd, cfg.n_head,
+                                                cfg.kv_heads(), kInitStd, std::move(rope), tp);
     norm_2_ = std::make_unique<nn::RmsNorm<T>>(n + ".post_attention_layernorm", cfg.n_embd,
                                                cfg.rms_norm_eps);
-    mlp_ =
-        std::make_unique<nn::SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd, tp);
+    mlp_ = std::make_unique<SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd, tp);
   } else {
     const double proj_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
     norm_1_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_1", cfg.n_embd);
-    attn_ = std::make_unique<nn::CausalSelfAttention<T>>(n + ".attn", cfg.n_embd, cfg.n_head,
-                                                         kInitStd, proj_std, tp);
+    attn_ = std::make_unique<CausalSelfAttention<T>>(n + ".attn", cfg.n_embd, cfg.n_head, kInitStd,
+                                                     proj_std, tp);
     norm_2_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_2", cfg.n_embd);
-    mlp_ = std::make_unique<nn::Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std, tp);
+    mlp_ = std::make_unique<Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std, tp);
   }
   add_child(*norm_1_);
   add_child(*attn_);
   add_child(*norm_2_);
   add_child(*mlp_);
+  std::vector<nn::Parameter*> norms = norm_1_->parameters();
+  for (nn::Parameter* p : norm_2_->parameters()) norms.push_back(p);
+  norm_grads_ = parallel::tp::SequenceParallelGrads(tp, std::move(norms), dtype_of<T>());
 }
 
 template <typename T>
@@ -84,6 +87,11 @@ Tensor Block<T>::forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, 
 
 template <typename T>
 void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
+  norm_grads_.run(ctx, [&] { backward_impl(ctx, dy, dx); });
+}
+
+template <typename T>
+void Block<T>::backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
   if (checkpointed_ && checkpoint_.has(ctx)) {  // recompute the activations (same ops, same values)
     const Checkpoint c = checkpoint_.take(ctx, "Block");
     forward_impl(ctx, c.input, c.batch, c.seq);
@@ -102,10 +110,18 @@ void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
 }
 
 template <typename T>
-GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp)
-    : nn::Module(""), cfg_(cfg), part_(part), tp_(tp && tp->size() > 1 ? tp : nullptr) {
+GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool sequence_parallel)
+    : nn::Module(""),
+      cfg_(cfg),
+      part_(part),
+      tp_(tp && tp->size() > 1 ? tp : nullptr),
+      sequence_parallel_(sequence_parallel) {
   cfg.validate();
   cfg.validate_tensor_parallel(tp_size());
+  KIRI_CHECK_KIND(kConfig, !sequence_parallel || tp_size() > 1,
+                  "parallel.sequence_parallel = true splits the sequence over the "
+                  "tensor-parallel ranks: it needs parallel.tp > 1, got parallel.tp = ",
+                  tp_size());
   if (part_.end_block < 0) part_.end_block = cfg.n_layer;
   KIRI_CHECK_KIND(kConfig,
                   0 <= part_.first_block && part_.first_block <= part_.end_block &&
@@ -136,7 +152,7 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp)
     rope_ = std::make_shared<nn::RopeTable>(cfg.block_size, cfg.head_dim(), rp, dtype_of<T>());
   }
   for (int i = part_.first_block; i < part_.end_block; ++i) {
-    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, tp_, rope_));
+    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, tensor_parallel(), rope_));
     add_child(*blocks_.back());
   }
   if (part_.last) {
@@ -145,6 +161,8 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp)
     else
       norm_f_ = std::make_unique<nn::LayerNorm<T>>("transformer.ln_f", cfg.n_embd);
     add_child(*norm_f_);
+    norm_f_grads_ = parallel::tp::SequenceParallelGrads(tensor_parallel(), norm_f_->parameters(),
+                                                        dtype_of<T>());
     if (!tied()) {
       auto head = std::make_unique<LmHead>(local, full, cut);
       lm_head_ = head->weight;
@@ -242,10 +260,15 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   // The final norm, the LM head and the fused softmax cross-entropy. The head
   // is in group 0 when tied (wte, in the first part), else in the final group.
   const int last = num_groups() - 1, hg = head_group();
-  const int64_t n = x.dim(0);
   call(group_hooks_.before_forward, last);
-  Tensor xf = norm_f_->forward(ctx, x);  // [N, C]
+  Tensor xf = norm_f_->forward(ctx, x);  // [N, C] (sequence parallel: [N/P, C])
   if (hg != last) call(group_hooks_.after_forward, last);
+  if (sequence_parallel_) {  // the LM head and the loss take every row
+    Tensor full = nn::activation(ctx, {xf.dim(0) * tp_size(), xf.dim(1)}, dtype_of<T>());
+    parallel::tp::gather_from_sequence_forward(*tp_, xf, full);  // [N, C]
+    xf = full;
+  }
+  const int64_t n = xf.dim(0);
   State st;
   Tensor logits = lm_head_forward(ctx, xf, ctx.training ? &st.xf : nullptr);  // [N, V]
   call(group_hooks_.after_forward, hg);
@@ -279,16 +302,15 @@ Tensor GPT<T>::forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor
   const int64_t b = tokens.dim(0), t = tokens.dim(1), c = cfg_.n_embd;
   KIRI_CHECK(t <= cfg_.block_size, "sequence length ", t, " exceeds model.block_size ",
              cfg_.block_size);
+  const int64_t rows = local_rows(b * t);  // of the residual stream on this rank
   Tensor x = input;
   if (part_.first) {
     call(group_hooks_.before_forward, 0);
-    x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
-    embed(ctx, x, tokens);
-    x = x.view({b * t, c});
+    x = embed(ctx, tokens);                            // [N, C] or [N/P, C]
     if (!tied()) call(group_hooks_.after_forward, 0);  // the head does not come back to wte
   } else {
-    KIRI_CHECK(x.defined() && x.shape() == Shape({b * t, c}),
-               "a model part after the first takes its input [", b * t, ", ", c, "]");
+    KIRI_CHECK(x.defined() && x.shape() == Shape({rows, c}),
+               "a model part after the first takes its input [", rows, ", ", c, "]");
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const int group = static_cast<int>(i) + 1;
@@ -349,7 +371,15 @@ Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
   st.logits = st.xf = Tensor();
   // Each rank's dxf sums over its vocabulary rows only (xf was replicated:
   // Megatron's f backward).
-  if (tp_) tp_->all_reduce(dxf, comm::ReduceOp::kSum);
+  // Sequence parallel: reduce-scattered instead, to this rank's rows (the
+  // all-gather's backward).
+  if (sequence_parallel_) {
+    Tensor local = nn::activation(ctx, {local_rows(n), c}, dtype_of<T>());  // [N/P, C]
+    parallel::tp::gather_from_sequence_backward(*tp_, dxf, local);
+    dxf = local;
+  } else if (tp_) {
+    parallel::tp::copy_to_region_backward(*tp_, dxf);
+  }
   if (hook_) {
     if (!tied()) hook_({lm_head_});
     // The tied head's copy of wte is complete in a last part that is not the
@@ -357,9 +387,9 @@ Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
     // its dense part has nothing more to come).
     if (part_.first ? defer_embedding_grad_ : tied()) hook_({wte_});
   }
-  Tensor dx = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+  Tensor dx = nn::activation_zeros(ctx, dxf.shape(), dtype_of<T>());  // [N, C] or [N/P, C]
   if (hg != last) call(group_hooks_.before_backward, last);
-  norm_f_->backward(ctx, dxf, dx);
+  norm_f_grads_.run(ctx, [&] { norm_f_->backward(ctx, dxf, dx); });
   call(group_hooks_.after_backward, last);
   if (hook_) hook_(norm_f_->parameters());
   return dx;
@@ -369,24 +399,31 @@ template <typename T>
 Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
   State st = saved_.take(ctx, "GPT");
   const int64_t b = st.tokens.dim(0), t = st.tokens.dim(1), n = b * t, c = cfg_.n_embd;
+  const int64_t rows = local_rows(n);  // of the residual stream on this rank
   Tensor dx;
   if (part_.last) {
     dx = head_backward(ctx, st);
   } else {
-    KIRI_CHECK(dout.defined() && dout.shape() == Shape({n, c}),
-               "a model part before the last takes the gradient of its output [", n, ", ", c, "]");
+    KIRI_CHECK(dout.defined() && dout.shape() == Shape({rows, c}),
+               "a model part before the last takes the gradient of its output [", rows, ", ", c,
+               "]");
     dx = dout;
   }
   for (size_t i = blocks_.size(); i-- > 0;) {
     const int group = static_cast<int>(i) + 1;
     call(group_hooks_.before_backward, group);
-    Tensor dprev = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+    Tensor dprev = nn::activation_zeros(ctx, {rows, c}, dtype_of<T>());  // [N, C] or [N/P, C]
     blocks_[i]->backward(ctx, dx, dprev);
     dx = dprev;
     call(group_hooks_.after_backward, group);
     if (hook_) hook_(blocks_[i]->parameters());
   }
   if (!part_.first) return dx;
+  if (sequence_parallel_) {  // the embedding's reduce-scatter, backward: every row on every rank
+    Tensor full = nn::activation(ctx, {n, c}, dtype_of<T>());  // [N, C]
+    parallel::tp::reduce_scatter_to_sequence_backward(*tp_, dx, full);
+    dx = full;
+  }
   if (!part_.last || head_group() != 0) call(group_hooks_.before_backward, 0);
   if (wpe_) {
     Tensor dx3 = dx.view({b, t, c});
@@ -405,28 +442,46 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
 }
 
 template <typename T>
-void GPT<T>::embed(nn::Context& ctx, Tensor& x, const Tensor& tokens) {
+Tensor GPT<T>::embed(nn::Context& ctx, const Tensor& tokens) {
+  const int64_t b = tokens.dim(0), t = tokens.dim(1), c = cfg_.n_embd;
+  Tensor x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
   if constexpr (std::is_same_v<T, float>) {
-    if (tp_) {  // each rank looks up its rows, one all-reduce sums them; then + wpe
-      parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_);
-      if (!wpe_) return;
-      Tensor wpe = wpe_->value;
-      if (wpe.dtype() != DType::kF32) {
-        wpe = Tensor::empty(wpe_->value.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
-        k::convert(wpe, wpe_->value);
+    if (tp_) {  // each rank looks up its rows, one collective sums them; then + wpe
+      Tensor rows = x.view({b * t, c});  // [N, C]
+      int64_t first = 0;                 // the micro-batch's row that rows[0] is
+      if (sequence_parallel_) {
+        rows = nn::activation(ctx, {local_rows(b * t), c}, DType::kF32);  // [N/P, C]
+        parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_,
+                                                       rows);
+        first = rows.dim(0) * tp_->rank();
+      } else {
+        parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_);
       }
-      const int64_t b = x.dim(0), t = x.dim(1), c = x.dim(2);
-      float* xd = x.data<float>();
-      const float* pd = wpe.data<float>();
-      for (int64_t i = 0; i < b; ++i)
-        for (int64_t j = 0; j < t * c; ++j) xd[i * t * c + j] += pd[j];
-      return;
+      if (wpe_) add_positions(ctx, rows, first, t);
+      return rows;
     }
   }
   if (wpe_)
     k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
   else
     k::token_embedding_forward<T>(x, tokens, wte_->value);
+  return x.view({b * t, c});
+}
+
+template <typename T>
+void GPT<T>::add_positions(nn::Context& ctx, Tensor& rows, int64_t first, int64_t seq) {
+  Tensor wpe = wpe_->value;  // [block_size, C]
+  if (wpe.dtype() != DType::kF32) {
+    wpe = Tensor::empty(wpe_->value.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
+    k::convert(wpe, wpe_->value);
+  }
+  const int64_t n = rows.dim(0), c = rows.dim(1);
+  float* xd = rows.data<float>();
+  const float* pd = wpe.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* pos = pd + ((first + i) % seq) * c;
+    for (int64_t j = 0; j < c; ++j) xd[i * c + j] += pos[j];
+  }
 }
 
 template <typename T>
@@ -456,10 +511,8 @@ Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
   const int64_t t = tokens.dim(1), c = cfg_.n_embd;
   const int last = num_groups() - 1, hg = head_group();
   call(group_hooks_.before_forward, 0);
-  Tensor x = nn::activation(ctx, {1, t, c}, dtype_of<T>());  // [1,T,C]
-  embed(ctx, x, tokens);
+  Tensor x = embed(ctx, tokens);  // [T, C]
   if (hg != 0) call(group_hooks_.after_forward, 0);
-  x = x.view({t, c});
   for (size_t i = 0; i < blocks_.size(); ++i) {
     call(group_hooks_.before_forward, static_cast<int>(i) + 1);
     x = blocks_[i]->forward(ctx, x, 1, t);

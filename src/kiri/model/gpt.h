@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "kiri/model/layers.h"
 #include "kiri/nn/layers.h"
 #include "kiri/nn/llama_layers.h"
 
@@ -76,9 +77,9 @@ struct GPTConfig {
 template <typename T>
 class Block : public nn::Module {
  public:
-  // tp: the tensor-parallel group (attention by heads, MLP by columns), or
-  // nullptr. rope: the model's rotary table (llama), else nullptr.
-  Block(int index, const GPTConfig& cfg, comm::Communicator* tp = nullptr,
+  // tp: the tensor-parallel group (attention by heads, MLP by columns; model/layers.h).
+  // rope: the model's rotary table (llama), else nullptr.
+  Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParallel& tp = {},
         std::shared_ptr<const nn::RopeTable> rope = nullptr);
   // x: [B*T, C] -> [B*T, C]
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
@@ -91,6 +92,7 @@ class Block : public nn::Module {
 
  private:
   Tensor forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
+  void backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx);
 
   bool checkpointed_ = false;
   struct Checkpoint {
@@ -104,6 +106,8 @@ class Block : public nn::Module {
   std::unique_ptr<nn::SequenceLayer<T>> attn_;
   std::unique_ptr<nn::RowLayer<T>> norm_2_;
   std::unique_ptr<nn::RowLayer<T>> mlp_;
+  // Sequence parallelism: the norms see this rank's rows only; their gradients summed over tp.
+  parallel::tp::SequenceParallelGrads norm_grads_;
 };
 
 // Which part of the model an object holds. Pipeline parallelism cuts the
@@ -123,13 +127,22 @@ template <typename T>
 class GPT : public nn::Module {
  public:
   // tp: the tensor-parallel group, or nullptr. With p > 1 ranks, each
-  // block's attention and MLP are split Megatron-style (nn::TpLinear), and
+  // block's attention and MLP are split Megatron-style (model/layers.h), and
   // the token embedding and the LM head by vocabulary rows (the vocabulary
   // padded to a multiple of p): the full logits never exist on one rank.
-  explicit GPT(const GPTConfig& cfg, GPTPart part = {}, comm::Communicator* tp = nullptr);
+  // sequence_parallel (needs p > 1): the residual stream, the norms and the
+  // stage boundaries hold this rank's rows of each micro-batch only, [N/P, C]
+  // (model/layers.h); the embedding reduce-scatters into them and the final
+  // norm's output is all-gathered for the LM head and the loss.
+  explicit GPT(const GPTConfig& cfg, GPTPart part = {}, comm::Communicator* tp = nullptr,
+               bool sequence_parallel = false);
   const GPTConfig& config() const { return cfg_; }
   const GPTPart& part() const { return part_; }
   bool whole() const { return part_.first && part_.last; }
+  // The rows of the residual stream this rank holds of a micro-batch of `rows`
+  // tokens: all, or rows / P under sequence parallelism (kConfig when P does
+  // not divide them). A part's input and output are [local_rows(B*T), C].
+  int64_t local_rows(int64_t rows) const { return tensor_parallel().local_rows(rows); }
 
   // tokens, targets: [B, T] I32 (a target < 0 is ignored). Returns the SUM of
   // the per-token losses; backward() uses d(loss)/d(token loss) = loss_weight,
@@ -212,8 +225,11 @@ class GPT : public nn::Module {
   }
 
   int tp_size() const { return tp_ ? tp_->size() : 1; }
-  // x [B,T,C] = wte[tokens] (+ wpe, GPT-2)
-  void embed(nn::Context& ctx, Tensor& x, const Tensor& tokens);
+  parallel::tp::TensorParallel tensor_parallel() const { return {tp_, sequence_parallel_}; }
+  // The rows [N, C] (sequence parallel: this rank's [N/P, C]) of wte[tokens] (+ wpe, GPT-2).
+  Tensor embed(nn::Context& ctx, const Tensor& tokens);
+  // rows[i] += wpe[(first + i) % seq]: the positions of rows first, first + 1, ...
+  void add_positions(nn::Context& ctx, Tensor& rows, int64_t first, int64_t seq);
   void embed_backward(const Tensor& dx, const Tensor& tokens);  // the token-embedding part
   // The LM head's weight [V, C] (wte when tied) and the group that holds it.
   nn::Parameter& head() { return tied() ? *wte_ : *lm_head_; }
@@ -223,14 +239,16 @@ class GPT : public nn::Module {
   GPTConfig cfg_;
   GPTPart part_;
   comm::Communicator* tp_ = nullptr;
+  bool sequence_parallel_ = false;
   int64_t vocab_start_ = 0;                    // this rank's first row of the (padded) vocabulary
   nn::Parameter* wte_ = nullptr;               // [V, C] on the first part, and the last when tied
   nn::Parameter* wpe_ = nullptr;               // [block_size, C] on the first part (GPT-2)
   nn::Parameter* lm_head_ = nullptr;           // [V, C] on the last part when untied
   std::shared_ptr<const nn::RopeTable> rope_;  // llama
   std::vector<std::unique_ptr<Block<T>>> blocks_;
-  std::unique_ptr<nn::RowLayer<T>> norm_f_;  // ln_f / model.norm, on the last part
-  std::unique_ptr<nn::Module> head_module_;  // holds lm_head_ (after norm_f_ in order)
+  std::unique_ptr<nn::RowLayer<T>> norm_f_;           // ln_f / model.norm, on the last part
+  parallel::tp::SequenceParallelGrads norm_f_grads_;  // its gradients' sum over tp (sp)
+  std::unique_ptr<nn::Module> head_module_;           // holds lm_head_ (after norm_f_ in order)
   // Saved by forward for backward, per micro-batch in flight.
   struct State {
     Tensor tokens, targets;  // [B, T], [N]

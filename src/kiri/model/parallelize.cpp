@@ -11,10 +11,11 @@ namespace pp = parallel::pp;
 
 std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int stages,
                                                          int stage, const PipelineOptions& pipeline,
-                                                         int64_t seq_len, comm::Communicator* tp) {
+                                                         int64_t seq_len, comm::Communicator* tp,
+                                                         bool sequence_parallel) {
   std::vector<std::unique_ptr<GPT<float>>> out;
   if (stages == 1 && pipeline.virtual_stages == 1) {
-    out.push_back(std::make_unique<GPT<float>>(cfg, GPTPart{}, tp));
+    out.push_back(std::make_unique<GPT<float>>(cfg, GPTPart{}, tp, sequence_parallel));
     return out;
   }
   const int seq = static_cast<int>(seq_len);
@@ -29,7 +30,8 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
   for (size_t g = static_cast<size_t>(stage); g < parts.size(); g += static_cast<size_t>(stages)) {
     const pp::StageLayers& s = parts[g];
     out.push_back(std::make_unique<GPT<float>>(
-        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}, tp));
+        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}, tp,
+        sequence_parallel));
   }
   return out;
 }

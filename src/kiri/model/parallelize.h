@@ -38,11 +38,12 @@ struct ParallelOptions {
 // This rank's chunks of the model: the whole model without pipeline
 // parallelism; else the chunks of its pipeline stage, the layers balanced
 // by compute cost (embedding and LM head counted).
-// tp: the tensor-parallel group (nullptr or size 1: none).
+// tp: the tensor-parallel group (nullptr or size 1: none); sequence_parallel: GPT's.
 std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int pp, int stage,
                                                          const PipelineOptions& pipeline,
                                                          int64_t seq_len,
-                                                         comm::Communicator* tp = nullptr);
+                                                         comm::Communicator* tp = nullptr,
+                                                         bool sequence_parallel = false);
 
 class ParallelGPT {
  public:

@@ -79,7 +79,8 @@ double Pipeline::run(nn::Context& ctx, const Tensor& tokens, const Tensor& targe
     const Tensor y = targets.flat_range(a.micro * b * t, b * t).view({b, t});
     if (a.op == pp::Action::Op::kForward) {
       Tensor input;
-      if (g > 0) input = receive(ctx, (g - 1) % stages_, tag(a.micro, g, false), b * t, c);
+      if (g > 0)
+        input = receive(ctx, (g - 1) % stages_, tag(a.micro, g, false), chunk.rows(b * t), c);
       Tensor out;
       {
         Tracer::Span span(tracer, span_name(tracer, "forward", a.micro, a.chunk), "pipeline");
@@ -93,7 +94,8 @@ double Pipeline::run(nn::Context& ctx, const Tensor& tokens, const Tensor& targe
       }
     } else {
       Tensor dout;
-      if (g < g_last) dout = receive(ctx, (g + 1) % stages_, tag(a.micro, g, true), b * t, c);
+      if (g < g_last)
+        dout = receive(ctx, (g + 1) % stages_, tag(a.micro, g, true), chunk.rows(b * t), c);
       Tensor din;
       {
         Tracer::Span span(tracer, span_name(tracer, "backward", a.micro, a.chunk), "pipeline");
@@ -125,7 +127,8 @@ double Pipeline::forward_only(nn::Context& ctx, const Tensor& tokens, const Tens
   std::vector<std::pair<comm::WorkHandle, Tensor>> sends;
   for (int g = stage_; g <= g_last; g += stages_) {
     Tensor input;
-    if (g > 0) input = receive(ctx, (g - 1) % stages_, tag(0, g, false), n, c);
+    if (g > 0)
+      input = receive(ctx, (g - 1) % stages_, tag(0, g, false), chunks_[g / stages_]->rows(n), c);
     Tensor out;
     {
       Tracer::Span span(tracer, span_name(tracer, "forward", 0, g / stages_), "pipeline");

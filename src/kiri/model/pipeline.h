@@ -34,7 +34,7 @@ struct PipelineOptions {
 };
 
 // One model chunk as the executor sees it. Activations between chunks are
-// [B*T, width()] F32.
+// [rows(B*T), width()] F32.
 class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
@@ -49,6 +49,8 @@ class PipelineStage {
   virtual Tensor backward(nn::Context& ctx, const Tensor& dout) = 0;
   // The columns of the activations it receives and sends.
   virtual int64_t width() const = 0;
+  // ... and their rows for a micro-batch of `tokens` (fewer under sequence parallelism).
+  virtual int64_t rows(int64_t tokens) const { return tokens; }
 };
 
 // A GPT part (GPT::forward_part / backward_part) as a stage.
@@ -63,6 +65,7 @@ class GptStage final : public PipelineStage {
     return gpt_.backward_part(ctx, dout);
   }
   int64_t width() const override { return gpt_.config().n_embd; }
+  int64_t rows(int64_t tokens) const override { return gpt_.local_rows(tokens); }
 
  private:
   GPT<float>& gpt_;

@@ -1,69 +1,42 @@
 #pragma once
-// The GPT-2 layers (Llama's are in llama_layers.h), each a forward/backward pair over [N, C] row
-// blocks (N = B*T). T is the compute scalar: float to train, double for the finite-difference
-// gradient checks.
+// The layers' math, without communication: each a forward/backward pair over [N, C] row blocks
+// (N = B*T). T is the compute scalar: float to train, double for the finite-difference gradient
+// checks. The tensor-parallel linear layers that cut these over ranks, and the attention and MLP
+// blocks built from them, live above (parallel/tp/layers.h, model/); nn never communicates.
 //
 // forward() saves what backward() needs (as views that keep the activation
 // alive); backward(dout, dinp) accumulates into dinp and into the
 // parameters' gradients, then releases the saved activations.
-#include "kiri/comm/communicator.h"
 #include "kiri/nn/module.h"
 
 namespace kiri::nn {
 
-// Tensor parallelism of a linear layer (Megatron-LM's ColumnParallelLinear
-// and RowParallelLinear), over `group`:
-//  - column: W = [W_1 ... W_p] by output columns, b likewise; rank i
-//    computes y_i = x W_i + b_i from the whole x (x is replicated), so
-//    forward needs no communication; backward all-reduces dx = sum_i dy_i W_i^T
-//    (Megatron's f: identity forward, all-reduce backward). `blocks` > 1 cuts
-//    each of that many equal column blocks (q|k|v) separately, so rank i holds
-//    its heads of each.
-//  - row: W = [W_1; ...; W_p] by input rows; rank i holds x_i (the column
-//    layer's output) and computes x_i W_i; forward all-reduces the sum and
-//    then adds the whole bias (Megatron's g: all-reduce forward, identity
-//    backward). Backward needs no communication.
-struct TpLinear {
-  enum class Mode { kNone, kColumn, kRow };
-  Mode mode = Mode::kNone;
-  comm::Communicator* group = nullptr;
-  int blocks = 1;
-};
-
-// How a Linear holds its weight: Hugging Face's Conv1D, [in, out] with a bias
-// (GPT-2's), or torch's nn.Linear without a bias, [out, in] (Llama's
-// projections, as LlamaForCausalLM's state dict holds them). Column parallel
-// cuts the output dimension, row parallel the input one, in either layout.
+// How a linear layer holds its weight: Hugging Face's Conv1D, [in, out] with a
+// bias (GPT-2's), or torch's nn.Linear without a bias, [out, in] (Llama's
+// projections, as LlamaForCausalLM's state dict holds them).
 enum class LinearLayout { kConv1D, kOutInNoBias };
 
-// y[N,out] = x[N,in] @ weight + bias[out]: weight [in,out] (kConv1D) or
-// weight[out,in]^T without bias (kOutInNoBias).
-template <typename T>
-class Linear : public Module {
- public:
-  Linear(const std::string& name, int64_t in, int64_t out, double init_std, TpLinear tp = {},
-         LinearLayout layout = LinearLayout::kConv1D);
-  // x: [N, in] of T, or under mixed precision already the weights' 16-bit
-  // dtype (a copy several layers share, converted once).
-  Tensor forward(Context& ctx, const Tensor& x);
-  // Accumulates into dx. Column parallel with reduce_dx false: adds this rank's
-  // partial dx without the all-reduce, so that layers reading the same x (q, k,
-  // v; gate, up) sum their partials first and reduce_input_grad() once.
-  void backward(Context& ctx, const Tensor& dy, Tensor& dx, bool reduce_dx = true);
-  // dx += the partial input gradient summed over the group (column parallel;
-  // else dx += partial).
-  void reduce_input_grad(Tensor& partial, Tensor& dx) const;
-  Parameter& weight() { return *weight_; }
-  bool has_bias() const { return bias_ != nullptr; }
-  Parameter& bias() { return *bias_; }
+// The weight's shape for `in` inputs and `out` outputs in a layout, and which of
+// its dimensions holds the inputs.
+Shape linear_weight_shape(LinearLayout layout, int64_t in, int64_t out);
+int linear_input_dim(LinearLayout layout);
 
- private:
-  Parameter* weight_;
-  Parameter* bias_ = nullptr;
-  TpLinear tp_;
-  LinearLayout layout_;
-  Saved<Tensor> x_;  // [N, in] saved input (16-bit under mixed precision)
-};
+// x as a linear layer's GEMM takes it: x itself, or under mixed precision (a 16-bit
+// weight) its copy in the weight's dtype [N, in] (an activation: what backward keeps,
+// half the bytes of x). A copy several layers share is converted once.
+template <typename T>
+Tensor gemm_input(Context& ctx, const Tensor& x, const Tensor& weight);
+
+// y[N, out] = x[N, in] @ weight (+ bias[out], Conv1D), or x @ weight^T (nn.Linear's
+// layout); x from gemm_input(). bias may be undefined.
+template <typename T>
+void linear_apply(Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  LinearLayout layout);
+// dx[N, in] += dy @ weight^T (dx may be undefined); dweight += x^T dy; dbias += sum_rows(dy)
+// (bias may be null). x: what linear_apply took.
+template <typename T>
+void linear_grads(Context& ctx, Tensor& dx, Parameter& weight, Parameter* bias, const Tensor& dy,
+                  const Tensor& x, LinearLayout layout);
 
 // What a transformer block composes: a layer over rows [N, C] (a norm, an MLP)
 // and one over the rows of B sequences of T (attention), each a forward and
@@ -101,40 +74,29 @@ class LayerNorm final : public RowLayer<T> {
   Saved<State> saved_;
 };
 
-// Causal multi-head self-attention: c_attn (C -> 3C), attention, c_proj (C -> C).
+// The attention core of causal multi-head self-attention: per head h of this rank's H,
+//   att_h = softmax(q_h k_h^T / sqrt(hs) + causal mask) v_h,
+// from qkv [B, T, 3C'] (q | k | v, each [B, T, C'] = H heads of hs). The kernel never holds
+// the T x T probabilities: forward keeps its output and the rows' log-sum-exp lse [B, H, T],
+// and backward recomputes the probabilities from q, k and lse (as FlashAttention does).
 template <typename T>
-class CausalSelfAttention final : public SequenceLayer<T> {
+class CausalAttentionCore {
  public:
-  // With a tensor-parallel group of p ranks: n_head / p heads per rank
-  // (c_attn column parallel, c_proj row parallel).
-  CausalSelfAttention(const std::string& name, int64_t channels, int n_head, double init_std,
-                      double proj_init_std, comm::Communicator* tp = nullptr);
-  Tensor forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
-  void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
+  explicit CausalAttentionCore(int n_head) : n_head_(n_head) {}
+  // qkv [B, T, 3C'] -> att [B, T, C'].
+  Tensor forward(Context& ctx, const Tensor& qkv);
+  // dqkv [B, T, 3C'] += the gradient for datt [B, T, C'].
+  void backward(Context& ctx, const Tensor& datt, Tensor& dqkv);
 
  private:
   int n_head_;
-  Linear<T> c_attn_, c_proj_;
   struct State {
-    int64_t batch = 0, seq = 0;
-    Tensor qkv, att, lse;  // [B,T,3C], [B,T,C], [B,H,T]
+    Tensor qkv, att, lse;  // [B,T,3C'], [B,T,C'] and [B,H,T]
   };
   Saved<State> saved_;
 };
 
-// MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C).
-template <typename T>
-class Mlp final : public RowLayer<T> {
- public:
-  // With a tensor-parallel group: c_fc column parallel, c_proj row parallel.
-  Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std,
-      comm::Communicator* tp = nullptr);
-  Tensor forward(Context& ctx, const Tensor& x) override;
-  void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
-
- private:
-  Linear<T> c_fc_, c_proj_;
-  Saved<Tensor> h_;  // [N, 4C] pre-activation (GELU input)
-};
+// A kBuffers scratch of the attention kernels for sequences of `seq`.
+Tensor attention_scratch(Context& ctx, int64_t seq, DType dtype);
 
 }  // namespace kiri::nn

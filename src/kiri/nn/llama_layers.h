@@ -1,14 +1,8 @@
 #pragma once
-// The Llama layers, forward/backward pairs over [N, C] row blocks as the GPT-2
-// ones (layers.h): RMSNorm, grouped-query attention with rotary position
-// embedding, and the SwiGLU MLP. Projections are nn.Linear-shaped ([out, in],
-// no bias) under LlamaForCausalLM's names (q_proj, ..., down_proj), so that a
-// state dict maps one to one.
-//
-// Tensor parallelism (Megatron's split): q_proj, k_proj, v_proj, gate_proj and
-// up_proj are column parallel (each rank its query heads, its key/value heads,
-// its columns of the MLP), o_proj and down_proj row parallel. The projections
-// that read the same x sum their partial input gradients and all-reduce once.
+// The Llama layers' math, forward/backward pairs over [N, C] row blocks as the GPT-2
+// ones (layers.h): the rotary table, RMSNorm and the grouped-query attention core. The
+// attention and SwiGLU blocks, with their (tensor-parallel) projections, are model/'s
+// (model/llama_layers.h).
 #include <memory>
 
 #include "kiri/kernels/cpu/ops.h"
@@ -49,45 +43,23 @@ class RmsNorm final : public RowLayer<T> {
   Saved<State> saved_;
 };
 
-// Causal grouped-query self-attention: q = RoPE(x Wq^T), k = RoPE(x Wk^T),
-// v = x Wv^T, attention of each query head with its key/value head, o_proj.
+// The attention core of grouped-query attention: query head h of this rank's Hq attends with
+// key/value head h / (Hq / Hkv),
+//   att_h = softmax(q_h k_{h'}^T / sqrt(hs) + causal mask) v_{h'},
+// from the rotated q [B, T, Hq*hs] and k, v [B, T, Hkv*hs]. Forward keeps its inputs, its
+// output and lse [B, Hq, T] for backward, as CausalAttentionCore.
 template <typename T>
-class LlamaAttention final : public SequenceLayer<T> {
+class GqaAttentionCore {
  public:
-  // n_head query heads and n_kv_head key/value heads of channels / n_head;
-  // with a tensor-parallel group of p ranks, n_head / p and n_kv_head / p each.
-  LlamaAttention(const std::string& name, int64_t channels, int n_head, int n_kv_head,
-                 double init_std, std::shared_ptr<const RopeTable> rope,
-                 comm::Communicator* tp = nullptr);
-  Tensor forward(Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
-  void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
+  GqaAttentionCore(int n_head, int n_kv_head) : n_head_(n_head), n_kv_head_(n_kv_head) {}
+  Tensor forward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
+  // dq [B,T,Hq*hs], dk, dv [B,T,Hkv*hs] += the gradients for datt [B,T,Hq*hs].
+  void backward(Context& ctx, const Tensor& datt, Tensor& dq, Tensor& dk, Tensor& dv);
 
  private:
-  int n_head_, n_kv_head_;  // this rank's
-  std::shared_ptr<const RopeTable> rope_;
-  comm::Communicator* tp_;
-  Linear<T> q_proj_, k_proj_, v_proj_, o_proj_;
+  int n_head_, n_kv_head_;
   struct State {
-    int64_t batch = 0, seq = 0;
-    Tensor q, k, v, att, lse;  // [B,T,Hq*hs] (rotated), [B,T,Hkv*hs] x2, [B,T,Hq*hs], [B,Hq,T]
-  };
-  Saved<State> saved_;
-};
-
-// down_proj(silu(gate_proj(x)) * up_proj(x)), intermediate width `hidden`.
-template <typename T>
-class SwiGluMlp final : public RowLayer<T> {
- public:
-  SwiGluMlp(const std::string& name, int64_t channels, int64_t hidden, double init_std,
-            comm::Communicator* tp = nullptr);
-  Tensor forward(Context& ctx, const Tensor& x) override;
-  void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
-
- private:
-  comm::Communicator* tp_;
-  Linear<T> gate_proj_, up_proj_, down_proj_;
-  struct State {
-    Tensor gate, up;  // [N, I] each: the SwiGLU's inputs
+    Tensor q, k, v, att, lse;  // [B,T,Hq*hs], [B,T,Hkv*hs] x2, [B,T,Hq*hs], [B,Hq,T]
   };
   Saved<State> saved_;
 };

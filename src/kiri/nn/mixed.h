@@ -1,8 +1,8 @@
 #pragma once
-// Internal to the nn layers: how a float layer computes with 16-bit parameters
-// (mixed precision). Its GEMMs take 16-bit inputs and accumulate in fp32; its
-// other ops read fp32 copies of the parameters and add their gradients into the
-// 16-bit ones through fp32 scratch.
+// Internal to the layers (nn's and the tensor-parallel ones above it): how a float layer computes
+// with 16-bit parameters (mixed precision). Its GEMMs take 16-bit inputs and accumulate in fp32;
+// its other ops read fp32 copies of the parameters and add their gradients into the 16-bit ones
+// through fp32 scratch.
 #include <type_traits>
 
 #include "kiri/kernels/cpu/ops.h"

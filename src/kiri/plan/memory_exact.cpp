@@ -143,7 +143,7 @@ struct KiriBlock {
 
 // GPT-2's (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv, the attention
 // output, the MLP hidden before and after GELU (12nc/t). Under mixed precision each linear
-// layer keeps the 16-bit copy of its input (nn::Linear) instead of the input: ln_1's and
+// layer keeps the 16-bit copy of its input (parallel/tp/layers.h) instead of the input: ln_1's and
 // ln_2's outputs (2nc -> nc) and the GELU output (4nc/t -> 2nc/t) are kept only so; the
 // attention output is kept whole by the attention and as c_proj's copy too (+0.5nc/t).
 // Backward: dy, dx1, dh, dprev and the MLP's two [n, 4c/t] gradients, the larger of the

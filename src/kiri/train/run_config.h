@@ -77,6 +77,9 @@ struct ParallelConfig {
   bool prefetch = true;           // stage 3: all-gather the next unit early
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
+  // Megatron's sequence parallelism (tp > 1): the norms and the residual stream hold
+  // micro_batch x seq_len / tp rows per tp rank.
+  bool sequence_parallel = false;
   // Pipeline parallelism (pp > 1): the schedule, the micro-batches m that one
   // step's batch is split into (rows per rank = micro_batch x m), and the
   // model chunks per rank (interleaved only).

@@ -194,8 +194,9 @@ void Trainer::build() {
   if (shape.pp > 1 || po.pipeline.virtual_stages > 1)
     parallel::pp::validate_pipeline(po.pipeline.schedule, cfg_.model.n_layer, shape.pp,
                                     po.pipeline.microbatches, po.pipeline.virtual_stages);
+  check_sequence_parallel();
   chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len,
-                                   &mesh_->tp());
+                                   &mesh_->tp(), cfg_.parallel.sequence_parallel);
   po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
   po.zero_stage = sharding.stage;
   po.shard_group_size = sharding.group_size;

@@ -161,4 +161,19 @@ void Trainer::check_model_states_fit() const {
   KIRI_RAISE(kOutOfMemory, msg);
 }
 
+void Trainer::check_sequence_parallel() const {
+  const ParallelConfig& p = cfg_.parallel;
+  if (!p.sequence_parallel) return;
+  KIRI_CHECK_KIND(kConfig, p.tp > 1,
+                  "parallel.sequence_parallel = true splits the sequence over the "
+                  "tensor-parallel ranks: it needs parallel.tp > 1, got parallel.tp = ",
+                  p.tp);
+  const int64_t rows = cfg_.train.micro_batch * cfg_.train.seq_len;
+  KIRI_CHECK_KIND(kConfig, rows % p.tp == 0,
+                  "parallel.sequence_parallel = true: the micro-batch's train.micro_batch x "
+                  "train.seq_len = ",
+                  cfg_.train.micro_batch, " x ", cfg_.train.seq_len, " = ", rows,
+                  " token rows do not split over parallel.tp = ", p.tp);
+}
+
 }  // namespace kiri::train

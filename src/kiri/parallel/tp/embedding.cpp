@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kiri/parallel/tp/mappings.h"
+
 namespace kiri::parallel::tp {
 
 namespace {
@@ -51,8 +53,11 @@ void lookup_rows(float* rows, const int32_t* tok, int64_t n, const Tensor& wte_l
 
 }  // namespace
 
-void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& out, const Tensor& tokens,
-                                      const Tensor& wte_local, int64_t vocab_start) {
+namespace {
+
+// out [B,T,C] = this rank's rows of wte[tokens], zeros elsewhere (no communication).
+void vocab_parallel_lookup(comm::Communicator& tp, Tensor& out, const Tensor& tokens,
+                           const Tensor& wte_local, int64_t vocab_start) {
   const char* op = "vocab_parallel_embedding_forward";
   check_table(wte_local, op, "wte_local");
   KIRI_CHECK(tokens.dtype() == DType::kI32 && tokens.rank() == 2, op,
@@ -70,7 +75,21 @@ void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& out, const
     KIRI_CHECK(tok[i] >= 0 && tok[i] < V, op, ": token ", tok[i], " at position ", i,
                " outside the padded vocabulary of ", V, " (", tp.size(), " ranks x ", Vl, ")");
   lookup_rows(out.data<float>(), tok, B * T, wte_local, vocab_start);
-  tp.all_reduce(out, comm::ReduceOp::kSum);  // g: one non-zero term per row
+}
+
+}  // namespace
+
+void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& out, const Tensor& tokens,
+                                      const Tensor& wte_local, int64_t vocab_start) {
+  vocab_parallel_lookup(tp, out, tokens, wte_local, vocab_start);
+  reduce_from_region_forward(tp, out);  // g: one non-zero term per row
+}
+
+void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& full, const Tensor& tokens,
+                                      const Tensor& wte_local, int64_t vocab_start, Tensor& local) {
+  vocab_parallel_lookup(tp, full, tokens, wte_local, vocab_start);
+  const Tensor rows = full.view({full.dim(0) * full.dim(1), full.dim(2)});  // [N, C]
+  reduce_scatter_to_sequence_forward(tp, rows, local);  // one non-zero term per row
 }
 
 void vocab_parallel_embedding_backward(Tensor& dwte_local, const Tensor& dout, const Tensor& tokens,
