@@ -61,7 +61,7 @@ model::RopeScaling rope_scaling(const json& c, const std::string& path) {
   if (type != "llama3")
     refuse(path, std::string("rope_scaling.") + key, type,
            "kiri's rotary embedding scales as Llama 3 does (\"llama3\") or not at all "
-           "(\"default\"); linear, dynamic, yarn and longrope are not implemented");
+           "(\"default\"); it has no linear, dynamic, yarn or longrope scaling");
   r.type = model::RopeScaling::Type::kLlama3;
   r.factor = number(s, path, "rope_scaling.", "factor", 0, true);
   r.low_freq_factor = number(s, path, "rope_scaling.", "low_freq_factor", 0, true);
