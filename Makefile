@@ -3,6 +3,14 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# ccache (scripts/bootstrap.sh installs it) keeps compiled objects between clean clones:
+# paths under the checkout are hashed relative to it, so a new clone of the same sources
+# builds from the cache (docs/ci.md). KIRI_CCACHE=0 builds without it.
+KIRI_CCACHE ?= 1
+ifeq ($(KIRI_CCACHE),1)
+LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+export CCACHE_BASEDIR := $(CURDIR)
+endif
 
 .PHONY: all setup setup-test build demo test test-asan fuzz bench format clean
 
@@ -18,7 +26,7 @@ setup-test:
 # CMake writes $(BUILD)/Makefile only when configure succeeds, so a configure that
 # failed (a missing package) is simply run again next time.
 $(BUILD)/Makefile: | setup
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_FLAGS) >/dev/null
 
 build: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
@@ -35,7 +43,7 @@ test: setup-test build
 
 # The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: setup
-	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DKIRI_SANITIZE=ON >/dev/null
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DKIRI_SANITIZE=ON $(LAUNCHER) >/dev/null
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE slow
 
