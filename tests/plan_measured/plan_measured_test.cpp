@@ -39,6 +39,7 @@ struct Case {
   Offload offload = Offload::kNone;
   std::string path = {};  // offload.path (one folder per case, shared by its ranks)
   bool bf16 = false;      // bf16 compute with fp32 master weights (else fp32)
+  bool sp = false;        // parallel.sequence_parallel (tp > 1)
 };
 
 struct Shape {
@@ -88,6 +89,7 @@ RunConfig config_of(const Case& k, const Shape& s) {
   c.parallel.pp = k.pp;
   c.parallel.microbatches = s.m;
   c.parallel.zero_stage = k.zero;
+  c.parallel.sequence_parallel = k.sp;
   c.parallel.timeout_s = 120;
   c.checkpoint.dir.clear();
   c.log.metrics.clear();
@@ -122,6 +124,7 @@ Planned planned(const Case& k, const Shape& s, int64_t vocab) {
   l.tp = k.tp;
   l.pp = k.pp;
   l.zero_stage = k.zero;
+  l.sequence_parallel = k.sp;
   l.dtype = k.bf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
   l.schedule = plan::Schedule::k1F1B;
   l.micro_batch = s.micro_batch;
@@ -192,7 +195,7 @@ std::string name_of(const Case& k, const Shape& s = Shape{}) {
                                                        : " offload parameters";
   const char* arch = !s.llama ? "" : s.tied ? "llama tied " : "llama ";
   return arch + std::to_string(k.dp) + "x" + std::to_string(k.tp) + "x" + std::to_string(k.pp) +
-         " zero " + std::to_string(k.zero) + off + (k.bf16 ? " bf16" : "");
+         " zero " + std::to_string(k.zero) + off + (k.bf16 ? " bf16" : "") + (k.sp ? " sp" : "");
 }
 
 void check_case(const Case& k, const Shape& s = Shape{}) {
@@ -217,9 +220,10 @@ void check_case(const Case& k, const Shape& s = Shape{}) {
   });
 }
 
-void check_layout(int dp, int tp, int pp, const Shape& s = Shape{}, bool bf16 = false) {
+void check_layout(int dp, int tp, int pp, const Shape& s = Shape{}, bool bf16 = false,
+                  bool sp = false) {
   for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
-    const Case k{dp, tp, pp, zero, Offload::kNone, "", bf16};
+    const Case k{dp, tp, pp, zero, Offload::kNone, "", bf16, sp};
     SCOPED_TRACE(name_of(k, s));
     check_case(k, s);
   }
@@ -316,6 +320,27 @@ TEST(PlanMeasured, L2x1x2) {
 }
 TEST(PlanMeasured, L1x2x2) {
   check_layout(1, 2, 2);
+}
+
+// Sequence parallelism (the residual stream split over tp, the regions' inputs kept whole):
+// tp 2 and 4, with dp 2 and pp 2, fp32 and bf16.
+TEST(PlanMeasuredSp, L1x2x1) {
+  check_layout(1, 2, 1, Shape{}, false, true);
+}
+TEST(PlanMeasuredSp, Bf16On1x2x1) {
+  check_layout(1, 2, 1, Shape{}, true, true);
+}
+TEST(PlanMeasuredSp, L1x4x1) {
+  check_layout(1, 4, 1, Shape{}, false, true);
+}
+TEST(PlanMeasuredSp, L2x2x1) {
+  check_layout(2, 2, 1, Shape{}, false, true);
+}
+TEST(PlanMeasuredSp, L1x2x2) {
+  check_layout(1, 2, 2, Shape{}, false, true);
+}
+TEST(PlanMeasuredSp, LlamaOn1x2x1) {
+  check_layout(1, 2, 1, llama_shape(false), false, true);
 }
 
 // A Llama (llama_shape): one rank, dp 2 (DDP and ZeRO 1-3), tp 2 (one key/value head per

@@ -86,6 +86,7 @@ json evaluation_json(const plan::Evaluation& e) {
           {"stage", e.memory.stage},
           {"memory", memory_json(e.memory.memory)},
           {"memory_capacity", e.capacity},
+          {"layer_activations", e.layer_activations},
           {"stages", stages},
           {"fits", e.fits},
           {"flops_per_step", nullable(ok, t.flops_per_step)},

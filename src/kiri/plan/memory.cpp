@@ -76,13 +76,28 @@ double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bo
   return sbh * (10 + 24.0 / t + scores / t);
 }
 
-double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
-                        Recompute recompute) {
-  const double n = s * b;
-  if (recompute == Recompute::kFull) return 4 * (sp ? n * h / t : n * h);
-  const double lse = b * a * s / t;
-  if (sp) return 4 * ((16 * n * h + 4 * n) / t + lse);
-  return 4 * (4 * n * h + 12 * n * h / t + 4 * n + lse);
+KiriLayerActivations kiri_layer_activations(double s, double b, double h, double a, int t, bool sp,
+                                            Recompute recompute, Precision dtype) {
+  const double n = s * b, q = sp ? t : 1;
+  const bool fp32 = dtype == Precision::kFp32;
+  const double gemm_in = fp32 ? 4 : 2;  // bytes of a linear layer's kept input
+  KiriLayerActivations k;
+  k.input = 4 * n * h / q;
+  if (recompute == Recompute::kFull) return k;
+  k.x1 = 4 * n * h / q;
+  k.norm_stats = 4 * 4 * n / q;
+  k.region_inputs = gemm_in * 2 * n * h;
+  k.qkv = 4 * 3 * n * h / t;
+  k.attention_out = 4 * n * h / t;
+  k.attention_proj_copy = fp32 ? 0 : gemm_in * n * h / t;
+  k.lse = 4 * b * a * s / t;
+  k.mlp_hidden = 4 * 4 * n * h / t + gemm_in * 4 * n * h / t;
+  return k;
+}
+
+double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp, Recompute recompute,
+                        Precision dtype) {
+  return kiri_layer_activations(s, b, h, a, t, sp, recompute, dtype).total();
 }
 
 double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
@@ -103,9 +118,10 @@ double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv,
   const double lse = b * a * s / t;
   // Whole: the input, the RMSNorms' outputs, x1 and the norms' 1/rms; cut: q, k, v, the
   // attention output, gate, up and silu(gate)·up.
-  const double whole = 4 * n * h + 2 * n, cut = n * (2 * h + 2 * kv + 3 * f);
-  if (sp) return 4 * ((whole + cut) / t + lse);
-  return 4 * (whole + cut / t + lse);
+  // Sequence parallel: the input, x1 and 1/rms are this rank's rows; the norms' outputs are
+  // kept gathered, whole (the regions' inputs).
+  const double rows = 2 * n * h + 2 * n, regions = 2 * n * h, cut = n * (2 * h + 2 * kv + 3 * f);
+  return 4 * (rows / (sp ? t : 1) + regions + cut / t + lse);
 }
 
 double layer_activation_bytes(const ModelSpec& model, const Layout& l, Recompute recompute) {
@@ -121,7 +137,7 @@ double layer_activation_bytes(const ModelSpec& model, const Layout& l, Recompute
                           : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute));
   }
   return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
-                        : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute));
+                        : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute, l.dtype));
 }
 
 int64_t layers_on_stage(int64_t n_layer, int pp, int stage) {

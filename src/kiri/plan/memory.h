@@ -64,15 +64,43 @@ void apply_offload(MemoryBreakdown& m, const Layout& layout, double state_numel,
 double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bool sp,
                                Recompute recompute);
 
-// What a kiri block keeps (fp32, docs/zero.md "Activation checkpointing"): its input N·C
-// (the previous block's output) + 15·N·C + 4·N + B·H·T floats, N = b·s. Under tensor
-// parallelism the input, LayerNorm outputs and x1 (4·N·C) and the LayerNorm statistics stay
-// whole, qkv, the attention output and the MLP hidden (12·N·C), and the log-sum-exp, are cut
-// by t. Sequence parallelism (not wired into kiri yet) would cut all of it by t. kiri's
-// attention already recomputes the probabilities, so `selective` equals `none`; `full`
-// keeps the input only.
-double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp,
-                        Recompute recompute);
+// What a kiri GPT-2 block keeps for backward, one micro-batch of n = b·s tokens, by tensor, in
+// bytes as kiri's allocator counts them (docs/parallelism.md, "Activations per layer", derives
+// each row). t = tp; q = t under sequence parallelism, else 1 (the residual stream's rows on
+// this rank: n/q). fp32 = 4 bytes; under mixed precision (bf16, fp16) the linear layers keep
+// 16-bit copies of their inputs (2 bytes) and everything else stays fp32. Storage shared by two
+// layers counts once (fp32: c_proj's input is the attention output, the MLP c_proj's is GELU's
+// output). Full recomputation keeps `input` only.
+// Selective recomputation (issue 16 item 3) would be one more rule here: the attention core
+// recomputed drops `lse` and, under mixed precision, `attention_out` (in fp32 it is c_proj's
+// input, kept anyway); `qkv` stays (the core's input).
+struct KiriLayerActivations {
+  double input = 0;          // the block's input x, kept by ln_1: [n/q, C] fp32
+  double x1 = 0;             // x + attn(ln_1(x)), kept by ln_2: [n/q, C] fp32
+  double norm_stats = 0;     // ln_1's and ln_2's mean and rstd: 4 × [n/q] fp32
+  double region_inputs = 0;  // the attention's and the MLP's X_region (ColumnParallelInput,
+                             // ln_1's / ln_2's output gathered): 2 × [n, C], whole even under
+                             // sequence parallelism; 16-bit under mixed precision
+  double qkv = 0;            // c_attn's output, kept by the attention core: [n, 3C/t] fp32
+  double attention_out = 0;  // the core's output att [n, C/t] fp32 (c_proj's input in fp32)
+  double attention_proj_copy = 0;  // mixed precision: c_proj's 16-bit input [n, C/t]
+  double lse = 0;                  // the core's log-sum-exp [b, a/t, s] fp32 (no s×s scores)
+  double mlp_hidden = 0;           // GELU's input h [n, 4C/t] fp32 + c_proj's input, GELU's output
+                                   // [n, 4C/t] (fp32, or its 16-bit copy under mixed precision)
+  double total() const {
+    return input + x1 + norm_stats + region_inputs + qkv + attention_out + attention_proj_copy +
+           lse + mlp_hidden;
+  }
+};
+KiriLayerActivations kiri_layer_activations(double s, double b, double h, double a, int t, bool sp,
+                                            Recompute recompute,
+                                            Precision dtype = Precision::kFp32);
+
+// kiri_layer_activations(...).total(): fp32 4(2nh/q + 2nh + 12nh/t + 4n/q + bas/t), mixed
+// precision 8nh/q + 4nh + 42nh/t + 4(4n/q + bas/t); full 4nh/q. kiri's attention already
+// recomputes the probabilities, so `selective` equals `none` until it recomputes the core.
+double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp, Recompute recompute,
+                        Precision dtype = Precision::kFp32);
 
 // The same accounting for a LLaMA block (docs/planner.md, "LLaMA's activations"), kv = k's
 // and v's width (kv heads × head_dim), f = the SwiGLU width, no dropout: sb(12h + 4kv + 6f)
@@ -84,12 +112,14 @@ double korthikanti_llama_layer_bytes(double s, double b, double h, double a, dou
 // kiri's storage pattern at LLaMA's shapes (fp32): the input, the two RMSNorms' outputs and
 // x1 (4·N·C, whole) + q, k, v, the attention output (2·N·C + 2·N·kv) and gate, up and their
 // product (3·N·f), cut by t + the RMSNorms' 1/rms 2·N + the log-sum-exp B·H·T/t; sequence
-// parallelism cuts all of it by t; `selective` equals `none`; `full` keeps the input.
+// parallelism cuts the input, x1 and 1/rms by t, not the norms' outputs (the regions' inputs,
+// kept gathered: [N, C]); `selective` equals `none`; `full` keeps the input.
 double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv, double f, int t,
                               bool sp, Recompute recompute);
 
 // One layer of `model` for one micro-batch of the layout (its tp, sequence parallelism and
-// form; the paper form doubled in fp32) under `recompute`.
+// form; the paper form doubled in fp32; the kiri form of GPT-2 in the layout's dtype, Llama's
+// in fp32) under `recompute`.
 double layer_activation_bytes(const ModelSpec& model, const Layout& layout, Recompute recompute);
 
 // Blocks on pipeline stage `stage` of pp (the remainder of L/pp to the first stages).

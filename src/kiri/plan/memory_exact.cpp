@@ -141,16 +141,16 @@ struct KiriBlock {
   double saved = 0, work = 0;
 };
 
-// GPT-2's (docs/zero.md): its input, ln_1/ln_2 outputs, x1 (4nc, whole) + qkv, the attention
-// output, the MLP hidden before and after GELU (12nc/t). Under mixed precision each linear
-// layer keeps the 16-bit copy of its input (parallel/tp/layers.h) instead of the input: ln_1's and
-// ln_2's outputs (2nc -> nc) and the GELU output (4nc/t -> 2nc/t) are kept only so; the
-// attention output is kept whole by the attention and as c_proj's copy too (+0.5nc/t).
-// Backward: dy, dx1, dh, dprev and the MLP's two [n, 4c/t] gradients, the larger of the
-// MLP's and the attention's working sets.
-KiriBlock gpt_block(double n, double c, double t, bool fp32) {
-  return {fp32 ? 4 * n * c + 12 * n * c / t : 3 * n * c + 10.5 * n * c / t,
-          4 * n * c + 8 * n * c / t};
+// GPT-2's: what it saves is kiri_layer_activations (memory.h; docs/parallelism.md's table) less
+// its input, the norms' statistics and the log-sum-exp, which kiri_activations adds. Backward:
+// dy, dx1, dh, dprev and the MLP's two [n, 4c/t] gradients, the larger of the MLP's and the
+// attention's working sets.
+KiriBlock gpt_block(const Layout& l, double c, double heads) {
+  const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
+  const double n = s * b, t = l.tp;
+  const KiriLayerActivations k =
+      kiri_layer_activations(s, b, c, heads, l.tp, l.sequence_parallel, Recompute::kNone, l.dtype);
+  return {(k.total() - k.input - k.norm_stats - k.lse) / 4, 4 * n * c + 8 * n * c / t};
 }
 
 // Llama's (nn/llama_layers.cpp), kv the key/value width, f the SwiGLU width: whole, the input,
@@ -162,15 +162,16 @@ KiriBlock gpt_block(double n, double c, double t, bool fp32) {
 // (4nc) and, at the MLP, dh [n, f/t], dgate and dup (3nf/t), down_proj's input freed; at the
 // attention (the MLP's half freed: x1, norm 2's output and 1/rms, gate, up, silu·up) datt, dq,
 // dk and dv (n(2c + 2kv)/t).
-KiriBlock llama_block(const ModelSpec& m, double n, double t, bool fp32) {
+KiriBlock llama_block(const ModelSpec& m, double n, double t, double q, bool fp32) {
   const double c = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_width());
   const double f = static_cast<double>(m.ffn_width());
   const double norm_out = fp32 ? 2 * n * c : n * c, att_copy = fp32 ? 0 : 0.5 * n * c / t;
   const double down_in = fp32 ? n * f / t : 0.5 * n * f / t;  // silu(gate)·up as down_proj keeps it
   const double mlp = 2 * n * f / t + down_in;                 // + gate, up
   KiriBlock b;
-  b.saved = 2 * n * c + norm_out + n * (2 * c + 2 * kv) / t + att_copy + mlp;
-  const double mlp_half = n * c + norm_out / 2 + n + mlp;
+  // q: sequence parallelism keeps this rank's rows of x1 (and of the input, added by the caller).
+  b.saved = n * c / q + norm_out + n * (2 * c + 2 * kv) / t + att_copy + mlp;
+  const double mlp_half = n * c / q + norm_out / 2 + n / q + mlp;
   b.work = 4 * n * c + std::max(3 * n * f / t - down_in, n * (2 * c + 2 * kv) / t - mlp_half);
   return b;
 }
@@ -184,28 +185,31 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   const double layers = static_cast<double>(blocks.end - blocks.first);
   const bool full = l.recompute == Recompute::kFull, llama = model.arch == Arch::kLlama;
   const bool fp32 = l.dtype == Precision::kFp32;
+  // Sequence parallelism: the residual stream (each block's input, x1) and the norms hold
+  // n / q of the rows.
+  const double q = l.sequence_parallel ? t : 1;
   // Per token the norms' statistics (LayerNorm a mean and 1/σ, RMSNorm 1/rms, two norms),
   // and the attention's log-sum-exp per query head.
   const double norm_stats = llama ? 1 : 2;
   const double stats =
-      2 * norm_stats * n + static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
-  KiriBlock blk = llama ? llama_block(model, n, t, fp32) : gpt_block(n, c, t, fp32);
-  const double saved_block = blk.saved + stats;
+      2 * norm_stats * n / q + static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  KiriBlock blk = llama ? llama_block(model, n, t, q, fp32) : gpt_block(l, c, heads);
+  const double saved_block = n * c / q + blk.saved + stats;  // + its input
   KiriActivations a;
-  a.kept_block = full ? n * c : saved_block;
+  a.kept_block = full ? n * c / q : saved_block;
   const double in_flight = layers_in_flight(l, blocks.end - blocks.first, stage) /
                            std::max(1.0, layers);  // micro-batches
   // The stage's saved activations of all micro-batches in flight (+ the last block's output,
   // the next stage's / ln_f's input).
-  a.saved = in_flight * (layers * a.kept_block + n * c);
+  a.saved = in_flight * (layers * a.kept_block + n * c / q);
   a.block_work = blk.work;
-  if (full) a.block_work += saved_block - n * c;
+  if (full) a.block_work += saved_block - n * c / q;
   // The head (last stage): ln_f's output and statistics, the [n, V/t] logits (their gradient
   // in place), losses, lse, dloss, dxf; logits of all micro-batches in flight under GPipe.
   if (stage == l.pp - 1) {
     const double logits_mb =
         l.pp > 1 && l.schedule == Schedule::kGpipe ? static_cast<double>(l.microbatches()) : 1.0;
-    a.head = logits_mb * (n * v + n * c + (norm_stats + 3) * n) + n * c;
+    a.head = logits_mb * (n * v + n * c + (norm_stats / q + 3) * n) + n * c;
     if (l.dtype != Precision::kFp32) a.head += n * v / 2 + n * c / 2;  // 16-bit copies
   }
   return a;

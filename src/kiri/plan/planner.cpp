@@ -15,6 +15,8 @@ Evaluation evaluate(const ModelSpec& model, const Layout& layout, const ClusterS
   e.time = estimate_time(model, layout, cluster);
   e.capacity = cluster.memory_bytes;
   e.fits = e.memory.memory.total() <= e.capacity;
+  if (!model.params_only())
+    e.layer_activations = layer_activation_bytes(model, layout, layout.recompute);
   return e;
 }
 
@@ -508,7 +510,8 @@ std::string format_evaluation(const ModelSpec& model, const ClusterSpec& cluster
   out += str("  parameters        ", gib(m.parameters), tier(m.nvme.parameters), "\n");
   out += str("  gradients         ", gib(m.gradients), tier(m.nvme.gradients), "\n");
   out += str("  optimizer states  ", gib(m.optimizer_states), tier(m.nvme.optimizer_states), "\n");
-  out += str("  activations       ", gib(m.activations), " (", name(e.layout.form), " form)\n");
+  out += str("  activations       ", gib(m.activations), " (", name(e.layout.form),
+             " form; a layer ", gib(e.layer_activations), " per micro-batch)\n");
   out += str("  buffers           ", gib(m.buffers), "\n");
   out += str("  total             ", gib(m.total()), " of ", gib(e.capacity), ": ",
              e.fits ? "fits" : "does NOT fit", "\n");

@@ -18,6 +18,9 @@ struct Evaluation {
   TimeBreakdown time;
   double capacity = 0;  // the device's memory
   bool fits = false;    // memory.memory.total() <= capacity
+  // One layer's activations for one micro-batch under the layout's tp, sequence parallelism,
+  // dtype, recompute and form (layer_activation_bytes; docs/parallelism.md's table).
+  double layer_activations = 0;
 };
 
 // Validates the layout (kConfig) and evaluates it on the cluster's devices.
