@@ -310,7 +310,11 @@ TEST(Layout, ValidLayoutsPassAndTheStrategyDecidesTheStage) {
   LayoutFacts f = model_facts();
   f.world = 8;
   EXPECT_EQ(message_of(l, f), "(accepted)");
-  // dp 0 is "inferred" before the world is known, refused after.
+  // One stage of one chunk runs no schedule: interleaved is unused, not refused.
+  Layout one;
+  one.schedule = PipelineSchedule::kInterleaved;
+  EXPECT_EQ(message_of(one, model_facts()), "(accepted)");
+  // dp 0 is "inferred" before the world is known.
   Layout inferred;
   inferred.dp = 0;
   EXPECT_EQ(message_of(inferred, model_facts()), "(accepted)");

@@ -171,11 +171,13 @@ void validate_pipeline(const Layout& l, const LayoutFacts& f) {
                   " must be >= 1");
   KIRI_CHECK_KIND(kConfig, l.virtual_stages >= 1, w("parallel.virtual_stages"), " = ",
                   l.virtual_stages, " must be >= 1");
-  if (l.schedule != PipelineSchedule::kInterleaved) {
+  // One stage of one chunk runs no schedule: parallel.schedule is then unused.
+  const bool scheduled = l.pp > 1 || l.virtual_stages > 1;
+  if (scheduled && l.schedule != PipelineSchedule::kInterleaved) {
     KIRI_CHECK_KIND(kConfig, l.virtual_stages == 1, w("parallel.virtual_stages"), " = ",
                     l.virtual_stages, " needs schedule interleaved; ", name(l.schedule),
                     " runs exactly 1 chunk per rank");
-  } else {
+  } else if (scheduled) {
     KIRI_CHECK_KIND(kConfig, l.virtual_stages >= 2, "interleaved 1F1B needs ",
                     w("parallel.virtual_stages"), " >= 2, got ", l.virtual_stages,
                     " (with 1 chunk per rank use schedule 1f1b)");

@@ -90,8 +90,9 @@ struct LayoutFacts {
 // strategy that agrees with it, HYBRID_SHARD's group (2..dp-1, dividing dp), a shard
 // group only for HYBRID_SHARD or zero_stage >= 1 and dividing dp; pp > 1 needs ZeRO <= 1;
 // sequence parallelism needs tp > 1 and tp dividing micro_batch x seq_len; every_k's
-// k >= 1; micro-batches >= 1; virtual stages only for interleaved, which needs pp >= 2,
-// virtual stages >= 2 and micro-batches a multiple of pp; pp <= layers and pp x v <=
+// k >= 1; micro-batches >= 1; with pp > 1 or virtual stages > 1 (else no schedule runs):
+// virtual stages only for interleaved, which needs pp >= 2, virtual stages >= 2 and
+// micro-batches a multiple of pp; pp <= layers and pp x v <=
 // layers; tp divides the heads (and LLaMA's key/value heads) and the MLP width; offload:
 // no cpu tier, parameters need ZeRO 3 and the optimizer offloaded, gradients ZeRO >= 2 and
 // the optimizer offloaded.

@@ -146,11 +146,15 @@ kiri::Layout layout_of(const RunConfig& c) {
   l.offload.gradients = o.gradients == OffloadDevice::kCpu ? OffloadTier::kCpu
                         : offload_gradients(o)             ? OffloadTier::kNvme
                                                            : OffloadTier::kNone;
-  if (l.offload.any()) {  // as the trainer reads them (a bad block size is named)
-    l.offload.buffer_count = o.buffer_count;
-    l.offload.buffer_bytes = offload_buffer_bytes(o);
+  // The swap I/O shape as the trainer reads it (the planner sizes offloaded layouts with it
+  // under --auto, offload on or off); with offload off a bad block size is unused, not named.
+  l.offload.buffer_count = o.buffer_count;
+  l.offload.buffer_bytes = offload_buffer_bytes(o);
+  l.offload.queue_depth = o.queue_depth;
+  try {
     l.offload.block_size = offload_block_bytes(o);
-    l.offload.queue_depth = o.queue_depth;
+  } catch (const Error&) {
+    if (l.offload.any()) throw;
   }
   return l;
 }
