@@ -111,7 +111,7 @@ TEST(LlamaCli, ShapesALlamaCannotTakeAreNamed) {
                "parallel.tp = 4 must divide model.num_key_value_heads = 2 (model.n_head = 4)");
   expect_error(llama + " --set parallel.tp=8", 2, "parallel.tp = 8 must divide model.n_head = 4");
   expect_error(llama + " --set model.intermediate_size=175 --set parallel.tp=2", 2,
-               "parallel.tp = 2 must divide the MLP width model.intermediate_size = 175");
+               "parallel.tp = 2 must divide the MLP width = 175");
   expect_error(
       llama + " --set model.n_embd=72 --set model.n_head=8 --set model.num_key_value_heads=4", 2,
       "model.n_embd / model.n_head = 72 / 8 = 9 must be even");

@@ -113,7 +113,7 @@ TEST(LlamaErrors, TensorParallelMustDivideTheMlp) {
   GPTConfig c = llama(4, 4, 16);
   c.intermediate_size = 50;
   expect_config_error([&] { c.validate_tensor_parallel(4); },
-                      "parallel.tp = 4 must divide the MLP width model.intermediate_size = 50");
+                      "parallel.tp = 4 must divide the MLP width = 50");
 }
 TEST(LlamaErrors, Llama3ScalingNeedsLowBelowHighFrequency) {
   GPTConfig c = llama(4, 2, 16);

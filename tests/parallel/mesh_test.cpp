@@ -10,23 +10,6 @@
 namespace kiri::parallel {
 namespace {
 
-void expect_layout_error(const MeshShape& s, const LayoutFacts& f, const std::string& needle) {
-  try {
-    validate_layout(s, f);
-    FAIL() << "accepted " << s.str();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
-TEST(Mesh, LayoutErrorsNameTheNumbers) {
-  expect_layout_error({2, 1, 1}, {4, 4, 4, 8}, "dp x tp x pp = 2 x 1 x 1 = 2 but the world has 4");
-  expect_layout_error({1, 3, 1}, {3, 4, 4, 8}, "parallel.tp = 3 must divide model.n_head = 4");
-  expect_layout_error({1, 1, 8}, {8, 4, 4, 8}, "parallel.pp = 8 exceeds model.n_layer = 4");
-  EXPECT_NO_THROW(validate_layout({2, 2, 1}, {4, 4, 4, 8}));
-}
-
 // tp innermost, then dp, then pp; each dimension's group holds the right ranks.
 TEST(Mesh, CoordinatesAndGroupsFollowMegatronOrder) {
   std::mutex mu;

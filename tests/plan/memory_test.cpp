@@ -106,7 +106,7 @@ TEST(PlanMemory, KorthikantiFirstStageOfInterleavedHoldsL1PlusPMinus1OverPV) {
   l.global_batch = 64;
   l.form = ActivationForm::kPaper;
   l.sequence_parallel = true;
-  l.recompute = Recompute::kSelective;
+  l.activation_checkpointing = Recompute::kSelective;
   l.schedule = Schedule::k1F1B;
   // 1F1B: the first stage holds pp micro-batches of L/pp layers = L layers.
   EXPECT_DOUBLE_EQ(layers_in_flight(l, 12, 0), 96);
@@ -136,7 +136,7 @@ TEST(PlanMemory, KiriFormMatchesMeasuredActivations) {
                        kiri_layer_bytes(32, 4, 32, 2, 1, false, Recompute::kFull),
                    248832);
   EXPECT_DOUBLE_EQ(activation_bytes(m, l, 0), 1192448);
-  l.recompute = Recompute::kFull;
+  l.activation_checkpointing = Recompute::kFull;
   EXPECT_DOUBLE_EQ(activation_bytes(m, l, 0), 445952);
 }
 

@@ -247,7 +247,7 @@ TEST(PlanOffload, TimeAddsTheDiskByHand) {
   // FLOPs, a third of the model FLOPs): the step pays the I/O beyond both.
   const double io = states / 0.5e9 + states / 0.25e9;
   const double fb = plain.compute_s - plain.optimizer_s;  // m x the stage's forward+backward
-  const double forward = fb / static_cast<double>(l.microbatches()) *
+  const double forward = fb / static_cast<double>(l.step_microbatches()) *
                          (plain.model_flops_per_step / 3) / plain.flops_per_step;
   EXPECT_NEAR(opt.io_exposed_s, std::max(0.0, io - plain.optimizer_s - forward), 1e-12);
   EXPECT_GT(opt.io_exposed_s, 0);  // a fast update (10 GB/s) does not hide a slow disk

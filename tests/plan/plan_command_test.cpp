@@ -25,9 +25,9 @@ void expect_evaluation(const nlohmann::json& e) {
   for (const char* k :
        {"parameters", "gradients", "optimizer_states", "activations", "buffers", "total"})
     EXPECT_TRUE(e["memory"].contains(k)) << k;
-  for (const char* k : {"dp", "tp", "pp", "zero_stage", "dtype", "recompute", "schedule",
-                        "virtual_stages", "micro_batch", "global_batch", "microbatches", "seq_len",
-                        "sequence_parallel", "activations"})
+  for (const char* k : {"dp", "tp", "pp", "zero_stage", "dtype", "activation_checkpointing",
+                        "schedule", "virtual_stages", "micro_batch", "global_batch", "microbatches",
+                        "seq_len", "sequence_parallel", "activations"})
     EXPECT_TRUE(e["layout"].contains(k)) << k;
   const auto& m = e["memory"];
   EXPECT_DOUBLE_EQ(m["total"].get<double>(),
@@ -39,7 +39,7 @@ void expect_evaluation(const nlohmann::json& e) {
 TEST(PlanCommand, LayoutJson) {
   const Result r =
       run("--model gpt2-350M --dp 2 --tp 2 --pp 2 --zero-stage 1 --micro-batch 2 "
-          "--global-batch 32 --recompute full --schedule interleaved --json");
+          "--global-batch 32 --activation-checkpointing full --schedule interleaved --json");
   ASSERT_EQ(r.code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   expect_evaluation(j);
@@ -258,8 +258,7 @@ TEST(PlanCommand, LlamaPresetsAndDimensions) {
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
   }
   r = run("--model tinyllama-1.1B --tp 8");
-  EXPECT_NE(r.output.find("--tp 8 must divide both the 32 query heads and the 4 key/value heads"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("--tp = 8 must divide --kv-heads = 4 (--heads = 32)"), std::string::npos)
       << r.output;
 }
 
@@ -267,12 +266,13 @@ TEST(PlanCommand, BadInputIsAConfigError) {
   for (const char* args :
        {"--model gpt2-124M --tp 5", "--model nope", "--cluster tpu", "--dp 2 --global-batch 3",
         "--dtype fp8 --dp 1", "--gpus 0", "--model gpt2-124M --params 1e9",
-        "--layers 4 --hidden 64", "--dp 2 --gpus 4", "--recompute full", "--frobnicate 1"}) {
+        "--layers 4 --hidden 64", "--dp 2 --gpus 4", "--activation-checkpointing full",
+        "--frobnicate 1"}) {
     const Result r = run(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.output;
   }
   const Result r = run("--model gpt2-124M --tp 5");
-  EXPECT_NE(r.output.find("does not divide the 12 heads"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--tp = 5 must divide --heads = 12"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ TEST(PlanTime, GlobalBatchIsMicroBatchTimesAccumulationTimesDp) {
   l.dp = 16;
   l.micro_batch = 4;
   l.global_batch = 512;
-  EXPECT_EQ(l.microbatches(), 8);
+  EXPECT_EQ(l.step_microbatches(), 8);
 }
 
 TEST(PlanTime, NarayananFormulaByHand) {
@@ -38,7 +38,7 @@ TEST(PlanTime, StepFlopsAreNarayanansForGpt) {
   StepFlops f = step_flops(m, l);
   EXPECT_NEAR(f.model / narayanan_flops(1536, 2048, 96, 12288, 50257, false), 1.0, 1e-12);
   EXPECT_DOUBLE_EQ(f.executed, f.model);
-  l.recompute = Recompute::kFull;
+  l.activation_checkpointing = Recompute::kFull;
   f = step_flops(m, l);
   EXPECT_NEAR(f.executed / narayanan_flops(1536, 2048, 96, 12288, 50257, true), 1.0, 1e-12);
   EXPECT_NEAR(f.model / narayanan_flops(1536, 2048, 96, 12288, 50257, false), 1.0, 1e-12);

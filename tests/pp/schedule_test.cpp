@@ -77,7 +77,7 @@ TEST(PpSchedule, BadConfigsNameTheRule) {
   expect_config_error([] { validate_pipeline(K::k1F1B, 4, 2, 0, 1); },
                       "parallel.microbatches = 0 must be >= 1");
   expect_config_error([] { validate_pipeline(K::kGPipe, 4, 0, 4, 1); },
-                      "parallel.pp = 0 must be >= 1");
+                      "parallel.dp = 1, parallel.tp = 1 and parallel.pp = 0 must each be >= 1");
   expect_config_error([] { validate_pipeline(K::kInterleaved1F1B, 12, 4, 6, 2); },
                       "interleaved 1F1B needs parallel.microbatches (m) to be a multiple of "
                       "parallel.pp (p): m = 6, p = 4");

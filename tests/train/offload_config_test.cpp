@@ -1,6 +1,7 @@
-// validate_offload (train/offload_config.h): every rule between the offload.* keys is a
-// kConfig error naming the keys and the numbers, all problems in one message; io_options
-// maps the keys onto the I/O engine's options.
+// validate_offload (train/offload_config.h): every rule between the offload I/O keys is a
+// kConfig error naming the keys and the numbers, all problems in one message; the tiers'
+// rules are the layout's (check_layout, the same way); io_options maps the keys onto the I/O
+// engine's options.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -19,10 +20,11 @@ RunConfig on(OffloadDevice optimizer = OffloadDevice::kNvme,
   return c;
 }
 
-// The message validate_offload raises ("" when none).
+// The message validate_offload or the layout's rules raise ("" when none).
 std::string problem(const RunConfig& c) {
   try {
     validate_offload(c);
+    check_layout(c);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig) << e.what();
     return e.message();
@@ -55,7 +57,7 @@ TEST(ValidateOffload, CpuExplainsThatHostMemoryIsAlreadyWhereTheStateIs) {
                   "offload.optimizer = cpu: on the CPU backend host memory is already where the "
                   "optimizer states are (the device kiri computes on is the host's RAM)"))
       << e;
-  EXPECT_TRUE(has(e, "use offload.optimizer = nvme, or none (docs/offload.md)")) << e;
+  EXPECT_TRUE(has(e, "use offload.optimizer = nvme, or none")) << e;
   RunConfig p = on(OffloadDevice::kNone, OffloadDevice::kCpu);
   p.parallel.zero_stage = 3;
   const std::string pe = problem(p);

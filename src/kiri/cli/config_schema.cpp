@@ -518,18 +518,9 @@ void validate(const RunConfig& cfg) {
   KIRI_CHECK_KIND(kConfig, cfg.train.min_lr <= cfg.train.optimizer.lr,
                   "train.min_lr = ", cfg.train.min_lr,
                   " exceeds train.lr = ", cfg.train.optimizer.lr);
-  train::resolve_sharding(cfg.parallel);
-  // The layout's rules that need no world: refused before any work.
-  const train::ParallelConfig& par = cfg.parallel;
-  cfg.model.validate_tensor_parallel(par.tp);  // heads (query, key/value) and MLP columns
-  if (par.pp > 1 || par.virtual_stages > 1)
-    parallel::pp::validate_pipeline(parallel::pp::parse_schedule(par.schedule), cfg.model.n_layer,
-                                    par.pp, par.microbatches, par.virtual_stages);
-  KIRI_CHECK_KIND(kConfig, par.pp == 1 || train::resolve_sharding(par).stage <= 1,
-                  "parallel.zero_stage = ", train::resolve_sharding(par).stage,
-                  " with parallel.pp = ", par.pp,
-                  ": pipeline parallelism composes with ZeRO stage 0 or 1");
-  train::validate_offload(cfg);  // before any work: `cpu`, stage 3 for parameters, sizes
+  train::validate_offload(cfg);  // the I/O keys, all problems in one message
+  // Every layout rule that needs no world, refused before any work (dp 0: inferred later).
+  train::check_layout(cfg);
   KIRI_CHECK_KIND(kConfig,
                   !cfg.checkpoint.async || (cfg.offload.optimizer != train::OffloadDevice::kNvme &&
                                             cfg.offload.parameters != train::OffloadDevice::kNvme),

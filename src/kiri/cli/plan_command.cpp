@@ -54,15 +54,15 @@ json layout_json(const plan::Layout& l) {
           {"tp", l.tp},
           {"pp", l.pp},
           {"zero_stage", l.zero_stage},
-          {"shard_group", l.shard_size()},
+          {"shard_group_size", l.shard_size()},
           {"dtype", plan::name(l.dtype)},
-          {"recompute", plan::name(l.recompute)},
+          {"activation_checkpointing", plan::name(l.activation_checkpointing)},
           {"sequence_parallel", l.sequence_parallel},
           {"schedule", plan::name(l.schedule)},
           {"virtual_stages", l.virtual_stages},
           {"micro_batch", l.micro_batch},
           {"global_batch", l.global_batch},
-          {"microbatches", l.microbatches()},
+          {"microbatches", l.step_microbatches()},
           {"seq_len", l.seq_len},
           {"wrap_blocks", l.wrap_blocks},
           {"overlap_dp", l.overlap_dp},
@@ -451,7 +451,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
 
   plan::Layout base;
   base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
-  base.recompute = plan::parse_recompute(a.get("recompute").value_or("none"));
+  base.activation_checkpointing =
+      plan::parse_recompute(a.get("activation-checkpointing").value_or("none"));
   base.schedule = plan::parse_schedule(a.get("schedule").value_or("1f1b"));
   base.form = plan::parse_form(a.get("activations").value_or("kiri"));
   base.sequence_parallel = a.flag("sequence-parallel");
@@ -461,7 +462,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   base.wrap_blocks = positive_int(a, "wrap-blocks", 1);
   base.virtual_stages =
       positive_int(a, "virtual-stages", base.schedule == plan::Schedule::kInterleaved ? 2 : 1);
-  base.shard_group = static_cast<int>(a.get_int("shard-group", 0));
+  base.shard_group_size = static_cast<int>(a.get_int("shard-group-size", 0));
   base.offload = offload_of(a);
   KIRI_CHECK_KIND(kConfig, !a.flag("no-offload") || !base.offload.any(),
                   "--no-offload contradicts --offload-optimizer/--offload-parameters nvme");
@@ -502,9 +503,11 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
 
   // The table mode enumerates dp/tp/pp/ZeRO/recomputation itself.
-  KIRI_CHECK_KIND(kConfig, !a.get("recompute") && !a.get("schedule") && !a.get("virtual-stages"),
-                  "--recompute, --schedule and --virtual-stages describe one layout: give "
-                  "--dp/--tp/--pp/--zero-stage too (without them kiri plan enumerates them)");
+  KIRI_CHECK_KIND(
+      kConfig, !a.get("activation-checkpointing") && !a.get("schedule") && !a.get("virtual-stages"),
+      "--activation-checkpointing, --schedule and --virtual-stages describe one "
+      "layout: give "
+      "--dp/--tp/--pp/--zero-stage too (without them kiri plan enumerates them)");
   plan::PlanRequest request{model, cluster, world, base};
   request.offload_if_needed = !a.flag("no-offload");
   const std::vector<plan::Evaluation> candidates = plan::enumerate_layouts(request);

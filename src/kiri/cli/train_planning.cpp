@@ -12,7 +12,6 @@
 #include "kiri/base/units.h"
 #include "kiri/cli/config_schema.h"
 #include "kiri/cli/world.h"
-#include "kiri/parallel/mesh.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 #include "kiri/train/offload_config.h"
@@ -36,62 +35,20 @@ plan::ModelSpec plan_model(const train::RunConfig& cfg) {
   return m;
 }
 
-plan::Precision plan_dtype(train::ComputeDType d) {
-  switch (d) {
-    case train::ComputeDType::kBF16:
-      return plan::Precision::kBf16;
-    case train::ComputeDType::kF16:
-      return plan::Precision::kFp16;
-    default:
-      return plan::Precision::kFp32;
-  }
-}
-
-plan::OffloadTarget plan_offload(train::OffloadDevice d, const char* key) {
-  KIRI_CHECK_KIND(kConfig, d != train::OffloadDevice::kCpu, key,
-                  " = cpu: on kiri's CPU backend host memory is where the state is already; "
-                  "nvme moves it off");
-  return d == train::OffloadDevice::kNvme ? plan::OffloadTarget::kNvme : plan::OffloadTarget::kNone;
-}
-
-// offload.* as the planner's numbers.
-plan::OffloadSpec plan_offload(const train::OffloadConfig& o) {
-  plan::OffloadSpec s;
-  s.optimizer = plan_offload(o.optimizer, "offload.optimizer");
-  s.parameters = plan_offload(o.parameters, "offload.parameters");
-  plan_offload(o.gradients, "offload.gradients");  // cpu: the same refusal
-  s.gradients =
-      train::offload_gradients(o) ? plan::OffloadTarget::kNvme : plan::OffloadTarget::kNone;
-  s.buffer_count = o.buffer_count;
-  s.buffer_bytes = train::offload_buffer_bytes(o);  // as the trainer reads them
-  s.block_size = train::offload_block_bytes(o);
-  s.queue_depth = o.queue_depth;
-  return s;
-}
-
 // The run's layout: m = pipeline micro-batches x accumulation steps, B = b·m·dp; every_k
 // checkpointing counts as full recomputation (the planner models none and full).
 plan::Layout plan_layout(const train::RunConfig& cfg) {
-  const train::ParallelConfig& p = cfg.parallel;
-  const train::ShardLayout sharding = train::resolve_sharding(p);
   plan::Layout l;
-  l.dp = p.dp;
-  l.tp = p.tp;
-  l.pp = p.pp;
-  l.zero_stage = sharding.stage;
-  l.shard_group = sharding.group_size;
-  l.dtype = plan_dtype(cfg.train.dtype);
-  l.recompute = p.activation_checkpointing == train::ActivationCheckpointing::kNone
-                    ? plan::Recompute::kNone
-                    : plan::Recompute::kFull;
-  l.schedule = plan::parse_schedule(p.schedule);
-  l.virtual_stages = p.virtual_stages;
+  static_cast<kiri::Layout&>(l) = train::layout_of(cfg);  // cpu offload: validate refuses it
+  l.zero_stage = l.stage();  // the planner reads the stage; the strategy has decided it
+  l.sharding_strategy = kiri::ShardingStrategy::kFromZeroStage;
+  if (l.activation_checkpointing == kiri::ActivationCheckpointing::kEveryK)
+    l.activation_checkpointing = kiri::ActivationCheckpointing::kFull;
   l.micro_batch = cfg.train.micro_batch;
-  l.global_batch = cfg.train.micro_batch * p.microbatches * cfg.train.grad_accum * p.dp;
+  l.global_batch = cfg.train.micro_batch * cfg.parallel.microbatches * cfg.train.grad_accum * l.dp;
   l.seq_len = cfg.train.seq_len;
-  l.wrap_blocks = p.wrap_blocks;
+  l.wrap_blocks = cfg.parallel.wrap_blocks;
   l.form = plan::ActivationForm::kKiri;
-  l.offload = plan_offload(cfg.offload);
   return l;
 }
 
@@ -105,12 +62,12 @@ void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
   p.zero_stage = l.zero_stage;
   p.sharding_strategy.clear();
   p.shard_group_size = 0;
-  p.activation_checkpointing = l.recompute == plan::Recompute::kNone
+  p.activation_checkpointing = l.activation_checkpointing == plan::Recompute::kNone
                                    ? train::ActivationCheckpointing::kNone
                                    : train::ActivationCheckpointing::kFull;
   p.schedule = plan::name(l.schedule);
   p.virtual_stages = l.virtual_stages;
-  const int64_t m = l.microbatches();
+  const int64_t m = l.step_microbatches();
   p.microbatches = l.pp > 1 ? static_cast<int>(m) : 1;
   cfg.train.grad_accum = l.pp > 1 ? 1 : m;
   auto device = [](plan::OffloadTarget t) {
@@ -164,10 +121,10 @@ std::string set_flags(const plan::Layout& l) {
   std::string s =
       str("--set parallel.dp=", l.dp, " --set parallel.tp=", l.tp, " --set parallel.pp=", l.pp,
           " --set parallel.zero_stage=", l.zero_stage, " --set parallel.activation_checkpointing=",
-          l.recompute == plan::Recompute::kNone ? "none" : "full");
+          l.activation_checkpointing == plan::Recompute::kNone ? "none" : "full");
   if (l.pp > 1)
     s += str(" --set parallel.schedule=", plan::name(l.schedule),
-             " --set parallel.microbatches=", l.microbatches());
+             " --set parallel.microbatches=", l.step_microbatches());
   if (l.offload.any())
     s += str(" --set offload.optimizer=", plan::name(l.offload.optimizer),
              " --set offload.parameters=", plan::name(l.offload.parameters),
@@ -183,19 +140,19 @@ std::pair<std::string, int> layout_change(const plan::Layout& from, const plan::
   const bool mesh = from.dp != to.dp || from.tp != to.tp || from.pp != to.pp;
   if (mesh) {
     ++n;
-    parts.push_back(str("dp ", to.dp, " x tp ", to.tp, " x pp ", to.pp,
-                        to.pp > 1
-                            ? str(" (", plan::name(to.schedule), ", m ", to.microbatches(), ")")
-                            : std::string()));
+    parts.push_back(
+        str("dp ", to.dp, " x tp ", to.tp, " x pp ", to.pp,
+            to.pp > 1 ? str(" (", plan::name(to.schedule), ", m ", to.step_microbatches(), ")")
+                      : std::string()));
   }
   if (from.zero_stage != to.zero_stage) {
     ++n;
     parts.push_back(to.zero_stage == 0 ? std::string("ZeRO stage 0 (DDP)")
                                        : str("ZeRO stage ", to.zero_stage, " over dp ", to.dp));
   }
-  if (from.recompute != to.recompute) {
+  if (from.activation_checkpointing != to.activation_checkpointing) {
     ++n;
-    parts.push_back(to.recompute == plan::Recompute::kNone
+    parts.push_back(to.activation_checkpointing == plan::Recompute::kNone
                         ? std::string("no activation recomputation")
                         : std::string("full activation recomputation"));
   }
@@ -417,8 +374,7 @@ int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::str
       std::printf("%s\n", note.c_str());
   if (auto_layout || global_batch) validate(cfg);
   const std::optional<std::string> inferred = train::resolve_layout(cfg.parallel, world);
-  parallel::validate_layout({cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp},
-                            {world, cfg.model.n_head, cfg.model.n_layer, cfg.train.micro_batch});
+  train::check_layout(cfg, world);
   if (rank != 0) return 0;
   if (inferred) std::printf("%s\n", inferred->c_str());
   const plan::Layout l = plan_layout(cfg);

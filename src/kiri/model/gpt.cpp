@@ -117,11 +117,7 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool seq
       tp_(tp && tp->size() > 1 ? tp : nullptr),
       sequence_parallel_(sequence_parallel) {
   cfg.validate();
-  cfg.validate_tensor_parallel(tp_size());
-  KIRI_CHECK_KIND(kConfig, !sequence_parallel || tp_size() > 1,
-                  "parallel.sequence_parallel = true splits the sequence over the "
-                  "tensor-parallel ranks: it needs parallel.tp > 1, got parallel.tp = ",
-                  tp_size());
+  cfg.validate_tensor_parallel(tp_size(), sequence_parallel);
   if (part_.end_block < 0) part_.end_block = cfg.n_layer;
   KIRI_CHECK_KIND(kConfig,
                   0 <= part_.first_block && part_.first_block <= part_.end_block &&

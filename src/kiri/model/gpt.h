@@ -67,7 +67,8 @@ struct GPTConfig {
   // Raises kConfig naming the numbers when the shape is impossible.
   void validate() const;
   // ... or cannot be cut over tp tensor-parallel ranks (heads, MLP columns).
-  void validate_tensor_parallel(int tp) const;
+  // (kiri::validate_layout's rules for tp, and sequence parallelism's tp > 1).
+  void validate_tensor_parallel(int tp, bool sequence_parallel = false) const;
   int64_t num_parameters() const;
   // Model FLOPs per token for forward+backward at sequence length seq:
   // 6 * (parameters in matmuls, incl. the LM head) + 12 * n_layer * n_embd * seq (attention).

@@ -1,5 +1,6 @@
 // GPTConfig's own methods, apart from the model in gpt.cpp: they need no kernels, so the
 // config reader's fuzz target (fuzz/) links this file alone.
+#include "kiri/base/layout.h"
 #include "kiri/model/gpt.h"
 
 namespace kiri::model {
@@ -70,22 +71,15 @@ void GPTConfig::validate() const {
     refuse_llama_keys(*this);
 }
 
-void GPTConfig::validate_tensor_parallel(int tp) const {
-  KIRI_CHECK_KIND(kConfig, tp >= 1, "parallel.tp must be >= 1, got ", tp);
-  KIRI_CHECK_KIND(kConfig, n_head % tp == 0, "parallel.tp = ", tp,
-                  " must divide model.n_head = ", n_head,
-                  " (tensor parallelism splits attention by heads)");
-  if (llama()) {
-    KIRI_CHECK_KIND(kConfig, kv_heads() % tp == 0, "parallel.tp = ", tp,
-                    " must divide model.num_key_value_heads = ", kv_heads(),
-                    " (model.n_head = ", n_head,
-                    "): tensor parallelism splits the key/value heads too");
-    KIRI_CHECK_KIND(kConfig, mlp_width() % tp == 0, "parallel.tp = ", tp,
-                    " must divide the MLP width model.intermediate_size = ", mlp_width());
-    return;
-  }
-  KIRI_CHECK_KIND(kConfig, mlp_width() % tp == 0, "parallel.tp = ", tp,
-                  " must divide the MLP width 4 x model.n_embd = ", mlp_width());
+void GPTConfig::validate_tensor_parallel(int tp, bool sequence_parallel) const {
+  kiri::Layout l;
+  l.tp = tp;
+  l.sequence_parallel = sequence_parallel;
+  kiri::LayoutFacts f;  // the layout's rules for tp: heads (query, key/value) and MLP width
+  f.n_head = static_cast<int>(n_head);
+  f.kv_heads = kv_heads();
+  f.mlp_width = mlp_width();
+  kiri::validate_layout(l, f);
 }
 
 int64_t GPTConfig::num_parameters() const {

@@ -36,10 +36,54 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
   return out;
 }
 
+ParallelOptions parallel_options(const kiri::Layout& l) {
+  ParallelOptions o;
+  o.zero_stage = l.stage();
+  o.shard_group_size = l.shard_group_size;
+  o.dtype = l.dtype == Precision::kBf16   ? DType::kBF16
+            : l.dtype == Precision::kFp16 ? DType::kF16
+                                          : DType::kF32;
+  KIRI_CHECK_KIND(kConfig, l.activation_checkpointing != ActivationCheckpointing::kSelective,
+                  "parallel.activation_checkpointing = selective: kiri's planner models it, the "
+                  "trainer runs none, full and every_k");
+  o.checkpoint_every = l.checkpoint_every();
+  o.pipeline.schedule = l.schedule == PipelineSchedule::kGpipe ? pp::ScheduleKind::kGPipe
+                        : l.schedule == PipelineSchedule::k1F1B
+                            ? pp::ScheduleKind::k1F1B
+                            : pp::ScheduleKind::kInterleaved1F1B;
+  o.pipeline.microbatches = l.microbatches;
+  o.pipeline.virtual_stages = l.virtual_stages;
+  return o;
+}
+
+namespace {
+// The layout these options and this mesh cut: ParallelGPT checks it with the layout's rules
+// (a swap space exists only with the optimizer's states offloaded).
+kiri::Layout options_layout(const ParallelOptions& o, const parallel::MeshShape& s) {
+  kiri::Layout l;
+  l.dp = s.dp;
+  l.tp = s.tp;
+  l.pp = s.pp;
+  l.zero_stage = o.zero_stage;
+  l.shard_group_size = o.shard_group_size;
+  l.schedule = o.pipeline.schedule == pp::ScheduleKind::kGPipe  ? PipelineSchedule::kGpipe
+               : o.pipeline.schedule == pp::ScheduleKind::k1F1B ? PipelineSchedule::k1F1B
+                                                                : PipelineSchedule::kInterleaved;
+  l.microbatches = o.pipeline.microbatches;
+  l.virtual_stages = o.pipeline.virtual_stages;
+  const bool swap = o.param_swap || o.grad_swap;
+  l.offload.optimizer = swap ? OffloadTier::kNvme : OffloadTier::kNone;
+  l.offload.parameters = o.param_swap ? OffloadTier::kNvme : OffloadTier::kNone;
+  l.offload.gradients = o.grad_swap ? OffloadTier::kNvme : OffloadTier::kNone;
+  return l;
+}
+}  // namespace
+
 ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
                          const ParallelOptions& options, Allocator& allocator)
     : chunks_(std::move(chunks)), mesh_(mesh), options_(options) {
   KIRI_CHECK(!chunks_.empty(), "ParallelGPT needs the model or this rank's chunks of it");
+  kiri::validate_layout(options_layout(options, mesh.shape()), {});
   // 1. Pipeline parallelism: the model arrives cut into this rank's chunks
   //    (make_gpt_chunks). With a tied LM head the first and last stage each
   //    hold the embedding; their gradients are summed over the "embedding"
@@ -47,10 +91,6 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   const int stages = mesh.shape().pp;
   const bool tied = chunks_.front()->tied();
   if (stages > 1) {
-    KIRI_CHECK_KIND(kConfig, options.zero_stage <= 1, "parallel.zero_stage = ", options.zero_stage,
-                    " with parallel.pp = ", stages,
-                    ": pipeline parallelism composes with ZeRO stage 0 or 1 (stages 2 and 3 "
-                    "reduce or gather per micro-batch, which the schedules interleave)");
     for (GPT<float>* c : chunks_)
       if (tied && c->has_wte()) {
         tied_wte_ = &c->wte();
@@ -71,12 +111,6 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   comm::Communicator& dp = mesh.dp();
   const bool whole = chunks_.size() == 1 && chunks_[0]->whole();
   const bool tensor_parallel = mesh.shape().tp > 1;
-  KIRI_CHECK_KIND(kConfig, !options.param_swap || options.zero_stage == 3,
-                  "offload.parameters = nvme needs ZeRO stage 3 (parallel.zero_stage = ",
-                  options.zero_stage, ")");
-  KIRI_CHECK_KIND(kConfig, !options.grad_swap || options.zero_stage >= 2,
-                  "offload.gradients = nvme needs ZeRO stage 2 or 3 (parallel.zero_stage = ",
-                  options.zero_stage, ")");
   if (options.zero_stage == 0) {
     // 3a. Stage 0 = DDP: whole parameters and gradients in one flat store;
     //     bucketed all-reduce started from backward's grad-ready hook; the
@@ -102,8 +136,6 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   //     (the dp group, or with hybrid sharding blocks of shard_group_size
   //     consecutive dp ranks, replicated across the blocks).
   const int group = options.shard_group_size == 0 ? dp.size() : options.shard_group_size;
-  KIRI_CHECK_KIND(kConfig, group >= 1 && dp.size() % group == 0,
-                  "parallel.shard_group_size = ", group, " must divide parallel.dp = ", dp.size());
   comm::Communicator* shard = &dp;
   comm::Communicator* replicas = nullptr;
   if (group < dp.size()) {

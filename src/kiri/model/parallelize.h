@@ -7,6 +7,8 @@
 // parallelism joins here, in its place in that order.
 #include <memory>
 
+#include "kiri/base/layout.h"
+
 #include "kiri/model/gpt.h"
 #include "kiri/model/pipeline.h"
 #include "kiri/nn/parameter_store.h"
@@ -34,6 +36,12 @@ struct ParallelOptions {
   // Stages 2-3, offload.gradients: the swap space of the reduced gradient shards.
   offload::SwapSpace* grad_swap = nullptr;
 };
+
+// The options of a layout, in this one place: ZeRO stage (the strategy's) and shard group,
+// dtype, checkpointing (every k-th block; selective is kConfig until the trainer runs it),
+// the pipeline's schedule, micro-batches and virtual stages. The caller adds what is not
+// the layout's: DDP buckets, wrap_blocks, prefetch and the swap spaces.
+ParallelOptions parallel_options(const kiri::Layout& layout);
 
 // This rank's chunks of the model: the whole model without pipeline
 // parallelism; else the chunks of its pipeline stage, the layers balanced

@@ -3,7 +3,7 @@
 // (Megatron-LM's order, so tensor-parallel peers are neighbours):
 //   rank = pp_index * (dp * tp) + dp_index * tp + tp_index
 // Each rank knows its coordinates and holds a communicator per dimension.
-// The layout is validated here, in one place, before any work starts.
+// The layout is validated before (kiri::validate_layout, base/layout.h).
 #include <memory>
 #include <string>
 
@@ -16,15 +16,6 @@ struct MeshShape {
   int world() const { return dp * tp * pp; }
   std::string str() const;  // "dp 2 x tp 1 x pp 1"
 };
-
-// What the layout must divide: raises kConfig naming the rule and the numbers.
-struct LayoutFacts {
-  int world_size = 1;
-  int n_head = 1;
-  int n_layer = 1;
-  int64_t micro_batch = 1;
-};
-void validate_layout(const MeshShape& shape, const LayoutFacts& facts);
 
 class Mesh {
  public:

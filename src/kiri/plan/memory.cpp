@@ -60,7 +60,7 @@ void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
     // (or added to: the write before it is retired first); accumulating, also the partial
     // sums read back for the unit in backward and the kMaxInflightReductions units reducing.
     const int units =
-        kMaxInflightGradWrites + (l.microbatches() > 1 ? kMaxInflightReductions + 1 : 0);
+        kMaxInflightGradWrites + (l.step_microbatches() > 1 ? kMaxInflightReductions + 1 : 0);
     m.nvme.gradients += m.gradients;
     m.gradients = 0;
     m.buffers += units * round_page(unit_shard_elems * value_bytes(l.dtype));
@@ -170,7 +170,7 @@ double head_params(const ModelSpec& m, int tp, int pp) {
 }
 
 int64_t logits_in_flight(const Layout& l) {
-  if (l.pp > 1 && l.schedule == Schedule::kGpipe) return l.microbatches();
+  if (l.pp > 1 && l.schedule == Schedule::kGpipe) return l.step_microbatches();
   return 1;
 }
 
@@ -190,7 +190,7 @@ double stage_params(const ModelSpec& model, int tp, int pp, int stage) {
 double layers_in_flight(const Layout& l, int64_t stage_layers, int stage) {
   const double layers = static_cast<double>(stage_layers);
   if (l.pp == 1) return layers;
-  const int64_t m = l.microbatches();
+  const int64_t m = l.step_microbatches();
   switch (l.schedule) {
     case Schedule::kGpipe:
       return static_cast<double>(m) * layers;
@@ -212,9 +212,9 @@ double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
   const bool paper = l.form == ActivationForm::kPaper;
   auto layer = [&](Recompute r) { return layer_activation_bytes(model, l, r); };
   const int64_t layers = layers_on_stage(model.n_layer, l.pp, stage);
-  double bytes = layers_in_flight(l, layers, stage) * layer(l.recompute);
+  double bytes = layers_in_flight(l, layers, stage) * layer(l.activation_checkpointing);
   // The block being recomputed holds all of its activations (its input is counted already).
-  if (l.recompute == Recompute::kFull && layers > 0)
+  if (l.activation_checkpointing == Recompute::kFull && layers > 0)
     bytes += layer(Recompute::kNone) - layer(Recompute::kFull);
   if (stage == l.pp - 1) {
     const double logits = paper ? 4 * s * b * v / l.tp : 4 * s * b * (v / l.tp + 1);

@@ -183,7 +183,8 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   const double c = static_cast<double>(model.hidden), heads = static_cast<double>(model.heads);
   const double v = static_cast<double>(kiri_wte_rows(model, l.tp));
   const double layers = static_cast<double>(blocks.end - blocks.first);
-  const bool full = l.recompute == Recompute::kFull, llama = model.arch == Arch::kLlama;
+  const bool full = l.activation_checkpointing == Recompute::kFull,
+             llama = model.arch == Arch::kLlama;
   const bool fp32 = l.dtype == Precision::kFp32;
   // Sequence parallelism: the residual stream (each block's input, x1) and the norms hold
   // n / q of the rows.
@@ -207,8 +208,9 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   // The head (last stage): ln_f's output and statistics, the [n, V/t] logits (their gradient
   // in place), losses, lse, dloss, dxf; logits of all micro-batches in flight under GPipe.
   if (stage == l.pp - 1) {
-    const double logits_mb =
-        l.pp > 1 && l.schedule == Schedule::kGpipe ? static_cast<double>(l.microbatches()) : 1.0;
+    const double logits_mb = l.pp > 1 && l.schedule == Schedule::kGpipe
+                                 ? static_cast<double>(l.step_microbatches())
+                                 : 1.0;
     a.head = logits_mb * (n * v + n * c + (norm_stats / q + 3) * n) + n * c;
     if (l.dtype != Precision::kFp32) a.head += n * v / 2 + n * c / 2;  // 16-bit copies
   }
@@ -277,7 +279,7 @@ MemoryBreakdown rank_memory_exact(const ModelSpec& model, const Layout& l, int s
   // Buffers: the step's token rows (the trainer's inputs and targets, int32, m micro-batches,
   // and one micro-batch each for evaluation), pipeline send/receive of [n, c], and ZeRO's.
   const double n = static_cast<double>(l.micro_batch * l.seq_len);
-  double buffers = 4 * (2 * n * static_cast<double>(l.microbatches()) + 2 * n);
+  double buffers = 4 * (2 * n * static_cast<double>(l.step_microbatches()) + 2 * n);
   if (l.pp > 1) buffers += 4 * 2 * n * static_cast<double>(model.hidden);
   // pp > 1 (stage 0 or 1): stage 1 reduces after the pipeline, when the activations are gone.
   if (l.zero_stage == 0 || l.pp > 1) {

@@ -56,7 +56,8 @@ Layout with_dp(const Layout& base, int dp) {
   Layout l = base;
   l.dp = dp;
   l.tp = l.pp = 1;
-  l.shard_group = 0;
+  l.sequence_parallel = false;  // nothing to split at tp 1
+  l.shard_group_size = 0;
   l.schedule = Schedule::k1F1B;
   l.virtual_stages = 1;
   const int64_t unit = l.micro_batch * dp;
@@ -107,11 +108,14 @@ void add_layouts(const PlanRequest& r, const OffloadSpec& offload, ZeroRange zer
             l.tp = tp;
             l.pp = pp;
             l.zero_stage = zero;
-            l.shard_group = 0;
-            l.recompute = rc;
+            l.shard_group_size = 0;
+            l.activation_checkpointing = rc;
             l.schedule = schedule;
             l.virtual_stages = v;
             l.offload = offload;
+            // Sequence parallelism splits over tp: with tp 1 there is nothing to split (as
+            // Megatron turns --sequence-parallel off at tp 1); the layout rule refuses it.
+            l.sequence_parallel = r.base.sequence_parallel && tp > 1;
             if (!valid(l, m)) continue;
             out.push_back(evaluate(m, l, r.cluster));
           }
@@ -234,7 +238,7 @@ void states_cut_by_tp(const std::vector<Evaluation>& candidates, Recommendation&
 bool makes(const Layout& l, const std::string& cut) {
   return (cut == "data_parallel" && l.dp > 1) || (cut == "zero" && l.zero_stage > 0) ||
          (cut == "tensor_parallel" && l.tp > 1) || (cut == "pipeline_parallel" && l.pp > 1) ||
-         (cut == "checkpointing" && l.recompute != Recompute::kNone);
+         (cut == "checkpointing" && l.activation_checkpointing != Recompute::kNone);
 }
 
 // The headline's cut is one the recommended layout makes: when the fastest layout that fits
@@ -245,11 +249,11 @@ void match_headline(const std::vector<Evaluation>& candidates, Recommendation& r
   if (!rec.best || !rec.best->time.estimated || rec.cut.empty()) return;
   const Layout& l = rec.best->layout;
   if (makes(l, rec.cut)) return;
-  const std::string cut = l.pp > 1                          ? "pipeline_parallel"
-                          : l.tp > 1                        ? "tensor_parallel"
-                          : l.zero_stage > 0                ? "zero"
-                          : l.recompute != Recompute::kNone ? "checkpointing"
-                                                            : "data_parallel";
+  const std::string cut = l.pp > 1                                         ? "pipeline_parallel"
+                          : l.tp > 1                                       ? "tensor_parallel"
+                          : l.zero_stage > 0                               ? "zero"
+                          : l.activation_checkpointing != Recompute::kNone ? "checkpointing"
+                                                                           : "data_parallel";
   const Evaluation* with = nullptr;  // the fastest that fits and makes the first cut
   for (const Evaluation& e : candidates)
     if (e.fits && makes(e.layout, rec.cut)) {
@@ -335,7 +339,8 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
   // Within kNearlyAsFast of the fastest, the layout with the least on NVMe (0 unless
   // offloaded), then the fewest cuts, then the least communication.
   auto cuts = [](const Layout& l) {
-    return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) + (l.recompute != Recompute::kNone);
+    return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) +
+           (l.activation_checkpointing != Recompute::kNone);
   };
   auto comm = [](const Evaluation& e) {
     return e.time.tp_comm_s + e.time.pp_comm_s + e.time.dp_comm_total_s;
@@ -355,7 +360,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
   for (int n = 1; n <= (1 << 20); n *= 2) {
     Layout l = with_dp(r.base, n);
     l.zero_stage = n > 1 ? 3 : 0;
-    l.recompute = m.params_only() ? Recompute::kNone : Recompute::kFull;
+    l.activation_checkpointing = m.params_only() ? Recompute::kNone : Recompute::kFull;
     if (worst_rank_memory(m, l).memory.total() <= cap) {
       rec.min_devices = n;
       break;
@@ -364,7 +369,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
 
   Layout b0 = with_dp(r.base, r.world);
   b0.zero_stage = 0;
-  b0.recompute = Recompute::kNone;
+  b0.activation_checkpointing = Recompute::kNone;
   const MemoryBreakdown base = worst_rank_memory(m, b0).memory;
   if (base.total() <= cap) {
     rec.bottleneck = "compute";
@@ -422,7 +427,7 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
     const MemoryBreakdown& mem = rec.best->memory.memory;
     if (l.dp > 1)
       rec.reasons.push_back(str("data parallel: dp ", l.dp, " splits the batch of ", l.global_batch,
-                                " sequences (", l.microbatches(), " micro-batches of ",
+                                " sequences (", l.step_microbatches(), " micro-batches of ",
                                 l.micro_batch, " per rank)"));
     if (l.zero_stage > 0)
       rec.reasons.push_back(
@@ -437,9 +442,9 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
       rec.reasons.push_back(str("pipeline parallel: pp ", l.pp, " (", name(l.schedule),
                                 l.virtual_stages > 1 ? str(" v ", l.virtual_stages) : "",
                                 "), bubble ", pct(rec.best->time.bubble_fraction)));
-    if (l.recompute != Recompute::kNone)
-      rec.reasons.push_back(str("checkpointing (", name(l.recompute), "): activations ",
-                                gib(mem.activations), " per rank"));
+    if (l.activation_checkpointing != Recompute::kNone)
+      rec.reasons.push_back(str("checkpointing (", name(l.activation_checkpointing),
+                                "): activations ", gib(mem.activations), " per rank"));
     if (l.offload.any()) rec.reasons.push_back(offload_reason(*rec.best, r.cluster));
     rec.message += str(". Recommended: ", l.str());
     if (rec.best->time.estimated)
@@ -486,7 +491,7 @@ std::string format_table(const std::vector<Evaluation>& cs, size_t top) {
     }
     std::snprintf(line, sizeof line,
                   "%-4d %-4d %-4d %-4d %-9s %-14s %9s %9s %9s %9s %9s %9s %9s %-4s %10s %12s %6s\n",
-                  l.dp, l.tp, l.pp, l.zero_stage, name(l.recompute), sched.c_str(),
+                  l.dp, l.tp, l.pp, l.zero_stage, name(l.activation_checkpointing), sched.c_str(),
                   g(m.parameters).c_str(), g(m.gradients).c_str(), g(m.optimizer_states).c_str(),
                   g(m.activations).c_str(), g(m.buffers).c_str(), g(m.total()).c_str(),
                   l.offload.any() ? g(m.nvme.total()).c_str() : "-", e.fits ? "yes" : "no",

@@ -29,9 +29,9 @@ StepFlops step_flops(const ModelSpec& m, const Layout& l) {
   const double forward = tokens * (L * (matmul + attention) + 2 * h * static_cast<double>(m.vocab));
   f.model = 3 * forward;
   f.executed = f.model;
-  if (l.recompute == Recompute::kFull)
+  if (l.activation_checkpointing == Recompute::kFull)
     f.executed += tokens * L * (matmul + attention);
-  else if (l.recompute == Recompute::kSelective || l.form == ActivationForm::kKiri)
+  else if (l.activation_checkpointing == Recompute::kSelective || l.form == ActivationForm::kKiri)
     f.executed += tokens * L * attention / 2;  // the scores QKᵀ again
   return f;
 }
@@ -138,15 +138,15 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
   const double rate = sustained_flops(c, l.dtype);
   const double matmul = 2 * static_cast<double>(model.layer_matmul_params()), att = 4 * s * h;
   double block_flops = 3 * (matmul + att);
-  if (l.recompute == Recompute::kFull)
+  if (l.activation_checkpointing == Recompute::kFull)
     block_flops += matmul + att;
-  else if (l.recompute == Recompute::kSelective || l.form == ActivationForm::kKiri)
+  else if (l.activation_checkpointing == Recompute::kSelective || l.form == ActivationForm::kKiri)
     block_flops += att / 2;
   // About half of a block's elementwise work (LayerNorms, residuals) is whole on every tp
   // rank, the rest (GELU, attention, the cut biases) is cut; full recomputation redoes the
   // forward's third.
   const double block_other = h * c.non_gemm.activation_s * (1 + 1 / t) / 2 *
-                             (l.recompute == Recompute::kFull ? 4.0 / 3 : 1.0) *
+                             (l.activation_checkpointing == Recompute::kFull ? 4.0 / 3 : 1.0) *
                              elementwise_scale(model);
   const double block_s = tokens * (block_flops / t / rate + block_other);
   const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * c.non_gemm.logit_s);
@@ -182,7 +182,7 @@ void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
   const double grad = l.offload.gradients == OffloadTarget::kNvme
                           ? value_bytes(l.dtype) * (l.zero_stage >= 2 ? psi / n : psi)
                           : 0;
-  const double m = static_cast<double>(l.microbatches());
+  const double m = static_cast<double>(l.step_microbatches());
   // The node's disk is shared by the ranks on it.
   const double sharing = std::min<double>(l.world(), c.devices_per_node);
   const double rd = c.disk.read_bandwidth / sharing, wr = c.disk.write_bandwidth / sharing;
@@ -210,7 +210,7 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
   t.model_flops_per_step = f.model;
   const double world = l.world();
   const double peak = peak_flops(c, l.dtype);
-  const int64_t m = l.microbatches();
+  const int64_t m = l.step_microbatches();
   const double md = static_cast<double>(m);
   const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
   const std::vector<StageBlocks> chunks = pipeline_chunks(model, l, facts);
@@ -242,7 +242,7 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
   const double act_bytes = l.form == ActivationForm::kKiri ? 4 : value_bytes(l.dtype);
   const double act = tokens_mb * static_cast<double>(model.hidden) * act_bytes;
   if (l.tp > 1) {
-    const double per_layer = l.recompute == Recompute::kFull ? 6 : 4;
+    const double per_layer = l.activation_checkpointing == Recompute::kFull ? 6 : 4;
     const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
     t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp));
   }

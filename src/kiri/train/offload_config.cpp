@@ -16,27 +16,6 @@ constexpr int64_t kPage = 4096;
 constexpr int64_t kMaxBlock = int64_t{1} << 30;
 constexpr int kStates = 3;  // fp32 master weights, Adam m and v
 
-const char* device_name(OffloadDevice d) {
-  switch (d) {
-    case OffloadDevice::kNone:
-      return "none";
-    case OffloadDevice::kCpu:
-      return "cpu";
-    case OffloadDevice::kNvme:
-      return "nvme";
-    case OffloadDevice::kAuto:
-      return "auto";
-  }
-  return "?";
-}
-
-// Where the stage came from, for the message: the strategy decides when it is set.
-std::string stage_source(const ParallelConfig& p, int stage) {
-  if (!p.sharding_strategy.empty())
-    return str("parallel.sharding_strategy = ", p.sharding_strategy, " (ZeRO stage ", stage, ")");
-  return str("parallel.zero_stage = ", stage);
-}
-
 // The block size in bytes, or a problem (and -1).
 int64_t block_or_problem(const OffloadConfig& o, std::vector<std::string>& problems) {
   int64_t b = -1;
@@ -56,51 +35,9 @@ int64_t block_or_problem(const OffloadConfig& o, std::vector<std::string>& probl
   return b;
 }
 
-void check_cpu(const char* key, OffloadDevice d, const char* what,
-               std::vector<std::string>& problems) {
-  if (d != OffloadDevice::kCpu) return;
-  problems.push_back(str(key, " = cpu: on the CPU backend host memory is already where the ", what,
-                         " are (the device kiri computes on is the host's RAM); offload moves "
-                         "state off the device, and the tier below RAM is NVMe: use ",
-                         key, " = nvme, or none"));
-}
-
-// The rules between the keys that only matter with offload on.
+// The I/O keys, which only matter with offload on.
 void check_on(const RunConfig& cfg, std::vector<std::string>& problems) {
   const OffloadConfig& o = cfg.offload;
-  if (o.parameters == OffloadDevice::kNvme) {
-    const int stage = resolve_sharding(cfg.parallel).stage;
-    if (stage != 3)
-      problems.push_back(
-          str("offload.parameters = nvme needs ZeRO stage 3 (ZeRO-Infinity: what "
-              "goes to NVMe is each rank's parameter shard), but ",
-              stage_source(cfg.parallel, stage),
-              ": set parallel.zero_stage = 3 (or FULL_SHARD), or "
-              "offload.parameters = none"));
-    if (o.optimizer != OffloadDevice::kNvme)
-      problems.push_back(
-          str("offload.parameters = nvme needs offload.optimizer = nvme too, got "
-              "offload.optimizer = ",
-              device_name(o.optimizer),
-              ": the optimizer states (12 bytes per parameter) leave RAM before "
-              "the parameters (2 to 4)"));
-  }
-  if (o.gradients == OffloadDevice::kNvme) {
-    const int stage = resolve_sharding(cfg.parallel).stage;
-    if (stage < 2)
-      problems.push_back(
-          str("offload.gradients = nvme needs ZeRO stage 2 or 3 (what goes to "
-              "NVMe is each rank's gradient shard), but ",
-              stage_source(cfg.parallel, stage),
-              " keeps whole gradients: set parallel.zero_stage = 2 or 3, or "
-              "offload.gradients = none"));
-    if (o.optimizer != OffloadDevice::kNvme)
-      problems.push_back(
-          str("offload.gradients = nvme needs offload.optimizer = nvme too, got "
-              "offload.optimizer = ",
-              device_name(o.optimizer),
-              ": the optimizer reads the gradients from NVMe with its states"));
-  }
   if (o.path.empty())
     problems.push_back(
         "offload.path is empty: the swap files need a folder (default {run.dir}/offload)");
@@ -125,9 +62,6 @@ void check_on(const RunConfig& cfg, std::vector<std::string>& problems) {
 void validate_offload(const RunConfig& cfg) {
   const OffloadConfig& o = cfg.offload;
   std::vector<std::string> problems;
-  check_cpu("offload.optimizer", o.optimizer, "optimizer states", problems);
-  check_cpu("offload.parameters", o.parameters, "parameters", problems);
-  check_cpu("offload.gradients", o.gradients, "gradients", problems);
   if (o.optimizer == OffloadDevice::kNvme || o.parameters == OffloadDevice::kNvme ||
       o.gradients == OffloadDevice::kNvme)
     check_on(cfg, problems);

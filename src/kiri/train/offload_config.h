@@ -1,7 +1,7 @@
 #pragma once
 // The offload.* keys checked together, and mapped onto the I/O engine's options
 // (docs/offload.md). The schema checks each key alone (ranges, the block size's form);
-// these are the rules between keys and against the layout.
+// these are the rules between the I/O keys.
 #include <cstdint>
 
 #include "kiri/offload/async_io.h"
@@ -9,15 +9,12 @@
 
 namespace kiri::train {
 
-// One kConfig error listing every problem of cfg.offload, each naming its keys and
-// values: `cpu` for either state (on the CPU backend host memory is already where the
-// state is: use nvme); offload.parameters = nvme without ZeRO stage 3 (parallel.zero_stage
-// or parallel.sharding_strategy, as resolve_sharding reads them) or without
-// offload.optimizer = nvme; offload.gradients = nvme below ZeRO stage 2 or without
-// offload.optimizer = nvme; offload.block_size not a multiple of 4 KiB (up to 1 GiB);
-// offload.buffer_mb below one block of each of the 3 states; an empty offload.path,
-// buffer_count below 2 or queue_depth below 1 with offload on. Offload off: only the
-// `cpu` rule applies (the other keys are unused).
+// One kConfig error listing every problem of the offload I/O keys, each naming its keys
+// and values: offload.block_size not a multiple of 4 KiB (up to 1 GiB); offload.buffer_mb
+// below one block of each of the 3 states; an empty offload.path, buffer_count below 2 or
+// queue_depth below 1. Only with offload on (the keys are unused otherwise). The tiers'
+// rules (no cpu, ZeRO stage 3 for parameters, 2 for gradients, the optimizer offloaded
+// first) are the layout's (kiri::validate_layout, train::check_layout).
 void validate_offload(const RunConfig& cfg);
 
 // Whether the gradient shards live on NVMe: offload.gradients = nvme, or auto with

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "kiri/train/offload_config.h"
+
 namespace kiri::train {
 
 namespace {
@@ -42,13 +44,7 @@ std::optional<std::string> resolve_layout(ParallelConfig& p, int world_size) {
   const int64_t model = int64_t{p.tp} * p.pp;
   const char* hint = world_size == 1 ? " (start the ranks with kiri launch -n N)" : "";
   if (p.dp != 0) {
-    const int64_t product = p.dp * model;
-    KIRI_CHECK_KIND(kConfig, product == world_size, "parallel.dp x tp x pp = ", p.dp, " x ", p.tp,
-                    " x ", p.pp, " = ", product, " but the world has ", world_size, " process(es)",
-                    world_size % model == 0
-                        ? str(" (leave parallel.dp unset to infer dp = world ", world_size,
-                              " / (tp ", p.tp, " x pp ", p.pp, ") = ", world_size / model, ")")
-                        : std::string(hint));
+    validate_world(p.dp, p.tp, p.pp, world_size, LayoutWords::kConfig);
     return std::nullopt;
   }
   KIRI_CHECK_KIND(kConfig, model >= 1 && world_size % model == 0,
@@ -81,46 +77,102 @@ std::string scale_learning_rate(TrainConfig& t, int64_t batch) {
              "; global batch ", batch, " sequences)");
 }
 
-ShardLayout resolve_sharding(const ParallelConfig& p) {
-  ShardLayout out{p.zero_stage, p.shard_group_size};
-  KIRI_CHECK_KIND(kConfig, p.zero_stage >= 0 && p.zero_stage <= 3,
-                  "parallel.zero_stage must be 0, 1, 2 or 3, got ", p.zero_stage);
-  // dp = 0 (inferred) is checked again once the world resolves it.
-  const bool dp_known = p.dp != 0;
-  if (!p.sharding_strategy.empty()) {
-    const std::string& s = p.sharding_strategy;
-    int stage = -1;
-    if (s == "NO_SHARD") stage = 0;
-    if (s == "SHARD_GRAD_OP") stage = 2;
-    if (s == "FULL_SHARD" || s == "HYBRID_SHARD") stage = 3;
-    KIRI_CHECK_KIND(kConfig, stage >= 0,
-                    "parallel.sharding_strategy must be NO_SHARD, "
-                    "SHARD_GRAD_OP, FULL_SHARD or HYBRID_SHARD, got '",
-                    s, "'");
-    KIRI_CHECK_KIND(kConfig, p.zero_stage == 0 || p.zero_stage == stage,
-                    "parallel.zero_stage = ", p.zero_stage,
-                    " contradicts parallel.sharding_strategy = ", s, " (ZeRO stage ", stage,
-                    "); set one of them");
-    out.stage = stage;
-    if (dp_known && s == "HYBRID_SHARD") {
-      KIRI_CHECK_KIND(
-          kConfig,
-          p.shard_group_size > 1 && p.shard_group_size < p.dp && p.dp % p.shard_group_size == 0,
-          "HYBRID_SHARD needs parallel.shard_group_size dividing parallel.dp = ", p.dp,
-          " and between 2 and dp - 1 (shard within a group, replicate across "
-          "groups), got ",
-          p.shard_group_size);
-    } else if (dp_known) {
-      KIRI_CHECK_KIND(kConfig, p.shard_group_size == 0 || p.shard_group_size == p.dp,
-                      "parallel.shard_group_size = ", p.shard_group_size, " is for HYBRID_SHARD; ",
-                      s, " shards over the whole dp group");
-    }
+namespace {
+
+ShardingStrategy parse_strategy(const std::string& s) {
+  for (ShardingStrategy k : {ShardingStrategy::kFromZeroStage, ShardingStrategy::kNoShard,
+                             ShardingStrategy::kShardGradOp, ShardingStrategy::kFullShard,
+                             ShardingStrategy::kHybridShard})
+    if (s == name(k)) return k;
+  KIRI_RAISE(kConfig,
+             "parallel.sharding_strategy must be NO_SHARD, SHARD_GRAD_OP, FULL_SHARD or "
+             "HYBRID_SHARD, got '",
+             s, "'");
+}
+
+PipelineSchedule parse_schedule(const std::string& s) {
+  for (PipelineSchedule k :
+       {PipelineSchedule::kGpipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved})
+    if (s == name(k)) return k;
+  KIRI_RAISE(kConfig, "parallel.schedule = \"", s,
+             "\" is not a pipeline schedule; allowed: gpipe, 1f1b, interleaved");
+}
+
+Precision layout_dtype(ComputeDType d) {
+  switch (d) {
+    case ComputeDType::kBF16:
+      return Precision::kBf16;
+    case ComputeDType::kF16:
+      return Precision::kFp16;
+    case ComputeDType::kF32:
+      break;
   }
-  if (out.group_size != 0)
-    KIRI_CHECK_KIND(kConfig, out.stage >= 1 && (!dp_known || p.dp % out.group_size == 0),
-                    "parallel.shard_group_size = ", out.group_size,
-                    " needs a ZeRO stage >= 1 and must divide parallel.dp = ", p.dp);
-  return out;
+  return Precision::kFp32;
+}
+
+OffloadTier tier(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kCpu:
+      return OffloadTier::kCpu;
+    case OffloadDevice::kNvme:
+      return OffloadTier::kNvme;
+    default:
+      return OffloadTier::kNone;
+  }
+}
+
+}  // namespace
+
+kiri::Layout layout_of(const RunConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  kiri::Layout l;
+  l.dp = p.dp;
+  l.tp = p.tp;
+  l.pp = p.pp;
+  l.zero_stage = p.zero_stage;
+  l.sharding_strategy = parse_strategy(p.sharding_strategy);
+  l.shard_group_size = p.shard_group_size;
+  l.activation_checkpointing = p.activation_checkpointing;
+  l.activation_checkpointing_k = p.activation_checkpointing_k;
+  l.sequence_parallel = p.sequence_parallel;
+  l.schedule = parse_schedule(p.schedule);
+  l.microbatches = p.microbatches;
+  l.virtual_stages = p.virtual_stages;
+  l.dtype = layout_dtype(c.train.dtype);
+  const OffloadConfig& o = c.offload;
+  l.offload.optimizer = tier(o.optimizer);
+  l.offload.parameters = tier(o.parameters);
+  // auto: nvme with the parameters (ZeRO-Infinity), else none; cpu stays cpu (refused).
+  l.offload.gradients = o.gradients == OffloadDevice::kCpu ? OffloadTier::kCpu
+                        : offload_gradients(o)             ? OffloadTier::kNvme
+                                                           : OffloadTier::kNone;
+  // The swap I/O shape as the trainer reads it (the planner sizes offloaded layouts with it
+  // under --auto, offload on or off); with offload off a bad block size is unused, not named.
+  l.offload.buffer_count = o.buffer_count;
+  l.offload.buffer_bytes = offload_buffer_bytes(o);
+  l.offload.queue_depth = o.queue_depth;
+  try {
+    l.offload.block_size = offload_block_bytes(o);
+  } catch (const Error&) {
+    if (l.offload.any()) throw;
+  }
+  return l;
+}
+
+kiri::LayoutFacts layout_facts(const RunConfig& c, int world) {
+  kiri::LayoutFacts f;
+  f.world = world;
+  f.n_layer = static_cast<int>(c.model.n_layer);
+  f.n_head = static_cast<int>(c.model.n_head);
+  f.kv_heads = static_cast<int>(c.model.kv_heads());
+  f.mlp_width = c.model.mlp_width();
+  f.micro_batch = c.train.micro_batch;
+  f.seq_len = c.train.seq_len;
+  return f;
+}
+
+void check_layout(const RunConfig& c, int world) {
+  kiri::validate_layout(layout_of(c), layout_facts(c, world));
 }
 
 }  // namespace kiri::train

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "kiri/base/layout.h"
 #include "kiri/model/gpt.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/train/lr_schedule.h"
@@ -58,8 +59,11 @@ struct TrainConfig {
   int64_t max_nonfinite_steps = 10;
 };
 
-enum class ActivationCheckpointing { kNone, kFull, kEveryK };
+// The layout's enum (base/layout.h): parallel.activation_checkpointing's values.
+using ActivationCheckpointing = kiri::ActivationCheckpointing;
 
+// The parallel.* keys as the config file spells them; layout_of reads them (with train.dtype
+// and offload.*) into the one kiri::Layout that every check and cut uses.
 struct ParallelConfig {
   int dp = 0;  // 0: inferred, world / (tp x pp) (resolve_layout)
   int tp = 1;
@@ -87,15 +91,6 @@ struct ParallelConfig {
   int microbatches = 1;
   int virtual_stages = 1;
 };
-
-// The effective ZeRO stage and shard group size of a ParallelConfig (kConfig
-// errors name contradictions: a strategy and a different zero_stage, a
-// hybrid group that does not divide dp).
-struct ShardLayout {
-  int stage = 0;
-  int group_size = 0;  // 0: the whole dp group
-};
-ShardLayout resolve_sharding(const ParallelConfig& p);
 
 // The run folder: config.json, metrics, plot and checkpoints of one run. The path
 // keys below may hold "{run.dir}" (run.dir "{run.name}"), resolve_run_paths
@@ -174,6 +169,16 @@ std::string plot_path(const LogConfig& log);
 // (nullopt when dp was given). A world that tp x pp does not divide, or a given dp
 // with dp x tp x pp != world, is a kConfig error naming world, dp, tp and pp.
 std::optional<std::string> resolve_layout(ParallelConfig& p, int world_size);
+
+// The run's layout, read from parallel.*, train.dtype and offload.* in this one place:
+// the strategy named (kConfig for an unknown sharding_strategy or schedule), offload.gradients
+// = auto resolved (offload_gradients), the swap I/O shape when offload is on.
+kiri::Layout layout_of(const RunConfig& c);
+// What the layout is checked against: the model's layers, heads and MLP width, the rows of
+// a micro-batch, and the world (0: not known yet).
+kiri::LayoutFacts layout_facts(const RunConfig& c, int world = 0);
+// kiri::validate_layout(layout_of(c), layout_facts(c, world)): every layout rule.
+void check_layout(const RunConfig& c, int world = 0);
 
 // Sequences per optimizer step: micro_batch x microbatches x grad_accum x dp (dp resolved).
 int64_t global_batch(const RunConfig& c);

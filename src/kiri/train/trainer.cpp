@@ -127,10 +127,9 @@ void Trainer::build() {
   if (const std::string note = scale_learning_rate(cfg_.train, global_batch(cfg_));
       !note.empty() && world_->rank() == 0)
     log::info(note);
-  const parallel::MeshShape shape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp};
-  parallel::validate_layout(shape,
-                            {world_->size(), cfg_.model.n_head, cfg_.model.n_layer, t.micro_batch});
-  const ShardLayout sharding = resolve_sharding(cfg_.parallel);
+  check_layout(cfg_, world_->size());  // every layout rule, against this world and model
+  const kiri::Layout layout = layout_of(cfg_);
+  const parallel::MeshShape shape{layout.dp, layout.tp, layout.pp};
   comm::Options co = world_->options();
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
   co.check_collectives = cfg_.parallel.check_collectives;
@@ -187,49 +186,19 @@ void Trainer::build() {
   if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
     for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})
       c->set_tracer(tracer_.get());
-  model::ParallelOptions po;
-  po.pipeline.schedule = parallel::pp::parse_schedule(cfg_.parallel.schedule);
-  po.pipeline.microbatches = cfg_.parallel.microbatches;
-  po.pipeline.virtual_stages = cfg_.parallel.virtual_stages;
-  if (shape.pp > 1 || po.pipeline.virtual_stages > 1)
-    parallel::pp::validate_pipeline(po.pipeline.schedule, cfg_.model.n_layer, shape.pp,
-                                    po.pipeline.microbatches, po.pipeline.virtual_stages);
-  check_sequence_parallel();
+  model::ParallelOptions po = model::parallel_options(layout);
   chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len,
                                    &mesh_->tp(), cfg_.parallel.sequence_parallel);
   po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
-  po.zero_stage = sharding.stage;
-  po.shard_group_size = sharding.group_size;
   po.wrap_blocks = cfg_.parallel.wrap_blocks;
   po.prefetch = cfg_.parallel.prefetch;
-  po.dtype = compute_dtype();
-  switch (cfg_.parallel.activation_checkpointing) {
-    case ActivationCheckpointing::kNone:
-      po.checkpoint_every = 0;
-      break;
-    case ActivationCheckpointing::kFull:
-      po.checkpoint_every = 1;
-      break;
-    case ActivationCheckpointing::kEveryK:
-      po.checkpoint_every = cfg_.parallel.activation_checkpointing_k;
-      break;
-  }
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
   check_model_states_fit();
   open_swap_space();
-  if (cfg_.offload.parameters == OffloadDevice::kNvme) {
-    KIRI_CHECK_KIND(kConfig, swap_,
-                    "offload.parameters = nvme needs offload.optimizer = nvme "
-                    "(the optimizer writes the updated shards back)");
-    po.param_swap = swap_.get();
-  }
-  if (offload_gradients(cfg_.offload)) {
-    KIRI_CHECK_KIND(kConfig, swap_,
-                    "offload.gradients = nvme needs offload.optimizer = nvme "
-                    "(the optimizer reads the gradients with its states)");
-    po.grad_swap = swap_.get();
-  }
+  // The layout's rules put the optimizer's states on NVMe first: swap_ is open.
+  if (layout.offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();
+  if (layout.offload.gradients == OffloadTier::kNvme) po.grad_swap = swap_.get();
   parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
   optimizer_ = std::make_unique<optim::AdamW>(
       parallel_->optimizer_state_numel(), parallel_->optimizer_segments(), t.optimizer, allocator_,

@@ -174,8 +174,6 @@ class Trainer {
   void count_nonfinite(const StepMetrics& m, int64_t& count) const;
   void build_detaching_tracer();  // build(); on failure unsets the world's tracer
   void add_comm_stats(StepMetrics& m);
-  // parallel.sequence_parallel: tp > 1, and tp divides the micro-batch's token rows.
-  void check_sequence_parallel() const;
   void read_checkpoint(const std::string& path);  // this rank's part of load_checkpoint
   void load_model(const std::string& dir);        // a model folder's weights (hf_model.h)
   void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);

@@ -115,20 +115,18 @@ void Trainer::check_model_states_fit() const {
   int64_t local = 0;  // this rank's parameter elements (its pipeline chunks, its tp parts)
   for (const auto& c : chunks_)
     for (nn::Parameter* p : c->parameters()) local += p->numel();
-  const ShardLayout sharding = resolve_sharding(cfg_.parallel);
-  const int64_t n = sharding.stage == 0       ? 1
-                    : sharding.group_size > 0 ? sharding.group_size
-                                              : mesh_->shape().dp;
+  const kiri::Layout sharding = layout_of(cfg_);
+  const int64_t n = sharding.stage() == 0 ? 1 : sharding.shard_size();
   const int64_t d = static_cast<int64_t>(dtype_size(compute_dtype()));
   const int64_t shard = local / n;  // rounded down: padding only adds
   const bool opt_off = cfg_.offload.optimizer == OffloadDevice::kNvme;
   const bool par_off = cfg_.offload.parameters == OffloadDevice::kNvme;
-  const int64_t params = par_off ? 0 : d * (sharding.stage < 3 ? local : shard);
+  const int64_t params = par_off ? 0 : d * (sharding.stage() < 3 ? local : shard);
   const int64_t grads =
-      offload_gradients(cfg_.offload) ? 0 : d * (sharding.stage < 2 ? local : shard);
+      offload_gradients(cfg_.offload) ? 0 : d * (sharding.stage() < 2 ? local : shard);
   const int64_t states =
       opt_off ? 0
-              : (compute_dtype() == DType::kF32 ? 8 : 12) * (sharding.stage == 0 ? local : shard);
+              : (compute_dtype() == DType::kF32 ? 8 : 12) * (sharding.stage() == 0 ? local : shard);
   if (params + grads + states <= limit) return;
   const Category largest = states >= params && states >= grads ? Category::kOptimizerStates
                            : params >= grads                   ? Category::kParameters
@@ -159,21 +157,6 @@ void Trainer::check_model_states_fit() const {
     }
   }
   KIRI_RAISE(kOutOfMemory, msg);
-}
-
-void Trainer::check_sequence_parallel() const {
-  const ParallelConfig& p = cfg_.parallel;
-  if (!p.sequence_parallel) return;
-  KIRI_CHECK_KIND(kConfig, p.tp > 1,
-                  "parallel.sequence_parallel = true splits the sequence over the "
-                  "tensor-parallel ranks: it needs parallel.tp > 1, got parallel.tp = ",
-                  p.tp);
-  const int64_t rows = cfg_.train.micro_batch * cfg_.train.seq_len;
-  KIRI_CHECK_KIND(kConfig, rows % p.tp == 0,
-                  "parallel.sequence_parallel = true: the micro-batch's train.micro_batch x "
-                  "train.seq_len = ",
-                  cfg_.train.micro_batch, " x ", cfg_.train.seq_len, " = ", rows,
-                  " token rows do not split over parallel.tp = ", p.tp);
 }
 
 }  // namespace kiri::train

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiri/base/error.h"
+#include "kiri/base/layout.h"
 
 namespace kiri::parallel::pp {
 namespace {
@@ -16,21 +17,28 @@ Action bwd(int micro, int chunk = 0) {
   return {Op::kBackward, micro, chunk};
 }
 
-// The rules that do not need the model: shared by make_schedule and validate_pipeline.
-void validate_shape(ScheduleKind kind, int p, int m, int v) {
-  KIRI_CHECK_KIND(kConfig, p >= 1, "parallel.pp = ", p, " must be >= 1");
-  KIRI_CHECK_KIND(kConfig, m >= 1, "parallel.microbatches = ", m, " must be >= 1");
-  if (kind != ScheduleKind::kInterleaved1F1B) {
-    KIRI_CHECK_KIND(kConfig, v == 1, "parallel.virtual_stages = ", v, " needs schedule ",
-                    "interleaved; ", schedule_name(kind), " runs exactly 1 chunk per rank");
-    return;
+kiri::PipelineSchedule layout_schedule(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return kiri::PipelineSchedule::kGpipe;
+    case ScheduleKind::k1F1B:
+      return kiri::PipelineSchedule::k1F1B;
+    case ScheduleKind::kInterleaved1F1B:
+      return kiri::PipelineSchedule::kInterleaved;
   }
-  KIRI_CHECK_KIND(kConfig, v >= 2, "interleaved 1F1B needs parallel.virtual_stages >= 2, got ", v,
-                  " (with 1 chunk per rank use schedule 1f1b)");
-  KIRI_CHECK_KIND(kConfig, m % p == 0,
-                  "interleaved 1F1B needs parallel.microbatches (m) to be a multiple of "
-                  "parallel.pp (p): m = ",
-                  m, ", p = ", p);
+  return kiri::PipelineSchedule::k1F1B;
+}
+
+// The layout's pipeline rules (base/layout.h), with or without the layer count.
+void validate_shape(ScheduleKind kind, int p, int m, int v, int n_layer = 0) {
+  kiri::Layout l;
+  l.pp = p;
+  l.schedule = layout_schedule(kind);
+  l.microbatches = m;
+  l.virtual_stages = v;
+  kiri::LayoutFacts f;
+  f.n_layer = n_layer;
+  kiri::validate_layout(l, f);
 }
 
 std::vector<Action> gpipe(int m) {
@@ -133,14 +141,7 @@ std::vector<std::vector<Action>> make_schedule(ScheduleKind kind, int stages, in
 void validate_pipeline(ScheduleKind kind, int n_layer, int stages, int microbatches,
                        int virtual_stages) {
   KIRI_CHECK_KIND(kConfig, n_layer >= 1, "model.n_layer = ", n_layer, " must be >= 1");
-  KIRI_CHECK_KIND(kConfig, stages <= n_layer, "parallel.pp = ", stages,
-                  " exceeds model.n_layer = ", n_layer, ": every stage needs a layer");
-  validate_shape(kind, stages, microbatches, virtual_stages);
-  if (kind == ScheduleKind::kInterleaved1F1B)
-    KIRI_CHECK_KIND(kConfig, stages * virtual_stages <= n_layer,
-                    "interleaved 1F1B needs model.n_layer (L) >= parallel.pp (p) x "
-                    "parallel.virtual_stages (v), so every chunk has a layer: L = ",
-                    n_layer, ", p = ", stages, ", v = ", virtual_stages);
+  validate_shape(kind, stages, microbatches, virtual_stages, n_layer);
 }
 
 }  // namespace kiri::parallel::pp

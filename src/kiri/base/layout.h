@@ -1,0 +1,104 @@
+#pragma once
+// One layout: how a training step is cut over the ranks (dp x tp x pp, ZeRO stage or
+// sharding strategy, shard group, activation checkpointing, sequence parallelism, the
+// pipeline's schedule, micro-batches and virtual stages, dtype, offload tiers), and the
+// one function that validates it (torchtitan's ParallelDims: every rule once, every
+// number in its message). The config (train::layout_of), the trainer, `kiri plan`
+// (plan::Layout derives from it) and `kiri train --auto` all validate through it. It sits
+// in base because the planner stands on base alone.
+#include <cstdint>
+#include <string>
+
+namespace kiri {
+
+// parallel.activation_checkpointing / --activation-checkpointing. kSelective is
+// Megatron's core_attn recomputation: the planner models it; the trainer runs none, full
+// and every_k (branch `selective` makes it run: extend this enum, not a copy of it).
+enum class ActivationCheckpointing { kNone, kFull, kEveryK, kSelective };
+enum class PipelineSchedule { kGpipe, k1F1B, kInterleaved };
+enum class Precision { kFp32, kBf16, kFp16 };
+// Where a category of the training state lives. kiri's CPU backend refuses kCpu (device
+// and host memory are the same RAM): the tier below RAM is NVMe.
+enum class OffloadTier { kNone, kCpu, kNvme };
+// FSDP's words for the ZeRO stage (kFromZeroStage: zero_stage decides).
+enum class ShardingStrategy { kFromZeroStage, kNoShard, kShardGradOp, kFullShard, kHybridShard };
+
+const char* name(ActivationCheckpointing a);  // none | full | every_k | selective
+const char* name(PipelineSchedule s);         // gpipe | 1f1b | interleaved
+const char* name(Precision p);                // fp32 | bf16 | fp16
+const char* name(OffloadTier t);              // none | cpu | nvme
+const char* name(ShardingStrategy s);         // "" | NO_SHARD | ... | HYBRID_SHARD
+
+// The offload tiers, with the staging pool and I/O shape the swap files stream with.
+struct Offload {
+  OffloadTier optimizer = OffloadTier::kNone;   // fp32 master (16-bit runs), Adam m and v
+  OffloadTier parameters = OffloadTier::kNone;  // ZeRO stage 3: the parameter shard
+  OffloadTier gradients = OffloadTier::kNone;   // ZeRO stage 2-3: the gradient shard
+  int buffer_count = 4;                         // staging buffers per rank
+  int64_t buffer_bytes = int64_t{64} << 20;     // each
+  int64_t block_size = int64_t{1} << 20;        // bytes per request
+  int queue_depth = 8;                          // requests in flight
+  bool any() const {
+    return optimizer != OffloadTier::kNone || parameters != OffloadTier::kNone ||
+           gradients != OffloadTier::kNone;
+  }
+};
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;  // dp 0: inferred from the world (before it is known only)
+  int zero_stage = 0;          // 0 = DDP, 1 = P_os, 2 = P_os+g, 3 = P_os+g+p
+  ShardingStrategy sharding_strategy = ShardingStrategy::kFromZeroStage;
+  int shard_group_size = 0;  // ranks a ZeRO shard spans; 0 = all of dp
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
+  int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
+  bool sequence_parallel = false;      // tp > 1: norms and residual split over the sequence
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int microbatches = 1;    // pipeline micro-batches per step
+  int virtual_stages = 1;  // model chunks per pipeline rank (interleaved only)
+  Precision dtype = Precision::kFp32;
+  Offload offload;
+
+  int world() const { return dp * tp * pp; }
+  // The effective ZeRO stage: the sharding strategy's when one is set.
+  int stage() const;
+  // Ranks one ZeRO shard spans: shard_group_size, or all of dp.
+  int shard_size() const { return shard_group_size > 0 ? shard_group_size : dp; }
+  // Blocks between checkpointed ones: 0 none (and selective), 1 full, k every_k.
+  int checkpoint_every() const;
+};
+
+// Whose words a message uses: the config's keys (parallel.zero_stage) or `kiri plan`'s
+// options (--zero-stage). Both name the same things.
+enum class LayoutWords { kConfig, kPlan };
+// "parallel.zero_stage" in kPlan words: "--zero-stage" (offload.parameters:
+// --offload-parameters; parallel.microbatches: the micro-batches m, which kiri plan
+// derives from the batch).
+std::string layout_word(LayoutWords words, const std::string& config_key);
+
+// What the rules check the layout against; 0 = not known (the rule waits).
+struct LayoutFacts {
+  int world = 0;  // processes; 0: not started yet (dp 0 is then "inferred")
+  int n_layer = 0, n_head = 0;
+  int kv_heads = 0;                      // LLaMA's key/value heads; 0: as many as n_head (GPT-2)
+  int64_t mlp_width = 0;                 // the MLP's hidden width (tp splits it)
+  int64_t micro_batch = 0, seq_len = 0;  // sequence parallelism splits their rows over tp
+  LayoutWords words = LayoutWords::kConfig;
+};
+
+// Every layout rule, each raising kConfig with its own message naming the keys and
+// numbers: the degrees (>= 1) and world = dp x tp x pp; ZeRO stage 0-3, a sharding
+// strategy that agrees with it, HYBRID_SHARD's group (2..dp-1, dividing dp), a shard
+// group only for HYBRID_SHARD or zero_stage >= 1 and dividing dp; pp > 1 needs ZeRO <= 1;
+// sequence parallelism needs tp > 1 and tp dividing micro_batch x seq_len; every_k's
+// k >= 1; micro-batches >= 1; with pp > 1 or virtual stages > 1 (else no schedule runs):
+// virtual stages only for interleaved, which needs pp >= 2, virtual stages >= 2 and
+// micro-batches a multiple of pp; pp <= layers and pp x v <=
+// layers; tp divides the heads (and LLaMA's key/value heads) and the MLP width; offload:
+// no cpu tier, parameters need ZeRO 3 and the optimizer offloaded, gradients ZeRO >= 2 and
+// the optimizer offloaded.
+void validate_layout(const Layout& layout, const LayoutFacts& facts);
+
+// world = dp x tp x pp (the rule validate_layout applies; resolve_layout's too).
+void validate_world(int dp, int tp, int pp, int world, LayoutWords words);
+
+}  // namespace kiri
