@@ -136,6 +136,36 @@ TEST_P(Layout, Tp2SpBytes) {
   KIRI_RUN_RANKS(2, [k](Communicator& w) { sequence_parallel_bytes(w, k); });
 }
 
+// Selective recomputation (parallel.activation_checkpointing = selective): equal to 1x1x1
+// within the matrix's tolerance and bitwise equal to the same layout without it.
+const std::vector<std::string> kAllModules{"core_attn", "layernorm", "mlp_act"};
+void run_selective(LayoutCase k) {
+  KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) { selective_equivalence(w, k); });
+}
+TEST_P(Layout, OneProcessSelective) {
+  run_selective({.selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2Selective) {
+  run_selective({.tp = 2, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2SpSelective) {
+  run_selective({.tp = 2, .sequence_parallel = true, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2SpSelectiveCoreAttn) {
+  run_selective(
+      {.tp = 2, .sequence_parallel = true, .selective = {"core_attn"}, .arch = GetParam()});
+}
+TEST_P(Layout, Dp2Zero3Selective) {
+  run_selective({.dp = 2, .zero_stage = 3, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Pp2Selective) {
+  run_selective({.pp = 2, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2SpSelectiveBytes) {
+  LayoutCase k{.tp = 2, .selective = kAllModules, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { sequence_parallel_bytes(w, k); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Arch, Layout, kArchs, arch_param_name);
 
 // parallel.sequence_parallel is refused, a config error with the numbers, without tp > 1
@@ -192,6 +222,12 @@ TEST_P(LayoutBf16, Tp2Bf16) {
 TEST_P(LayoutBf16, Tp2SpBf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.tp = 2, .bf16 = true, .sequence_parallel = true});
+}
+TEST_P(LayoutBf16, Tp2SpSelectiveBf16) {
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
+  LayoutCase k{.tp = 2, .bf16 = true, .sequence_parallel = true, .selective = kAllModules};
+  k.arch = std::get<1>(GetParam());
+  run_selective(k);
 }
 TEST_P(LayoutBf16, Tp2Pp2RecomputeBf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);

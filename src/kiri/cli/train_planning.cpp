@@ -70,7 +70,7 @@ plan::OffloadSpec plan_offload(const train::OffloadConfig& o) {
 }
 
 // The run's layout: m = pipeline micro-batches x accumulation steps, B = b·m·dp; every_k
-// checkpointing counts as full recomputation (the planner models none and full).
+// checkpointing counts as full recomputation; selective is the planner's selective.
 plan::Layout plan_layout(const train::RunConfig& cfg) {
   const train::ParallelConfig& p = cfg.parallel;
   const train::ShardLayout sharding = train::resolve_sharding(p);
@@ -83,6 +83,8 @@ plan::Layout plan_layout(const train::RunConfig& cfg) {
   l.dtype = plan_dtype(cfg.train.dtype);
   l.recompute = p.activation_checkpointing == train::ActivationCheckpointing::kNone
                     ? plan::Recompute::kNone
+                : p.activation_checkpointing == train::ActivationCheckpointing::kSelective
+                    ? plan::Recompute::kSelective
                     : plan::Recompute::kFull;
   l.schedule = plan::parse_schedule(p.schedule);
   l.virtual_stages = p.virtual_stages;
@@ -105,9 +107,11 @@ void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
   p.zero_stage = l.zero_stage;
   p.sharding_strategy.clear();
   p.shard_group_size = 0;
-  p.activation_checkpointing = l.recompute == plan::Recompute::kNone
-                                   ? train::ActivationCheckpointing::kNone
-                                   : train::ActivationCheckpointing::kFull;
+  p.activation_checkpointing =
+      l.recompute == plan::Recompute::kNone        ? train::ActivationCheckpointing::kNone
+      : l.recompute == plan::Recompute::kSelective ? train::ActivationCheckpointing::kSelective
+                                                   : train::ActivationCheckpointing::kFull;
+  if (l.recompute != plan::Recompute::kSelective) p.recompute_modules.clear();
   p.schedule = plan::name(l.schedule);
   p.virtual_stages = l.virtual_stages;
   const int64_t m = l.microbatches();

@@ -66,7 +66,10 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   }
   // 2. Activation checkpointing: a property of the blocks, independent of
   //    how the parameters are laid out.
-  for (GPT<float>* c : chunks_) c->set_activation_checkpointing(options.checkpoint_every);
+  for (GPT<float>* c : chunks_) {
+    c->set_activation_checkpointing(options.checkpoint_every);
+    c->set_selective_recompute(options.selective);
+  }
 
   comm::Communicator& dp = mesh.dp();
   const bool whole = chunks_.size() == 1 && chunks_[0]->whole();

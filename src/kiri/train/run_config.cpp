@@ -81,6 +81,17 @@ std::string scale_learning_rate(TrainConfig& t, int64_t batch) {
              "; global batch ", batch, " sequences)");
 }
 
+model::SelectiveRecompute selective_recompute(const ParallelConfig& p) {
+  if (p.activation_checkpointing != ActivationCheckpointing::kSelective) {
+    KIRI_CHECK_KIND(kConfig, p.recompute_modules.empty(), "parallel.recompute_modules (",
+                    p.recompute_modules.size(),
+                    " given) needs parallel.activation_checkpointing = selective");
+    return {};
+  }
+  if (p.recompute_modules.empty()) return model::parse_recompute_modules({"core_attn"});
+  return model::parse_recompute_modules(p.recompute_modules);
+}
+
 ShardLayout resolve_sharding(const ParallelConfig& p) {
   ShardLayout out{p.zero_stage, p.shard_group_size};
   KIRI_CHECK_KIND(kConfig, p.zero_stage >= 0 && p.zero_stage <= 3,

@@ -213,7 +213,11 @@ void Trainer::build() {
     case ActivationCheckpointing::kEveryK:
       po.checkpoint_every = cfg_.parallel.activation_checkpointing_k;
       break;
+    case ActivationCheckpointing::kSelective:
+      po.checkpoint_every = 0;
+      break;
   }
+  po.selective = selective_recompute(cfg_.parallel);
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
   check_model_states_fit();
@@ -544,7 +548,8 @@ void Trainer::run_steps() {
               ", ", dtype_name(compute_dtype()), " parameters and gradients",
               compute_dtype() == DType::kF32 ? "" : " (fp32 master weights)",
               ", activation checkpointing ",
-              po.checkpoint_every == 0 ? std::string("off")
+              po.selective.any()         ? std::string("selective")
+              : po.checkpoint_every == 0 ? std::string("off")
               : po.checkpoint_every == 1
                   ? std::string("every block")
                   : "every " + std::to_string(po.checkpoint_every) + " blocks");
