@@ -196,6 +196,24 @@ TEST(LayoutSequenceParallel, RefusesRowsThatDoNotSplit) {
   });
 }
 
+// parallel.recompute_modules: an unknown module names the valid ones; modules need selective.
+TEST(LayoutSelective, RefusesUnknownModule) {
+  RunConfig c = equivalence_config(8, 4, 32, 2);
+  c.parallel.activation_checkpointing = ActivationCheckpointing::kSelective;
+  c.parallel.recompute_modules = {"core_attn", "mlp"};
+  expect_config_error([&] { Trainer t(c); },
+                      "parallel.recompute_modules: unknown module 'mlp' (valid: core_attn, "
+                      "layernorm, mlp_act)");
+}
+TEST(LayoutSelective, RefusesModulesWithoutSelective) {
+  RunConfig c = equivalence_config(8, 4, 32, 2);
+  c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;
+  c.parallel.recompute_modules = {"core_attn"};
+  expect_config_error([&] { Trainer t(c); },
+                      "parallel.recompute_modules (1 given) needs "
+                      "parallel.activation_checkpointing = selective");
+}
+
 // A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
 TEST(LayoutLlama, TiedPp2) {
   run({.pp = 2, .arch = model::Arch::kLlama, .tied = true});
