@@ -92,7 +92,29 @@ TEST(Cli, BadShardingLayoutsAreNamed) {
                "parallel.shard_group_size = 2 needs a ZeRO stage >= 1");
   expect_error("config --set train.dtype=fp8", 2, "train.dtype must be fp32 | bf16 | fp16");
   expect_error("config --set parallel.activation_checkpointing=some", 2,
-               "parallel.activation_checkpointing must be none | full | every_k");
+               "parallel.activation_checkpointing must be none | full | every_k | selective");
+  expect_error(
+      "config --set parallel.activation_checkpointing=selective "
+      "--set parallel.recompute_modules=core_attn,moe_act",
+      2,
+      "parallel.recompute_modules: unknown module 'moe_act' (valid: core_attn, layernorm, "
+      "mlp_act)");
+  expect_error("config --set parallel.recompute_modules=layernorm", 2,
+               "parallel.recompute_modules (1 given) needs parallel.activation_checkpointing = "
+               "selective");
+}
+
+// parallel.recompute_modules from --set text (comma-separated or a JSON list).
+TEST(Cli, RecomputeModulesFromSetText) {
+  for (const char* v : {"core_attn,layernorm", "'[\"core_attn\",\"layernorm\"]'"}) {
+    Result r = kiri(std::string("config --set parallel.activation_checkpointing=selective "
+                                "--set parallel.recompute_modules=") +
+                    v);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("\"activation_checkpointing\": \"selective\""), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("\"core_attn\",\n      \"layernorm\""), std::string::npos) << r.output;
+  }
 }
 
 TEST(Cli, BadConfigFilesAreNamed) {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -32,6 +33,10 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
   c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
   c.parallel.zero_stage = k.zero_stage;
   if (k.recompute) c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;
+  if (!k.selective.empty()) {
+    c.parallel.activation_checkpointing = ActivationCheckpointing::kSelective;
+    c.parallel.recompute_modules = k.selective;
+  }
   c.parallel.sequence_parallel = k.sequence_parallel && tp > 1;
   return c;
 }
@@ -41,6 +46,7 @@ RunConfig reference_config(const LayoutCase& k) {
   LayoutCase r = k;
   r.zero_stage = 0;
   r.recompute = false;
+  r.selective.clear();
   return layout_config(r, 1, 1, 1, 2 * k.microbatches * k.dp, 1);
 }
 
@@ -84,6 +90,37 @@ void layout_equivalence(comm::Communicator& world, LayoutCase k) {
       << "rank " << world.rank();
 }
 
+void selective_equivalence(comm::Communicator& world, LayoutCase k) {
+  ASSERT_FALSE(k.selective.empty());
+  layout_equivalence(world, k);
+  // The same layout without recomputation, then with it, one after the other.
+  const auto run = [&](const LayoutCase& c, std::vector<double>* out) {
+    Trainer t(layout_config(c, c.dp, c.tp, c.pp, 2, c.microbatches), world);
+    for (int s = 0; s < 5; ++s) {
+      const StepMetrics m = t.train_step();
+      out->push_back(m.loss);
+      out->push_back(m.grad_norm);
+    }
+    return params_of(t);
+  };
+  LayoutCase plain = k;
+  plain.selective.clear();
+  std::vector<double> a, b;
+  const auto pa = run(plain, &a), pb = run(k, &b);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(a[i], b[i]) << (i % 2 ? "grad norm" : "loss") << " of step " << i / 2 + 1 << ", rank "
+                          << world.rank();
+  if (world.rank() == 0) {
+    ASSERT_EQ(pa.size(), pb.size());
+    for (const auto& [name, va] : pa) {
+      const auto& vb = pb.at(name);
+      ASSERT_EQ(va.size(), vb.size()) << name;
+      EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), 4 * va.size())) << name;
+    }
+  }
+}
+
 void sequence_parallel_bytes(comm::Communicator& world, LayoutCase k) {
   omp_set_num_threads(1);
   ASSERT_EQ(world.size(), k.tp);
@@ -112,13 +149,22 @@ void sequence_parallel_bytes(comm::Communicator& world, LayoutCase k) {
   const auto all_reduce = [&](int64_t numel) { return 2 * (k.tp - 1) * numel * 4 / k.tp; };
   const int64_t norms =
       k.microbatches * (cfg.model.n_layer * all_reduce(2 * per_norm) + all_reduce(per_norm));
-  EXPECT_EQ(sp_bytes, tp_bytes + norms) << "tp " << tp_bytes << ", norms " << norms;
+  // Selective `layernorm`: each region's input X_r [N/P, C] (F32) all-gathered again in
+  // backward, (P-1) N/P C 4 bytes sent per rank; tp keeps X_region and recomputes it whole.
+  bool layernorm = false;
+  for (const std::string& m : k.selective) layernorm = layernorm || m == "layernorm";
+  const int64_t rows = cfg.train.micro_batch * cfg.train.seq_len;
+  const int64_t regathers =
+      layernorm ? k.microbatches * cfg.model.n_layer * 2 * (k.tp - 1) * rows / k.tp * c * 4 : 0;
+  EXPECT_EQ(sp_bytes, tp_bytes + norms + regathers)
+      << "tp " << tp_bytes << ", norms " << norms << ", re-gathers " << regathers;
   const auto kind = [](comm::OpKind o) { return static_cast<size_t>(o); };
   // Plain tp: no all-gather, no reduce-scatter; sp: per micro-batch and block, 2 regions
   // x (all-gather + reduce-scatter) forward and backward, + the embedding's and the head's.
   EXPECT_EQ(tp_calls[kind(comm::OpKind::kAllGather)], 0);
   const int64_t per_direction = k.microbatches * (2 * cfg.model.n_layer + 1) * 2;
-  EXPECT_EQ(sp_calls[kind(comm::OpKind::kAllGather)], per_direction);
+  const int64_t regather_calls = layernorm ? k.microbatches * 2 * cfg.model.n_layer : 0;
+  EXPECT_EQ(sp_calls[kind(comm::OpKind::kAllGather)], per_direction + regather_calls);
   EXPECT_EQ(sp_calls[kind(comm::OpKind::kReduceScatter)], per_direction);
 }
 

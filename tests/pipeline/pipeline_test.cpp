@@ -136,6 +136,36 @@ TEST_P(Layout, Tp2SpBytes) {
   KIRI_RUN_RANKS(2, [k](Communicator& w) { sequence_parallel_bytes(w, k); });
 }
 
+// Selective recomputation (parallel.activation_checkpointing = selective): equal to 1x1x1
+// within the matrix's tolerance and bitwise equal to the same layout without it.
+const std::vector<std::string> kAllModules{"core_attn", "layernorm", "mlp_act"};
+void run_selective(LayoutCase k) {
+  KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) { selective_equivalence(w, k); });
+}
+TEST_P(Layout, OneProcessSelective) {
+  run_selective({.selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2Selective) {
+  run_selective({.tp = 2, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2SpSelective) {
+  run_selective({.tp = 2, .sequence_parallel = true, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2SpSelectiveCoreAttn) {
+  run_selective(
+      {.tp = 2, .sequence_parallel = true, .selective = {"core_attn"}, .arch = GetParam()});
+}
+TEST_P(Layout, Dp2Zero3Selective) {
+  run_selective({.dp = 2, .zero_stage = 3, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Pp2Selective) {
+  run_selective({.pp = 2, .selective = kAllModules, .arch = GetParam()});
+}
+TEST_P(Layout, Tp2SpSelectiveBytes) {
+  LayoutCase k{.tp = 2, .selective = kAllModules, .arch = GetParam()};
+  KIRI_RUN_RANKS(2, [k](Communicator& w) { sequence_parallel_bytes(w, k); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Arch, Layout, kArchs, arch_param_name);
 
 // parallel.sequence_parallel is refused, a config error with the numbers, without tp > 1
@@ -166,6 +196,24 @@ TEST(LayoutSequenceParallel, RefusesRowsThatDoNotSplit) {
   });
 }
 
+// parallel.recompute_modules: an unknown module names the valid ones; modules need selective.
+TEST(LayoutSelective, RefusesUnknownModule) {
+  RunConfig c = equivalence_config(8, 4, 32, 2);
+  c.parallel.activation_checkpointing = ActivationCheckpointing::kSelective;
+  c.parallel.recompute_modules = {"core_attn", "mlp"};
+  expect_config_error([&] { Trainer t(c); },
+                      "parallel.recompute_modules: unknown module 'mlp' (valid: core_attn, "
+                      "layernorm, mlp_act)");
+}
+TEST(LayoutSelective, RefusesModulesWithoutSelective) {
+  RunConfig c = equivalence_config(8, 4, 32, 2);
+  c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;
+  c.parallel.recompute_modules = {"core_attn"};
+  expect_config_error([&] { Trainer t(c); },
+                      "parallel.recompute_modules (1 given) needs "
+                      "parallel.activation_checkpointing = selective");
+}
+
 // A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
 TEST(LayoutLlama, TiedPp2) {
   run({.pp = 2, .arch = model::Arch::kLlama, .tied = true});
@@ -192,6 +240,12 @@ TEST_P(LayoutBf16, Tp2Bf16) {
 TEST_P(LayoutBf16, Tp2SpBf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
   run({.tp = 2, .bf16 = true, .sequence_parallel = true});
+}
+TEST_P(LayoutBf16, Tp2SpSelectiveBf16) {
+  KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);
+  LayoutCase k{.tp = 2, .bf16 = true, .sequence_parallel = true, .selective = kAllModules};
+  k.arch = std::get<1>(GetParam());
+  run_selective(k);
 }
 TEST_P(LayoutBf16, Tp2Pp2RecomputeBf16) {
   KIRI_USE_GEMM_LOWP(std::get<0>(GetParam()), DType::kBF16);

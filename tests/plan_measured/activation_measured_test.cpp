@@ -145,7 +145,7 @@ void check_rank(Communicator& world, const ActCase& k) {
   l.tp = k.tp;
   l.sequence_parallel = k.sp;
   l.dtype = d;
-  l.recompute = r;
+  l.activation_checkpointing = r;
   l.seq_len = kS;
   l.micro_batch = kB;
   l.global_batch = kB * k.dp;

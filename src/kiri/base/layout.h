@@ -11,9 +11,8 @@
 
 namespace kiri {
 
-// parallel.activation_checkpointing / --activation-checkpointing. kSelective is
-// Megatron's core_attn recomputation: the planner models it; the trainer runs none, full
-// and every_k (branch `selective` makes it run: extend this enum, not a copy of it).
+// parallel.activation_checkpointing / --activation-checkpointing. kSelective recomputes
+// the modules of parallel.recompute_modules (default Megatron's core_attn; docs/parallelism.md).
 enum class ActivationCheckpointing { kNone, kFull, kEveryK, kSelective };
 enum class PipelineSchedule { kGpipe, k1F1B, kInterleaved };
 enum class Precision { kFp32, kBf16, kFp16 };

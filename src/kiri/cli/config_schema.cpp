@@ -24,6 +24,47 @@ using train::RunConfig;
 
 namespace {
 
+// parallel.recompute_modules: a JSON list of names, or as --set text the names separated by
+// commas (`core_attn,mlp_act`) or a JSON list; each checked against the modules kiri has.
+Field recompute_modules_field() {
+  const std::string key = "parallel.recompute_modules";
+  std::string valid;
+  for (const std::string& n : model::recompute_module_names())
+    valid += (valid.empty() ? "" : ", ") + n;
+  Field f;
+  f.doc = {key, "list of strings", "",
+           "selective: what every block recomputes in backward instead of keeping: `core_attn` "
+           "(the attention core's output and log-sum-exp), `layernorm` (the norms' outputs, "
+           "under sequence parallelism all-gathered again), `mlp_act` (the MLP activation's "
+           "output). Empty: [\"core_attn\"], Megatron-core's default. One of: " +
+               valid + "."};
+  f.set = [key](train::RunConfig& c, const json& v) {
+    json list = v;
+    if (v.is_string()) {
+      const std::string s = v.get<std::string>();
+      list = json::array();
+      if (!s.empty() && s.front() == '[') {
+        list = json::parse(s, nullptr, false);
+      } else {
+        size_t at = 0;
+        while (at <= s.size() && !s.empty()) {
+          const size_t comma = std::min(s.find(',', at), s.size());
+          list.push_back(s.substr(at, comma - at));
+          at = comma + 1;
+        }
+      }
+    }
+    KIRI_CHECK_KIND(kConfig, list.is_array(), key, " must be a list of module names, got ",
+                    quote_bounded(v.dump(), 80));
+    std::vector<std::string> names;
+    for (const json& n : list) names.push_back(as_string(n, key));
+    model::parse_recompute_modules(names);  // names an unknown module and the valid ones
+    c.parallel.recompute_modules = names;
+  };
+  f.get = [](const train::RunConfig& c) { return json(c.parallel.recompute_modules); };
+  return f;
+}
+
 std::vector<Field> make_fields() {
   constexpr int64_t kBig = int64_t{1} << 40;
   std::vector<Field> f;
@@ -224,10 +265,13 @@ std::vector<Field> make_fields() {
       std::vector<std::pair<std::string, train::ActivationCheckpointing>>{
           {"none", train::ActivationCheckpointing::kNone},
           {"full", train::ActivationCheckpointing::kFull},
-          {"every_k", train::ActivationCheckpointing::kEveryK}},
+          {"every_k", train::ActivationCheckpointing::kEveryK},
+          {"selective", train::ActivationCheckpointing::kSelective}},
       "Checkpointed blocks keep only their input in forward and recompute their activations "
       "in backward: `full` = every block, `every_k` = blocks 0, k, 2k, ... "
-      "(parallel.activation_checkpointing_k)."));
+      "(parallel.activation_checkpointing_k); `selective` = every block keeps its linear "
+      "layers' inputs and recomputes only parallel.recompute_modules (docs/parallelism.md)."));
+  f.push_back(recompute_modules_field());
   f.push_back(int_field("parallel.activation_checkpointing_k",
                         KIRI_FIELD(parallel.activation_checkpointing_k), 1, 1 << 20,
                         "every_k: checkpoint every k-th block."));
@@ -521,6 +565,7 @@ void validate(const RunConfig& cfg) {
   train::validate_offload(cfg);  // the I/O keys, all problems in one message
   // Every layout rule that needs no world, refused before any work (dp 0: inferred later).
   train::check_layout(cfg);
+  train::selective_recompute(cfg.parallel);  // modules need `selective`; known names
   KIRI_CHECK_KIND(kConfig,
                   !cfg.checkpoint.async || (cfg.offload.optimizer != train::OffloadDevice::kNvme &&
                                             cfg.offload.parameters != train::OffloadDevice::kNvme),

@@ -36,7 +36,7 @@ plan::ModelSpec plan_model(const train::RunConfig& cfg) {
 }
 
 // The run's layout: m = pipeline micro-batches x accumulation steps, B = b·m·dp; every_k
-// checkpointing counts as full recomputation (the planner models none and full).
+// checkpointing counts as full recomputation; selective is the planner's selective.
 plan::Layout plan_layout(const train::RunConfig& cfg) {
   plan::Layout l;
   static_cast<kiri::Layout&>(l) = train::layout_of(cfg);  // cpu offload: validate refuses it
@@ -62,9 +62,11 @@ void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
   p.zero_stage = l.zero_stage;
   p.sharding_strategy.clear();
   p.shard_group_size = 0;
-  p.activation_checkpointing = l.activation_checkpointing == plan::Recompute::kNone
-                                   ? train::ActivationCheckpointing::kNone
-                                   : train::ActivationCheckpointing::kFull;
+  // none, selective (its modules from the config, else the default) or full: what the
+  // planner enumerates.
+  p.activation_checkpointing = l.activation_checkpointing;
+  if (l.activation_checkpointing != kiri::ActivationCheckpointing::kSelective)
+    p.recompute_modules.clear();
   p.schedule = plan::name(l.schedule);
   p.virtual_stages = l.virtual_stages;
   const int64_t m = l.step_microbatches();

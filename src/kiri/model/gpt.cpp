@@ -63,6 +63,14 @@ Block<T>::Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParal
 }
 
 template <typename T>
+void Block<T>::set_selective_recompute(const SelectiveRecompute& r) {
+  dynamic_cast<SelectiveLayer<T>&>(*attn_).set_recompute(
+      r, [this](nn::Context& ctx) { return norm_1_->recompute_output(ctx); });
+  dynamic_cast<SelectiveLayer<T>&>(*mlp_).set_recompute(
+      r, [this](nn::Context& ctx) { return norm_2_->recompute_output(ctx); });
+}
+
+template <typename T>
 Tensor Block<T>::forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
   if (!checkpointed_ || !ctx.training) return forward_impl(ctx, x, batch, seq);
   // Checkpointed: run without saving anything for backward (training off),
@@ -199,6 +207,11 @@ void GPT<T>::set_activation_checkpointing(int every_k) {
     const int global = part_.first_block + static_cast<int>(i);
     blocks_[i]->set_checkpointed(every_k > 0 && global % every_k == 0);
   }
+}
+
+template <typename T>
+void GPT<T>::set_selective_recompute(const SelectiveRecompute& r) {
+  for (auto& b : blocks_) b->set_selective_recompute(r);
 }
 
 template <typename T>

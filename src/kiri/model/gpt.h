@@ -90,6 +90,9 @@ class Block : public nn::Module {
   // during a training forward and recomputes its activations in backward.
   void set_checkpointed(bool on) { checkpointed_ = on; }
   bool checkpointed() const { return checkpointed_; }
+  // Selective recomputation (model/layers.h): the attention and the MLP keep less and
+  // recompute it in backward, the norms' outputs from the norms.
+  void set_selective_recompute(const SelectiveRecompute& r);
 
  private:
   Tensor forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
@@ -209,6 +212,8 @@ class GPT : public nn::Module {
   // Checkpoints block i's activations when every_k > 0 and i % every_k == 0
   // (every_k = 1: every block; 0: none; i counts the whole model's blocks).
   void set_activation_checkpointing(int every_k);
+  // Selective recomputation of every block (model/layers.h); none by default.
+  void set_selective_recompute(const SelectiveRecompute& r);
 
  private:
   // logits [N, V] = xf [N, C] @ head^T; the LM head's 16-bit path returns its

@@ -31,6 +31,31 @@ int query_heads_per_rank(int n_head, int n_kv_head, const TensorParallel& tp) {
 
 }  // namespace
 
+const std::vector<std::string>& recompute_module_names() {
+  static const std::vector<std::string> names{"core_attn", "layernorm", "mlp_act"};
+  return names;
+}
+
+SelectiveRecompute parse_recompute_modules(const std::vector<std::string>& names) {
+  SelectiveRecompute r;
+  for (const std::string& n : names) {
+    if (n == "core_attn") {
+      r.core_attn = true;
+    } else if (n == "layernorm") {
+      r.layernorm = true;
+    } else if (n == "mlp_act") {
+      r.mlp_act = true;
+    } else {
+      std::string valid;
+      for (const std::string& v : recompute_module_names())
+        valid += (valid.empty() ? "" : ", ") + v;
+      KIRI_CHECK_KIND(kConfig, false, "parallel.recompute_modules: unknown module '", n,
+                      "' (valid: ", valid, ")");
+    }
+  }
+  return r;
+}
+
 template <typename T>
 CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t channels, int n_head,
                                             double init_std, double proj_init_std,
@@ -43,6 +68,13 @@ CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t cha
       c_proj_(this->child_name("c_proj"), channels, channels, proj_init_std, tp) {
   this->add_child(c_attn_);
   this->add_child(c_proj_);
+}
+
+template <typename T>
+void CausalSelfAttention<T>::set_recompute(
+    const SelectiveRecompute& r, typename parallel::tp::ColumnParallelInput<T>::Source input) {
+  core_.set_recompute(r.core_attn);
+  input_.set_source(r.layernorm ? std::move(input) : nullptr);
 }
 
 template <typename T>
@@ -64,8 +96,8 @@ void CausalSelfAttention<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor
   c_proj_.backward(ctx, dy, datt);
   Tensor dqkv = nn::activation_zeros(ctx, {d.batch, d.seq, 3 * c}, dtype_of<T>());  // [B,T,3C/P]
   core_.backward(ctx, datt.view({d.batch, d.seq, c}), dqkv);
-  const Tensor xr = input_.saved_input(ctx);               // [N, C]
-  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));  // [N, C]
+  const Tensor xr = input_.saved_input(ctx, c_attn_.weight().value);  // [N, C]
+  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));             // [N, C]
   c_attn_.backward(ctx, dqkv.view({n, 3 * c}), xr, target);
   input_.finish_backward(ctx, target, dx);
 }
@@ -82,6 +114,14 @@ Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double p
 }
 
 template <typename T>
+void Mlp<T>::set_recompute(const SelectiveRecompute& r,
+                           typename parallel::tp::ColumnParallelInput<T>::Source input) {
+  recompute_act_ = r.mlp_act;
+  c_proj_.set_recompute_input(r.mlp_act);
+  input_.set_source(r.layernorm ? std::move(input) : nullptr);
+}
+
+template <typename T>
 Tensor Mlp<T>::forward(nn::Context& ctx, const Tensor& x) {
   const Tensor xr = input_.forward(ctx, x, c_fc_.weight().value);  // [N, C]
   Tensor h = c_fc_.forward(ctx, xr);                               // [N, 4C/P]
@@ -95,12 +135,18 @@ template <typename T>
 void Mlp<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
   Tensor h = h_.take(ctx, "Mlp");
   Tensor dg = nn::activation_zeros(ctx, h.shape(), dtype_of<T>());  // [N, 4C/P]
-  c_proj_.backward(ctx, dy, dg);
+  Tensor g;  // mlp_act: GELU's output again [N, 4C/P]
+  if (recompute_act_) {
+    g = nn::activation(ctx, h.shape(), dtype_of<T>());
+    k::gelu_forward<T>(g, h);
+  }
+  c_proj_.backward(ctx, dy, dg, g);
+  g = Tensor();
   Tensor dh = nn::activation_zeros(ctx, h.shape(), dtype_of<T>());  // [N, 4C/P]
   k::gelu_backward<T>(dh, h, dg);
   h = Tensor();
-  const Tensor xr = input_.saved_input(ctx);               // [N, C]
-  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));  // [N, C]
+  const Tensor xr = input_.saved_input(ctx, c_fc_.weight().value);  // [N, C]
+  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));           // [N, C]
   c_fc_.backward(ctx, dh, xr, target);
   input_.finish_backward(ctx, target, dx);
 }
@@ -128,6 +174,13 @@ LlamaAttention<T>::LlamaAttention(const std::string& name, int64_t channels, int
   this->add_child(k_proj_);
   this->add_child(v_proj_);
   this->add_child(o_proj_);
+}
+
+template <typename T>
+void LlamaAttention<T>::set_recompute(const SelectiveRecompute& r,
+                                      typename parallel::tp::ColumnParallelInput<T>::Source input) {
+  core_.set_recompute(r.core_attn);
+  input_.set_source(r.layernorm ? std::move(input) : nullptr);
 }
 
 template <typename T>
@@ -166,8 +219,8 @@ void LlamaAttention<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx)
   k::rope_backward<T>(dk0, dk, rope_->cos(), rope_->sin());
   dk = Tensor();
   // q, k and v read one X_region: their partial input gradients are summed, then reduced once.
-  const Tensor xr = input_.saved_input(ctx);               // [N, C]
-  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));  // [N, C]
+  const Tensor xr = input_.saved_input(ctx, q_proj_.weight().value);  // [N, C]
+  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));             // [N, C]
   q_proj_.backward(ctx, dq0.view({n, wq}), xr, target);
   k_proj_.backward(ctx, dk0.view({n, wk}), xr, target);
   v_proj_.backward(ctx, dv.view({n, wk}), xr, target);
@@ -191,6 +244,14 @@ SwiGluMlp<T>::SwiGluMlp(const std::string& name, int64_t channels, int64_t hidde
 }
 
 template <typename T>
+void SwiGluMlp<T>::set_recompute(const SelectiveRecompute& r,
+                                 typename parallel::tp::ColumnParallelInput<T>::Source input) {
+  recompute_act_ = r.mlp_act;
+  down_proj_.set_recompute_input(r.mlp_act);
+  input_.set_source(r.layernorm ? std::move(input) : nullptr);
+}
+
+template <typename T>
 Tensor SwiGluMlp<T>::forward(nn::Context& ctx, const Tensor& x) {
   const Tensor xr = input_.forward(ctx, x, gate_proj_.weight().value);  // [N, C]
   Tensor gate = gate_proj_.forward(ctx, xr);                            // [N, I/P]
@@ -206,14 +267,20 @@ void SwiGluMlp<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
   State s = saved_.take(ctx, "SwiGluMlp");
   const DType dt = dtype_of<T>();
   Tensor dh = nn::activation_zeros(ctx, s.gate.shape(), dt);  // [N, I/P]
-  down_proj_.backward(ctx, dy, dh);
+  Tensor h;  // mlp_act: the SwiGLU's output again [N, I/P]
+  if (recompute_act_) {
+    h = nn::activation(ctx, s.gate.shape(), dt);
+    k::swiglu_forward<T>(h, s.gate, s.up);
+  }
+  down_proj_.backward(ctx, dy, dh, h);
+  h = Tensor();
   Tensor dgate = nn::activation_zeros(ctx, s.gate.shape(), dt);  // [N, I/P]
   Tensor dup = nn::activation_zeros(ctx, s.gate.shape(), dt);    // [N, I/P]
   k::swiglu_backward<T>(dgate, dup, s.gate, s.up, dh);
   s = State();
   dh = Tensor();
-  const Tensor xr = input_.saved_input(ctx);               // [N, C]
-  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));  // [N, C]
+  const Tensor xr = input_.saved_input(ctx, gate_proj_.weight().value);  // [N, C]
+  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));                // [N, C]
   gate_proj_.backward(ctx, dgate, xr, target);
   up_proj_.backward(ctx, dup, xr, target);
   input_.finish_backward(ctx, target, dx);

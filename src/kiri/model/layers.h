@@ -10,6 +10,8 @@
 // x and y are the residual stream's rows: [N, C], or this rank's [N/P, C] under sequence
 // parallelism; batch and seq are the micro-batch's (N = batch * seq).
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "kiri/nn/llama_layers.h"
 #include "kiri/parallel/tp/layers.h"
@@ -21,16 +23,46 @@ struct AttentionDims {
   int64_t batch = 0, seq = 0;
 };
 
+// Selective recomputation (parallel.activation_checkpointing = selective, Megatron-core's
+// --recompute-granularity selective --recompute-modules): what a block does not keep for
+// backward and computes again there. The linear layers' inputs are kept otherwise.
+//   core_attn  the attention core keeps only its inputs (qkv; Llama's rotated q, k and v) and
+//              reruns its forward for its output and lse [B, H, T]
+//   layernorm  the column-parallel regions keep no X_region [N, C]: the norm recomputes its
+//              output from its own saved input (under sequence parallelism all-gathered again)
+//   mlp_act    the row-parallel down projection keeps no input [N, 4C/P] (SwiGLU [N, I/P]):
+//              the activation is applied again to its saved input(s)
+struct SelectiveRecompute {
+  bool core_attn = false, layernorm = false, mlp_act = false;
+  bool any() const { return core_attn || layernorm || mlp_act; }
+};
+// The modules' names, as parallel.recompute_modules spells them.
+const std::vector<std::string>& recompute_module_names();
+// From names (kConfig naming an unknown one and the valid ones).
+SelectiveRecompute parse_recompute_modules(const std::vector<std::string>& names);
+
+// An attention or MLP layer under selective recomputation: `input` gives the norm's output
+// again (used with `layernorm`).
+template <typename T>
+class SelectiveLayer {
+ public:
+  virtual ~SelectiveLayer() = default;
+  virtual void set_recompute(const SelectiveRecompute& r,
+                             typename parallel::tp::ColumnParallelInput<T>::Source input) = 0;
+};
+
 // GPT-2's causal multi-head self-attention: c_attn (C -> 3C, q | k | v), the attention core,
 // c_proj (C -> C). Tensor parallel over P ranks: c_attn column parallel by heads (its q, k and
 // v blocks each cut: n_head / P heads per rank), c_proj row parallel.
 template <typename T>
-class CausalSelfAttention final : public nn::SequenceLayer<T> {
+class CausalSelfAttention final : public nn::SequenceLayer<T>, public SelectiveLayer<T> {
  public:
   CausalSelfAttention(const std::string& name, int64_t channels, int n_head, double init_std,
                       double proj_init_std, const parallel::tp::TensorParallel& tp = {});
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void set_recompute(const SelectiveRecompute& r,
+                     typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
   int n_head_;  // this rank's
@@ -43,17 +75,20 @@ class CausalSelfAttention final : public nn::SequenceLayer<T> {
 
 // GPT-2's MLP: c_fc (C -> 4C, column parallel), GELU, c_proj (4C -> C, row parallel).
 template <typename T>
-class Mlp final : public nn::RowLayer<T> {
+class Mlp final : public nn::RowLayer<T>, public SelectiveLayer<T> {
  public:
   Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std,
       const parallel::tp::TensorParallel& tp = {});
   Tensor forward(nn::Context& ctx, const Tensor& x) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void set_recompute(const SelectiveRecompute& r,
+                     typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
   parallel::tp::ColumnParallelInput<T> input_;
   parallel::tp::ColumnParallelLinear<T> c_fc_;
   parallel::tp::RowParallelLinear<T> c_proj_;
+  bool recompute_act_ = false;
   nn::Saved<Tensor> h_;  // [N, 4C/P] pre-activation (GELU input)
 };
 
@@ -64,13 +99,15 @@ class Mlp final : public nn::RowLayer<T> {
 // n_kv_head / P key/value heads, one region: their partial input gradients summed and
 // reduced once), o_proj row parallel.
 template <typename T>
-class LlamaAttention final : public nn::SequenceLayer<T> {
+class LlamaAttention final : public nn::SequenceLayer<T>, public SelectiveLayer<T> {
  public:
   LlamaAttention(const std::string& name, int64_t channels, int n_head, int n_kv_head,
                  double init_std, std::shared_ptr<const nn::RopeTable> rope,
                  const parallel::tp::TensorParallel& tp = {});
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void set_recompute(const SelectiveRecompute& r,
+                     typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
   std::shared_ptr<const nn::RopeTable> rope_;
@@ -84,17 +121,20 @@ class LlamaAttention final : public nn::SequenceLayer<T> {
 // Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), intermediate width `hidden`;
 // gate_proj and up_proj column parallel (one region), down_proj row parallel.
 template <typename T>
-class SwiGluMlp final : public nn::RowLayer<T> {
+class SwiGluMlp final : public nn::RowLayer<T>, public SelectiveLayer<T> {
  public:
   SwiGluMlp(const std::string& name, int64_t channels, int64_t hidden, double init_std,
             const parallel::tp::TensorParallel& tp = {});
   Tensor forward(nn::Context& ctx, const Tensor& x) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void set_recompute(const SelectiveRecompute& r,
+                     typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
   parallel::tp::ColumnParallelInput<T> input_;
   parallel::tp::ColumnParallelLinear<T> gate_proj_, up_proj_;
   parallel::tp::RowParallelLinear<T> down_proj_;
+  bool recompute_act_ = false;
   struct State {
     Tensor gate, up;  // [N, I/P] each: the SwiGLU's inputs
   };

@@ -43,10 +43,10 @@ ParallelOptions parallel_options(const kiri::Layout& l) {
   o.dtype = l.dtype == Precision::kBf16   ? DType::kBF16
             : l.dtype == Precision::kFp16 ? DType::kF16
                                           : DType::kF32;
-  KIRI_CHECK_KIND(kConfig, l.activation_checkpointing != ActivationCheckpointing::kSelective,
-                  "parallel.activation_checkpointing = selective: kiri's planner models it, the "
-                  "trainer runs none, full and every_k");
   o.checkpoint_every = l.checkpoint_every();
+  // Selective: Megatron's default module; the trainer sets parallel.recompute_modules' own.
+  if (l.activation_checkpointing == ActivationCheckpointing::kSelective)
+    o.selective = parse_recompute_modules({"core_attn"});
   o.pipeline.schedule = l.schedule == PipelineSchedule::kGpipe ? pp::ScheduleKind::kGPipe
                         : l.schedule == PipelineSchedule::k1F1B
                             ? pp::ScheduleKind::k1F1B
@@ -106,7 +106,10 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
   }
   // 2. Activation checkpointing: a property of the blocks, independent of
   //    how the parameters are laid out.
-  for (GPT<float>* c : chunks_) c->set_activation_checkpointing(options.checkpoint_every);
+  for (GPT<float>* c : chunks_) {
+    c->set_activation_checkpointing(options.checkpoint_every);
+    c->set_selective_recompute(options.selective);
+  }
 
   comm::Communicator& dp = mesh.dp();
   const bool whole = chunks_.size() == 1 && chunks_[0]->whole();

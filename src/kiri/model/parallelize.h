@@ -26,11 +26,12 @@ struct ParallelOptions {
   // Ranks that share one sharded copy; 0 = the whole dp group. Smaller
   // (dividing dp): hybrid sharding, replicas across the groups.
   int shard_group_size = 0;
-  int wrap_blocks = 1;        // transformer blocks per sharding unit
-  bool prefetch = true;       // stage 3: all-gather the next unit early
-  DType dtype = DType::kF32;  // parameters and gradients in compute (bf16/fp16: mixed precision)
-  int checkpoint_every = 0;   // activation checkpointing of every k-th block; 0: none
-  PipelineOptions pipeline;   // schedule, micro-batches, virtual stages (pp > 1)
+  int wrap_blocks = 1;           // transformer blocks per sharding unit
+  bool prefetch = true;          // stage 3: all-gather the next unit early
+  DType dtype = DType::kF32;     // parameters and gradients in compute (bf16/fp16: mixed precision)
+  int checkpoint_every = 0;      // activation checkpointing of every k-th block; 0: none
+  SelectiveRecompute selective;  // selective recomputation of every block (model/layers.h)
+  PipelineOptions pipeline;      // schedule, micro-batches, virtual stages (pp > 1)
   // Stage 3, offload.parameters = nvme: the swap space of the parameter shards.
   offload::SwapSpace* param_swap = nullptr;
   // Stages 2-3, offload.gradients: the swap space of the reduced gradient shards.

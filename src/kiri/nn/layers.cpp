@@ -95,6 +95,18 @@ void LayerNorm<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
   accumulate_grad<T>(bias_->grad, db);
 }
 
+template <typename T>
+Tensor LayerNorm<T>::recompute_output(Context& ctx) {
+  const State& s = saved_.peek(ctx, "LayerNorm");
+  const int64_t n = s.x.dim(0);
+  Tensor mean = activation(ctx, {n}, dtype_of<T>());  // [N], equal to the saved ones
+  Tensor rstd = activation(ctx, {n}, dtype_of<T>());
+  Tensor y = activation(ctx, s.x.shape(), dtype_of<T>());  // [N, C]
+  k::layernorm_forward<T>(y, mean, rstd, s.x, compute_copy<T>(ctx, weight_->value),
+                          compute_copy<T>(ctx, bias_->value));
+  return y;
+}
+
 Tensor attention_scratch(Context& ctx, int64_t seq, DType dtype) {
   return Tensor::empty({k::attention_scratch_numel(seq, omp_get_max_threads())}, dtype,
                        Category::kBuffers, ctx.allocator);
@@ -107,15 +119,20 @@ Tensor CausalAttentionCore<T>::forward(Context& ctx, const Tensor& qkv) {
   Tensor lse = activation(ctx, {b, n_head_, t}, dtype_of<T>());  // [B,H,T]
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
   k::attention_forward<T>(att, lse, qkv, n_head_, scratch);
-  if (ctx.training) saved_.put(ctx) = {qkv, att, lse};
+  if (ctx.training) saved_.put(ctx) = recompute_ ? State{qkv, {}, {}} : State{qkv, att, lse};
   return att;
 }
 
 template <typename T>
 void CausalAttentionCore<T>::backward(Context& ctx, const Tensor& datt, Tensor& dqkv) {
   State s = saved_.take(ctx, "CausalAttentionCore");
-  const int64_t t = s.qkv.dim(1);
+  const int64_t b = s.qkv.dim(0), t = s.qkv.dim(1);
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
+  if (recompute_) {
+    s.att = activation(ctx, {b, t, s.qkv.dim(2) / 3}, dtype_of<T>());  // [B,T,C']
+    s.lse = activation(ctx, {b, n_head_, t}, dtype_of<T>());           // [B,H,T]
+    k::attention_forward<T>(s.att, s.lse, s.qkv, n_head_, scratch);
+  }
   k::attention_backward<T>(dqkv, datt, s.qkv, s.att, s.lse, n_head_, scratch);
   ctx.progress();
 }

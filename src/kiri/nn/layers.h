@@ -47,6 +47,14 @@ class RowLayer : public Module {
   using Module::Module;
   virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
   virtual void backward(Context& ctx, const Tensor& dy, Tensor& dx) = 0;
+  // The output of ctx's training forward computed again from what that forward saved for
+  // backward (bitwise: the same op on the same values), before backward() takes it: a norm's,
+  // whose output selective recomputation (`layernorm`) does not keep.
+  virtual Tensor recompute_output(Context& ctx) {
+    KIRI_CHECK(false, this->name(), ": cannot recompute its output (micro-batch ", ctx.micro_batch,
+               ")");
+    return Tensor();
+  }
 };
 template <typename T>
 class SequenceLayer : public Module {
@@ -64,6 +72,7 @@ class LayerNorm final : public RowLayer<T> {
   LayerNorm(const std::string& name, int64_t channels);
   Tensor forward(Context& ctx, const Tensor& x) override;
   void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
+  Tensor recompute_output(Context& ctx) override;
 
  private:
   Parameter* weight_;
@@ -79,10 +88,14 @@ class LayerNorm final : public RowLayer<T> {
 // from qkv [B, T, 3C'] (q | k | v, each [B, T, C'] = H heads of hs). The kernel never holds
 // the T x T probabilities: forward keeps its output and the rows' log-sum-exp lse [B, H, T],
 // and backward recomputes the probabilities from q, k and lse (as FlashAttention does).
+// With recompute on (selective recomputation's `core_attn`) forward keeps only qkv and
+// backward first runs the forward again for att and lse (the same kernel on the same qkv:
+// bitwise the same values).
 template <typename T>
 class CausalAttentionCore {
  public:
   explicit CausalAttentionCore(int n_head) : n_head_(n_head) {}
+  void set_recompute(bool on) { recompute_ = on; }
   // qkv [B, T, 3C'] -> att [B, T, C'].
   Tensor forward(Context& ctx, const Tensor& qkv);
   // dqkv [B, T, 3C'] += the gradient for datt [B, T, C'].
@@ -90,8 +103,9 @@ class CausalAttentionCore {
 
  private:
   int n_head_;
+  bool recompute_ = false;
   struct State {
-    Tensor qkv, att, lse;  // [B,T,3C'], [B,T,C'] and [B,H,T]
+    Tensor qkv, att, lse;  // [B,T,3C'], [B,T,C'] and [B,H,T] (recompute: qkv only)
   };
   Saved<State> saved_;
 };

@@ -38,6 +38,15 @@ Tensor RmsNorm<T>::forward(Context& ctx, const Tensor& x) {
 }
 
 template <typename T>
+Tensor RmsNorm<T>::recompute_output(Context& ctx) {
+  const State& s = saved_.peek(ctx, "RmsNorm");
+  Tensor rstd = activation(ctx, {s.x.dim(0)}, dtype_of<T>());  // [N], equal to the saved one
+  Tensor y = activation(ctx, s.x.shape(), dtype_of<T>());      // [N, C]
+  k::rmsnorm_forward<T>(y, rstd, s.x, compute_copy<T>(ctx, weight_->value), eps_);
+  return y;
+}
+
+template <typename T>
 void RmsNorm<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
   Tensor dw = grad_target<T>(ctx, weight_->grad);  // [C]
   const State s = saved_.take(ctx, "RmsNorm");
@@ -53,7 +62,8 @@ Tensor GqaAttentionCore<T>::forward(Context& ctx, const Tensor& q, const Tensor&
   Tensor lse = activation(ctx, {b, n_head_, t}, dtype_of<T>());  // [B,Hq,T]
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
   k::gqa_attention_forward<T>(att, lse, q, k, v, n_head_, n_kv_head_, scratch);
-  if (ctx.training) saved_.put(ctx) = {q, k, v, att, lse};
+  if (ctx.training)
+    saved_.put(ctx) = recompute_ ? State{q, k, v, {}, {}} : State{q, k, v, att, lse};
   return att;
 }
 
@@ -61,8 +71,13 @@ template <typename T>
 void GqaAttentionCore<T>::backward(Context& ctx, const Tensor& datt, Tensor& dq, Tensor& dk,
                                    Tensor& dv) {
   State s = saved_.take(ctx, "GqaAttentionCore");
-  const int64_t t = s.q.dim(1);
+  const int64_t b = s.q.dim(0), t = s.q.dim(1);
   Tensor scratch = attention_scratch(ctx, t, dtype_of<T>());
+  if (recompute_) {
+    s.att = activation(ctx, s.q.shape(), dtype_of<T>());      // [B,T,Hq*hs]
+    s.lse = activation(ctx, {b, n_head_, t}, dtype_of<T>());  // [B,Hq,T]
+    k::gqa_attention_forward<T>(s.att, s.lse, s.q, s.k, s.v, n_head_, n_kv_head_, scratch);
+  }
   k::gqa_attention_backward<T>(dq, dk, dv, datt, s.q, s.k, s.v, s.att, s.lse, n_head_, n_kv_head_,
                                scratch);
   ctx.progress();

@@ -33,6 +33,7 @@ class RmsNorm final : public RowLayer<T> {
   RmsNorm(const std::string& name, int64_t channels, double eps);
   Tensor forward(Context& ctx, const Tensor& x) override;
   void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
+  Tensor recompute_output(Context& ctx) override;
 
  private:
   Parameter* weight_;
@@ -47,17 +48,20 @@ class RmsNorm final : public RowLayer<T> {
 // key/value head h / (Hq / Hkv),
 //   att_h = softmax(q_h k_{h'}^T / sqrt(hs) + causal mask) v_{h'},
 // from the rotated q [B, T, Hq*hs] and k, v [B, T, Hkv*hs]. Forward keeps its inputs, its
-// output and lse [B, Hq, T] for backward, as CausalAttentionCore.
+// output and lse [B, Hq, T] for backward, as CausalAttentionCore (and with recompute on, only
+// its inputs: backward runs the forward again for att and lse).
 template <typename T>
 class GqaAttentionCore {
  public:
   GqaAttentionCore(int n_head, int n_kv_head) : n_head_(n_head), n_kv_head_(n_kv_head) {}
+  void set_recompute(bool on) { recompute_ = on; }
   Tensor forward(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
   // dq [B,T,Hq*hs], dk, dv [B,T,Hkv*hs] += the gradients for datt [B,T,Hq*hs].
   void backward(Context& ctx, const Tensor& datt, Tensor& dq, Tensor& dk, Tensor& dv);
 
  private:
   int n_head_, n_kv_head_;
+  bool recompute_ = false;
   struct State {
     Tensor q, k, v, att, lse;  // [B,T,Hq*hs], [B,T,Hkv*hs] x2, [B,T,Hq*hs], [B,Hq,T]
   };

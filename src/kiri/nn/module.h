@@ -47,6 +47,13 @@ class Saved {
     slots_.erase(it);
     return s;
   }
+  // The entry of ctx's micro-batch, left in place (a recompute reads it before backward takes it).
+  const S& peek(const Context& ctx, const char* layer) const {
+    auto it = slots_.find(ctx.micro_batch);
+    KIRI_CHECK(it != slots_.end(), layer, ": recompute of micro-batch ", ctx.micro_batch,
+               " without its training forward");
+    return it->second;
+  }
   bool has(const Context& ctx) const { return slots_.count(ctx.micro_batch) != 0; }
   size_t in_flight() const { return slots_.size(); }
 

@@ -16,7 +16,7 @@ Evaluation evaluate(const ModelSpec& model, const Layout& layout, const ClusterS
   e.capacity = cluster.memory_bytes;
   e.fits = e.memory.memory.total() <= e.capacity;
   if (!model.params_only())
-    e.layer_activations = layer_activation_bytes(model, layout, layout.recompute);
+    e.layer_activations = layer_activation_bytes(model, layout, layout.activation_checkpointing);
   return e;
 }
 

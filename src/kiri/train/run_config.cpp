@@ -77,6 +77,17 @@ std::string scale_learning_rate(TrainConfig& t, int64_t batch) {
              "; global batch ", batch, " sequences)");
 }
 
+model::SelectiveRecompute selective_recompute(const ParallelConfig& p) {
+  if (p.activation_checkpointing != ActivationCheckpointing::kSelective) {
+    KIRI_CHECK_KIND(kConfig, p.recompute_modules.empty(), "parallel.recompute_modules (",
+                    p.recompute_modules.size(),
+                    " given) needs parallel.activation_checkpointing = selective");
+    return {};
+  }
+  if (p.recompute_modules.empty()) return model::parse_recompute_modules({"core_attn"});
+  return model::parse_recompute_modules(p.recompute_modules);
+}
+
 namespace {
 
 ShardingStrategy parse_strategy(const std::string& s) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiri/base/layout.h"
 #include "kiri/model/gpt.h"
@@ -81,6 +82,9 @@ struct ParallelConfig {
   bool prefetch = true;           // stage 3: all-gather the next unit early
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
+  // selective: what every block recomputes (model/layers.h); empty: {"core_attn"}, Megatron's
+  // default.
+  std::vector<std::string> recompute_modules;
   // Megatron's sequence parallelism (tp > 1): the norms and the residual stream hold
   // micro_batch x seq_len / tp rows per tp rank.
   bool sequence_parallel = false;
@@ -91,6 +95,10 @@ struct ParallelConfig {
   int microbatches = 1;
   int virtual_stages = 1;
 };
+
+// The modules that selective recomputation recomputes (none unless activation_checkpointing is
+// selective); kConfig for an unknown module or modules without `selective`.
+model::SelectiveRecompute selective_recompute(const ParallelConfig& p);
 
 // The run folder: config.json, metrics, plot and checkpoints of one run. The path
 // keys below may hold "{run.dir}" (run.dir "{run.name}"), resolve_run_paths

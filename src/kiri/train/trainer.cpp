@@ -192,6 +192,7 @@ void Trainer::build() {
   po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
   po.wrap_blocks = cfg_.parallel.wrap_blocks;
   po.prefetch = cfg_.parallel.prefetch;
+  po.selective = selective_recompute(cfg_.parallel);  // the modules (none unless selective)
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
   check_model_states_fit();
@@ -513,7 +514,8 @@ void Trainer::run_steps() {
               ", ", dtype_name(compute_dtype()), " parameters and gradients",
               compute_dtype() == DType::kF32 ? "" : " (fp32 master weights)",
               ", activation checkpointing ",
-              po.checkpoint_every == 0 ? std::string("off")
+              po.selective.any()         ? std::string("selective")
+              : po.checkpoint_every == 0 ? std::string("off")
               : po.checkpoint_every == 1
                   ? std::string("every block")
                   : "every " + std::to_string(po.checkpoint_every) + " blocks");

@@ -17,20 +17,26 @@ int64_t TensorParallel::local_rows(int64_t rows) const {
 }
 
 template <typename T>
-Tensor ColumnParallelInput<T>::forward(nn::Context& ctx, const Tensor& x, const Tensor& weight) {
+Tensor ColumnParallelInput<T>::region(nn::Context& ctx, const Tensor& x, const Tensor& weight) {
   Tensor full = x;  // [N, C]
   if (tp_.split_sequence()) {
     full = nn::activation(ctx, {x.dim(0) * tp_.size(), x.dim(1)}, dtype_of<T>());  // [N, C]
     gather_from_sequence_forward(*tp_.group, x, full);
   }
-  const Tensor xin = nn::gemm_input<T>(ctx, full, weight);  // [N, C]
-  if (ctx.training) x_.put(ctx) = xin;
+  return nn::gemm_input<T>(ctx, full, weight);  // [N, C]
+}
+
+template <typename T>
+Tensor ColumnParallelInput<T>::forward(nn::Context& ctx, const Tensor& x, const Tensor& weight) {
+  const Tensor xin = region(ctx, x, weight);  // [N, C]
+  if (ctx.training && !source_) x_.put(ctx) = xin;
   return xin;
 }
 
 template <typename T>
-Tensor ColumnParallelInput<T>::saved_input(nn::Context& ctx) {
-  return x_.take(ctx, "ColumnParallelInput");
+Tensor ColumnParallelInput<T>::saved_input(nn::Context& ctx, const Tensor& weight) {
+  if (!source_) return x_.take(ctx, "ColumnParallelInput");
+  return region(ctx, source_(ctx), weight);
 }
 
 template <typename T>
@@ -119,7 +125,7 @@ RowParallelLinear<T>::RowParallelLinear(const std::string& name, int64_t in, int
 template <typename T>
 Tensor RowParallelLinear<T>::forward(nn::Context& ctx, const Tensor& x) {
   const Tensor xin = nn::gemm_input<T>(ctx, x, weight_->value);  // [N, in/P]
-  if (ctx.training) x_.put(ctx) = xin;
+  if (ctx.training && !recompute_input_) x_.put(ctx) = xin;
   const int64_t out = weight_->shape[1 - nn::linear_input_dim(layout_)];
   Tensor y = nn::activation(ctx, {x.dim(0), out}, dtype_of<T>());  // [N, out]
   // With more than one rank the partial products are summed first, the whole bias added after.
@@ -144,8 +150,13 @@ Tensor RowParallelLinear<T>::forward(nn::Context& ctx, const Tensor& x) {
 }
 
 template <typename T>
-void RowParallelLinear<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
-  const Tensor x = x_.take(ctx, "RowParallelLinear");
+void RowParallelLinear<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx,
+                                    const Tensor& x_again) {
+  KIRI_CHECK(recompute_input_ == x_again.defined(), "RowParallelLinear: backward ",
+             x_again.defined() ? "given" : "not given", " its input, recompute ",
+             recompute_input_ ? "on" : "off");
+  const Tensor x = recompute_input_ ? nn::gemm_input<T>(ctx, x_again, weight_->value)
+                                    : x_.take(ctx, "RowParallelLinear");
   if (!tp_.split_sequence()) {
     nn::linear_grads<T>(ctx, dx, *weight_, bias_, dy, x, layout_);
     return;

@@ -52,15 +52,22 @@ struct TensorParallel {
 // activations. Under mixed precision X_region is the 16-bit copy the GEMMs take, converted
 // once for all the region's layers, after the all-gather (which moves T values, as the
 // all-reduces do).
+// With a source set (selective recomputation's `layernorm`) it keeps nothing: backward asks the
+// source for x again (the norm recomputes its output from its own saved input) and rebuilds
+// X_region as forward did, under sequence parallelism with a second all-gather of x, as
+// Megatron does: (P-1)/P of X_region's T bytes more per region and micro-batch.
 template <typename T>
 class ColumnParallelInput {
  public:
   explicit ColumnParallelInput(const TensorParallel& tp) : tp_(tp) {}
+  // x again for ctx's micro-batch, [N, C] of T (sequence parallel: [N/P, C]); empty: keep.
+  using Source = std::function<Tensor(nn::Context&)>;
+  void set_source(Source source) { source_ = std::move(source); }
   // x: [N, C] of T (sequence parallel: this rank's rows [N/P, C]); weight: a weight of the
   // region's layers (its dtype decides mixed precision). Returns X_region [N, C].
   Tensor forward(nn::Context& ctx, const Tensor& x, const Tensor& weight);
-  // Backward: X_region [N, C] as forward kept it.
-  Tensor saved_input(nn::Context& ctx);
+  // Backward: X_region [N, C] as forward kept it (or rebuilt from the source; the same weight).
+  Tensor saved_input(nn::Context& ctx, const Tensor& weight);
   // Where the region's layers accumulate their input gradient for dx [N or N/P, C]: dx itself
   // without tensor parallelism, else a zeroed partial [N, C]; finish_backward() then adds
   // f's all-reduce (or the reduce-scatter) of it into dx.
@@ -68,8 +75,11 @@ class ColumnParallelInput {
   void finish_backward(nn::Context& ctx, Tensor& target, Tensor& dx) const;
 
  private:
+  Tensor region(nn::Context& ctx, const Tensor& x, const Tensor& weight);
+
   TensorParallel tp_;
-  nn::Saved<Tensor> x_;  // [N, C] X_region (16-bit under mixed precision)
+  Source source_;
+  nn::Saved<Tensor> x_;  // [N, C] X_region (16-bit under mixed precision); none with a source
 };
 
 // Y_r = X A_r + b_r: A [in, out] (in nn.Linear's layout its transpose) cut by output columns,
@@ -108,16 +118,21 @@ class RowParallelLinear final : public nn::Module {
  public:
   RowParallelLinear(const std::string& name, int64_t in, int64_t out, double init_std,
                     const TensorParallel& tp, nn::LinearLayout layout = nn::LinearLayout::kConv1D);
+  // Recompute on (selective recomputation's `mlp_act`): forward keeps no input; backward
+  // takes it from its caller, computed again.
+  void set_recompute_input(bool on) { recompute_input_ = on; }
   Tensor forward(nn::Context& ctx, const Tensor& x);
-  // Accumulates into dx [N, in/P].
-  void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx);
+  // Accumulates into dx [N, in/P]. x: the forward's input [N, in/P] of T, computed again,
+  // exactly when recompute is on.
+  void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx, const Tensor& x = Tensor());
 
  private:
   nn::Parameter* weight_;
   nn::Parameter* bias_ = nullptr;
   TensorParallel tp_;
   nn::LinearLayout layout_;
-  nn::Saved<Tensor> x_;  // [N, in/P] (16-bit under mixed precision)
+  bool recompute_input_ = false;
+  nn::Saved<Tensor> x_;  // [N, in/P] (16-bit under mixed precision); none with recompute
 };
 
 // The gradients of parameters applied to this rank's rows only (the norms' under sequence
