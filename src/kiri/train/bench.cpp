@@ -3,15 +3,18 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "kiri/base/rng.h"
 #include "kiri/base/timer.h"
+#include "kiri/comm/self.h"
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/kernels/cpu/peak.h"
-#include "kiri/nn/parameter_store.h"
+#include "kiri/model/parallelize.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/train/metrics.h"
+#include "kiri/train/step.h"
 
 namespace kiri::train {
 
@@ -148,33 +151,45 @@ double time_step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
 
 }  // namespace
 
+void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& targets) {
+  int32_t* x = inputs.data<int32_t>();
+  int32_t* y = targets.data<int32_t>();
+  for (int64_t i = 0; i < inputs.numel(); ++i) {
+    x[i] = static_cast<int32_t>(rng.below(vocab_size));
+    y[i] = static_cast<int32_t>(rng.below(vocab_size));
+  }
+}
+
 BenchResult run_training_bench(const BenchSpec& spec) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(spec.threads);
   BenchResult r;
   r.spec = spec;
   {
+    // One process: the 1x1x1 layout, stage 0 (no communication).
+    std::unique_ptr<comm::Communicator> self = comm::self_communicator();
+    parallel::Mesh mesh(*self, {1, 1, 1});
     Allocator allocator;
     model::GPT<float> model(spec.model);
-    nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
-    store.initialize(1234);
-    optim::AdamW opt(store, optim::AdamWConfig{}, allocator);
+    model::ParallelGPT pm(model, mesh, {}, allocator);
+    optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{},
+                     allocator, pm.norm_groups());
+    opt.initialize(spec.init_seed);
+    pm.synchronize_parameters();
+    TrainingStep step(pm, opt);
     Tensor x = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
     Tensor y = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
-    Rng rng(42);
+    Rng rng(spec.data_seed);
     nn::Context ctx{allocator};
-    const double weight = 1.0 / double(x.numel());
+    ctx.poll = pm.poller();
+    StepSettings settings;
+    settings.lr = spec.lr;
+    settings.loss_weight = 1.0 / double(x.numel());
     std::vector<double> times;
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
-        y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
-      }
+      fill_random_tokens(rng, spec.model.vocab_size, x, y);  // outside the timed step
       Timer timer;
-      store.zero_grad();
-      const double loss = model.forward(ctx, x, y, weight) * weight;
-      model.backward(ctx);
-      opt.clip_and_step(3e-4);
+      const double loss = step.run(ctx, x, y, settings).loss_sum * settings.loss_weight;
       if (s >= spec.warmup_steps) times.push_back(timer.seconds());
       if (s == 0) r.loss_first = loss;
       r.loss_last = loss;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kiri/base/rng.h"
 #include "kiri/model/gpt.h"
 
 namespace kiri::train {
@@ -19,6 +20,11 @@ struct BenchSpec {
   int warmup_steps = 2;
   int steps = 5;
   double peak_flops = 0;  // MFU's denominator, FLOP/s (--peak-flops); 0 = measured
+  // The step's settings: the weights' seed, the random tokens' seed (dp rank r draws from
+  // data_seed + r) and AdamW's learning rate.
+  uint64_t init_seed = 1234;
+  uint64_t data_seed = 42;
+  double lr = 3e-4;
 };
 
 struct BenchResult {
@@ -39,5 +45,9 @@ struct BenchResult {
 // B 8) and "smollm-135M" (SmolLM-135M's shape, T 64, B 4).
 BenchSpec bench_preset(const std::string& name);
 BenchResult run_training_bench(const BenchSpec& spec);
+
+// Inputs and targets (I32, the same shape) of uniformly random tokens below vocab_size,
+// drawn from rng element by element: inputs[i], then targets[i].
+void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& targets);
 
 }  // namespace kiri::train

@@ -24,6 +24,7 @@
 #include "kiri/train/offload_config.h"
 #include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
+#include "kiri/train/step.h"
 
 namespace kiri::train {
 
@@ -361,63 +362,34 @@ StepMetrics Trainer::train_step() {
   const double wait0 = swap_ ? swap_->wait_seconds() : 0;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
-  // A deferred update (offload) zeroes each unit's gradients once it has updated it.
-  if (!parallel_->update_pending()) parallel_->zero_grad();
-  // fp16: the loss (so every gradient) is multiplied by the loss scale;
-  // the optimizer divides it out.
-  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   // Each accumulation step reads the next rows x dp samples of the stream
   // (rows = micro_batch x pipeline micro-batches); this dp rank takes its
   // contiguous slice, so the global batch is the same for any layout.
   const int64_t rows = inputs_.dim(0);
   const int64_t tokens = rows * t.seq_len * t.grad_accum * dp;
-  const double weight = 1.0 / static_cast<double>(tokens);
-  double loss_sum = 0;
-  for (int64_t accum = 0; accum < t.grad_accum; ++accum) {
-    fill_batch(inputs_, targets_, *train_stream_,
-               data_position_ + static_cast<uint64_t>(rank * rows), false);
-    if (sample_observer_)
-      sample_observer_(data_position_ + static_cast<uint64_t>(rank * rows), rows);
+  StepSettings settings;
+  settings.lr = lr_at_step(t, step_);
+  settings.loss_weight = 1.0 / static_cast<double>(tokens);
+  settings.accumulation = t.grad_accum;
+  settings.loss_factor = fault_scale_for(world_->rank(), step_);
+  TrainingStep step(*parallel_, *optimizer_, {tracer_.get(), scaler_.get()});
+  const StepOutcome out = step.run(ctx, inputs_, targets_, settings, [&](int64_t) {
+    const uint64_t first = data_position_ + static_cast<uint64_t>(rank * rows);
+    fill_batch(inputs_, targets_, *train_stream_, first, false);
+    if (sample_observer_) sample_observer_(first, rows);
     data_position_ += static_cast<uint64_t>(rows * dp);
-    loss_sum += parallel_->forward_backward(
-        ctx, inputs_, targets_, weight * loss_scale * fault_scale_for(world_->rank(), step_),
-        accum + 1 == t.grad_accum);
-  }
-  // The last step's deferred update is done (every unit ran forward); its last writes
-  // had the whole backward to land.
-  parallel_->finish_update();
-  const double lr = lr_at_step(t, step_);
-  double norm = 0;
-  // Offloaded, the update overlaps the next forward: it begins here and each unit is
-  // updated when the next forward first needs it (ParallelGPT::defer_update).
-  const bool defer = optimizer_->offloaded();
-  {
-    Tracer::Span span(tracer_.get(), "optimizer", "compute");
-    norm = defer ? optimizer_->clip_and_begin_step(lr, loss_scale)
-                 : optimizer_->clip_and_step(lr, loss_scale);
-  }
-  // A non-finite gradient (an fp16 overflow) skips the update on every rank
-  // alike: the norm is summed over the shard group (stage 0: the gradients
-  // are already identical everywhere).
-  const bool skipped = !std::isfinite(norm);
-  if (scaler_) scaler_->update(!skipped);
-  if (!skipped && defer) {
-    optim::AdamW* o = optimizer_.get();
-    parallel_->defer_update([o](int64_t end) { o->update_through(end); },
-                            [o] { o->finish_step(); });
-  } else if (!skipped) {
-    parallel_->after_optimizer_step();
-  }
+  });
   ++step_;
   const double seconds = timer.seconds();
   // The loss of the global batch, for reporting (after the timed step).
   Tensor loss = Tensor::empty({1}, DType::kF64, Category::kBuffers, allocator_);
-  loss.data<double>()[0] = loss_sum;
+  loss.data<double>()[0] = out.loss_sum;
   if (mesh_->shape().pp > 1)
     mesh_->pp().all_reduce(loss, comm::ReduceOp::kSum);  // the last stage's
   mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
-  StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
-  m.skipped = skipped;
+  StepMetrics m = make_metrics(loss.data<double>()[0] * settings.loss_weight, settings.lr,
+                               out.grad_norm, seconds);
+  m.skipped = out.skipped;
   if (swap_) {
     m.offload_read_bytes = swap_->bytes_read() - read0;
     m.offload_written_bytes = swap_->bytes_written() - written0;
@@ -425,7 +397,7 @@ StepMetrics Trainer::train_step() {
   }
   if (pipeline) m.bubble = (pipeline->stats() - pipeline_before).bubble();
   if (scaler_) {
-    m.loss_scale = loss_scale;
+    m.loss_scale = out.loss_scale;
     m.skipped_steps = scaler_->skipped_steps();
   }
   add_comm_stats(m);
