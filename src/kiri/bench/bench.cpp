@@ -1,4 +1,4 @@
-#include "kiri/train/bench.h"
+#include "kiri/bench/bench.h"
 
 #include <omp.h>
 
@@ -16,7 +16,7 @@
 #include "kiri/train/metrics.h"
 #include "kiri/train/step.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
 
@@ -176,13 +176,13 @@ BenchResult run_training_bench(const BenchSpec& spec) {
                      allocator, pm.norm_groups());
     opt.initialize(spec.init_seed);
     pm.synchronize_parameters();
-    TrainingStep step(pm, opt);
+    train::TrainingStep step(pm, opt);
     Tensor x = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
     Tensor y = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
     Rng rng(spec.data_seed);
     nn::Context ctx{allocator};
     ctx.poll = pm.poller();
-    StepSettings settings;
+    train::StepSettings settings;
     settings.lr = spec.lr;
     settings.loss_weight = 1.0 / double(x.numel());
     std::vector<double> times;
@@ -198,14 +198,14 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   }
   r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
   r.gemm_step_s = time_step_gemms(spec.model, spec.batch, spec.seq);
-  r.gemm_flops = measure_gemm_flops_rate();
+  r.gemm_flops = train::measure_gemm_flops_rate();
   r.peak_flops =
       spec.peak_flops > 0 ? spec.peak_flops : kernels::peak_flops(DType::kF32, spec.threads);
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
-  r.mfu = model_flops_utilization(model_flops_per_s, r.peak_flops);
-  r.mfu_gemm = model_flops_utilization(model_flops_per_s, r.gemm_flops);
+  r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
+  r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
   omp_set_num_threads(saved_threads);
   return r;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

@@ -1,4 +1,4 @@
-#include "kiri/train/ddp_bench.h"
+#include "kiri/bench/ddp_bench.h"
 
 #include <algorithm>
 #include <vector>
@@ -10,7 +10,7 @@
 #include "kiri/optim/adamw.h"
 #include "kiri/train/step.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
 
@@ -86,8 +86,8 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   Replica data(spec, world.rank(), /*with_model=*/false);
   nn::Context ctx{alloc};
   ctx.poll = pm.poller();
-  TrainingStep step(pm, opt, {.time_backward = true});
-  StepSettings settings;
+  train::TrainingStep step(pm, opt, {.time_backward = true});
+  train::StepSettings settings;
   settings.lr = spec.lr;
   settings.loss_weight = weight;
   const int total = spec.warmup_steps + spec.steps;
@@ -161,4 +161,4 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
   return r;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

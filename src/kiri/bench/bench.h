@@ -9,7 +9,7 @@
 #include "kiri/base/rng.h"
 #include "kiri/model/gpt.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 struct BenchSpec {
   std::string name;
@@ -50,4 +50,4 @@ BenchResult run_training_bench(const BenchSpec& spec);
 // drawn from rng element by element: inputs[i], then targets[i].
 void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& targets);
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

@@ -1,4 +1,4 @@
-#include "kiri/train/calibrate.h"
+#include "kiri/bench/calibrate.h"
 
 #include <omp.h>
 
@@ -7,11 +7,11 @@
 #include <memory>
 
 #include "kiri/base/timer.h"
+#include "kiri/bench/ddp_bench.h"
 #include "kiri/comm/self.h"
 #include "kiri/kernels/cpu/ops.h"
-#include "kiri/train/ddp_bench.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
 double median(std::vector<double> v) {
@@ -157,4 +157,4 @@ double measure_step_seconds(const BenchSpec& spec) {
   return median(t.step_s);
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

@@ -1,4 +1,4 @@
-#include "kiri/train/layout_bench.h"
+#include "kiri/bench/layout_bench.h"
 
 #include <algorithm>
 #include <memory>
@@ -9,13 +9,13 @@
 #include "kiri/base/rng.h"
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
+#include "kiri/bench/ddp_bench.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/parallel/mesh.h"
 #include "kiri/parallel/pp/schedule.h"
-#include "kiri/train/ddp_bench.h"
 #include "kiri/train/step.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
 
@@ -132,10 +132,10 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   Tensor y = Tensor::empty({rows, spec.seq}, DType::kI32, Category::kBuffers, alloc);
   Rng rng(spec.data_seed + static_cast<uint64_t>(mesh.dp_index()));
   fill_random_tokens(rng, cfg.vocab_size, x, y);
-  StepSettings settings;
+  train::StepSettings settings;
   settings.lr = spec.lr;
   settings.loss_weight = 1.0 / double(rows * spec.seq * l.shape.dp);
-  TrainingStep train_step(pm, opt, {.tracer = &tracer});
+  train::TrainingStep train_step(pm, opt, {.tracer = &tracer});
   nn::Context ctx{alloc};
   ctx.poll = pm.poller();
   model::Pipeline* pipeline = pm.pipeline();
@@ -300,4 +300,4 @@ std::vector<MeshLayoutResult> run_mesh_layout_bench(comm::Communicator& world,
   return out;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench
