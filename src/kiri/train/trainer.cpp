@@ -20,9 +20,9 @@
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/plot/plot.h"
 #include "kiri/train/faults.h"
 #include "kiri/train/offload_config.h"
-#include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/step.h"
 
@@ -560,12 +560,13 @@ void Trainer::run_steps() {
   }
   wait_for_checkpoint();  // the last save is committed before the run ends
   parallel_->finish_update();
-  const std::string plot = plot_path(cfg_.log);
-  if (rank0 && !plot.empty() && !history.steps.empty()) {
+  const std::string plot_file = plot_path(cfg_.log);
+  if (rank0 && !plot_file.empty() && !history.steps.empty()) {
     // The whole run's history, resumed attempts included: the metrics file's.
     if (!cfg_.log.metrics.empty()) history = read_loss_history(cfg_.log.metrics);
-    write_line_plot_png(plot, loss_plot_series(history), "kiri: loss", "step", "loss (nats/token)");
-    log::info("wrote the loss curve ", plot);
+    plot::write_line_plot_png(plot_file, loss_plot_series(history), "kiri: loss", "step",
+                              "loss (nats/token)");
+    log::info("wrote the loss curve ", plot_file);
   }
   write_trace();
 }
