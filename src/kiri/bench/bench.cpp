@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiri/base/rng.h"
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/comm/self.h"
 #include "kiri/kernels/cpu/ops.h"
@@ -66,11 +67,6 @@ BenchSpec bench_preset(const std::string& name) {
 }
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One GEMM of the step: C[M,N] (+)= op(A) op(B) with the model's transposes.
 struct GemmShape {

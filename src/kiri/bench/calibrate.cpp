@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/bench/ddp_bench.h"
 #include "kiri/comm/self.h"
@@ -14,10 +15,6 @@
 namespace kiri::bench {
 
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // `n` OpenMP threads while alive (the non-GEMM measurements take one: a planner device is
 // one core, a rank of one thread).

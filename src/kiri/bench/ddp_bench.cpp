@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kiri/base/rng.h"
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/model/parallelize.h"
 #include "kiri/nn/parameter_store.h"
@@ -13,11 +14,6 @@
 namespace kiri::bench {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // A 1-layer, 8-wide model with the same vocabulary: a Replica that only
 // provides the batch needs no full model.

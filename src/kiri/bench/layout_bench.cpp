@@ -7,6 +7,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/rng.h"
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
 #include "kiri/bench/ddp_bench.h"
@@ -18,11 +19,6 @@
 namespace kiri::bench {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // What one run of a mesh layout measured on this rank.
 struct MeshRun {
