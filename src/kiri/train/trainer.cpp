@@ -8,28 +8,22 @@
 
 #include <omp.h>
 
-#include <nlohmann/json.hpp>
-
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
-#include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
-#include "kiri/parallel/pp/schedule.h"
 #include "kiri/plot/plot.h"
 #include "kiri/train/faults.h"
-#include "kiri/train/offload_config.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/step.h"
 
 namespace kiri::train {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 std::string resolve_data_dir(const DataConfig& cfg) {
   if (!cfg.assets.empty()) return cfg.assets;
@@ -116,147 +110,6 @@ void Trainer::build_detaching_tracer() {
     if (world_->tracer() == tracer_.get()) world_->set_tracer(nullptr);
     throw;
   }
-}
-
-void Trainer::build() {
-  check_same_config();  // first: everything after it assumes the ranks agree
-  const TrainConfig& t = cfg_.train;
-  if (auto note = resolve_layout(cfg_.parallel, world_->size());
-      note && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
-    log::info(*note);
-  // The optimizer and the schedule take the scaled rates.
-  if (const std::string note = scale_learning_rate(cfg_.train, global_batch(cfg_));
-      !note.empty() && world_->rank() == 0)
-    log::info(note);
-  const parallel::MeshShape shape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp};
-  parallel::validate_layout(shape,
-                            {world_->size(), cfg_.model.n_head, cfg_.model.n_layer, t.micro_batch});
-  const ShardLayout sharding = resolve_sharding(cfg_.parallel);
-  comm::Options co = world_->options();
-  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
-  co.check_collectives = cfg_.parallel.check_collectives;
-  world_->set_options(co);
-  if (!t.mem_limit.empty()) allocator_.set_limit(parse_bytes(t.mem_limit));
-
-  tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer, resolve_data_dir(cfg_.data));
-  if (cfg_.model.vocab_size == 0) {
-    cfg_.model.vocab_size = tokenizer_->vocab_size();
-    if (!config_json_.empty()) {  // checkpoints store the resolved size
-      json j = json::parse(config_json_);
-      j["model"]["vocab_size"] = cfg_.model.vocab_size;
-      config_json_ = j.dump();
-    }
-  }
-  KIRI_CHECK_KIND(kConfig, cfg_.model.vocab_size >= tokenizer_->vocab_size(),
-                  "model.vocab_size = ", cfg_.model.vocab_size, " is smaller than the ",
-                  tokenizer_->name(), " tokenizer's vocabulary of ", tokenizer_->vocab_size());
-  KIRI_CHECK_KIND(kConfig, t.seq_len <= cfg_.model.block_size, "train.seq_len = ", t.seq_len,
-                  " exceeds model.block_size = ", cfg_.model.block_size);
-  if (advisor_)  // the vocabulary is resolved: the advice can model this run
-    allocator_.set_oom_advice([this](const MemoryStats& s, Category c, int64_t bytes) {
-      try {
-        return advisor_(cfg_, world_->size(), s, c, bytes);
-      } catch (const std::exception& e) {
-        return std::string("(no planner advice: ") + e.what() + ")";
-      }
-    });
-
-  // Rank 0 tokenizes the corpus once and checks every token; the others then map the
-  // checked shards and read only their own samples.
-  std::string shard_dir;
-  data::Dataset ds;
-  if (world_->rank() == 0) {
-    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
-                          t.seq_len, true);
-  }
-  world_->barrier();
-  if (world_->rank() != 0) {
-    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
-                          t.seq_len, false);
-  }
-  if (!cfg_.log.trace.empty()) {
-    // Right after a barrier: the ranks' epochs agree to within its skew.
-    tracer_ = std::make_unique<Tracer>(world_->rank());
-    world_->set_tracer(tracer_.get());  // split() passes it on to the mesh's groups
-  }
-  train_stream_ = std::make_unique<data::SampleStream>(std::move(ds.train), t.seq_len, t.seed);
-  val_stream_ = std::make_unique<data::SampleStream>(std::move(ds.val), t.seq_len, t.seed);
-
-  mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
-  if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
-    for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})
-      c->set_tracer(tracer_.get());
-  model::ParallelOptions po;
-  po.pipeline.schedule = parallel::pp::parse_schedule(cfg_.parallel.schedule);
-  po.pipeline.microbatches = cfg_.parallel.microbatches;
-  po.pipeline.virtual_stages = cfg_.parallel.virtual_stages;
-  if (shape.pp > 1 || po.pipeline.virtual_stages > 1)
-    parallel::pp::validate_pipeline(po.pipeline.schedule, cfg_.model.n_layer, shape.pp,
-                                    po.pipeline.microbatches, po.pipeline.virtual_stages);
-  check_sequence_parallel();
-  chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len,
-                                   &mesh_->tp(), cfg_.parallel.sequence_parallel);
-  po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
-  po.zero_stage = sharding.stage;
-  po.shard_group_size = sharding.group_size;
-  po.wrap_blocks = cfg_.parallel.wrap_blocks;
-  po.prefetch = cfg_.parallel.prefetch;
-  po.dtype = compute_dtype();
-  switch (cfg_.parallel.activation_checkpointing) {
-    case ActivationCheckpointing::kNone:
-      po.checkpoint_every = 0;
-      break;
-    case ActivationCheckpointing::kFull:
-      po.checkpoint_every = 1;
-      break;
-    case ActivationCheckpointing::kEveryK:
-      po.checkpoint_every = cfg_.parallel.activation_checkpointing_k;
-      break;
-  }
-  std::vector<model::GPT<float>*> chunks;
-  for (auto& c : chunks_) chunks.push_back(c.get());
-  check_model_states_fit();
-  open_swap_space();
-  if (cfg_.offload.parameters == OffloadDevice::kNvme) {
-    KIRI_CHECK_KIND(kConfig, swap_,
-                    "offload.parameters = nvme needs offload.optimizer = nvme "
-                    "(the optimizer writes the updated shards back)");
-    po.param_swap = swap_.get();
-  }
-  if (offload_gradients(cfg_.offload)) {
-    KIRI_CHECK_KIND(kConfig, swap_,
-                    "offload.gradients = nvme needs offload.optimizer = nvme "
-                    "(the optimizer reads the gradients with its states)");
-    po.grad_swap = swap_.get();
-  }
-  parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
-  optimizer_ = std::make_unique<optim::AdamW>(
-      parallel_->optimizer_state_numel(), parallel_->optimizer_segments(), t.optimizer, allocator_,
-      parallel_->norm_groups(), make_state_offload());
-  optimizer_->initialize(t.seed);
-  parallel_->synchronize_parameters();
-  // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
-  // save's stall is a copy like every later one's, not the kernel faulting in its pages.
-  if (cfg_.checkpoint.async && !cfg_.checkpoint.dir.empty()) reserve_async_staging();
-  if (t.dtype == ComputeDType::kF16) {
-    optim::LossScalerOptions lo;
-    lo.dynamic = t.loss_scale == 0;
-    lo.initial_scale = lo.dynamic ? std::ldexp(1.0, t.initial_scale_power) : t.loss_scale;
-    lo.growth_interval = t.loss_scale_window;
-    lo.min_scale = std::min(t.min_loss_scale, lo.initial_scale);
-    scaler_ = std::make_unique<optim::DynamicLossScaler>(lo);
-  }
-  // A step's rows per rank: micro_batch x the pipeline's micro-batches.
-  const int64_t rows = t.micro_batch * cfg_.parallel.microbatches;
-  inputs_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  targets_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  eval_inputs_ =
-      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  eval_targets_ =
-      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  gemm_flops_ = measure_gemm_flops_rate();
 }
 
 void Trainer::set_peak_flops(double flops_per_s) {
