@@ -2,7 +2,7 @@
 # The Llama training benchmark (docs/performance.md, "Llama"): kiri and PyTorch on the same
 # Llama, batch and threads, side by side in one run, fp32 and bf16.
 #   bash bench/llama.sh [BUILD_DIR]
-# Configs (kiri bench --config, src/kiri/train/bench.cpp): tiny-llama (tiny's size) and
+# Configs (kiri bench --config, src/kiri/bench/bench.cpp): tiny-llama (tiny's size) and
 # smollm-135M (SmolLM-135M's shape). fp32 at 1 and 2 threads (kiri bench, which also times
 # the step's GEMMs alone); bf16 at 1 thread (kiri bench --dtypes: fp32 and bf16 interleaved
 # round by round; PyTorch under torch.autocast(bfloat16)). PyTorch is Debian's 1.13

@@ -205,7 +205,7 @@ TEST(RunDir, AResumedRunKeepsEachStepOnceAndPlotsTheWholeHistory) {
   // schedule over 8 steps then changes the updates).
   for (int s = 0; s < 4; ++s) EXPECT_EQ(rows[s]["loss"], first[s]["loss"]) << s;
   EXPECT_NE(rows[4]["lr"], first[4]["lr"]);
-  const std::vector<Series> series = loss_plot_series(read_loss_history(c.log.metrics));
+  const std::vector<plot::Series> series = loss_plot_series(read_loss_history(c.log.metrics));
   ASSERT_EQ(series.size(), 2u);
   EXPECT_EQ(series[0].x, (std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_EQ(series[1].x, (std::vector<double>{3, 6, 8}));

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kiri/base/hash.h"
+
 namespace kiri {
 
 inline uint64_t splitmix64(uint64_t x) {
@@ -21,9 +23,7 @@ inline uint64_t hash_combine(uint64_t a, uint64_t b) {
 
 // FNV-1a, to turn a parameter name into a stream id.
 inline uint64_t hash_string(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+  return fnv1a64(s);
 }
 
 inline uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {

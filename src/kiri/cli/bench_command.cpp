@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/bench/bench.h"
+#include "kiri/bench/ddp_bench.h"
+#include "kiri/bench/layout_bench.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
@@ -17,9 +20,6 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"
-#include "kiri/train/bench.h"
-#include "kiri/train/ddp_bench.h"
-#include "kiri/train/layout_bench.h"
 #include "kiri/train/metrics.h"
 
 namespace kiri::cli {
@@ -35,10 +35,10 @@ int ddp_bench(const Args& a) {
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);
-  train::BenchSpec spec = train::bench_preset(a.get("config").value_or("tiny"));
+  bench::BenchSpec spec = bench::bench_preset(a.get("config").value_or("tiny"));
   spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
   spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
-  train::DdpBenchResult r = train::run_ddp_bench(*world.comm, spec);
+  bench::DdpBenchResult r = bench::run_ddp_bench(*world.comm, spec);
   if (world.comm->rank() == 0) {
     nlohmann::json j = {{"impl", "kiri-ddp"},
                         {"config", spec.name},
@@ -63,10 +63,10 @@ using Layouts = std::vector<std::pair<std::string, model::ParallelOptions>>;
 // One JSON line per layout, from rank 0: step time, tokens/s, the ratio to
 // the first layout ("vs_<first>"), this rank's peak bytes per category and,
 // on more than one rank, the bytes it sent per step.
-void print_layouts(const std::string& impl, const train::BenchSpec& spec, int ranks, int rounds,
-                   const std::vector<train::LayoutBenchResult>& results) {
+void print_layouts(const std::string& impl, const bench::BenchSpec& spec, int ranks, int rounds,
+                   const std::vector<bench::LayoutBenchResult>& results) {
   const std::string vs = "vs_" + results.front().name;
-  for (const train::LayoutBenchResult& r : results) {
+  for (const bench::LayoutBenchResult& r : results) {
     nlohmann::json mem;
     for (int c = 0; c < kNumCategories; ++c)
       if (static_cast<Category>(c) != Category::kOther)
@@ -102,8 +102,8 @@ void print_layouts(const std::string& impl, const train::BenchSpec& spec, int ra
   }
 }
 
-train::BenchSpec layout_spec(const Args& a, int default_steps) {
-  train::BenchSpec spec = train::bench_preset(a.get("config").value_or("tiny"));
+bench::BenchSpec layout_spec(const Args& a, int default_steps) {
+  bench::BenchSpec spec = bench::bench_preset(a.get("config").value_or("tiny"));
   spec.steps = static_cast<int>(a.get_int("steps", default_steps));
   spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
   return spec;
@@ -116,7 +116,7 @@ int zero_bench(const Args& a) {
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);
-  const train::BenchSpec spec = layout_spec(a, 3);
+  const bench::BenchSpec spec = layout_spec(a, 3);
   const int rounds = static_cast<int>(a.get_int("rounds", 3));
   Layouts layouts;
   for (int stage = 0; stage <= 3; ++stage) {
@@ -128,7 +128,7 @@ int zero_bench(const Args& a) {
   no_prefetch.zero_stage = 3;
   no_prefetch.prefetch = false;
   layouts.push_back({"stage3-noprefetch", no_prefetch});
-  auto results = train::run_layout_bench(*world.comm, spec, layouts, rounds);
+  auto results = bench::run_layout_bench(*world.comm, spec, layouts, rounds);
   if (world.comm->rank() == 0)
     print_layouts("kiri-zero", spec, world.comm->size(), rounds, results);
   return 0;
@@ -139,7 +139,7 @@ int zero_bench(const Args& a) {
 // activations) and against fp32 with every block's activations checkpointed.
 int dtype_bench(const Args& a) {
   World world = make_world();
-  train::BenchSpec spec = layout_spec(a, 3);
+  bench::BenchSpec spec = layout_spec(a, 3);
   spec.threads = static_cast<int>(a.get_int("threads", 1));
   omp_set_num_threads(spec.threads);
   const int rounds = static_cast<int>(a.get_int("rounds", 3));
@@ -154,7 +154,7 @@ int dtype_bench(const Args& a) {
   model::ParallelOptions ckpt;
   ckpt.checkpoint_every = 1;
   layouts.push_back({"fp32-ckpt", ckpt});
-  auto results = train::run_layout_bench(*world.comm, spec, layouts, rounds);
+  auto results = bench::run_layout_bench(*world.comm, spec, layouts, rounds);
   if (world.comm->rank() == 0)
     print_layouts("kiri-dtype", spec, world.comm->size(), rounds, results);
   return 0;
@@ -171,11 +171,11 @@ int mesh_layout_bench(const Args& a) {
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);
-  const train::BenchSpec spec = layout_spec(a, 5);
+  const bench::BenchSpec spec = layout_spec(a, 5);
   const int rounds = static_cast<int>(a.get_int("rounds", 3));
   const int n = world.comm->size();
   constexpr int64_t kGlobalRows = 8;
-  std::vector<train::MeshLayout> layouts;
+  std::vector<bench::MeshLayout> layouts;
   if (n == 1) {
     omp_set_num_threads(static_cast<int>(a.get_int("threads", 1)));
     layouts.push_back({"1x1x1", {1, 1, 1}, {}, kGlobalRows});
@@ -208,13 +208,13 @@ int mesh_layout_bench(const Args& a) {
     }
   }
   if (const auto only = a.get("only")) {  // --only NAME: that layout alone
-    std::erase_if(layouts, [&](const train::MeshLayout& l) { return l.name != *only; });
+    std::erase_if(layouts, [&](const bench::MeshLayout& l) { return l.name != *only; });
     KIRI_CHECK_KIND(kConfig, !layouts.empty(), "bench --layouts: no layout named ", *only);
   }
-  auto results = train::run_mesh_layout_bench(*world.comm, spec, layouts, rounds);
+  auto results = bench::run_mesh_layout_bench(*world.comm, spec, layouts, rounds);
   if (world.comm->rank() != 0) return 0;
-  for (const train::MeshLayoutResult& r : results) {
-    const train::MeshLayout& l = r.layout;
+  for (const bench::MeshLayoutResult& r : results) {
+    const bench::MeshLayout& l = r.layout;
     auto rounded = [](double v) { return std::round(v * 1e4) / 1e4; };
     nlohmann::json by_op = nlohmann::json::object(), by_group = nlohmann::json::object();
     for (const auto& [k, v] : r.comm_share_by_op) by_op[k] = rounded(v);
@@ -286,12 +286,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
       a.get("peak-flops") ? train::check_peak_flops(a.get_double("peak-flops", 0)) : 0.0;
   for (const std::string& name : configs) {
     for (const std::string& th : threads) {
-      train::BenchSpec spec = train::bench_preset(name);
+      bench::BenchSpec spec = bench::bench_preset(name);
       spec.threads = std::stoi(th);
       spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
       spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
       spec.peak_flops = peak;
-      train::BenchResult r = train::run_training_bench(spec);
+      bench::BenchResult r = bench::run_training_bench(spec);
       nlohmann::json j = {{"impl", "kiri"},
                           {"config", name},
                           {"threads", spec.threads},

@@ -15,6 +15,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/units.h"
+#include "kiri/bench/calibrate.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
@@ -23,7 +24,6 @@
 #include "kiri/offload/disk_bench.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
-#include "kiri/train/calibrate.h"
 
 namespace kiri::cli {
 
@@ -339,26 +339,26 @@ int calibrate(const Args& a) {
   // One thread on every rank at once (a rank per core, as kiri launch runs them), then all of
   // the machine's threads in rank 0 alone (the others wait in a sleeping barrier).
   w.barrier();
-  c.gemm_flops_1_thread = train::measure_gemm_flops(c.gemm_n, 1);
+  c.gemm_flops_1_thread = bench::measure_gemm_flops(c.gemm_n, 1);
   w.barrier();
-  c.gemm_bf16_flops_1_thread = train::measure_gemm_bf16_flops(c.gemm_n, 1);
+  c.gemm_bf16_flops_1_thread = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
   c.gemm_bf16_path = kernels::gemm_lowp_path_description(DType::kBF16);
   w.barrier();
   c.threads = c.cores;
-  if (rank0) c.gemm_flops_all_threads = train::measure_gemm_flops(c.gemm_n, c.threads);
+  if (rank0) c.gemm_flops_all_threads = bench::measure_gemm_flops(c.gemm_n, c.threads);
   w.barrier();
   // The FMA peaks, on every rank at once as the GEMM above: MFU's denominators.
-  const train::CorePeaks peaks = train::measure_core_peaks();
+  const bench::CorePeaks peaks = bench::measure_core_peaks();
   c.peak_fp32 = {peaks.fp32.flops, peaks.fp32.instruction};
   c.peak_bf16 = {peaks.bf16.flops, peaks.bf16.instruction};
   c.peak_fp16 = {peaks.fp16.flops, peaks.fp16.instruction};
   w.barrier();
   // kiri's non-GEMM kernels and a one-process step, on every rank at once (one per core).
-  c.logit_s = train::measure_logit_seconds(256, 50257);
-  c.optimizer_s = train::measure_optimizer_seconds(int64_t{8} << 20);
-  c.gradient_s = train::measure_gradient_seconds(int64_t{8} << 20);
+  c.logit_s = bench::measure_logit_seconds(256, 50257);
+  c.optimizer_s = bench::measure_optimizer_seconds(int64_t{8} << 20);
+  c.gradient_s = bench::measure_gradient_seconds(int64_t{8} << 20);
   c.step_model = plan::calibration_step_model();
-  train::BenchSpec step;
+  bench::BenchSpec step;
   step.name = "calibration";
   step.model.n_layer = static_cast<int>(c.step_model.n_layer);
   step.model.n_embd = static_cast<int>(c.step_model.n_embd);
@@ -368,17 +368,17 @@ int calibrate(const Args& a) {
   step.batch = c.step_model.batch;
   step.seq = c.step_model.seq;
   w.barrier();
-  c.step_s = train::measure_step_seconds(step);
+  c.step_s = bench::measure_step_seconds(step);
   c.activation_s = plan::activation_seconds_from_step(c, c.step_model, c.step_s);
   w.barrier();
-  std::vector<train::TimedSize> timed;
+  std::vector<bench::TimedSize> timed;
   if (w.size() > 1) {
     c.link_method = "all_reduce";
     c.link_ranks = w.size();
-    timed = train::measure_all_reduce(w, {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20});
+    timed = bench::measure_all_reduce(w, {4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20});
   } else {
     c.link_method = "memcpy";
-    timed = train::measure_memcpy({64 << 10, 1 << 20, 8 << 20, 64 << 20});
+    timed = bench::measure_memcpy({64 << 10, 1 << 20, 8 << 20, 64 << 20});
   }
   for (const auto& t : timed) c.samples.push_back({t.bytes, t.seconds});
   const plan::Link link = plan::fit_link(c.samples, c.link_ranks);

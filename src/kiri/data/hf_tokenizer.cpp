@@ -6,6 +6,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
+#include "kiri/base/hash.h"
 #include "kiri/data/gpt2_tokenizer.h"
 
 namespace kiri::data {
@@ -84,11 +85,6 @@ std::string absolute(const std::string& path) {
   return ec ? path : p.lexically_normal().string();
 }
 
-uint64_t fnv1a(uint64_t h, std::string_view s) {
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 // Where the files are: the folder, and tokenizer.json (empty: vocab.json + merges.txt).
 struct Sources {
   fs::path dir, tokenizer_json;
@@ -155,18 +151,18 @@ HfTokenizer::HfTokenizer(const std::string& path) {
   const Sources src = find_sources(path);
   SpecialConfig special;
   const auto used = read_configs(src.dir, special);
-  uint64_t hash = 0xcbf29ce484222325ull;
+  uint64_t hash = kFnv1a64Offset;
   std::vector<HfAddedToken> added;
   if (!src.tokenizer_json.empty()) {
     const std::string f = src.tokenizer_json.string(), text = read_text(f, "tokenizer");
-    hash = fnv1a(hash, text);
+    hash = fnv1a64(text, hash);
     core_ = load_tokenizer_json(f, text, added);
     files_.push_back({"tokenizer.json", absolute(f)});
   } else {
     const std::string vocab = (src.dir / "vocab.json").string();
     const std::string merges = (src.dir / "merges.txt").string();
-    hash = fnv1a(fnv1a(hash, read_text(vocab, "tokenizer vocab")),
-                 read_text(merges, "tokenizer merges"));
+    hash = fnv1a64(read_text(merges, "tokenizer merges"),
+                   fnv1a64(read_text(vocab, "tokenizer vocab"), hash));
     core_ = std::make_unique<BpeCore>(kGpt2Pattern, "tokenizer " + path);
     load_gpt2_files(*core_, vocab, merges, "tokenizer");
     files_.push_back({"vocab.json", absolute(vocab)});
@@ -188,8 +184,8 @@ HfTokenizer::HfTokenizer(const std::string& path) {
   bos_ = resolve(special.bos, {});
 
   // The name identifies the ids: the vocabulary files and the special tokens.
-  for (const auto& t : special.named) hash = fnv1a(fnv1a(hash, "|special|"), t);
-  hash = fnv1a(hash, "|eot=" + std::to_string(eot_));
+  for (const auto& t : special.named) hash = fnv1a64(t, fnv1a64("|special|", hash));
+  hash = fnv1a64("|eot=" + std::to_string(eot_), hash);
   char hex[16];
   std::snprintf(hex, sizeof(hex), "%08x", static_cast<unsigned>(hash ^ (hash >> 32)));
   name_ = std::string("hf-") + hex;

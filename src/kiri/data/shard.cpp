@@ -116,12 +116,6 @@ uint32_t token_width_for(uint32_t vocab_size) {
   return vocab_size <= 65536 ? 2 : 4;
 }
 
-uint64_t fnv1a64(std::span<const unsigned char> bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
 void write_shard(const std::string& path, const std::string& tokenizer_name, uint32_t vocab_size,
                  std::span<const int32_t> tokens) {
   KIRI_CHECK(!tokenizer_name.empty() && tokenizer_name.size() < kNameBytes, "tokenizer name '",

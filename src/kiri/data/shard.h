@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "kiri/base/hash.h"  // fnv1a64, the payload checksum
+
 namespace kiri::data {
 
 inline constexpr uint32_t kShardVersion = 1;
@@ -38,9 +40,6 @@ struct TokenShard {
 
 // The width write_shard uses for a vocabulary: 2 bytes up to 65536 tokens, else 4.
 uint32_t token_width_for(uint32_t vocab_size);
-
-// FNV-1a 64 over bytes.
-uint64_t fnv1a64(std::span<const unsigned char> bytes);
 
 // Writes atomically (path.tmp, fsync, rename). Raises kInvalidArgument on a
 // name longer than 15 characters or a token outside [0, vocab_size), kIo when

@@ -1,7 +1,7 @@
 #pragma once
 // Calibration: what `kiri plan --calibrate` measured on this machine (FMA peaks and fp32 GEMM
 // rate per process, the intra-node link), stored as JSON, and how the `this-machine` cluster preset
-// takes it. Numbers only: the measuring is src/kiri/train/calibrate.h.
+// takes it. Numbers only: the measuring is src/kiri/bench/calibrate.h.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -13,27 +14,40 @@
 
 namespace kiri::train {
 
-double fault_scale_for(int rank, int64_t step_index) {
+namespace {
+
+// KIRI_FAULT=KIND:RANK:N, read in this one place; nullopt when unset or malformed.
+struct Fault {
+  std::string kind;
+  int rank = -1;
+  long long n = -1;  // a step (1-based) or, for slowsave, milliseconds
+};
+
+std::optional<Fault> fault_from_env() {
   const char* spec = std::getenv("KIRI_FAULT");
-  int r = -1;
-  long long s = -1;
-  if (spec && std::sscanf(spec, "inf:%d:%lld", &r, &s) == 2 && r == rank && s == step_index + 1)
-    return HUGE_VAL;
-  if (spec && std::sscanf(spec, "nan:%d:%lld", &r, &s) == 2 && r == rank && s <= step_index + 1)
-    return std::nan("");
+  if (!spec || !*spec) return std::nullopt;
+  char kind[16] = {0};
+  Fault f;
+  if (std::sscanf(spec, "%15[a-z]:%d:%lld", kind, &f.rank, &f.n) != 3) return std::nullopt;
+  f.kind = kind;
+  return f;
+}
+
+}  // namespace
+
+double fault_scale_for(int rank, int64_t step_index) {
+  const std::optional<Fault> f = fault_from_env();
+  if (f && f->kind == "inf" && f->rank == rank && f->n == step_index + 1) return HUGE_VAL;
+  if (f && f->kind == "nan" && f->rank == rank && f->n <= step_index + 1) return std::nan("");
   return 1.0;
 }
 
 void inject_fault(int rank, int64_t step) {
-  const char* spec = std::getenv("KIRI_FAULT");
-  if (!spec || !*spec) return;
-  char kind[16] = {0};
-  int r = -1;
-  long long s = -1;
-  if (std::sscanf(spec, "%15[a-z]:%d:%lld", kind, &r, &s) != 3 || r != rank || s != step) return;
-  const std::string k = kind;
+  const std::optional<Fault> f = fault_from_env();
+  if (!f || f->rank != rank || f->n != step) return;
+  const std::string& k = f->kind;
   if (k != "kill" && k != "hang" && k != "raise") return;  // the others act elsewhere
-  log::warn("KIRI_FAULT: injecting '", kind, "' on rank ", rank, " before step ", step + 1);
+  log::warn("KIRI_FAULT: injecting '", k, "' on rank ", rank, " before step ", step + 1);
   if (k == "kill") std::raise(SIGKILL);
   if (k == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -41,9 +55,8 @@ void inject_fault(int rank, int64_t step) {
 }
 
 int slow_save_ms_for(int rank) {
-  const char* spec = std::getenv("KIRI_FAULT");
-  int r = -1, ms = 0;
-  if (spec && std::sscanf(spec, "slowsave:%d:%d", &r, &ms) == 2 && r == rank) return ms;
+  const std::optional<Fault> f = fault_from_env();
+  if (f && f->kind == "slowsave" && f->rank == rank) return static_cast<int>(f->n);
   return 0;
 }
 

@@ -357,7 +357,7 @@ LossHistory read_loss_history(const std::string& metrics_path) {
   return h;
 }
 
-std::vector<Series> loss_plot_series(const LossHistory& h) {
+std::vector<plot::Series> loss_plot_series(const LossHistory& h) {
   return {{"train", h.steps, h.loss, 0x1f77b4}, {"validation", h.val_steps, h.val_loss, 0xd62728}};
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kiri/comm/communicator.h"
-#include "kiri/train/plot.h"
+#include "kiri/plot/plot.h"
 #include "kiri/train/run_config.h"
 
 namespace kiri::train {
@@ -93,6 +93,6 @@ struct LossHistory {
 };
 LossHistory read_loss_history(const std::string& metrics_path);
 // The curves of the loss plot (train, validation).
-std::vector<Series> loss_plot_series(const LossHistory& h);
+std::vector<plot::Series> loss_plot_series(const LossHistory& h);
 
 }  // namespace kiri::train

@@ -8,27 +8,22 @@
 
 #include <omp.h>
 
-#include <nlohmann/json.hpp>
-
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
-#include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
 #include "kiri/kernels/cpu/peak.h"
-#include "kiri/parallel/pp/schedule.h"
+#include "kiri/plot/plot.h"
 #include "kiri/train/faults.h"
-#include "kiri/train/offload_config.h"
-#include "kiri/train/plot.h"
 #include "kiri/train/run_dir.h"
+#include "kiri/train/step.h"
 
 namespace kiri::train {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 std::string resolve_data_dir(const DataConfig& cfg) {
   if (!cfg.assets.empty()) return cfg.assets;
@@ -115,117 +110,6 @@ void Trainer::build_detaching_tracer() {
     if (world_->tracer() == tracer_.get()) world_->set_tracer(nullptr);
     throw;
   }
-}
-
-void Trainer::build() {
-  check_same_config();  // first: everything after it assumes the ranks agree
-  const TrainConfig& t = cfg_.train;
-  if (auto note = resolve_layout(cfg_.parallel, world_->size());
-      note && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
-    log::info(*note);
-  // The optimizer and the schedule take the scaled rates.
-  if (const std::string note = scale_learning_rate(cfg_.train, global_batch(cfg_));
-      !note.empty() && world_->rank() == 0)
-    log::info(note);
-  check_layout(cfg_, world_->size());  // every layout rule, against this world and model
-  const kiri::Layout layout = layout_of(cfg_);
-  const parallel::MeshShape shape{layout.dp, layout.tp, layout.pp};
-  comm::Options co = world_->options();
-  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
-  co.check_collectives = cfg_.parallel.check_collectives;
-  world_->set_options(co);
-  if (!t.mem_limit.empty()) allocator_.set_limit(parse_bytes(t.mem_limit));
-
-  tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer, resolve_data_dir(cfg_.data));
-  if (cfg_.model.vocab_size == 0) {
-    cfg_.model.vocab_size = tokenizer_->vocab_size();
-    if (!config_json_.empty()) {  // checkpoints store the resolved size
-      json j = json::parse(config_json_);
-      j["model"]["vocab_size"] = cfg_.model.vocab_size;
-      config_json_ = j.dump();
-    }
-  }
-  KIRI_CHECK_KIND(kConfig, cfg_.model.vocab_size >= tokenizer_->vocab_size(),
-                  "model.vocab_size = ", cfg_.model.vocab_size, " is smaller than the ",
-                  tokenizer_->name(), " tokenizer's vocabulary of ", tokenizer_->vocab_size());
-  KIRI_CHECK_KIND(kConfig, t.seq_len <= cfg_.model.block_size, "train.seq_len = ", t.seq_len,
-                  " exceeds model.block_size = ", cfg_.model.block_size);
-  if (advisor_)  // the vocabulary is resolved: the advice can model this run
-    allocator_.set_oom_advice([this](const MemoryStats& s, Category c, int64_t bytes) {
-      try {
-        return advisor_(cfg_, world_->size(), s, c, bytes);
-      } catch (const std::exception& e) {
-        return std::string("(no planner advice: ") + e.what() + ")";
-      }
-    });
-
-  // Rank 0 tokenizes the corpus once and checks every token; the others then map the
-  // checked shards and read only their own samples.
-  std::string shard_dir;
-  data::Dataset ds;
-  if (world_->rank() == 0) {
-    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
-                          t.seq_len, true);
-  }
-  world_->barrier();
-  if (world_->rank() != 0) {
-    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
-    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), cfg_.model.vocab_size,
-                          t.seq_len, false);
-  }
-  if (!cfg_.log.trace.empty()) {
-    // Right after a barrier: the ranks' epochs agree to within its skew.
-    tracer_ = std::make_unique<Tracer>(world_->rank());
-    world_->set_tracer(tracer_.get());  // split() passes it on to the mesh's groups
-  }
-  train_stream_ = std::make_unique<data::SampleStream>(std::move(ds.train), t.seq_len, t.seed);
-  val_stream_ = std::make_unique<data::SampleStream>(std::move(ds.val), t.seq_len, t.seed);
-
-  mesh_ = std::make_unique<parallel::Mesh>(*world_, shape);
-  if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
-    for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})
-      c->set_tracer(tracer_.get());
-  model::ParallelOptions po = model::parallel_options(layout);
-  chunks_ = model::make_gpt_chunks(cfg_.model, shape.pp, mesh_->pp_index(), po.pipeline, t.seq_len,
-                                   &mesh_->tp(), cfg_.parallel.sequence_parallel);
-  po.ddp.bucket_bytes = static_cast<int64_t>(cfg_.parallel.bucket_mb * 1024 * 1024);
-  po.wrap_blocks = cfg_.parallel.wrap_blocks;
-  po.prefetch = cfg_.parallel.prefetch;
-  po.selective = selective_recompute(cfg_.parallel);  // the modules (none unless selective)
-  std::vector<model::GPT<float>*> chunks;
-  for (auto& c : chunks_) chunks.push_back(c.get());
-  check_model_states_fit();
-  open_swap_space();
-  // The layout's rules put the optimizer's states on NVMe first: swap_ is open.
-  if (layout.offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();
-  if (layout.offload.gradients == OffloadTier::kNvme) po.grad_swap = swap_.get();
-  parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
-  optimizer_ = std::make_unique<optim::AdamW>(
-      parallel_->optimizer_state_numel(), parallel_->optimizer_segments(), t.optimizer, allocator_,
-      parallel_->norm_groups(), make_state_offload());
-  optimizer_->initialize(t.seed);
-  parallel_->synchronize_parameters();
-  // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
-  // save's stall is a copy like every later one's, not the kernel faulting in its pages.
-  if (cfg_.checkpoint.async && !cfg_.checkpoint.dir.empty()) reserve_async_staging();
-  if (t.dtype == ComputeDType::kF16) {
-    optim::LossScalerOptions lo;
-    lo.dynamic = t.loss_scale == 0;
-    lo.initial_scale = lo.dynamic ? std::ldexp(1.0, t.initial_scale_power) : t.loss_scale;
-    lo.growth_interval = t.loss_scale_window;
-    lo.min_scale = std::min(t.min_loss_scale, lo.initial_scale);
-    scaler_ = std::make_unique<optim::DynamicLossScaler>(lo);
-  }
-  // A step's rows per rank: micro_batch x the pipeline's micro-batches.
-  const int64_t rows = t.micro_batch * cfg_.parallel.microbatches;
-  inputs_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  targets_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  eval_inputs_ =
-      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  eval_targets_ =
-      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
-  gemm_flops_ = measure_gemm_flops_rate();
 }
 
 void Trainer::set_peak_flops(double flops_per_s) {
@@ -331,63 +215,34 @@ StepMetrics Trainer::train_step() {
   const double wait0 = swap_ ? swap_->wait_seconds() : 0;
   nn::Context ctx{allocator_};
   ctx.poll = parallel_->poller();
-  // A deferred update (offload) zeroes each unit's gradients once it has updated it.
-  if (!parallel_->update_pending()) parallel_->zero_grad();
-  // fp16: the loss (so every gradient) is multiplied by the loss scale;
-  // the optimizer divides it out.
-  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   // Each accumulation step reads the next rows x dp samples of the stream
   // (rows = micro_batch x pipeline micro-batches); this dp rank takes its
   // contiguous slice, so the global batch is the same for any layout.
   const int64_t rows = inputs_.dim(0);
   const int64_t tokens = rows * t.seq_len * t.grad_accum * dp;
-  const double weight = 1.0 / static_cast<double>(tokens);
-  double loss_sum = 0;
-  for (int64_t accum = 0; accum < t.grad_accum; ++accum) {
-    fill_batch(inputs_, targets_, *train_stream_,
-               data_position_ + static_cast<uint64_t>(rank * rows), false);
-    if (sample_observer_)
-      sample_observer_(data_position_ + static_cast<uint64_t>(rank * rows), rows);
+  StepSettings settings;
+  settings.lr = lr_at_step(t, step_);
+  settings.loss_weight = 1.0 / static_cast<double>(tokens);
+  settings.accumulation = t.grad_accum;
+  settings.loss_factor = fault_scale_for(world_->rank(), step_);
+  TrainingStep step(*parallel_, *optimizer_, {tracer_.get(), scaler_.get()});
+  const StepOutcome out = step.run(ctx, inputs_, targets_, settings, [&](int64_t) {
+    const uint64_t first = data_position_ + static_cast<uint64_t>(rank * rows);
+    fill_batch(inputs_, targets_, *train_stream_, first, false);
+    if (sample_observer_) sample_observer_(first, rows);
     data_position_ += static_cast<uint64_t>(rows * dp);
-    loss_sum += parallel_->forward_backward(
-        ctx, inputs_, targets_, weight * loss_scale * fault_scale_for(world_->rank(), step_),
-        accum + 1 == t.grad_accum);
-  }
-  // The last step's deferred update is done (every unit ran forward); its last writes
-  // had the whole backward to land.
-  parallel_->finish_update();
-  const double lr = lr_at_step(t, step_);
-  double norm = 0;
-  // Offloaded, the update overlaps the next forward: it begins here and each unit is
-  // updated when the next forward first needs it (ParallelGPT::defer_update).
-  const bool defer = optimizer_->offloaded();
-  {
-    Tracer::Span span(tracer_.get(), "optimizer", "compute");
-    norm = defer ? optimizer_->clip_and_begin_step(lr, loss_scale)
-                 : optimizer_->clip_and_step(lr, loss_scale);
-  }
-  // A non-finite gradient (an fp16 overflow) skips the update on every rank
-  // alike: the norm is summed over the shard group (stage 0: the gradients
-  // are already identical everywhere).
-  const bool skipped = !std::isfinite(norm);
-  if (scaler_) scaler_->update(!skipped);
-  if (!skipped && defer) {
-    optim::AdamW* o = optimizer_.get();
-    parallel_->defer_update([o](int64_t end) { o->update_through(end); },
-                            [o] { o->finish_step(); });
-  } else if (!skipped) {
-    parallel_->after_optimizer_step();
-  }
+  });
   ++step_;
   const double seconds = timer.seconds();
   // The loss of the global batch, for reporting (after the timed step).
   Tensor loss = Tensor::empty({1}, DType::kF64, Category::kBuffers, allocator_);
-  loss.data<double>()[0] = loss_sum;
+  loss.data<double>()[0] = out.loss_sum;
   if (mesh_->shape().pp > 1)
     mesh_->pp().all_reduce(loss, comm::ReduceOp::kSum);  // the last stage's
   mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
-  StepMetrics m = make_metrics(loss.data<double>()[0] * weight, lr, norm, seconds);
-  m.skipped = skipped;
+  StepMetrics m = make_metrics(loss.data<double>()[0] * settings.loss_weight, settings.lr,
+                               out.grad_norm, seconds);
+  m.skipped = out.skipped;
   if (swap_) {
     m.offload_read_bytes = swap_->bytes_read() - read0;
     m.offload_written_bytes = swap_->bytes_written() - written0;
@@ -395,7 +250,7 @@ StepMetrics Trainer::train_step() {
   }
   if (pipeline) m.bubble = (pipeline->stats() - pipeline_before).bubble();
   if (scaler_) {
-    m.loss_scale = loss_scale;
+    m.loss_scale = out.loss_scale;
     m.skipped_steps = scaler_->skipped_steps();
   }
   add_comm_stats(m);
@@ -559,12 +414,13 @@ void Trainer::run_steps() {
   }
   wait_for_checkpoint();  // the last save is committed before the run ends
   parallel_->finish_update();
-  const std::string plot = plot_path(cfg_.log);
-  if (rank0 && !plot.empty() && !history.steps.empty()) {
+  const std::string plot_file = plot_path(cfg_.log);
+  if (rank0 && !plot_file.empty() && !history.steps.empty()) {
     // The whole run's history, resumed attempts included: the metrics file's.
     if (!cfg_.log.metrics.empty()) history = read_loss_history(cfg_.log.metrics);
-    write_line_plot_png(plot, loss_plot_series(history), "kiri: loss", "step", "loss (nats/token)");
-    log::info("wrote the loss curve ", plot);
+    plot::write_line_plot_png(plot_file, loss_plot_series(history), "kiri: loss", "step",
+                              "loss (nats/token)");
+    log::info("wrote the loss curve ", plot_file);
   }
   write_trace();
 }

@@ -155,8 +155,25 @@ class Trainer {
                   bool sequential);
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
 
+  // Everything, in order (trainer_build.cpp): the pieces below, then the GEMM rate.
   void build();
-  void run_steps();  // run() but for keeping the swap files on an error
+  // dp inferred, the rates scaled for the global batch, the layout and sharding checked.
+  void resolve_and_validate_layout();
+  void apply_communicator_options();  // parallel.timeout_s and check_collectives
+  // data.tokenizer; model.vocab_size resolved from it (and kept in config_json_).
+  void load_tokenizer();
+  void install_oom_advice();  // the advisor on the allocator, once the vocabulary is known
+  data::Dataset open_data();  // rank 0 prepares and checks the shards, then the others map them
+  void start_tracer();        // log.trace: this rank's tracer on the world
+  void build_mesh();
+  // The layout of the config as the model takes it (ParallelConfig -> ParallelOptions).
+  model::ParallelOptions parallel_options() const;
+  // This rank's chunks, the swap space when offloading, and the ParallelGPT over them.
+  void build_model(model::ParallelOptions po);
+  void build_optimizer();    // AdamW, initialised from train.seed; the parameters synchronised
+  void build_loss_scaler();  // fp16 only
+  void allocate_buffers();   // the training and evaluation batches
+  void run_steps();          // run() but for keeping the swap files on an error
   // Before the model states are allocated: kOutOfMemory when their bytes alone (a lower
   // bound: padding left out) exceed train.mem_limit, at once rather than after the
   // minutes of zero-filling that reaching the limit takes on a big model.

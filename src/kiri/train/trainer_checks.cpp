@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiri/base/hash.h"
 #include "kiri/base/units.h"
 #include "kiri/comm/agree.h"
 #include "kiri/train/offload_config.h"
@@ -16,13 +17,6 @@ namespace kiri::train {
 using nlohmann::json;
 
 namespace {
-// FNV-1a: the config's fingerprint that the ranks compare.
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // A value for a message, bounded (a config value is short; a hostile one need not be).
 std::string bounded_dump(const json& j) {
   std::string s = j.dump();
@@ -51,7 +45,7 @@ std::string first_difference(const std::string& mine, const std::string& rank0) 
 
 void Trainer::check_same_config() {
   if (world_->size() == 1) return;
-  const uint64_t hash = fnv1a(config_json_);
+  const uint64_t hash = fnv1a64(config_json_);  // the config's fingerprint
   Tensor mine = Tensor::empty({2}, DType::kI32, Category::kBuffers, allocator_);
   std::memcpy(mine.data<int32_t>(), &hash, sizeof hash);
   Tensor all =

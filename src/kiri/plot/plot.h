@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace kiri::train {
+namespace kiri::plot {
 
 // One curve. x and y have the same length; points where either is NaN or
 // infinite are skipped (the line joins the finite neighbours). A series with
@@ -45,4 +45,4 @@ void write_line_plot_png(const std::string& path, const std::vector<Series>& ser
                          const std::string& title, const std::string& x_label,
                          const std::string& y_label, int width = 800, int height = 500);
 
-}  // namespace kiri::train
+}  // namespace kiri::plot

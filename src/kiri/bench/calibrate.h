@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "kiri/bench/bench.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/kernels/cpu/peak.h"
-#include "kiri/train/bench.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 // FLOP/s of an n x n x n fp32 GEMM (oneDNN sgemm) on `threads` OpenMP threads: the best of
 // `reps` after a warm-up.
@@ -50,4 +50,4 @@ double measure_gradient_seconds(int64_t n, int reps = 5);
 // AdamW; random tokens), on one OpenMP thread.
 double measure_step_seconds(const BenchSpec& spec);
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

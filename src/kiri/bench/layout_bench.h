@@ -12,11 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "kiri/bench/bench.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/model/parallelize.h"
-#include "kiri/train/bench.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 struct LayoutBenchResult {
   std::string name;
@@ -37,7 +37,7 @@ struct LayoutBenchResult {
 };
 
 // Runs every layout for `rounds` rounds of spec.warmup_steps + spec.steps
-// steps each (train::time_parallel_steps, every rank of world a dp rank) in
+// steps each (bench::time_parallel_steps, every rank of world a dp rank) in
 // round-robin order. Collective: every rank calls it with the same arguments.
 std::vector<LayoutBenchResult> run_layout_bench(
     comm::Communicator& world, const BenchSpec& spec,
@@ -101,4 +101,4 @@ std::vector<MeshLayoutResult> run_mesh_layout_bench(comm::Communicator& world,
                                                     const std::vector<MeshLayout>& layouts,
                                                     int rounds);
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

@@ -1,4 +1,4 @@
-#include "kiri/train/plot.h"
+#include "kiri/plot/plot.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 
 #include "kiri/base/error.h"
 
-namespace kiri::train {
+namespace kiri::plot {
 namespace {
 
 uint32_t be32(const std::string& s, size_t at) {
@@ -180,4 +180,4 @@ TEST_F(PlotTest, UnwritablePathIsAnIoError) {
 }
 
 }  // namespace
-}  // namespace kiri::train
+}  // namespace kiri::plot

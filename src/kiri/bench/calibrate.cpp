@@ -1,4 +1,4 @@
-#include "kiri/train/calibrate.h"
+#include "kiri/bench/calibrate.h"
 
 #include <omp.h>
 
@@ -6,18 +6,15 @@
 #include <cstring>
 #include <memory>
 
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
+#include "kiri/bench/ddp_bench.h"
 #include "kiri/comm/self.h"
 #include "kiri/kernels/cpu/ops.h"
-#include "kiri/train/ddp_bench.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // `n` OpenMP threads while alive (the non-GEMM measurements take one: a planner device is
 // one core, a rank of one thread).
@@ -157,4 +154,4 @@ double measure_step_seconds(const BenchSpec& spec) {
   return median(t.step_s);
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

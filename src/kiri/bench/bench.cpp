@@ -1,19 +1,23 @@
-#include "kiri/train/bench.h"
+#include "kiri/bench/bench.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "kiri/base/rng.h"
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
+#include "kiri/comm/self.h"
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/kernels/cpu/peak.h"
-#include "kiri/nn/parameter_store.h"
+#include "kiri/model/parallelize.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/train/metrics.h"
+#include "kiri/train/step.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
 
@@ -63,11 +67,6 @@ BenchSpec bench_preset(const std::string& name) {
 }
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One GEMM of the step: C[M,N] (+)= op(A) op(B) with the model's transposes.
 struct GemmShape {
@@ -148,33 +147,45 @@ double time_step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
 
 }  // namespace
 
+void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& targets) {
+  int32_t* x = inputs.data<int32_t>();
+  int32_t* y = targets.data<int32_t>();
+  for (int64_t i = 0; i < inputs.numel(); ++i) {
+    x[i] = static_cast<int32_t>(rng.below(vocab_size));
+    y[i] = static_cast<int32_t>(rng.below(vocab_size));
+  }
+}
+
 BenchResult run_training_bench(const BenchSpec& spec) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(spec.threads);
   BenchResult r;
   r.spec = spec;
   {
+    // One process: the 1x1x1 layout, stage 0 (no communication).
+    std::unique_ptr<comm::Communicator> self = comm::self_communicator();
+    parallel::Mesh mesh(*self, {1, 1, 1});
     Allocator allocator;
     model::GPT<float> model(spec.model);
-    nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
-    store.initialize(1234);
-    optim::AdamW opt(store, optim::AdamWConfig{}, allocator);
+    model::ParallelGPT pm(model, mesh, {}, allocator);
+    optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{},
+                     allocator, pm.norm_groups());
+    opt.initialize(spec.init_seed);
+    pm.synchronize_parameters();
+    train::TrainingStep step(pm, opt);
     Tensor x = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
     Tensor y = Tensor::empty({spec.batch, spec.seq}, DType::kI32, Category::kBuffers, allocator);
-    Rng rng(42);
+    Rng rng(spec.data_seed);
     nn::Context ctx{allocator};
-    const double weight = 1.0 / double(x.numel());
+    ctx.poll = pm.poller();
+    train::StepSettings settings;
+    settings.lr = spec.lr;
+    settings.loss_weight = 1.0 / double(x.numel());
     std::vector<double> times;
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
-        y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(spec.model.vocab_size));
-      }
+      fill_random_tokens(rng, spec.model.vocab_size, x, y);  // outside the timed step
       Timer timer;
-      store.zero_grad();
-      const double loss = model.forward(ctx, x, y, weight) * weight;
-      model.backward(ctx);
-      opt.clip_and_step(3e-4);
+      const double loss = step.run(ctx, x, y, settings).loss_sum * settings.loss_weight;
       if (s >= spec.warmup_steps) times.push_back(timer.seconds());
       if (s == 0) r.loss_first = loss;
       r.loss_last = loss;
@@ -183,14 +194,14 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   }
   r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
   r.gemm_step_s = time_step_gemms(spec.model, spec.batch, spec.seq);
-  r.gemm_flops = measure_gemm_flops_rate();
+  r.gemm_flops = train::measure_gemm_flops_rate();
   r.peak_flops =
       spec.peak_flops > 0 ? spec.peak_flops : kernels::peak_flops(DType::kF32, spec.threads);
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
-  r.mfu = model_flops_utilization(model_flops_per_s, r.peak_flops);
-  r.mfu_gemm = model_flops_utilization(model_flops_per_s, r.gemm_flops);
+  r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
+  r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
   omp_set_num_threads(saved_threads);
   return r;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

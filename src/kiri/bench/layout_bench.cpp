@@ -1,4 +1,4 @@
-#include "kiri/train/layout_bench.h"
+#include "kiri/bench/layout_bench.h"
 
 #include <algorithm>
 #include <memory>
@@ -7,21 +7,18 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/rng.h"
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
+#include "kiri/bench/ddp_bench.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/parallel/mesh.h"
 #include "kiri/parallel/pp/schedule.h"
-#include "kiri/train/ddp_bench.h"
+#include "kiri/train/step.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // What one run of a mesh layout measured on this rank.
 struct MeshRun {
@@ -124,17 +121,17 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   model::ParallelGPT pm(chunks, mesh, l.options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
                    pm.norm_groups());
-  opt.initialize(1234);
+  opt.initialize(spec.init_seed);
   pm.synchronize_parameters();
   const int64_t rows = l.micro_batch * po.microbatches;
   Tensor x = Tensor::empty({rows, spec.seq}, DType::kI32, Category::kBuffers, alloc);
   Tensor y = Tensor::empty({rows, spec.seq}, DType::kI32, Category::kBuffers, alloc);
-  Rng rng(42 + static_cast<uint64_t>(mesh.dp_index()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-    y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-  }
-  const double weight = 1.0 / double(rows * spec.seq * l.shape.dp);
+  Rng rng(spec.data_seed + static_cast<uint64_t>(mesh.dp_index()));
+  fill_random_tokens(rng, cfg.vocab_size, x, y);
+  train::StepSettings settings;
+  settings.lr = spec.lr;
+  settings.loss_weight = 1.0 / double(rows * spec.seq * l.shape.dp);
+  train::TrainingStep train_step(pm, opt, {.tracer = &tracer});
   nn::Context ctx{alloc};
   ctx.poll = pm.poller();
   model::Pipeline* pipeline = pm.pipeline();
@@ -148,13 +145,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
     Timer t;
     {
       Tracer::Span step(&tracer, "step " + std::to_string(s + 1), "step", Tracer::Lane::kStep);
-      pm.zero_grad();
-      pm.forward_backward(ctx, x, y, weight, true);
-      {
-        Tracer::Span span(&tracer, "optimizer", "compute");
-        opt.clip_and_step(3e-4);
-      }
-      pm.after_optimizer_step();
+      train_step.run(ctx, x, y, settings);
     }
     const double st = t.seconds();
     const int64_t t1 = tracer.now_us();
@@ -305,4 +296,4 @@ std::vector<MeshLayoutResult> run_mesh_layout_bench(comm::Communicator& world,
   return out;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

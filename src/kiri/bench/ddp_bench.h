@@ -8,11 +8,11 @@
 #include <array>
 #include <vector>
 
+#include "kiri/bench/bench.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/model/parallelize.h"
-#include "kiri/train/bench.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 struct DdpBenchResult {
   int ranks = 1;
@@ -41,4 +41,4 @@ struct ParallelStepTimes {
 ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec& spec,
                                       const model::ParallelOptions& options);
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

@@ -5,7 +5,7 @@
 // column.
 #include <cstdint>
 
-namespace kiri::train {
+namespace kiri::plot {
 
 inline constexpr int kGlyphWidth = 5;
 inline constexpr int kGlyphHeight = 8;                 // 7 + a descender row
@@ -14,4 +14,4 @@ inline constexpr int kGlyphAdvance = kGlyphWidth + 1;  // one column of spacing
 // The rows of `c`'s glyph; characters outside 32..126 map to '?'.
 const uint8_t* glyph_rows(char c);
 
-}  // namespace kiri::train
+}  // namespace kiri::plot

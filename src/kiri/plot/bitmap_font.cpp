@@ -1,6 +1,6 @@
-#include "kiri/train/bitmap_font.h"
+#include "kiri/plot/bitmap_font.h"
 
-namespace kiri::train {
+namespace kiri::plot {
 
 namespace {
 
@@ -115,4 +115,4 @@ const uint8_t* glyph_rows(char c) {
   return kGlyphs[code - kFirst];
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::plot

@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <string>
 
+#include "kiri/base/rng.h"
 #include "kiri/model/gpt.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 struct BenchSpec {
   std::string name;
@@ -19,6 +20,11 @@ struct BenchSpec {
   int warmup_steps = 2;
   int steps = 5;
   double peak_flops = 0;  // MFU's denominator, FLOP/s (--peak-flops); 0 = measured
+  // The step's settings: the weights' seed, the random tokens' seed (dp rank r draws from
+  // data_seed + r) and AdamW's learning rate.
+  uint64_t init_seed = 1234;
+  uint64_t data_seed = 42;
+  double lr = 3e-4;
 };
 
 struct BenchResult {
@@ -40,4 +46,8 @@ struct BenchResult {
 BenchSpec bench_preset(const std::string& name);
 BenchResult run_training_bench(const BenchSpec& spec);
 
-}  // namespace kiri::train
+// Inputs and targets (I32, the same shape) of uniformly random tokens below vocab_size,
+// drawn from rng element by element: inputs[i], then targets[i].
+void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& targets);
+
+}  // namespace kiri::bench

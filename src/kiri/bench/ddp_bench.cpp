@@ -1,22 +1,19 @@
-#include "kiri/train/ddp_bench.h"
+#include "kiri/bench/ddp_bench.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "kiri/base/rng.h"
+#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/model/parallelize.h"
 #include "kiri/nn/parameter_store.h"
 #include "kiri/optim/adamw.h"
+#include "kiri/train/step.h"
 
-namespace kiri::train {
+namespace kiri::bench {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // A 1-layer, 8-wide model with the same vocabulary: a Replica that only
 // provides the batch needs no full model.
@@ -40,14 +37,11 @@ struct Replica {
       : model(with_model ? s.model : tiny_stand_in(s.model)),
         store(model.parameters(), DType::kF32, alloc),
         opt(store, optim::AdamWConfig{}, alloc) {
-    store.initialize(1234);
+    store.initialize(s.init_seed);
     x = Tensor::empty({s.batch, s.seq}, DType::kI32, Category::kBuffers, alloc);
     y = Tensor::empty({s.batch, s.seq}, DType::kI32, Category::kBuffers, alloc);
-    Rng rng(42 + static_cast<uint64_t>(rank));
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      x.data<int32_t>()[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
-      y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
-    }
+    Rng rng(s.data_seed + static_cast<uint64_t>(rank));
+    fill_random_tokens(rng, s.model.vocab_size, x, y);
   }
 };
 
@@ -83,25 +77,21 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   model::ParallelGPT pm(model, mesh, options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
                    pm.norm_groups());
-  opt.initialize(1234);
+  opt.initialize(spec.init_seed);
   pm.synchronize_parameters();
   Replica data(spec, world.rank(), /*with_model=*/false);
   nn::Context ctx{alloc};
   ctx.poll = pm.poller();
+  train::TrainingStep step(pm, opt, {.time_backward = true});
+  train::StepSettings settings;
+  settings.lr = spec.lr;
+  settings.loss_weight = weight;
   const int total = spec.warmup_steps + spec.steps;
   for (int s = 0; s < total; ++s) {
     world.barrier();
     if (s == total - 1) mesh.dp().reset_stats();
     Timer t;
-    pm.zero_grad();
-    pm.begin_micro_batch(true);
-    model.forward(ctx, data.x, data.y, weight);
-    Timer b;
-    model.backward(ctx);
-    pm.end_micro_batch();
-    const double bs = b.seconds();
-    opt.clip_and_step(3e-4);
-    pm.after_optimizer_step();
+    const double bs = step.run(ctx, data.x, data.y, settings).backward_s;
     const double st = t.seconds();
     if (s >= spec.warmup_steps) {
       out.backward_s.push_back(bs);
@@ -143,7 +133,7 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
       plain.model.forward(ctx, plain.x, plain.y, weight);
       plain.model.backward(ctx);
       naive_sync(world, plain.store, plain.alloc);
-      plain.opt.clip_and_step(3e-4);
+      plain.opt.clip_and_step(spec.lr);
       const double n_s = n.seconds();
       if (s >= spec.warmup_steps) {
         bwd.push_back(b);
@@ -167,4 +157,4 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
   return r;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::bench

@@ -1,4 +1,4 @@
-#include "kiri/train/plot.h"
+#include "kiri/plot/plot.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -12,9 +12,9 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
-#include "kiri/train/bitmap_font.h"
+#include "kiri/plot/bitmap_font.h"
 
-namespace kiri::train {
+namespace kiri::plot {
 
 namespace {
 
@@ -419,4 +419,4 @@ void write_line_plot_png(const std::string& path, const std::vector<Series>& ser
   write_file_atomic(path, png);
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::plot

@@ -1,0 +1,181 @@
+// Trainer::build, along its seams: each piece below runs once, in build()'s order.
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "kiri/base/log.h"
+#include "kiri/base/units.h"
+#include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/offload_config.h"
+#include "kiri/train/trainer.h"
+
+namespace kiri::train {
+
+using nlohmann::json;
+
+void Trainer::build() {
+  check_same_config();  // first: everything after it assumes the ranks agree
+  resolve_and_validate_layout();
+  apply_communicator_options();
+  if (!cfg_.train.mem_limit.empty()) allocator_.set_limit(parse_bytes(cfg_.train.mem_limit));
+  load_tokenizer();
+  install_oom_advice();
+  data::Dataset ds = open_data();
+  start_tracer();
+  train_stream_ = std::make_unique<data::SampleStream>(std::move(ds.train), cfg_.train.seq_len,
+                                                       cfg_.train.seed);
+  val_stream_ =
+      std::make_unique<data::SampleStream>(std::move(ds.val), cfg_.train.seq_len, cfg_.train.seed);
+  build_mesh();
+  build_model(parallel_options());
+  build_optimizer();
+  // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
+  // save's stall is a copy like every later one's, not the kernel faulting in its pages.
+  if (cfg_.checkpoint.async && !cfg_.checkpoint.dir.empty()) reserve_async_staging();
+  build_loss_scaler();
+  allocate_buffers();
+  gemm_flops_ = measure_gemm_flops_rate();
+}
+
+void Trainer::resolve_and_validate_layout() {
+  if (auto note = resolve_layout(cfg_.parallel, world_->size());
+      note && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
+    log::info(*note);
+  // The optimizer and the schedule take the scaled rates.
+  if (const std::string note = scale_learning_rate(cfg_.train, global_batch(cfg_));
+      !note.empty() && world_->rank() == 0)
+    log::info(note);
+  check_layout(cfg_, world_->size());  // every layout rule, against this world and model
+}
+
+void Trainer::apply_communicator_options() {
+  comm::Options co = world_->options();
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
+  co.check_collectives = cfg_.parallel.check_collectives;
+  world_->set_options(co);
+}
+
+void Trainer::load_tokenizer() {
+  tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer, resolve_data_dir(cfg_.data));
+  if (cfg_.model.vocab_size == 0) {
+    cfg_.model.vocab_size = tokenizer_->vocab_size();
+    if (!config_json_.empty()) {  // checkpoints store the resolved size
+      json j = json::parse(config_json_);
+      j["model"]["vocab_size"] = cfg_.model.vocab_size;
+      config_json_ = j.dump();
+    }
+  }
+  KIRI_CHECK_KIND(kConfig, cfg_.model.vocab_size >= tokenizer_->vocab_size(),
+                  "model.vocab_size = ", cfg_.model.vocab_size, " is smaller than the ",
+                  tokenizer_->name(), " tokenizer's vocabulary of ", tokenizer_->vocab_size());
+  KIRI_CHECK_KIND(kConfig, cfg_.train.seq_len <= cfg_.model.block_size,
+                  "train.seq_len = ", cfg_.train.seq_len,
+                  " exceeds model.block_size = ", cfg_.model.block_size);
+}
+
+void Trainer::install_oom_advice() {
+  if (!advisor_) return;
+  // The vocabulary is resolved: the advice can model this run.
+  allocator_.set_oom_advice([this](const MemoryStats& s, Category c, int64_t bytes) {
+    try {
+      return advisor_(cfg_, world_->size(), s, c, bytes);
+    } catch (const std::exception& e) {
+      return std::string("(no planner advice: ") + e.what() + ")";
+    }
+  });
+}
+
+data::Dataset Trainer::open_data() {
+  // Rank 0 tokenizes the corpus once and checks every token; the others then map the
+  // checked shards and read only their own samples.
+  const int64_t vocab = cfg_.model.vocab_size, seq_len = cfg_.train.seq_len;
+  std::string shard_dir;
+  data::Dataset ds;
+  if (world_->rank() == 0) {
+    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
+    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), vocab, seq_len, true);
+  }
+  world_->barrier();
+  if (world_->rank() != 0) {
+    shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
+    ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), vocab, seq_len, false);
+  }
+  return ds;
+}
+
+void Trainer::start_tracer() {
+  if (cfg_.log.trace.empty()) return;
+  // Right after a barrier: the ranks' epochs agree to within its skew.
+  tracer_ = std::make_unique<Tracer>(world_->rank());
+  world_->set_tracer(tracer_.get());  // split() passes it on to the mesh's groups
+}
+
+void Trainer::build_mesh() {
+  mesh_ = std::make_unique<parallel::Mesh>(
+      *world_, parallel::MeshShape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp});
+  if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
+    for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})
+      c->set_tracer(tracer_.get());
+}
+
+// The one layout's options (model::parallel_options), with what only the trainer knows: the
+// bucket size, wrapping, prefetch and the selective recomputation's modules.
+model::ParallelOptions Trainer::parallel_options() const {
+  const ParallelConfig& p = cfg_.parallel;
+  model::ParallelOptions po = model::parallel_options(layout_of(cfg_));
+  po.ddp.bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
+  po.wrap_blocks = p.wrap_blocks;
+  po.prefetch = p.prefetch;
+  po.selective = selective_recompute(p);  // the modules (none unless selective)
+  return po;
+}
+
+void Trainer::build_model(model::ParallelOptions po) {
+  const int pp = mesh_->shape().pp;
+  chunks_ =
+      model::make_gpt_chunks(cfg_.model, pp, mesh_->pp_index(), po.pipeline, cfg_.train.seq_len,
+                             &mesh_->tp(), cfg_.parallel.sequence_parallel);
+  std::vector<model::GPT<float>*> chunks;
+  for (auto& c : chunks_) chunks.push_back(c.get());
+  check_model_states_fit();
+  open_swap_space();
+  // The layout's rules put the optimizer's states on NVMe first: swap_ is open.
+  const kiri::Layout layout = layout_of(cfg_);
+  if (layout.offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();
+  if (layout.offload.gradients == OffloadTier::kNvme) po.grad_swap = swap_.get();
+  parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
+}
+
+void Trainer::build_optimizer() {
+  const TrainConfig& t = cfg_.train;
+  optimizer_ = std::make_unique<optim::AdamW>(
+      parallel_->optimizer_state_numel(), parallel_->optimizer_segments(), t.optimizer, allocator_,
+      parallel_->norm_groups(), make_state_offload());
+  optimizer_->initialize(t.seed);
+  parallel_->synchronize_parameters();
+}
+
+void Trainer::build_loss_scaler() {
+  const TrainConfig& t = cfg_.train;
+  if (t.dtype != ComputeDType::kF16) return;
+  optim::LossScalerOptions lo;
+  lo.dynamic = t.loss_scale == 0;
+  lo.initial_scale = lo.dynamic ? std::ldexp(1.0, t.initial_scale_power) : t.loss_scale;
+  lo.growth_interval = t.loss_scale_window;
+  lo.min_scale = std::min(t.min_loss_scale, lo.initial_scale);
+  scaler_ = std::make_unique<optim::DynamicLossScaler>(lo);
+}
+
+void Trainer::allocate_buffers() {
+  const TrainConfig& t = cfg_.train;
+  // A step's rows per rank: micro_batch x the pipeline's micro-batches.
+  const int64_t rows = t.micro_batch * cfg_.parallel.microbatches;
+  inputs_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  targets_ = Tensor::empty({rows, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  eval_inputs_ =
+      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+  eval_targets_ =
+      Tensor::empty({t.micro_batch, t.seq_len}, DType::kI32, Category::kBuffers, allocator_);
+}
+
+}  // namespace kiri::train
