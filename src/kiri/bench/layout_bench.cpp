@@ -28,7 +28,8 @@ struct MeshRun {
   Tracer::BusyStats busy;         // summed over the windows
   std::map<std::string, double> op_us, group_us;
   int64_t peak_total = 0;
-  int stage = 0;             // this rank's pipeline stage ...
+  std::array<int64_t, kNumCategories> peak_bytes{};  // this rank's allocator peak per category
+  int stage = 0;                                     // this rank's pipeline stage ...
   bool stage_first = false;  // ... and whether it is the stage's first rank (dp 0, tp 0)
   std::vector<double> stage_step_compute_s;  // per round: this stage's compute per step
 };
@@ -114,8 +115,8 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   parallel::Mesh mesh(world, l.shape);
   for (comm::Communicator* c : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) c->set_tracer(&tracer);
   Allocator alloc;
-  std::vector<std::unique_ptr<model::GPT<float>>> owned =
-      model::make_gpt_chunks(cfg, l.shape.pp, mesh.pp_index(), po, spec.seq, &mesh.tp());
+  std::vector<std::unique_ptr<model::GPT<float>>> owned = model::make_gpt_chunks(
+      cfg, l.shape.pp, mesh.pp_index(), po, spec.seq, &mesh.tp(), l.sequence_parallel);
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : owned) chunks.push_back(c.get());
   model::ParallelGPT pm(chunks, mesh, l.options, alloc);
@@ -171,6 +172,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   }
   comm_time_per_op(tracer, windows, out);
   out.peak_total = alloc.stats().peak_allocated;
+  for (int c = 0; c < kNumCategories; ++c) out.peak_bytes[c] = alloc.stats().peak[c];
   out.stage = mesh.pp_index();
   out.stage_first = mesh.dp_index() == 0 && mesh.tp_index() == 0;
   if (out.pipeline.runs > 0)
@@ -246,6 +248,8 @@ std::vector<MeshLayoutResult> run_mesh_layout_bench(comm::Communicator& world,
       for (auto& [k, v] : r.op_us) p.op_us[k] += v;
       for (auto& [k, v] : r.group_us) p.group_us[k] += v;
       p.peak_total = std::max(p.peak_total, r.peak_total);
+      for (int c = 0; c < kNumCategories; ++c)
+        p.peak_bytes[c] = std::max(p.peak_bytes[c], r.peak_bytes[c]);
       p.stage = r.stage;
       p.stage_first = r.stage_first;
       p.stage_step_compute_s.insert(p.stage_step_compute_s.end(), r.stage_step_compute_s.begin(),
@@ -292,6 +296,7 @@ std::vector<MeshLayoutResult> run_mesh_layout_bench(comm::Communicator& world,
     for (auto& [k, v] : p.op_us) r.comm_share_by_op[k] = v / span;
     for (auto& [k, v] : p.group_us) r.comm_share_by_group[k] = v / span;
     r.peak_total = p.peak_total;
+    r.peak_bytes = p.peak_bytes;
   }
   return out;
 }

@@ -56,6 +56,7 @@ struct MeshLayout {
   model::ParallelOptions options;  // options.pipeline: schedule and m
   int64_t micro_batch = 8;         // rows of one micro-batch on one dp rank
   int64_t vocab_size = 0;          // > 0: replaces spec.model's (a balanced pipeline)
+  bool sequence_parallel = false;  // Megatron's (tp > 1): the norms' rows split over tp
 };
 
 struct MeshLayoutResult {
@@ -90,6 +91,7 @@ struct MeshLayoutResult {
   // bucketed all-reduce) may run under compute.
   std::map<std::string, double> comm_share_by_op, comm_share_by_group;
   int64_t peak_total = 0;  // rank 0's allocator peak, all categories (largest over rounds)
+  std::array<int64_t, kNumCategories> peak_bytes{};  // ... and per category
 };
 
 // Runs every layout for `rounds` rounds of spec.warmup_steps + spec.steps

@@ -26,7 +26,7 @@ namespace kiri::cli {
 
 // kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
 // step time against its GEMMs' time (bench/run.sh puts PyTorch beside it).
-// --ddp, --zero, --dtypes and --layouts select the data-parallel and layout
+// --ddp, --zero, --dtypes, --layouts and --activations select the data-parallel and layout
 // benchmarks.
 namespace {
 // kiri launch -n N -- bench --ddp: one JSON line from rank 0.
@@ -269,6 +269,83 @@ int mesh_layout_bench(const Args& a) {
   }
   return 0;
 }
+
+// kiri launch -n N --threads 1 -- bench --activations: tensor parallelism over the N ranks
+// (tp N, micro-batch = the config's batch), plain against sequence parallelism, selective
+// recomputation (Megatron's default core_attn, and every module) and full recomputation.
+// One JSON line per layout from rank 0: step time, its ratio to plain tp, and rank 0's
+// allocator peak of activations and of everything (bench/activations.sh puts the planner's
+// predictions beside them).
+int activation_bench(const Args& a) {
+  World world = make_world();
+  comm::Options o = world.comm->options();
+  o.check_collectives = !a.flag("no-check");
+  world.comm->set_options(o);
+  const bench::BenchSpec spec = layout_spec(a, 5);
+  const int rounds = static_cast<int>(a.get_int("rounds", 3));
+  const int n = world.comm->size();
+  KIRI_CHECK_KIND(kConfig, n > 1, "bench --activations: tensor parallelism needs 2 or more ranks ",
+                  "(kiri launch -n 2 --threads 1 -- bench --activations), got ", n);
+  const std::string tp = "tp" + std::to_string(n);
+  model::SelectiveRecompute core, all;
+  core.core_attn = all.core_attn = all.layernorm = all.mlp_act = true;
+  model::ParallelOptions none, sel_core, sel_all, full;
+  sel_core.selective = core;
+  sel_all.selective = all;
+  full.checkpoint_every = 1;
+  std::vector<bench::MeshLayout> layouts;
+  auto add = [&](const std::string& suffix, const model::ParallelOptions& po, bool sp) {
+    bench::MeshLayout l{tp + suffix, {1, n, 1}, po, spec.batch};
+    l.sequence_parallel = sp;
+    layouts.push_back(l);
+  };
+  add("", none, false);
+  add("-sp", none, true);
+  add("-selective", sel_core, false);
+  add("-selective-all", sel_all, false);
+  add("-sp-selective-all", sel_all, true);
+  add("-full", full, false);
+  add("-sp-full", full, true);
+  if (const auto only = a.get("only")) {
+    std::erase_if(layouts, [&](const bench::MeshLayout& l) { return l.name != *only; });
+    KIRI_CHECK_KIND(kConfig, !layouts.empty(), "bench --activations: no layout named ", *only);
+  }
+  auto results = bench::run_mesh_layout_bench(*world.comm, spec, layouts, rounds);
+  if (world.comm->rank() != 0) return 0;
+  const double first = results.front().step_s;
+  for (const bench::MeshLayoutResult& r : results) {
+    const bench::MeshLayout& l = r.layout;
+    const model::SelectiveRecompute& sr = l.options.selective;
+    std::vector<std::string> modules;
+    if (sr.core_attn) modules.push_back("core_attn");
+    if (sr.layernorm) modules.push_back("layernorm");
+    if (sr.mlp_act) modules.push_back("mlp_act");
+    const char* recompute = l.options.checkpoint_every > 0 ? "full"
+                            : sr.any()                     ? "selective"
+                                                           : "none";
+    nlohmann::json j = {
+        {"impl", "kiri-activations"},
+        {"config", spec.name},
+        {"layout", l.name},
+        {"ranks", n},
+        {"threads", omp_get_max_threads()},
+        {"tp", l.shape.tp},
+        {"sequence_parallel", l.sequence_parallel},
+        {"activation_checkpointing", recompute},
+        {"recompute_modules", modules},
+        {"micro_batch", l.micro_batch},
+        {"seq_len", spec.seq},
+        {"rounds", rounds},
+        {"timed_steps", r.timed_steps},
+        {"step_s", r.step_s},
+        {"vs_" + results.front().layout.name, r.step_s / first},
+        {"activations_peak_bytes", r.peak_bytes[static_cast<int>(Category::kActivations)]},
+        {"peak_bytes", r.peak_total},
+        {"check_collectives", o.check_collectives}};
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
@@ -277,6 +354,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (a.flag("zero")) return zero_bench(a);
   if (a.flag("dtypes")) return dtype_bench(a);
   if (a.flag("layouts")) return mesh_layout_bench(a);
+  if (a.flag("activations")) return activation_bench(a);
   std::vector<std::string> configs = a.all("config");
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");

@@ -155,14 +155,17 @@ VerbSpec bench_verb() {
        {"--threads", K::kRepeated, "T", "1 and 2 (1 with --dtypes, --layouts)", "OpenMP threads"},
        {"--steps", K::kValue, "N", "the config's", "timed steps"},
        {"--warmup", K::kValue, "N", "the config's", "untimed steps first"},
-       {"--rounds", K::kValue, "N", "3", "rounds of every layout (--zero, --dtypes, --layouts)"},
-       {"--only", K::kValue, "NAME", "all", "--layouts: the one layout to time"},
+       {"--rounds", K::kValue, "N", "3",
+        "rounds of every layout (--zero, --dtypes, --layouts, --activations)"},
+       {"--only", K::kValue, "NAME", "all", "--layouts, --activations: the one layout to time"},
        {"--peak-flops", K::kValue, "FLOPS", "measured (FMA loop)",
         "MFU's peak per process in FLOP/s (docs/metrics.md)"},
        {"--ddp", K::kFlag, "", "", "DDP's overlapped all-reduce against the naive one"},
        {"--zero", K::kFlag, "", "", "ZeRO stages 0-3 (and 3 without prefetch) as dp ranks"},
        {"--dtypes", K::kFlag, "", "", "fp32 against bf16, fp16 and fp32 with recomputation"},
        {"--layouts", K::kFlag, "", "", "dp, tp and pp (GPipe, 1F1B) layouts of the world"},
+       {"--activations", K::kFlag, "", "",
+        "tp over the world: sequence parallelism, selective and full recomputation"},
        {"--no-check", K::kFlag, "", "", "skip the collectives' cross-rank check"}}};
 }
 

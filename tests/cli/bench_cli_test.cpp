@@ -1,0 +1,54 @@
+// kiri bench --activations end to end (bench/activations.sh's numbers): seven tp layouts
+// over 2 ranks, one JSON line each, whose activation peaks order as their recomputation.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run_kiri.h"
+
+namespace {
+
+using kiri::testing::Result;
+using kiri::testing::run_kiri;
+
+TEST(CliBench, ActivationsNeedsTensorParallelRanks) {
+  const Result r = run_kiri("bench --activations --config tiny --steps 1 --rounds 1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("tensor parallelism needs 2 or more ranks"), std::string::npos)
+      << r.output;
+}
+
+// Seven short runs of tiny on 2 ranks: about 10 s here, labelled slow (not under ASan).
+TEST(CliBenchSlow, ActivationsOrdersThePeaksByWhatIsKept) {
+  const Result r = run_kiri(
+      "launch -n 2 --threads 1 -- bench --activations --config tiny --steps 1 --warmup 0 "
+      "--rounds 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::map<std::string, nlohmann::json> rows;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') {
+      nlohmann::json j = nlohmann::json::parse(line);
+      rows[j["layout"].get<std::string>()] = j;
+    }
+  ASSERT_EQ(rows.size(), 7u) << r.output;
+  auto act = [&](const std::string& l) {
+    return rows.at(l)["activations_peak_bytes"].get<double>();
+  };
+  // Each layout keeps a subset of the one before it: its peak is lower.
+  EXPECT_LT(act("tp2-sp"), act("tp2"));
+  EXPECT_LT(act("tp2-selective"), act("tp2"));  // core_attn frees the log-sum-exp
+  EXPECT_LT(act("tp2-selective-all"), act("tp2-selective"));
+  EXPECT_LT(act("tp2-sp-selective-all"), act("tp2-selective-all"));
+  EXPECT_LT(act("tp2-full"), act("tp2-selective-all"));
+  EXPECT_LT(act("tp2-sp-full"), act("tp2-full"));
+  EXPECT_EQ(rows.at("tp2")["vs_tp2"].get<double>(), 1.0);
+  EXPECT_EQ(rows.at("tp2-sp-selective-all")["recompute_modules"].size(), 3u);
+  EXPECT_TRUE(rows.at("tp2-sp-full")["sequence_parallel"].get<bool>());
+}
+
+}  // namespace
