@@ -131,12 +131,22 @@ void sequence_parallel_bytes(comm::Communicator& world, LayoutCase k) {
     Trainer t(layout_config(c, 1, k.tp, 1, 2, k.microbatches), world);
     comm::Communicator& tp = t.mesh().tp();
     tp.reset_stats();
-    t.train_step();
+    const StepMetrics m = t.train_step();
     int64_t bytes = 0;
     for (int i = 0; i < comm::kNumOpKinds; ++i) {
       const comm::OpStats s = tp.stats(static_cast<comm::OpKind>(i));
       bytes += s.bytes_sent;
       calls->push_back(s.calls);
+    }
+    // The step's metrics (metrics.jsonl's `comm`) count the tp group too: only it gathers
+    // and reduce-scatters here, so those kinds agree with it call for call and byte for byte.
+    for (comm::OpKind o : {comm::OpKind::kAllGather, comm::OpKind::kReduceScatter}) {
+      const comm::OpStats s = tp.stats(o);
+      comm::OpStats in_metrics;
+      for (const auto& [name, st] : m.comm)
+        if (name == comm::op_kind_name(o)) in_metrics = st;
+      EXPECT_EQ(in_metrics.calls, s.calls) << comm::op_kind_name(o);
+      EXPECT_EQ(in_metrics.bytes_sent, s.bytes_sent) << comm::op_kind_name(o);
     }
     return bytes;
   };

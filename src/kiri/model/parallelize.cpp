@@ -332,6 +332,15 @@ std::vector<comm::Communicator*> ParallelGPT::norm_groups() {
   return out;
 }
 
+std::vector<comm::Communicator*> ParallelGPT::communicators() {
+  std::vector<comm::Communicator*> out{&mesh_.world(), &mesh_.dp()};
+  if (mesh_.shape().tp > 1) out.push_back(&mesh_.tp());
+  if (mesh_.shape().pp > 1) out.push_back(&mesh_.pp());
+  for (comm::Communicator* g : {shard_group_.get(), replica_group_.get(), embedding_group_.get()})
+    if (g) out.push_back(g);
+  return out;
+}
+
 std::function<void()> ParallelGPT::poller() {
   if (sharded_) return [this] { sharded_->progress(); };
   if (!ddp_ && !pipeline_) return {};

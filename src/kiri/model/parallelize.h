@@ -76,6 +76,10 @@ class ParallelGPT {
   std::vector<int> optimizer_grads_files() const;
   // Where gradient norms are summed.
   std::vector<comm::Communicator*> norm_groups();
+  // Every communicator the cuts communicate on, each once: the mesh's world and dp group, its
+  // tp and pp groups when larger than one rank, and the tied embedding's and hybrid
+  // sharding's groups when they exist (what a step's communication statistics sum over).
+  std::vector<comm::Communicator*> communicators();
 
   // After the optimizer initialised or loaded its weights: makes the
   // parameters used in compute whole and equal on every rank (stage 0:

@@ -201,7 +201,7 @@ StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
   const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
   peak_flops();  // measured once, outside the step's time and trace
-  for (comm::Communicator* c : {&mesh_->dp(), &mesh_->pp(), world_}) c->reset_stats();
+  for (comm::Communicator* c : parallel_->communicators()) c->reset_stats();
   Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
                          Tracer::Lane::kStep);
   // A failed background save is named at the step after it (checkpoint_async.h).
@@ -261,7 +261,7 @@ void Trainer::add_comm_stats(StepMetrics& m) {
   for (int k = 0; k < comm::kNumOpKinds; ++k) {
     const auto kind = static_cast<comm::OpKind>(k);
     comm::OpStats total;
-    for (comm::Communicator* c : {&mesh_->dp(), world_}) {
+    for (comm::Communicator* c : parallel_->communicators()) {
       const comm::OpStats s = c->stats(kind);
       total.calls += s.calls;
       total.bytes_sent += s.bytes_sent;
