@@ -139,9 +139,10 @@ kiri::Layout layout_of(const RunConfig& c) {
   l.shard_group_size = p.shard_group_size;
   l.activation_checkpointing = p.activation_checkpointing;
   l.activation_checkpointing_k = p.activation_checkpointing_k;
-  // selective: its modules (names the config checks: check_config's selective_recompute)
+  // selective: its modules (kConfig: an unknown one, or modules without selective)
+  const model::SelectiveRecompute modules = selective_recompute(p);
   if (p.activation_checkpointing == ActivationCheckpointing::kSelective)
-    l.recompute_modules = selective_recompute(p);
+    l.recompute_modules = modules;
   l.sequence_parallel = p.sequence_parallel;
   l.schedule = parse_schedule(p.schedule);
   l.microbatches = p.microbatches;
