@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kiri/base/error.h"
@@ -332,6 +333,38 @@ TEST(Layout, ValidLayoutsPassAndTheStrategyDecidesTheStage) {
   EXPECT_EQ(every.checkpoint_every(), 3);
   every.activation_checkpointing = ActivationCheckpointing::kFull;
   EXPECT_EQ(every.checkpoint_every(), 1);
+}
+
+// Selective's modules: Megatron's default, the names both ways, and the two rules (an
+// unknown module; modules without selective) in the config's and kiri plan's words.
+TEST(Layout, RecomputeModulesParsedOnceInBothWords) {
+  using A = ActivationCheckpointing;
+  const std::vector<std::string> none;
+  EXPECT_EQ(Layout{}.recompute_modules, RecomputeModules{.core_attn = true});
+  EXPECT_EQ(recompute_modules_of(A::kSelective, none, LayoutWords::kConfig),
+            RecomputeModules{.core_attn = true});
+  EXPECT_EQ(recompute_modules_of(A::kNone, none, LayoutWords::kConfig), RecomputeModules{});
+  const RecomputeModules two =
+      recompute_modules_of(A::kSelective, {"mlp_act", "layernorm"}, LayoutWords::kPlan);
+  EXPECT_EQ(two, (RecomputeModules{.layernorm = true, .mlp_act = true}));
+  EXPECT_EQ(name(two), "layernorm,mlp_act");
+  auto message = [](A a, const std::vector<std::string>& names, LayoutWords w) {
+    try {
+      recompute_modules_of(a, names, w);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kConfig);
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(A::kSelective, {"core_attn", "moe_act"}, LayoutWords::kConfig),
+            "parallel.recompute_modules: unknown module 'moe_act' (valid: core_attn, layernorm, "
+            "mlp_act)");
+  EXPECT_EQ(message(A::kFull, {"layernorm"}, LayoutWords::kConfig),
+            "parallel.recompute_modules (1 given) needs parallel.activation_checkpointing = "
+            "selective");
+  EXPECT_EQ(message(A::kNone, {"core_attn", "mlp_act"}, LayoutWords::kPlan),
+            "--recompute-modules (2 given) needs --activation-checkpointing = selective");
 }
 
 }  // namespace

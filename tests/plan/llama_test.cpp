@@ -171,7 +171,13 @@ TEST(PlanLlama, KiriFormPerLayerByHand) {
   // Sequence parallel: the input, x1 and 1/rms (2nh + 2n = 8320) cut, the norms' outputs
   // (the regions' inputs, 2nh = 8192) kept whole.
   EXPECT_DOUBLE_EQ(bytes(2, true, Recompute::kNone), 4 * (8320 / 2 + 8192 + 46080 / 2 + 128));
-  EXPECT_DOUBLE_EQ(bytes(2, false, Recompute::kSelective), bytes(2, false, Recompute::kNone));
+  // Selective (core_attn, the default): the lse (128 floats at tp 2) is recomputed; with all
+  // three modules also the norms' outputs (2nh = 8192) and silu(gate)·up (nf/t = 5632).
+  EXPECT_DOUBLE_EQ(bytes(2, false, Recompute::kSelective),
+                   bytes(2, false, Recompute::kNone) - 4 * 128);
+  EXPECT_DOUBLE_EQ(kiri_llama_layer_bytes(s, b, h, a, kv, f, 2, false, Recompute::kSelective,
+                                          {.core_attn = true, .layernorm = true, .mlp_act = true}),
+                   bytes(2, false, Recompute::kNone) - 4 * (128 + 8192 + 5632));
   EXPECT_DOUBLE_EQ(bytes(1, false, Recompute::kFull), 4 * 64 * 64);
   EXPECT_DOUBLE_EQ(bytes(2, true, Recompute::kFull), 4 * 64 * 64 / 2);
   // A stage of llama-tiny (2 blocks, pp 1, full recomputation): both inputs, one block

@@ -145,9 +145,20 @@ TEST(PlanMemory, KiriFormUnderTensorParallel) {
   const double n = 2 * 64, c = 48;
   EXPECT_DOUBLE_EQ(kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kNone),
                    4 * (4 * n * c + 6 * n * c + 4 * n + 2 * 4 * 64 / 2.0));
-  // kiri's attention keeps no scores: selective is none.
+  // kiri's attention keeps no scores: selective (core_attn) drops only the lse in fp32; under
+  // bf16 also the core's fp32 output (4NC/t bytes); layernorm both regions' inputs (8NC, bf16
+  // 4NC); mlp_act GELU's output (16NC/t, bf16 8NC/t).
+  const double none = kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kNone);
   EXPECT_DOUBLE_EQ(kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kSelective),
-                   kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kNone));
+                   none - 4 * (2 * 4 * 64 / 2.0));
+  EXPECT_DOUBLE_EQ(kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kSelective, Precision::kFp32,
+                                    {.layernorm = true, .mlp_act = true}),
+                   none - 8 * n * c - 16 * n * c / 2);
+  const double none16 =
+      kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kNone, Precision::kBf16);
+  EXPECT_DOUBLE_EQ(
+      kiri_layer_bytes(64, 2, 48, 4, 2, false, Recompute::kSelective, Precision::kBf16),
+      none16 - 4 * (2 * 4 * 64 / 2.0) - 4 * n * c / 2);
 }
 
 TEST(PlanMemory, ParameterCountsFollowTheModelsStructure) {

@@ -2,6 +2,7 @@
 // exits 2 with the rule named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -273,6 +274,42 @@ TEST(PlanCommand, BadInputIsAConfigError) {
   }
   const Result r = run("--model gpt2-124M --tp 5");
   EXPECT_NE(r.output.find("--tp = 5 must divide --heads = 12"), std::string::npos) << r.output;
+}
+
+// --recompute-modules: selective's modules (the config's parser and messages, in kiri plan's
+// words); each module kept less than core_attn alone, all three least; refused without
+// selective or with an unknown module.
+TEST(PlanCommand, RecomputeModules) {
+  const std::string layout =
+      "--model gpt2-124M --dp 1 --tp 2 --micro-batch 2 --global-batch 2 "
+      "--dtype fp32 --json --activation-checkpointing ";
+  auto activations = [&](const std::string& rest) {
+    const Result r = run(layout + rest);
+    EXPECT_EQ(r.code, 0) << rest << ": " << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    return j["memory"]["activations"].get<double>();
+  };
+  const double none = activations("none"), selective = activations("selective");
+  EXPECT_EQ(activations("selective --recompute-modules core_attn"), selective);
+  const double ln = activations("selective --recompute-modules layernorm");
+  const double all = activations("selective --recompute-modules core_attn,layernorm,mlp_act");
+  EXPECT_LT(selective, none);
+  EXPECT_LT(ln, none);
+  EXPECT_LT(all, std::min(selective, ln));
+  const Result j = run(layout + "selective --recompute-modules mlp_act,core_attn");
+  EXPECT_EQ(nlohmann::json::parse(j.output)["layout"]["recompute_modules"], "core_attn,mlp_act");
+  Result r = run(layout + "none --recompute-modules layernorm");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--recompute-modules (1 given) needs --activation-checkpointing = "
+                          "selective"),
+            std::string::npos)
+      << r.output;
+  r = run(layout + "selective --recompute-modules core_attn,mlp");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--recompute-modules: unknown module 'mlp' (valid: core_attn, "
+                          "layernorm, mlp_act)"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // written here from the tensors' shapes (docs/parallelism.md, "Activations per layer") and the
 // planner's (plan::kiri_layer_bytes, plan::layer_activation_bytes): no recomputation and full,
 // fp32 and bf16, on 1 rank, 2 (tp 2, tp 2 + sequence parallelism, dp 2) and 4 (tp 4, tp 4 +
-// sequence parallelism, tp 2 x dp 2). A block's bytes are a 2-block model's less a 1-block
+// sequence parallelism, tp 2 x dp 2); selective recomputation of each module and of all three,
+// fp32 and bf16, on 1 rank, tp 2, tp 2 + sequence parallelism and tp 4 + sequence parallelism
+// (Llama's too, fp32). A block's bytes are a 2-block model's less a 1-block
 // model's; the 1-block model's whole activations are one block plus the head's (ln_f, the LM
 // head's input and logits), so one tensor more or less anywhere fails.
 #include <gtest/gtest.h>
@@ -28,6 +30,7 @@ struct ActCase {
   int tp = 1, dp = 1;
   bool sp = false, full = false, bf16 = false;
   bool llama = false;  // llama-tiny's block at these shapes (fp32: the kiri Llama form's dtype)
+  SelectiveRecompute sel = {};  // any(): activation_checkpointing = selective, these modules
 };
 
 // Tiny GPT-2: 4 heads (tp 4 divides them), C 32, a vocabulary that tp 4 divides; b 2 x s 16:
@@ -57,13 +60,16 @@ int64_t block_form(const ActCase& k) {
   const int64_t f32 = 4, in = k.bf16 ? 2 : 4;  // a linear layer keeps its input in `in` bytes
   const int64_t input = f32 * n / q * kC;      // ln_1's x
   if (k.full) return input;
-  const int64_t x1 = f32 * n / q * kC;                                    // ln_2's x
-  const int64_t stats = 2 * 2 * f32 * n / q;                              // two norms' mean, rstd
-  const int64_t regions = 2 * in * n * kC;                                // X_region, whole
-  const int64_t qkv = f32 * n * 3 * kC / t;                               // the core's qkv
-  const int64_t att = f32 * n * kC / t + (k.bf16 ? in * n * kC / t : 0);  // + c_proj's copy
-  const int64_t lse = f32 * kB * (kHeads / t) * kS;                       // the core's lse
-  const int64_t mlp = f32 * n * 4 * kC / t + in * n * 4 * kC / t;         // h, GELU(h)
+  const SelectiveRecompute& r = k.sel;        // selective: what the block does not keep
+  const int64_t x1 = f32 * n / q * kC;        // ln_2's x
+  const int64_t stats = 2 * 2 * f32 * n / q;  // two norms' mean, rstd
+  const int64_t regions = r.layernorm ? 0 : 2 * in * n * kC;  // X_region, whole
+  const int64_t qkv = f32 * n * 3 * kC / t;                   // the core's qkv
+  // The core's att (fp32: c_proj's input too, kept; bf16: the core's own) + c_proj's copy.
+  const int64_t att =
+      (r.core_attn && k.bf16 ? 0 : f32 * n * kC / t) + (k.bf16 ? in * n * kC / t : 0);
+  const int64_t lse = r.core_attn ? 0 : f32 * kB * (kHeads / t) * kS;  // the core's lse
+  const int64_t mlp = f32 * n * 4 * kC / t + (r.mlp_act ? 0 : in * n * 4 * kC / t);  // h, GELU(h)
   return input + x1 + stats + regions + qkv + att + lse + mlp;
 }
 
@@ -83,6 +89,7 @@ Kept run_model(Communicator* tp, const ActCase& k, int layers) {
   Allocator alloc;
   GPT<float> m(config(layers, k.llama), {}, tp, k.sp);
   m.set_activation_checkpointing(k.full ? 1 : 0);
+  m.set_selective_recompute(k.sel);
   nn::ParameterStore store(m.parameters(), k.bf16 ? DType::kBF16 : DType::kF32, alloc);
   for (nn::Parameter* p : m.parameters()) {
     Tensor w = Tensor::empty(p->shape, DType::kF32, Category::kOther, alloc);
@@ -108,7 +115,10 @@ Kept run_model(Communicator* tp, const ActCase& k, int layers) {
 
 std::string name_of(const ActCase& k) {
   return std::string(k.llama ? "llama " : "") + "tp " + std::to_string(k.tp) + " dp " +
-         std::to_string(k.dp) + (k.sp ? " sp" : "") + (k.full ? " full" : " none") +
+         std::to_string(k.dp) + (k.sp ? " sp" : "") +
+         (k.full        ? " full"
+          : k.sel.any() ? " selective " + kiri::name(k.sel)
+                        : " none") +
          (k.bf16 ? " bf16" : " fp32");
 }
 
@@ -122,10 +132,12 @@ void check_rank(Communicator& world, const ActCase& k) {
   if (world.rank() == 0)
     std::printf("%s: a block keeps %lld bytes\n", name_of(k).c_str(),
                 static_cast<long long>(block));
+  const plan::Recompute r = k.full        ? plan::Recompute::kFull
+                            : k.sel.any() ? plan::Recompute::kSelective
+                                          : plan::Recompute::kNone;
   if (k.llama) {  // the planner's Llama form (fp32), and 4 bytes per RMSNorm's 1/rms
-    const plan::Recompute r = k.full ? plan::Recompute::kFull : plan::Recompute::kNone;
     EXPECT_EQ(plan::kiri_llama_layer_bytes(kS, kB, kC, kHeads, kC / kHeads * kKvHeads, kFfn, k.tp,
-                                           k.sp, r),
+                                           k.sp, r, k.sel),
               static_cast<double>(block))
         << what;
     return;
@@ -135,9 +147,8 @@ void check_rank(Communicator& world, const ActCase& k) {
   EXPECT_EQ(one.after_backward, 0) << what << ": backward released everything";
   EXPECT_EQ(two.after_backward, 0) << what;
   // The planner's form, and its layer of a layout with this tp, sp, dtype and recompute.
-  const plan::Recompute r = k.full ? plan::Recompute::kFull : plan::Recompute::kNone;
   const plan::Precision d = k.bf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
-  EXPECT_EQ(plan::kiri_layer_bytes(kS, kB, kC, kHeads, k.tp, k.sp, r, d),
+  EXPECT_EQ(plan::kiri_layer_bytes(kS, kB, kC, kHeads, k.tp, k.sp, r, d, k.sel),
             static_cast<double>(block))
       << what;
   plan::Layout l;
@@ -146,6 +157,7 @@ void check_rank(Communicator& world, const ActCase& k) {
   l.sequence_parallel = k.sp;
   l.dtype = d;
   l.activation_checkpointing = r;
+  if (k.sel.any()) l.recompute_modules = k.sel;
   l.seq_len = kS;
   l.micro_batch = kB;
   l.global_batch = kB * k.dp;
@@ -160,6 +172,38 @@ void check(int tp, int dp, bool sp) {
       const ActCase k{tp, dp, sp, full, bf16};
       KIRI_RUN_RANKS(tp * dp, [k](Communicator& w) { check_rank(w, k); });
     }
+}
+
+// Selective recomputation: each module, and all three, fp32 and bf16.
+void check_selective(int tp, bool sp, bool llama = false) {
+  const SelectiveRecompute each[] = {{.core_attn = true},
+                                     {.layernorm = true},
+                                     {.mlp_act = true},
+                                     {.core_attn = true, .layernorm = true, .mlp_act = true}};
+  for (const SelectiveRecompute& sel : each)
+    for (bool bf16 : {false, true}) {
+      if (llama && bf16) continue;  // the kiri Llama form is fp32's
+      ActCase k{tp, 1, sp, false, bf16, llama};
+      k.sel = sel;
+      KIRI_RUN_RANKS(tp, [k](Communicator& w) { check_rank(w, k); });
+    }
+}
+
+TEST(ActivationMeasured, SelectiveOneRank) {
+  check_selective(1, false);
+}
+TEST(ActivationMeasured, SelectiveTp2) {
+  check_selective(2, false);
+}
+TEST(ActivationMeasured, SelectiveTp2Sp) {
+  check_selective(2, true);
+}
+TEST(ActivationMeasured, SelectiveTp4Sp) {
+  check_selective(4, true);
+}
+TEST(ActivationMeasured, SelectiveLlamaTp2) {
+  check_selective(2, false, true);
+  check_selective(2, true, true);
 }
 
 TEST(ActivationMeasured, OneRank) {

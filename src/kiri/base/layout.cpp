@@ -1,5 +1,6 @@
 #include "kiri/base/layout.h"
 
+#include <utility>
 #include <vector>
 
 #include "kiri/base/error.h"
@@ -70,6 +71,51 @@ const char* name(ShardingStrategy s) {
       return "HYBRID_SHARD";
   }
   return "?";
+}
+
+const std::vector<std::string>& recompute_module_names() {
+  static const std::vector<std::string> names{"core_attn", "layernorm", "mlp_act"};
+  return names;
+}
+
+std::string name(const RecomputeModules& m) {
+  std::string s;
+  for (const auto& [on, n] : {std::pair{m.core_attn, "core_attn"},
+                              std::pair{m.layernorm, "layernorm"}, std::pair{m.mlp_act, "mlp_act"}})
+    if (on) s += (s.empty() ? "" : ",") + std::string(n);
+  return s;
+}
+
+RecomputeModules parse_recompute_modules(const std::vector<std::string>& names, LayoutWords words) {
+  RecomputeModules r;
+  for (const std::string& n : names) {
+    if (n == "core_attn") {
+      r.core_attn = true;
+    } else if (n == "layernorm") {
+      r.layernorm = true;
+    } else if (n == "mlp_act") {
+      r.mlp_act = true;
+    } else {
+      std::string valid;
+      for (const std::string& v : recompute_module_names())
+        valid += (valid.empty() ? "" : ", ") + v;
+      KIRI_RAISE(kConfig, layout_word(words, "parallel.recompute_modules"), ": unknown module '", n,
+                 "' (valid: ", valid, ")");
+    }
+  }
+  return r;
+}
+
+RecomputeModules recompute_modules_of(ActivationCheckpointing a,
+                                      const std::vector<std::string>& names, LayoutWords words) {
+  if (a != ActivationCheckpointing::kSelective) {
+    KIRI_CHECK_KIND(kConfig, names.empty(), layout_word(words, "parallel.recompute_modules"), " (",
+                    names.size(), " given) needs ",
+                    layout_word(words, "parallel.activation_checkpointing"), " = selective");
+    return {};
+  }
+  return parse_recompute_modules(names.empty() ? std::vector<std::string>{"core_attn"} : names,
+                                 words);
 }
 
 int Layout::stage() const {

@@ -8,6 +8,7 @@
 // in base because the planner stands on base alone.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiri {
 
@@ -27,6 +28,31 @@ const char* name(PipelineSchedule s);         // gpipe | 1f1b | interleaved
 const char* name(Precision p);                // fp32 | bf16 | fp16
 const char* name(OffloadTier t);              // none | cpu | nvme
 const char* name(ShardingStrategy s);         // "" | NO_SHARD | ... | HYBRID_SHARD
+
+// Selective recomputation (Megatron-core's --recompute-modules): what every block does not
+// keep for backward and computes again there (model/layers.h; docs/parallelism.md).
+//   core_attn  the attention core's output and log-sum-exp (it keeps only its input, qkv)
+//   layernorm  the norms' outputs, the column-parallel regions' inputs X_region
+//   mlp_act    the MLP activation's output, the down projection's input
+// Default-constructed: none (a model that recomputes nothing).
+struct RecomputeModules {
+  bool core_attn = false, layernorm = false, mlp_act = false;
+  bool any() const { return core_attn || layernorm || mlp_act; }
+  bool operator==(const RecomputeModules&) const = default;
+};
+// The modules' names, as parallel.recompute_modules and --recompute-modules spell them.
+const std::vector<std::string>& recompute_module_names();
+// "core_attn,mlp_act" (the names of the modules set, comma-separated; "" for none).
+std::string name(const RecomputeModules& m);
+
+enum class LayoutWords;
+// From names (kConfig naming an unknown one and the valid ones).
+RecomputeModules parse_recompute_modules(const std::vector<std::string>& names, LayoutWords words);
+// The modules a layout recomputes: selective recomputes `names` (none given: Megatron's
+// default, core_attn); any other activation_checkpointing recomputes none, and refuses names
+// (kConfig: the modules need selective). One parser and one message for config and kiri plan.
+RecomputeModules recompute_modules_of(ActivationCheckpointing a,
+                                      const std::vector<std::string>& names, LayoutWords words);
 
 // The offload tiers, with the staging pool and I/O shape the swap files stream with.
 struct Offload {
@@ -50,7 +76,9 @@ struct Layout {
   int shard_group_size = 0;  // ranks a ZeRO shard spans; 0 = all of dp
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
-  bool sequence_parallel = false;      // tp > 1: norms and residual split over the sequence
+  // selective: what it recomputes (the other modes ignore it); Megatron's default core_attn.
+  RecomputeModules recompute_modules{.core_attn = true};
+  bool sequence_parallel = false;  // tp > 1: norms and residual split over the sequence
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   int microbatches = 1;    // pipeline micro-batches per step
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved only)

@@ -29,7 +29,7 @@ namespace {
 Field recompute_modules_field() {
   const std::string key = "parallel.recompute_modules";
   std::string valid;
-  for (const std::string& n : model::recompute_module_names())
+  for (const std::string& n : kiri::recompute_module_names())
     valid += (valid.empty() ? "" : ", ") + n;
   Field f;
   f.doc = {key, "list of strings", "",
@@ -58,7 +58,7 @@ Field recompute_modules_field() {
                     quote_bounded(v.dump(), 80));
     std::vector<std::string> names;
     for (const json& n : list) names.push_back(as_string(n, key));
-    model::parse_recompute_modules(names);  // names an unknown module and the valid ones
+    kiri::parse_recompute_modules(names, kiri::LayoutWords::kConfig);  // unknown: the valid ones
     c.parallel.recompute_modules = names;
   };
   f.get = [](const train::RunConfig& c) { return json(c.parallel.recompute_modules); };

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -49,6 +50,17 @@ json memory_json(const plan::MemoryBreakdown& m) {
             {"total", m.nvme.total()}}}};
 }
 
+// "a,b" -> {"a", "b"}; "" -> {}.
+std::vector<std::string> comma_list(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t at = 0; !s.empty() && at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
 json layout_json(const plan::Layout& l) {
   return {{"dp", l.dp},
           {"tp", l.tp},
@@ -57,6 +69,9 @@ json layout_json(const plan::Layout& l) {
           {"shard_group_size", l.shard_size()},
           {"dtype", plan::name(l.dtype)},
           {"activation_checkpointing", plan::name(l.activation_checkpointing)},
+          {"recompute_modules", l.activation_checkpointing == plan::Recompute::kSelective
+                                    ? kiri::name(l.recompute_modules)
+                                    : ""},
           {"sequence_parallel", l.sequence_parallel},
           {"schedule", plan::name(l.schedule)},
           {"virtual_stages", l.virtual_stages},
@@ -453,6 +468,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
   base.activation_checkpointing =
       plan::parse_recompute(a.get("activation-checkpointing").value_or("none"));
+  base.recompute_modules = kiri::recompute_modules_of(
+      base.activation_checkpointing, comma_list(a.get("recompute-modules").value_or("")),
+      kiri::LayoutWords::kPlan);
   base.schedule = plan::parse_schedule(a.get("schedule").value_or("1f1b"));
   base.form = plan::parse_form(a.get("activations").value_or("kiri"));
   base.sequence_parallel = a.flag("sequence-parallel");

@@ -31,31 +31,6 @@ int query_heads_per_rank(int n_head, int n_kv_head, const TensorParallel& tp) {
 
 }  // namespace
 
-const std::vector<std::string>& recompute_module_names() {
-  static const std::vector<std::string> names{"core_attn", "layernorm", "mlp_act"};
-  return names;
-}
-
-SelectiveRecompute parse_recompute_modules(const std::vector<std::string>& names) {
-  SelectiveRecompute r;
-  for (const std::string& n : names) {
-    if (n == "core_attn") {
-      r.core_attn = true;
-    } else if (n == "layernorm") {
-      r.layernorm = true;
-    } else if (n == "mlp_act") {
-      r.mlp_act = true;
-    } else {
-      std::string valid;
-      for (const std::string& v : recompute_module_names())
-        valid += (valid.empty() ? "" : ", ") + v;
-      KIRI_CHECK_KIND(kConfig, false, "parallel.recompute_modules: unknown module '", n,
-                      "' (valid: ", valid, ")");
-    }
-  }
-  return r;
-}
-
 template <typename T>
 CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t channels, int n_head,
                                             double init_std, double proj_init_std,

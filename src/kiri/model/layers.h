@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kiri/base/layout.h"
 #include "kiri/nn/llama_layers.h"
 #include "kiri/parallel/tp/layers.h"
 
@@ -32,14 +33,8 @@ struct AttentionDims {
 //              output from its own saved input (under sequence parallelism all-gathered again)
 //   mlp_act    the row-parallel down projection keeps no input [N, 4C/P] (SwiGLU [N, I/P]):
 //              the activation is applied again to its saved input(s)
-struct SelectiveRecompute {
-  bool core_attn = false, layernorm = false, mlp_act = false;
-  bool any() const { return core_attn || layernorm || mlp_act; }
-};
-// The modules' names, as parallel.recompute_modules spells them.
-const std::vector<std::string>& recompute_module_names();
-// From names (kConfig naming an unknown one and the valid ones).
-SelectiveRecompute parse_recompute_modules(const std::vector<std::string>& names);
+// The modules: the one layout's (base/layout.h), which owns their names and their parser.
+using SelectiveRecompute = kiri::RecomputeModules;
 
 // An attention or MLP layer under selective recomputation: `input` gives the norm's output
 // again (used with `layernorm`).

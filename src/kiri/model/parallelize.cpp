@@ -44,9 +44,9 @@ ParallelOptions parallel_options(const kiri::Layout& l) {
             : l.dtype == Precision::kFp16 ? DType::kF16
                                           : DType::kF32;
   o.checkpoint_every = l.checkpoint_every();
-  // Selective: Megatron's default module; the trainer sets parallel.recompute_modules' own.
+  // Selective: the layout's modules (none otherwise).
   if (l.activation_checkpointing == ActivationCheckpointing::kSelective)
-    o.selective = parse_recompute_modules({"core_attn"});
+    o.selective = l.recompute_modules;
   o.pipeline.schedule = l.schedule == PipelineSchedule::kGpipe ? pp::ScheduleKind::kGPipe
                         : l.schedule == PipelineSchedule::k1F1B
                             ? pp::ScheduleKind::k1F1B

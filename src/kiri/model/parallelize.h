@@ -39,7 +39,7 @@ struct ParallelOptions {
 };
 
 // The options of a layout, in this one place: ZeRO stage (the strategy's) and shard group,
-// dtype, checkpointing (every k-th block; selective is kConfig until the trainer runs it),
+// dtype, checkpointing (every k-th block, or selective with the layout's recompute modules),
 // the pipeline's schedule, micro-batches and virtual stages. The caller adds what is not
 // the layout's: DDP buckets, wrap_blocks, prefetch and the swap spaces.
 ParallelOptions parallel_options(const kiri::Layout& layout);

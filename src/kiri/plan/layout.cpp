@@ -64,6 +64,10 @@ int64_t global_batch(int64_t micro_batch, int64_t grad_accum, int64_t dp) {
 std::string Layout::str() const {
   std::string s = kiri::str("dp ", dp, " x tp ", tp, " x pp ", pp, ", zero ", zero_stage, ", ",
                             name(dtype), ", recompute ", name(activation_checkpointing));
+  // selective's modules when they are not Megatron's default (core_attn)
+  if (activation_checkpointing == Recompute::kSelective &&
+      !(recompute_modules == kiri::RecomputeModules{.core_attn = true}))
+    s += kiri::str(" (", kiri::name(recompute_modules), ")");
   if (sequence_parallel) s += ", sp";
   if (pp > 1) s += kiri::str(", ", name(schedule));
   if (virtual_stages > 1) s += kiri::str(" v ", virtual_stages);

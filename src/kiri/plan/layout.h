@@ -15,6 +15,7 @@ using Recompute = kiri::ActivationCheckpointing;  // none | selective | full (ev
 using Schedule = kiri::PipelineSchedule;
 using OffloadTarget = kiri::OffloadTier;  // the CPU backend's tiers: none | nvme
 using OffloadSpec = kiri::Offload;        // which states live on NVMe, the pool, the I/O shape
+using RecomputeModules = kiri::RecomputeModules;  // selective: core_attn, layernorm, mlp_act
 using kiri::name;
 // Which activation model: Korthikanti et al. 2022 (16-bit activations, attention scores
 // stored) or what kiri stores (fp32 activations, attention's log-sum-exp only).

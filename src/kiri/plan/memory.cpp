@@ -77,27 +77,33 @@ double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bo
 }
 
 KiriLayerActivations kiri_layer_activations(double s, double b, double h, double a, int t, bool sp,
-                                            Recompute recompute, Precision dtype) {
+                                            Recompute recompute, Precision dtype,
+                                            RecomputeModules modules) {
   const double n = s * b, q = sp ? t : 1;
   const bool fp32 = dtype == Precision::kFp32;
   const double gemm_in = fp32 ? 4 : 2;  // bytes of a linear layer's kept input
+  // selective: what its modules drop (model/layers.h); the other modes drop none of these.
+  const RecomputeModules drop = recompute == Recompute::kSelective ? modules : RecomputeModules{};
   KiriLayerActivations k;
   k.input = 4 * n * h / q;
   if (recompute == Recompute::kFull) return k;
   k.x1 = 4 * n * h / q;
   k.norm_stats = 4 * 4 * n / q;
-  k.region_inputs = gemm_in * 2 * n * h;
+  k.region_inputs = drop.layernorm ? 0 : gemm_in * 2 * n * h;
   k.qkv = 4 * 3 * n * h / t;
-  k.attention_out = 4 * n * h / t;
+  // fp32: att is c_proj's input (kept by c_proj whatever the core does); mixed precision: the
+  // core's own, c_proj keeps its 16-bit copy.
+  k.attention_out = drop.core_attn && !fp32 ? 0 : 4 * n * h / t;
   k.attention_proj_copy = fp32 ? 0 : gemm_in * n * h / t;
-  k.lse = 4 * b * a * s / t;
-  k.mlp_hidden = 4 * 4 * n * h / t + gemm_in * 4 * n * h / t;
+  k.lse = drop.core_attn ? 0 : 4 * b * a * s / t;
+  // GELU's input h, and c_proj's input GELU(h) unless mlp_act recomputes it from h.
+  k.mlp_hidden = 4 * 4 * n * h / t + (drop.mlp_act ? 0 : gemm_in * 4 * n * h / t);
   return k;
 }
 
 double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp, Recompute recompute,
-                        Precision dtype) {
-  return kiri_layer_activations(s, b, h, a, t, sp, recompute, dtype).total();
+                        Precision dtype, RecomputeModules modules) {
+  return kiri_layer_activations(s, b, h, a, t, sp, recompute, dtype, modules).total();
 }
 
 double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
@@ -112,15 +118,18 @@ double korthikanti_llama_layer_bytes(double s, double b, double h, double a, dou
 }
 
 double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv, double f, int t,
-                              bool sp, Recompute recompute) {
+                              bool sp, Recompute recompute, RecomputeModules modules) {
   const double n = s * b;
   if (recompute == Recompute::kFull) return 4 * (sp ? n * h / t : n * h);
-  const double lse = b * a * s / t;
+  const RecomputeModules drop = recompute == Recompute::kSelective ? modules : RecomputeModules{};
+  // core_attn: the log-sum-exp (the attention output is o_proj's input, kept).
+  const double lse = drop.core_attn ? 0 : b * a * s / t;
   // Whole: the input, the RMSNorms' outputs, x1 and the norms' 1/rms; cut: q, k, v, the
-  // attention output, gate, up and silu(gate)·up.
+  // attention output, gate, up and silu(gate)·up (mlp_act: recomputed from gate and up).
   // Sequence parallel: the input, x1 and 1/rms are this rank's rows; the norms' outputs are
-  // kept gathered, whole (the regions' inputs).
-  const double rows = 2 * n * h + 2 * n, regions = 2 * n * h, cut = n * (2 * h + 2 * kv + 3 * f);
+  // kept gathered, whole (the regions' inputs; layernorm: recomputed from the norms' inputs).
+  const double rows = 2 * n * h + 2 * n, regions = drop.layernorm ? 0 : 2 * n * h;
+  const double cut = n * (2 * h + 2 * kv + (drop.mlp_act ? 2 : 3) * f);
   return 4 * (rows / (sp ? t : 1) + regions + cut / t + lse);
 }
 
@@ -134,10 +143,12 @@ double layer_activation_bytes(const ModelSpec& model, const Layout& l, Recompute
     const double kv = static_cast<double>(model.kv_width());
     const double f = static_cast<double>(model.ffn_width());
     return scale * (paper ? korthikanti_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute)
-                          : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute));
+                          : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute,
+                                                   l.recompute_modules));
   }
-  return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
-                        : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute, l.dtype));
+  return scale *
+         (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
+                : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute, l.dtype, l.recompute_modules));
 }
 
 int64_t layers_on_stage(int64_t n_layer, int pp, int stage) {

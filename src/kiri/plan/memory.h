@@ -71,9 +71,10 @@ double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bo
 // 16-bit copies of their inputs (2 bytes) and everything else stays fp32. Storage shared by two
 // layers counts once (fp32: c_proj's input is the attention output, the MLP c_proj's is GELU's
 // output). Full recomputation keeps `input` only.
-// Selective recomputation (issue 16 item 3) would be one more rule here: the attention core
-// recomputed drops `lse` and, under mixed precision, `attention_out` (in fp32 it is c_proj's
-// input, kept anyway); `qkv` stays (the core's input).
+// Selective recomputation drops what `modules` recompute (model/layers.h): core_attn `lse` and,
+// under mixed precision, `attention_out` (in fp32 it is c_proj's input, kept anyway; `qkv`
+// stays, the core's input); layernorm `region_inputs`; mlp_act GELU's output from
+// `mlp_hidden` (c_proj's input; h stays). The other modes ignore `modules`.
 struct KiriLayerActivations {
   double input = 0;          // the block's input x, kept by ln_1: [n/q, C] fp32
   double x1 = 0;             // x + attn(ln_1(x)), kept by ln_2: [n/q, C] fp32
@@ -93,14 +94,16 @@ struct KiriLayerActivations {
   }
 };
 KiriLayerActivations kiri_layer_activations(double s, double b, double h, double a, int t, bool sp,
-                                            Recompute recompute,
-                                            Precision dtype = Precision::kFp32);
+                                            Recompute recompute, Precision dtype = Precision::kFp32,
+                                            RecomputeModules modules = {.core_attn = true});
 
 // kiri_layer_activations(...).total(): fp32 4(2nh/q + 2nh + 12nh/t + 4n/q + bas/t), mixed
-// precision 8nh/q + 4nh + 42nh/t + 4(4n/q + bas/t); full 4nh/q. kiri's attention already
-// recomputes the probabilities, so `selective` equals `none` until it recomputes the core.
+// precision 8nh/q + 4nh + 42nh/t + 4(4n/q + bas/t); full 4nh/q; selective less its modules'
+// tensors (core_attn fp32 4bas/t, mixed 4bas/t + 4nh/t; layernorm 8nh, mixed 4nh; mlp_act
+// 16nh/t, mixed 8nh/t).
 double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp, Recompute recompute,
-                        Precision dtype = Precision::kFp32);
+                        Precision dtype = Precision::kFp32,
+                        RecomputeModules modules = {.core_attn = true});
 
 // The same accounting for a LLaMA block (docs/planner.md, "LLaMA's activations"), kv = k's
 // and v's width (kv heads × head_dim), f = the SwiGLU width, no dropout: sb(12h + 4kv + 6f)
@@ -113,9 +116,11 @@ double korthikanti_llama_layer_bytes(double s, double b, double h, double a, dou
 // x1 (4·N·C, whole) + q, k, v, the attention output (2·N·C + 2·N·kv) and gate, up and their
 // product (3·N·f), cut by t + the RMSNorms' 1/rms 2·N + the log-sum-exp B·H·T/t; sequence
 // parallelism cuts the input, x1 and 1/rms by t, not the norms' outputs (the regions' inputs,
-// kept gathered: [N, C]); `selective` equals `none`; `full` keeps the input.
+// kept gathered: [N, C]); `selective` drops its modules' (core_attn the log-sum-exp, layernorm
+// the norms' outputs, mlp_act silu(gate)·up); `full` keeps the input.
 double kiri_llama_layer_bytes(double s, double b, double h, double a, double kv, double f, int t,
-                              bool sp, Recompute recompute);
+                              bool sp, Recompute recompute,
+                              RecomputeModules modules = {.core_attn = true});
 
 // One layer of `model` for one micro-batch of the layout (its tp, sequence parallelism and
 // form; the paper form doubled in fp32; the kiri form of GPT-2 in the layout's dtype, Llama's

@@ -141,16 +141,26 @@ struct KiriBlock {
   double saved = 0, work = 0;
 };
 
+// What selective recomputation drops (none under the other modes).
+RecomputeModules dropped_modules(const Layout& l) {
+  return l.activation_checkpointing == Recompute::kSelective ? l.recompute_modules
+                                                             : RecomputeModules{};
+}
+
 // GPT-2's: what it saves is kiri_layer_activations (memory.h; docs/parallelism.md's table) less
 // its input, the norms' statistics and the log-sum-exp, which kiri_activations adds. Backward:
 // dy, dx1, dh, dprev and the MLP's two [n, 4c/t] gradients, the larger of the MLP's and the
-// attention's working sets.
+// attention's working sets; under selective recomputation + what the block recomputes.
 KiriBlock gpt_block(const Layout& l, double c, double heads) {
   const double s = static_cast<double>(l.seq_len), b = static_cast<double>(l.micro_batch);
   const double n = s * b, t = l.tp;
-  const KiriLayerActivations k =
-      kiri_layer_activations(s, b, c, heads, l.tp, l.sequence_parallel, Recompute::kNone, l.dtype);
-  return {(k.total() - k.input - k.norm_stats - k.lse) / 4, 4 * n * c + 8 * n * c / t};
+  const bool sp = l.sequence_parallel;
+  const KiriLayerActivations none =
+      kiri_layer_activations(s, b, c, heads, l.tp, sp, Recompute::kNone, l.dtype);
+  const KiriLayerActivations k = kiri_layer_activations(
+      s, b, c, heads, l.tp, sp, Recompute::kSelective, l.dtype, dropped_modules(l));
+  return {(k.total() - k.input - k.norm_stats - k.lse) / 4,
+          4 * n * c + 8 * n * c / t + (none.total() - none.lse - (k.total() - k.lse)) / 4};
 }
 
 // Llama's (nn/llama_layers.cpp), kv the key/value width, f the SwiGLU width: whole, the input,
@@ -162,7 +172,8 @@ KiriBlock gpt_block(const Layout& l, double c, double heads) {
 // (4nc) and, at the MLP, dh [n, f/t], dgate and dup (3nf/t), down_proj's input freed; at the
 // attention (the MLP's half freed: x1, norm 2's output and 1/rms, gate, up, silu·up) datt, dq,
 // dk and dv (n(2c + 2kv)/t).
-KiriBlock llama_block(const ModelSpec& m, double n, double t, double q, bool fp32) {
+KiriBlock llama_block(const ModelSpec& m, double n, double t, double q, bool fp32,
+                      RecomputeModules drop) {
   const double c = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_width());
   const double f = static_cast<double>(m.ffn_width());
   const double norm_out = fp32 ? 2 * n * c : n * c, att_copy = fp32 ? 0 : 0.5 * n * c / t;
@@ -173,6 +184,12 @@ KiriBlock llama_block(const ModelSpec& m, double n, double t, double q, bool fp3
   b.saved = n * c / q + norm_out + n * (2 * c + 2 * kv) / t + att_copy + mlp;
   const double mlp_half = n * c / q + norm_out / 2 + n / q + mlp;
   b.work = 4 * n * c + std::max(3 * n * f / t - down_in, n * (2 * c + 2 * kv) / t - mlp_half);
+  // Selective: the norms' outputs, the activation's output and (mixed precision) the core's
+  // fp32 output are not kept; the block in backward holds them again.
+  const double dropped = (drop.layernorm ? norm_out : 0) + (drop.mlp_act ? down_in : 0) +
+                         (drop.core_attn && !fp32 ? n * c / t : 0);
+  b.saved -= dropped;
+  b.work += dropped;
   return b;
 }
 
@@ -192,9 +209,12 @@ KiriActivations kiri_activations(const ModelSpec& model, const Layout& l, int st
   // Per token the norms' statistics (LayerNorm a mean and 1/σ, RMSNorm 1/rms, two norms),
   // and the attention's log-sum-exp per query head.
   const double norm_stats = llama ? 1 : 2;
-  const double stats =
-      2 * norm_stats * n / q + static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
-  KiriBlock blk = llama ? llama_block(model, n, t, q, fp32) : gpt_block(l, c, heads);
+  const double lse = static_cast<double>(l.micro_batch) * heads / t * l.seq_len;
+  const bool keep_lse = !dropped_modules(l).core_attn;  // core_attn recomputes it
+  const double stats = 2 * norm_stats * n / q + (keep_lse ? lse : 0);
+  KiriBlock blk =
+      llama ? llama_block(model, n, t, q, fp32, dropped_modules(l)) : gpt_block(l, c, heads);
+  if (!keep_lse) blk.work += lse;
   const double saved_block = n * c / q + blk.saved + stats;  // + its input
   KiriActivations a;
   a.kept_block = full ? n * c / q : saved_block;

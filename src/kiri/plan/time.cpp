@@ -18,6 +18,36 @@ double six_n_flops(double params, double tokens) {
   return 6 * params * tokens;
 }
 
+namespace {
+
+// What selective recomputation recomputes (none under the other modes).
+RecomputeModules selective_modules(const Layout& l) {
+  return l.activation_checkpointing == Recompute::kSelective ? l.recompute_modules
+                                                             : RecomputeModules{};
+}
+
+// A block's recomputed FLOPs per token (matmul, attention: its forward's per token). Full:
+// the forward. Selective: the paper form's one of attention's s-terms; kiri's core_attn the
+// attention's forward. kiri's attention recomputes the scores QKᵀ in backward in every mode
+// (it saves only the log-sum-exp), as the paper form's selective does.
+double recomputed_block_flops(const Layout& l, double matmul, double attention) {
+  if (l.activation_checkpointing == Recompute::kFull) return matmul + attention;
+  if (l.form == ActivationForm::kKiri)
+    return attention / 2 + (selective_modules(l).core_attn ? attention : 0);
+  return l.activation_checkpointing == Recompute::kSelective ? attention / 2 : 0;
+}
+
+// Selective's elementwise recomputation per token × hidden, in the bytes kActivationBytes
+// prices a block's elementwise work in (16-bit): layernorm the two norms' forwards (read x,
+// write the output: 2 × 4, whole on every tp rank), mlp_act GELU's (read and write [4h]: 16,
+// cut by tp). core_attn's is its FLOPs (recomputed_block_flops).
+double selective_elementwise(const Layout& l) {
+  const RecomputeModules r = selective_modules(l);
+  return (r.layernorm ? 8.0 : 0.0) + (r.mlp_act ? 16.0 / l.tp : 0.0);
+}
+
+}  // namespace
+
 StepFlops step_flops(const ModelSpec& m, const Layout& l) {
   StepFlops f;
   if (m.params_only()) return f;
@@ -29,10 +59,7 @@ StepFlops step_flops(const ModelSpec& m, const Layout& l) {
   const double forward = tokens * (L * (matmul + attention) + 2 * h * static_cast<double>(m.vocab));
   f.model = 3 * forward;
   f.executed = f.model;
-  if (l.activation_checkpointing == Recompute::kFull)
-    f.executed += tokens * L * (matmul + attention);
-  else if (l.activation_checkpointing == Recompute::kSelective || l.form == ActivationForm::kKiri)
-    f.executed += tokens * L * attention / 2;  // the scores QKᵀ again
+  f.executed += tokens * L * recomputed_block_flops(l, matmul, attention);
   return f;
 }
 
@@ -137,17 +164,15 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
   const double V = static_cast<double>((model.vocab + l.tp - 1) / l.tp * l.tp);
   const double rate = sustained_flops(c, l.dtype);
   const double matmul = 2 * static_cast<double>(model.layer_matmul_params()), att = 4 * s * h;
-  double block_flops = 3 * (matmul + att);
-  if (l.activation_checkpointing == Recompute::kFull)
-    block_flops += matmul + att;
-  else if (l.activation_checkpointing == Recompute::kSelective || l.form == ActivationForm::kKiri)
-    block_flops += att / 2;
+  const double block_flops = 3 * (matmul + att) + recomputed_block_flops(l, matmul, att);
   // About half of a block's elementwise work (LayerNorms, residuals) is whole on every tp
   // rank, the rest (GELU, attention, the cut biases) is cut; full recomputation redoes the
   // forward's third.
-  const double block_other = h * c.non_gemm.activation_s * (1 + 1 / t) / 2 *
-                             (l.activation_checkpointing == Recompute::kFull ? 4.0 / 3 : 1.0) *
-                             elementwise_scale(model);
+  const double block_other =
+      h * c.non_gemm.activation_s * (1 + 1 / t) / 2 *
+          (l.activation_checkpointing == Recompute::kFull ? 4.0 / 3 : 1.0) *
+          elementwise_scale(model) +
+      h * c.non_gemm.activation_s * selective_elementwise(l) / kActivationBytes;
   const double block_s = tokens * (block_flops / t / rate + block_other);
   const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * c.non_gemm.logit_s);
   std::vector<double> out;
@@ -245,6 +270,10 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     const double per_layer = l.activation_checkpointing == Recompute::kFull ? 6 : 4;
     const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
     t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp));
+    // Sequence parallelism with layernorm recomputed: each region's input gathered again.
+    if (l.sequence_parallel && selective_modules(l).layernorm)
+      t.tp_comm_s += md * static_cast<double>(stage_layers) * 2 *
+                     all_gather_seconds(act, l.tp, group_link(c, l.tp));
   }
   if (l.pp > 1) {
     const double cut = l.form == ActivationForm::kPaper && l.sequence_parallel ? l.tp : 1;

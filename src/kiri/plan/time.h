@@ -32,7 +32,9 @@ struct StepFlops {
 // 3h·ffn with grouped-query attention's smaller k and v, the same 4·s·h of attention over
 // the query heads, the head's 2·h·V tied or not); full recomputation adds a
 // forward of the blocks, selective one of attention's s-terms; the kiri form adds attention's
-// recomputed QKᵀ (kiri saves only the log-sum-exp) as the paper form's selective does.
+// recomputed QKᵀ (kiri saves only the log-sum-exp) as the paper form's selective does, and
+// under selective with core_attn the attention's forward 4·s·h (layernorm and mlp_act
+// recompute elementwise work only: chunk_seconds prices it).
 StepFlops step_flops(const ModelSpec& model, const Layout& layout);
 
 // Bubble share of the pipeline's step: (p − 1)/(v·m + p − 1) (v = 1 unless interleaved),
@@ -72,7 +74,9 @@ struct TimeBreakdown {
   double bubble_s = 0;
   double bubble_fraction = 0;
   double tp_comm_s = 0;        // 4 all-reduces of [b·s, h] per layer per micro-batch (6 with
-                               // full recomputation), + 2 for the embedding and the LM head
+                               // full recomputation), + 2 for the embedding and the LM head;
+                               // + 2 all-gathers per layer with sequence parallelism and
+                               // selective's layernorm (the regions' inputs gathered again)
   double pp_comm_s = 0;        // a send forward and one backward per micro-batch and chunk
   double dp_comm_total_s = 0;  // gradient reduction / ZeRO gathers per step
   double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)

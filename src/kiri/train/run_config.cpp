@@ -78,14 +78,8 @@ std::string scale_learning_rate(TrainConfig& t, int64_t batch) {
 }
 
 model::SelectiveRecompute selective_recompute(const ParallelConfig& p) {
-  if (p.activation_checkpointing != ActivationCheckpointing::kSelective) {
-    KIRI_CHECK_KIND(kConfig, p.recompute_modules.empty(), "parallel.recompute_modules (",
-                    p.recompute_modules.size(),
-                    " given) needs parallel.activation_checkpointing = selective");
-    return {};
-  }
-  if (p.recompute_modules.empty()) return model::parse_recompute_modules({"core_attn"});
-  return model::parse_recompute_modules(p.recompute_modules);
+  return kiri::recompute_modules_of(p.activation_checkpointing, p.recompute_modules,
+                                    kiri::LayoutWords::kConfig);
 }
 
 namespace {
@@ -145,6 +139,10 @@ kiri::Layout layout_of(const RunConfig& c) {
   l.shard_group_size = p.shard_group_size;
   l.activation_checkpointing = p.activation_checkpointing;
   l.activation_checkpointing_k = p.activation_checkpointing_k;
+  // selective: its modules (kConfig: an unknown one, or modules without selective)
+  const model::SelectiveRecompute modules = selective_recompute(p);
+  if (p.activation_checkpointing == ActivationCheckpointing::kSelective)
+    l.recompute_modules = modules;
   l.sequence_parallel = p.sequence_parallel;
   l.schedule = parse_schedule(p.schedule);
   l.microbatches = p.microbatches;

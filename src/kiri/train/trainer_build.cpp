@@ -119,14 +119,13 @@ void Trainer::build_mesh() {
 }
 
 // The one layout's options (model::parallel_options), with what only the trainer knows: the
-// bucket size, wrapping, prefetch and the selective recomputation's modules.
+// bucket size, wrapping and prefetch (the selective recomputation's modules are the layout's).
 model::ParallelOptions Trainer::parallel_options() const {
   const ParallelConfig& p = cfg_.parallel;
   model::ParallelOptions po = model::parallel_options(layout_of(cfg_));
   po.ddp.bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
   po.wrap_blocks = p.wrap_blocks;
   po.prefetch = p.prefetch;
-  po.selective = selective_recompute(p);  // the modules (none unless selective)
   return po;
 }
 
