@@ -221,7 +221,7 @@ std::vector<OptionSpec> plan_options() {
        "layout mode: activation recomputation (parallel.activation_checkpointing)"},
       {"--recompute-modules", K::kValue, "core_attn,layernorm,mlp_act", "core_attn",
        "selective: what every block recomputes (parallel.recompute_modules)"},
-      {"--sequence-parallel", K::kFlag, "", "", "Megatron's sequence parallelism (paper form)"},
+      {"--sequence-parallel", K::kFlag, "", "", "Megatron's sequence parallelism (parallel.sequence_parallel)"},
       {"--schedule", K::kValue, "gpipe|1f1b|interleaved", "1f1b", "layout mode: pipeline schedule"},
       {"--virtual-stages", K::kValue, "v", "2 for interleaved, else 1",
        "layout mode: model chunks per pipeline rank"},

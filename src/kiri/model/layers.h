@@ -5,7 +5,8 @@
 // output a row-parallel projection sums. So a block communicates only at the regions' ends:
 // without sequence parallelism two all-reduces of [N, C] forward (the row layers' g) and two
 // backward (the regions' f); with it an all-gather entering and a reduce-scatter leaving each
-// region, both ways, plus the all-gather again of each region's input in backward.
+// region, both ways (and, with selective recomputation's `layernorm`, the all-gather again
+// of each region's input in backward: without it the region keeps its gathered input).
 //
 // x and y are the residual stream's rows: [N, C], or this rank's [N/P, C] under sequence
 // parallelism; batch and seq are the micro-batch's (N = batch * seq).
