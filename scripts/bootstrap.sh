@@ -22,7 +22,7 @@ fi
 # Llama of tests/cli/hf_llama_torch.py. Not for `make demo`: with its dependencies it is
 # about 170 packages.
 if [ "${1:-}" = test ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch python3-venv)
 fi
 data="$root/data"
 cache="$data/npm"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The outside clients that tests and benchmarks check kiri against, from PyPI, in one virtual
+# environment made once and cached under the user's cache directory, so that a clean clone
+# (CI) reuses it:  ${XDG_CACHE_HOME:-~/.cache}/kiri/venv-<hash of the requirements below>.
+# Not on `make demo`'s path. Prints the venv's python on stdout; exits 1 with the reason on
+# stderr when it cannot be made (no python3-venv, no PyPI), and tests then skip naming it.
+#   bash scripts/test-venv.sh            make it when missing, print its python
+#   bash scripts/test-venv.sh --path     print where it would be, make nothing
+set -euo pipefail
+requirements=(
+  "torch==2.15.0"         # the performance peer and the reference math
+  "transformers==5.23.0"  # the reader and writer of HF folders kiri must match
+  "tokenizers==0.23.3"
+  "safetensors==0.8.0"
+  "numpy"
+)
+hash=$(printf '%s\n' "${requirements[@]}" | sha256sum | cut -c1-12)
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/kiri
+venv=$cache/venv-$hash
+if [ "${1:-}" = --path ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+if [ -f "$venv/.complete" ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+mkdir -p "$cache"
+# One maker at a time (ctest runs tests in parallel); the others wait for it.
+exec 9> "$cache/venv.lock"
+flock 9
+if [ -f "$venv/.complete" ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+python3 -c 'import venv, ensurepip' 2> /dev/null ||
+  { echo "test-venv: python3's venv/ensurepip is missing (apt-get install python3-venv)" >&2; exit 1; }
+# Made in place (a venv's scripts name its folder); .complete marks it whole, so one left
+# half-made by a kill is made again.
+rm -rf "$venv"
+python3 -m venv "$venv" >&2
+if ! "$venv/bin/pip" install --quiet --disable-pip-version-check "${requirements[@]}" >&2; then
+  rm -rf "$venv"
+  echo "test-venv: pip install ${requirements[*]} failed (see pip's message above)" >&2
+  exit 1
+fi
+touch "$venv/.complete"
+echo "$venv/bin/python"
