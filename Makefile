@@ -10,6 +10,10 @@ KIRI_CCACHE ?= 1
 ifeq ($(KIRI_CCACHE),1)
 LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 export CCACHE_BASEDIR := $(CURDIR)
+# Debug builds (the ASan/UBSan one) put the working directory into their debug info, which
+# ccache hashes by default, so a clone at another path missed every object; the paths in the
+# debug info are then the first clone's, which only a debugger would notice.
+export CCACHE_NOHASHDIR := 1
 endif
 
 .PHONY: all setup setup-test build demo test test-asan fuzz bench format clean
