@@ -271,15 +271,11 @@ TEST(HfLlamaConfig, KeysKiriDoesNotReadAreNamedUnlessBookkeeping) {
   const std::string dir = temp_dir("keys");
   json base = hf_config_json(llama(), 256, DType::kF32, "byte");
   json c = base;
-  for (const auto& [k, v] : json{
-           {"transformers_version", "4.46.0"},
-           {"_name_or_path", "meta-llama/x"},
-           {"pad_token_id", nullptr},
-           {"eos_token_id", {128001, 128009}},
-           {"is_encoder_decoder", false},
-           {"task_specific_params",
-            {{"x", 1}}}}.items())
-    c[k] = v;
+  const json bookkeeping = {
+      {"transformers_version", "4.46.0"}, {"_name_or_path", "meta-llama/x"},
+      {"pad_token_id", nullptr},          {"eos_token_id", {128001, 128009}},
+      {"is_encoder_decoder", false},      {"task_specific_params", {{"x", 1}}}};
+  for (const auto& [k, v] : bookkeeping.items()) c[k] = v;
   EXPECT_EQ(read(dir, c).model.n_layer, 3);
   const auto expect = [&](const std::string& key, const json& value, const std::string& needle) {
     json bad = base;
