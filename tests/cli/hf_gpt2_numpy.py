@@ -111,8 +111,14 @@ def main():
         return
     ids = [int(s) for s in a.prompt_ids.split(",")]
     block = cfg["n_positions"]
+    # transformers' generate() ends at config.json's eos_token_id and keeps it; kiri sample
+    # ends there too and prints the text without it.
+    eos = cfg.get("eos_token_id")
     for _ in range(a.tokens):
         ids.append(int(np.argmax(logits_of(cfg, w, ids[-block:])[-1])))
+        if ids[-1] == eos:
+            ids.pop()
+            break
     print(" ".join(str(i) for i in ids))
 
 

@@ -260,6 +260,25 @@ TEST(HfLlamaFolder, BadFoldersAreNamedCheckpointErrors) {
          {"config.json: attention_bias = true is not supported", "no bias"});
   expect(set_key("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}),
          {"config.json: rope_scaling.rope_type = \"yarn\" is not supported"});
+  // transformers 5's spelling: exit 0 before the fix.
+  expect(set_key("rope_parameters", {{"rope_type", "yarn"}, {"factor", 4}}),
+         {"config.json: rope_parameters.rope_type = \"yarn\" is not supported"});
+  expect(set_key("sliding_window", 16),
+         {"config.json: sliding_window = 16 is not supported: kiri does not know this key"});
+  // A kiri.tokenizer the folder cannot give: named (before the fix: ignored, and the error
+  // blamed the vocabulary's size).
+  expect(set_key("kiri", {{"format_version", 1}, {"tokenizer", "no/such/tokenizer"}}),
+         {"config.json: kiri.tokenizer = \"no/such/tokenizer\" is neither \"byte\" nor "
+          "\"gpt2\" nor an existing path"});
+  // Both forms: transformers loads model.safetensors, kiri loaded the shards before the fix.
+  expect(
+      [](const std::string& d) {
+        for (const auto& e : fs::directory_iterator(d))
+          if (e.path().filename().string().rfind("model-00001-of-", 0) == 0)
+            fs::copy_file(e.path(), d + "/model.safetensors");
+      },
+      {"holds both model.safetensors and model.safetensors.index.json: transformers loads the "
+       "first"});
   expect(drop_tensor("model.layers.1.mlp.up_proj.weight"),
          {"the model's tensor 'model.layers.1.mlp.up_proj.weight' is missing"});
   expect(drop_tensor("lm_head.weight"), {"the model's tensor 'lm_head.weight' is missing"});

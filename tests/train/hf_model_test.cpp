@@ -196,11 +196,16 @@ TEST(HfModel, ConfigKeysKiriCannotHonourAreNamed) {
   EXPECT_EQ(ok.model.n_embd, 32);
   EXPECT_EQ(ok.model.block_size, 32);
   EXPECT_EQ(ok.tokenizer, "byte");
-  const std::vector<std::pair<std::string, json>> bad = {
-      {"model_type", "bert"},           {"layer_norm_epsilon", 1e-6},
-      {"activation_function", "relu"},  {"n_inner", 64},
-      {"scale_attn_weights", false},    {"tie_word_embeddings", false},
-      {"architectures", {"BertModel"}}, {"scale_attn_by_inverse_layer_idx", true}};
+  const std::vector<std::pair<std::string, json>> bad = {{"model_type", "bert"},
+                                                         {"layer_norm_epsilon", 1e-6},
+                                                         {"activation_function", "relu"},
+                                                         {"n_inner", 64},
+                                                         {"scale_attn_weights", false},
+                                                         {"tie_word_embeddings", false},
+                                                         {"architectures", {"BertModel"}},
+                                                         {"scale_attn_by_inverse_layer_idx", true},
+                                                         {"n_special", 2},
+                                                         {"add_cross_attention", true}};
   for (const auto& [key, value] : bad) {
     json c = base;
     c[key] = value;
@@ -268,7 +273,20 @@ TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
                                      {"low_freq_factor", 1.0},
                                      {"high_freq_factor", 4.0},
                                      {"original_max_position_embeddings", 8192}}));
+  // transformers 5's spelling of the same (it reads rope_scaling first when not null).
+  EXPECT_EQ(c["rope_parameters"], json({{"rope_type", "llama3"},
+                                        {"rope_theta", 500000.0},
+                                        {"factor", 32.0},
+                                        {"low_freq_factor", 1.0},
+                                        {"high_freq_factor", 4.0},
+                                        {"original_max_position_embeddings", 8192}}));
+  EXPECT_EQ(c["dtype"], "bfloat16");
   EXPECT_FALSE(c.contains("n_layer"));  // nothing of GPT2Config's
+  m.rope_scaling.type = model::RopeScaling::Type::kNone;
+  const json plain = hf_config_json(m, 256, DType::kF32, "byte");
+  EXPECT_EQ(plain["rope_scaling"], nullptr);
+  EXPECT_EQ(plain["rope_parameters"], json({{"rope_type", "default"}, {"rope_theta", 500000.0}}));
+  EXPECT_EQ(hf_config_json(small().model, 256, DType::kF16, "byte")["dtype"], "float16");
 }
 
 // --init-from on dp 2 ZeRO-3, tp 2 and pp 2: the first step's loss (the loaded weights' loss
@@ -365,6 +383,16 @@ TEST(HfModel, BadIndexesAndFoldersAreNamed) {
   refused(R"({"weight_map": {"wte.weight": "model-00001-of-00001.safetensors",
                              "transformer.wte.weight": "model-00001-of-00001.safetensors"}})",
           "one tensor under two names");
+  // Both forms: transformers loads model.safetensors (modeling_utils' order), kiri loaded the
+  // shards before the fix; now named.
+  write_file_atomic(dir + "/model.safetensors.index.json",
+                    R"({"weight_map": {"wte.weight": "model-00001-of-00001.safetensors"}})");
+  ckpt::save_safetensors(dir + "/model.safetensors", {{"wte.weight", t}});
+  refused(R"({"weight_map": {"wte.weight": "model-00001-of-00001.safetensors"}})",
+          dir +
+              " holds both model.safetensors and model.safetensors.index.json: transformers "
+              "loads the first and ignores the shards");
+  fs::remove(dir + "/model.safetensors");
   fs::remove(dir + "/model.safetensors.index.json");
   ErrorKind kind{};
   EXPECT_NE(error_of([&] { HfWeights::open(dir); }, &kind)
@@ -382,7 +410,18 @@ TEST(HfModel, AFoldersTokenizerIsItsKiriBlocksOrItsOwnFiles) {
   EXPECT_EQ(model_folder_tokenizer(dir, c), "byte");
   c.tokenizer = "some/path/of/another/machine";
   write_file_atomic(dir + "/vocab.json", "{}");
-  EXPECT_EQ(model_folder_tokenizer(dir, c), "");  // merges.txt missing
+  // merges.txt missing, the path is not here: named (the run's data.tokenizer before the fix,
+  // and the error then blamed the vocabulary's size).
+  ErrorKind kind{};
+  EXPECT_NE(error_of([&] { model_folder_tokenizer(dir, c); }, &kind)
+                .find("/config.json: kiri.tokenizer = \"some/path/of/another/machine\" is neither "
+                      "\"byte\" nor \"gpt2\" nor an existing path, and the folder holds no "
+                      "tokenizer files"),
+            std::string::npos);
+  EXPECT_EQ(kind, ErrorKind::kCheckpoint);
+  c.tokenizer = dir + "/vocab.json";  // a path that is here
+  EXPECT_EQ(model_folder_tokenizer(dir, c), dir + "/vocab.json");
+  c.tokenizer = "some/path/of/another/machine";
   write_file_atomic(dir + "/merges.txt", "");
   EXPECT_EQ(model_folder_tokenizer(dir, c), dir);
   fs::remove_all(dir);

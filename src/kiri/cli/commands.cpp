@@ -326,7 +326,11 @@ int cmd_sample(const std::vector<std::string>& argv) {
   std::vector<int32_t> ids = tokenizer->encode(prompt);
   KIRI_CHECK_KIND(kConfig, !ids.empty(), "--prompt must not be empty");
   if (const auto path = a.get("logits")) write_prompt_logits(*path, model, allocator, ids);
+  // Ends at the end-of-text token, as transformers' generate() does at the folder's
+  // eos_token_id (the same token), and prints the text without it.
+  o.stop_token = tokenizer->eot_token();
   std::vector<int32_t> out = train::generate(model, allocator, ids, o, tokenizer->vocab_size());
+  if (out.size() > ids.size() && out.back() == o.stop_token) out.pop_back();
   std::cout << tokenizer->decode(out) << std::endl;
   return 0;
 }

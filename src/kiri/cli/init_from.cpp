@@ -32,8 +32,9 @@ train::RunConfig init_from_config(train::RunConfig cfg, const std::string& dir,
                   hf.model.block_size, " (", dir,
                   "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
   const bool rank0 = job_rank() <= 0;
-  const std::string tokenizer = train::model_folder_tokenizer(dir, hf);
-  if (!tokenizer_given && !tokenizer.empty() && tokenizer != from.data.tokenizer) {
+  // Asked only when not given: a given data.tokenizer needs nothing of the folder's.
+  const std::string tokenizer = tokenizer_given ? "" : train::model_folder_tokenizer(dir, hf);
+  if (!tokenizer.empty() && tokenizer != from.data.tokenizer) {
     if (rank0) log::info("--init-from: data.tokenizer = ", tokenizer, " (the model folder's)");
     from.data.tokenizer = tokenizer;
   }

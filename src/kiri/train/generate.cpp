@@ -46,6 +46,7 @@ std::vector<int32_t> generate(model::GPT<float>& model, Allocator& allocator,
     std::copy(ids.end() - t, ids.end(), x.data<int32_t>());
     Tensor logits = model.next_token_logits(ctx, x);
     ids.push_back(pick(logits.data<float>(), allowed_vocab, options, rng));
+    if (ids.back() == options.stop_token) break;
   }
   return ids;
 }

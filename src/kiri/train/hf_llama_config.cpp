@@ -1,9 +1,14 @@
 #include "kiri/train/hf_llama_config.h"
 
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
 #include "kiri/base/file_read.h"
 
 namespace kiri::train {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -48,27 +53,90 @@ bool flag(const json& c, const std::string& path, const std::string& key, bool f
   return c[key].get<bool>();
 }
 
-// rope_scaling: null, {"rope_type": "default"} (none), or Llama 3's; "type" is its older name.
-model::RopeScaling rope_scaling(const json& c, const std::string& path) {
-  model::RopeScaling r;
-  if (!c.contains("rope_scaling") || c["rope_scaling"].is_null()) return r;
-  const json& s = c["rope_scaling"];
-  KIRI_CHECK_KIND(kCheckpoint, s.is_object(), path, ": 'rope_scaling' must be null or an object, ",
-                  "got ", quote_bounded(s.dump(), 80));
-  const char* key = s.contains("rope_type") ? "rope_type" : "type";
-  const json type = s.contains(key) ? s[key] : json("default");
-  if (type == "default") return r;
-  if (type != "llama3")
-    refuse(path, std::string("rope_scaling.") + key, type,
+// The rotary embedding's settings in their two spellings: transformers 4's top-level
+// rope_theta + rope_scaling, and transformers 5's rope_parameters (rope_type, rope_theta and
+// the type's keys). Each type is mapped or refused by name; a folder whose two spellings
+// disagree would be one model in transformers 4 and another in 5, and is refused.
+struct Rope {
+  double theta = 10000.0;  // LlamaConfig's default
+  model::RopeScaling scaling;
+};
+
+// One rope dict (`where`: "rope_parameters." or "rope_scaling.") as kiri's rope; `theta`
+// when the dict has no rope_theta of its own.
+Rope rope_from(const json& s, const std::string& path, const std::string& where, double theta,
+               int max_positions) {
+  Rope r;
+  r.theta = number(s, path, where, "rope_theta", theta);
+  KIRI_CHECK_KIND(kCheckpoint, r.theta > 0 && std::isfinite(r.theta), path, ": '", where,
+                  "rope_theta' must be a positive number, got ", r.theta);
+  // "type" is rope_type's older name; transformers 5 reads it when rope_type is absent.
+  const std::string type_key = s.contains("rope_type") ? "rope_type" : "type";
+  const json type = s.contains(type_key) ? s[type_key] : json("default");
+  if (type != "default" && type != "llama3")
+    refuse(path, where + type_key, type,
            "kiri's rotary embedding scales as Llama 3 does (\"llama3\") or not at all "
            "(\"default\"); it has no linear, dynamic, yarn or longrope scaling");
-  r.type = model::RopeScaling::Type::kLlama3;
-  r.factor = number(s, path, "rope_scaling.", "factor", 0, true);
-  r.low_freq_factor = number(s, path, "rope_scaling.", "low_freq_factor", 0, true);
-  r.high_freq_factor = number(s, path, "rope_scaling.", "high_freq_factor", 0, true);
-  r.original_max_position_embeddings =
-      shape_int(s, path, "original_max_position_embeddings", 1, kMaxDim);
+  const bool llama3 = type == "llama3";
+  for (const auto& [key, value] : s.items()) {
+    const bool known =
+        key == "rope_type" || key == "type" || key == "rope_theta" ||
+        (llama3 && (key == "factor" || key == "low_freq_factor" || key == "high_freq_factor" ||
+                    key == "original_max_position_embeddings"));
+    if (key == "partial_rotary_factor" && value == json(1.0)) continue;
+    if (!known)
+      refuse(path, where + key, value,
+             str("kiri's ", type.get<std::string>(),
+                 " rotary embedding has no such setting (it rotates every dimension of each "
+                 "head)"));
+  }
+  if (!llama3) return r;
+  r.scaling.type = model::RopeScaling::Type::kLlama3;
+  r.scaling.factor = number(s, path, where, "factor", 0, true);
+  r.scaling.low_freq_factor = number(s, path, where, "low_freq_factor", 0, true);
+  r.scaling.high_freq_factor = number(s, path, where, "high_freq_factor", 0, true);
+  // transformers 5 takes max_position_embeddings when the dict has none.
+  r.scaling.original_max_position_embeddings =
+      s.contains("original_max_position_embeddings")
+          ? shape_int(s, path, "original_max_position_embeddings", 1, kMaxDim)
+          : max_positions;
   return r;
+}
+
+bool same_rope(const Rope& a, const Rope& b) {
+  const model::RopeScaling &x = a.scaling, &y = b.scaling;
+  return a.theta == b.theta && x.type == y.type &&
+         (x.type == model::RopeScaling::Type::kNone ||
+          (x.factor == y.factor && x.low_freq_factor == y.low_freq_factor &&
+           x.high_freq_factor == y.high_freq_factor &&
+           x.original_max_position_embeddings == y.original_max_position_embeddings));
+}
+
+Rope read_rope(const json& c, const std::string& path, int max_positions) {
+  const double theta = number(c, path, "", "rope_theta", 10000.0);
+  const auto dict = [&](const char* key) -> const json* {
+    if (!c.contains(key) || c[key].is_null()) return nullptr;
+    KIRI_CHECK_KIND(kCheckpoint, c[key].is_object(), path, ": '", key,
+                    "' must be null or an object, got ", quote_bounded(c[key].dump(), 80));
+    return &c[key];
+  };
+  const json* scaling = dict("rope_scaling");
+  const json* params = dict("rope_parameters");
+  Rope r;
+  r.theta = theta;
+  if (scaling) r = rope_from(*scaling, path, "rope_scaling.", theta, max_positions);
+  if (!params) return r;
+  const bool old_spelling = scaling || (c.contains("rope_theta") && !c["rope_theta"].is_null());
+  const Rope p = rope_from(*params, path, "rope_parameters.", theta, max_positions);
+  // transformers 4 reads rope_theta + rope_scaling; 5 reads rope_scaling when it is not null
+  // and rope_parameters otherwise: both spellings must give one model.
+  if (old_spelling && !same_rope(r, p))
+    KIRI_RAISE(kCheckpoint, path, ": rope_parameters = ", quote_bounded(params->dump(), 200),
+               " contradicts rope_theta = ", theta,
+               " and rope_scaling = ", quote_bounded(scaling ? scaling->dump() : "null", 200),
+               " (transformers 4 reads those, transformers 5 rope_parameters when rope_scaling "
+               "is null): make them agree");
+  return p;
 }
 
 // What kiri's Llama cannot be: biases, another activation, heads of another width, another
@@ -94,6 +162,114 @@ void refuse_unsupported(const json& c, const std::string& path, const model::GPT
 
 }  // namespace
 
+namespace {
+
+// What any config.json may hold that leaves the model's function unchanged: transformers'
+// bookkeeping, the special token ids, and generation defaults (generate()'s, not the
+// model's; kiri sample takes its own flags).
+constexpr const char* kBookkeeping[] = {"_name_or_path",
+                                        "_commit_hash",
+                                        "_attn_implementation_autoset",
+                                        "transformers_version",
+                                        "architectures",
+                                        "model_type",
+                                        "bos_token_id",
+                                        "eos_token_id",
+                                        "pad_token_id",
+                                        "sep_token_id",
+                                        "decoder_start_token_id",
+                                        "use_cache",
+                                        "initializer_range",
+                                        "output_attentions",
+                                        "output_hidden_states",
+                                        "return_dict",
+                                        "torchscript",
+                                        "use_bfloat16",
+                                        "tf_legacy_loss",
+                                        "id2label",
+                                        "label2id",
+                                        "problem_type",
+                                        "finetuning_task",
+                                        "tokenizer_class",
+                                        "prefix",
+                                        "task_specific_params",
+                                        "is_decoder",
+                                        "chunk_size_feed_forward",
+                                        "cross_attention_hidden_size",
+                                        "max_length",
+                                        "min_length",
+                                        "do_sample",
+                                        "early_stopping",
+                                        "num_beams",
+                                        "num_beam_groups",
+                                        "diversity_penalty",
+                                        "temperature",
+                                        "top_k",
+                                        "top_p",
+                                        "typical_p",
+                                        "repetition_penalty",
+                                        "length_penalty",
+                                        "no_repeat_ngram_size",
+                                        "encoder_no_repeat_ngram_size",
+                                        "bad_words_ids",
+                                        "num_return_sequences",
+                                        "output_scores",
+                                        "return_dict_in_generate",
+                                        "forced_bos_token_id",
+                                        "forced_eos_token_id",
+                                        "remove_invalid_values",
+                                        "exponential_decay_length_penalty",
+                                        "suppress_tokens",
+                                        "begin_suppress_tokens",
+                                        "kiri",
+                                        "dtype",
+                                        "torch_dtype"};
+
+// Keys that would make another kind of model unless they hold transformers' default.
+const std::pair<const char*, json> kDefaultOnly[] = {{"is_encoder_decoder", false},
+                                                     {"tie_encoder_decoder", false},
+                                                     {"add_cross_attention", false},
+                                                     {"pruned_heads", json::object()}};
+
+bool listed(const std::string& key, std::span<const char* const> keys) {
+  for (const char* k : keys)
+    if (key == k) return true;
+  return false;
+}
+
+}  // namespace
+
+void check_config_keys(const json& c, const std::string& path, std::span<const char* const> read) {
+  for (const auto& [key, value] : c.items()) {
+    if (listed(key, read) || listed(key, kBookkeeping)) continue;
+    bool default_only = false;
+    for (const auto& [k, fallback] : kDefaultOnly)
+      if (key == k) {
+        default_only = true;
+        if (!value.is_null() && value != fallback)
+          refuse(path, key, value, str("kiri's models hold only the default, ", fallback.dump()));
+      }
+    if (!default_only)
+      refuse(path, key, value,
+             "kiri does not know this key, so it cannot build the model it describes "
+             "(docs/checkpoints.md lists the keys kiri reads)");
+  }
+  // torch_dtype (transformers 4) and dtype (5): the weights' dtype, which the files say
+  // again; a dtype kiri's reader has no conversion from is named here.
+  std::string seen;
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!c.contains(key) || c[key].is_null()) continue;
+    const json& v = c[key];
+    if (v != "float32" && v != "bfloat16" && v != "float16" && v != "auto")
+      refuse(path, key, v, "kiri reads float32, bfloat16 and float16 weights");
+    if (!seen.empty() && v != seen && v != "auto" && seen != "auto")
+      KIRI_RAISE(kCheckpoint, path, ": torch_dtype = \"", c["torch_dtype"].get<std::string>(),
+                 "\" contradicts dtype = \"", v.get<std::string>(),
+                 "\": transformers 4 reads the one, transformers 5 the other");
+    seen = v.get<std::string>();
+  }
+}
+
 bool is_llama_config(const json& c) {
   if (c.contains("model_type")) return c["model_type"] == "llama";
   if (!c.contains("architectures") || !c["architectures"].is_array()) return false;
@@ -116,10 +292,30 @@ HfConfig read_llama_config(const json& c, const std::string& path) {
                               ? shape_int(c, path, "num_key_value_heads", 1, kMaxDim)
                               : m.n_head;  // LlamaConfig: multi-head attention
   m.rms_norm_eps = number(c, path, "", "rms_norm_eps", 1e-6);
-  m.rope_theta = number(c, path, "", "rope_theta", 10000.0);
-  m.rope_scaling = rope_scaling(c, path);
+  const Rope rope = read_rope(c, path, m.block_size);
+  m.rope_theta = rope.theta;
+  m.rope_scaling = rope.scaling;
   m.tie_word_embeddings = flag(c, path, "tie_word_embeddings", false);  // LlamaConfig's default
   refuse_unsupported(c, path, m);
+  static constexpr const char* kRead[] = {"hidden_size",
+                                          "intermediate_size",
+                                          "num_hidden_layers",
+                                          "num_attention_heads",
+                                          "num_key_value_heads",
+                                          "vocab_size",
+                                          "max_position_embeddings",
+                                          "rms_norm_eps",
+                                          "rope_theta",
+                                          "rope_scaling",
+                                          "rope_parameters",
+                                          "tie_word_embeddings",
+                                          "hidden_act",
+                                          "attention_bias",
+                                          "mlp_bias",
+                                          "head_dim",
+                                          "attention_dropout",
+                                          "pretraining_tp"};
+  check_config_keys(c, path, kRead);
   try {
     m.validate();
   } catch (const Error& e) {
@@ -135,6 +331,50 @@ HfConfig read_llama_config(const json& c, const std::string& path) {
                             ": the same function (transformers computes the projections in ", tp,
                             " slices), which kiri computes whole"));
   return out;
+}
+
+// The "kiri" block kiri writes: {"format_version": 1, "tokenizer": data.tokenizer}. A block
+// kiri did not write is named rather than ignored (its tokenizer would otherwise fall back
+// to the config's, and the error blame the vocabulary's size).
+void read_kiri_block(const json& c, const std::string& path, HfConfig& out) {
+  if (!c.contains("kiri")) return;
+  const json& k = c["kiri"];
+  KIRI_CHECK_KIND(kCheckpoint, k.is_object(), path, ": 'kiri' must be an object, got ",
+                  quote_bounded(k.dump(), 80));
+  for (const auto& [key, value] : k.items()) {
+    if (key == "format_version")
+      KIRI_CHECK_KIND(kCheckpoint, value == 1, path,
+                      ": kiri.format_version = ", quote_bounded(value.dump(), 80),
+                      " is not supported: this kiri reads format 1");
+    else if (key == "tokenizer")
+      KIRI_CHECK_KIND(kCheckpoint, value.is_string() && !value.get<std::string>().empty(), path,
+                      ": kiri.tokenizer = ", quote_bounded(value.dump(), 80),
+                      " is not a tokenizer: \"byte\", \"gpt2\" or the path of a Hugging Face "
+                      "tokenizer");
+    else
+      KIRI_RAISE(kCheckpoint, path, ": kiri.", quote_bounded(key, 80), " = ",
+                 quote_bounded(value.dump(), 80),
+                 " is not a key kiri writes (format_version, tokenizer)");
+  }
+  if (k.contains("tokenizer")) out.tokenizer = k["tokenizer"].get<std::string>();
+}
+
+std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config) {
+  if (config.tokenizer == "byte" || config.tokenizer == "gpt2") return config.tokenizer;
+  std::error_code ec;
+  if (fs::exists(dir + "/tokenizer.json", ec) ||
+      (fs::exists(dir + "/vocab.json", ec) && fs::exists(dir + "/merges.txt", ec)))
+    return dir;
+  if (config.tokenizer.empty()) return "";
+  // The path of the Hugging Face tokenizer the model was trained with, whose files the folder
+  // lacks: that path when it still holds them, else named.
+  KIRI_CHECK_KIND(
+      kCheckpoint, fs::exists(config.tokenizer, ec), dir, "/config.json: kiri.tokenizer = \"",
+      quote_bounded(config.tokenizer, 200),
+      "\" is neither \"byte\" nor \"gpt2\" nor an existing path, and the folder holds no "
+      "tokenizer files (tokenizer.json, or vocab.json + merges.txt): give "
+      "--set data.tokenizer= the tokenizer it was trained with");
+  return config.tokenizer;
 }
 
 }  // namespace kiri::train

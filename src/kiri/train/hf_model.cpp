@@ -133,13 +133,6 @@ std::string untied_refusal(const std::string& name) {
          "model says tie_word_embeddings false)";
 }
 
-// The "kiri" block's data.tokenizer, when there is one.
-void read_kiri_block(const json& c, HfConfig& out) {
-  if (c.contains("kiri") && c["kiri"].is_object() && c["kiri"].contains("tokenizer") &&
-      c["kiri"]["tokenizer"].is_string())
-    out.tokenizer = c["kiri"]["tokenizer"].get<std::string>();
-}
-
 }  // namespace
 
 int64_t parse_max_shard_size(const std::string& text, const std::string& what) {
@@ -156,16 +149,22 @@ int64_t parse_max_shard_size(const std::string& text, const std::string& what) {
 
 namespace {
 
-// LlamaConfig's keys for kiri's llama (no biases, SiLU, no dropout).
+// LlamaConfig's keys for kiri's llama (no biases, SiLU, no dropout). The rotary embedding in
+// both spellings, which say the same: transformers 4 reads rope_theta + rope_scaling, 5 reads
+// rope_scaling when it is not null and rope_parameters otherwise, and writes rope_parameters.
 json llama_config_json(const model::GPTConfig& m, DType dtype) {
   json scaling = nullptr;
-  if (m.rope_scaling.type == model::RopeScaling::Type::kLlama3)
+  json params = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
+  if (m.rope_scaling.type == model::RopeScaling::Type::kLlama3) {
     scaling = {
         {"rope_type", "llama3"},
         {"factor", m.rope_scaling.factor},
         {"low_freq_factor", m.rope_scaling.low_freq_factor},
         {"high_freq_factor", m.rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
+    params = scaling;
+    params["rope_theta"] = m.rope_theta;
+  }
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"hidden_size", m.n_embd},
@@ -179,6 +178,7 @@ json llama_config_json(const model::GPTConfig& m, DType dtype) {
           {"rms_norm_eps", m.rms_norm_eps},
           {"rope_theta", m.rope_theta},
           {"rope_scaling", scaling},
+          {"rope_parameters", params},
           {"hidden_act", "silu"},
           {"attention_bias", false},
           {"mlp_bias", false},
@@ -187,7 +187,8 @@ json llama_config_json(const model::GPTConfig& m, DType dtype) {
           {"pretraining_tp", 1},
           {"tie_word_embeddings", m.tie_word_embeddings},
           {"use_cache", true},
-          {"torch_dtype", torch_dtype_name(dtype)}};
+          {"torch_dtype", torch_dtype_name(dtype)},  // transformers 4's name
+          {"dtype", torch_dtype_name(dtype)}};       // and 5's
 }
 
 }  // namespace
@@ -228,7 +229,8 @@ json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
             {"reorder_and_upcast_attn", false},
             {"tie_word_embeddings", true},
             {"use_cache", true},
-            {"torch_dtype", torch_dtype_name(dtype)},
+            {"torch_dtype", torch_dtype_name(dtype)},  // transformers 4's name
+            {"dtype", torch_dtype_name(dtype)},        // and 5's
             {"kiri", {{"format_version", 1}, {"tokenizer", tokenizer}}}};
   if (bos >= 0) c["bos_token_id"] = bos;
   if (eot >= 0) c["eos_token_id"] = eot;
@@ -372,7 +374,7 @@ HfConfig read_hf_config(const std::string& dir) {
   HfConfig out;
   if (is_llama_config(c)) {
     out = read_llama_config(c, path);
-    read_kiri_block(c, out);
+    read_kiri_block(c, path, out);
     return out;
   }
   refuse_model_type(c, path);
@@ -382,6 +384,30 @@ HfConfig read_hf_config(const std::string& dir) {
   out.model.vocab_size = config_int(c, path, "vocab_size", 1, int64_t{1} << 30);
   out.model.block_size = config_int(c, path, "n_positions", 1, kMax, "n_ctx");
   refuse_unsupported(c, path, out.model);
+  // summary_*: GPT2DoubleHeadsModel's classifier, which the LM does not have;
+  // reorder_and_upcast_attn: the same attention computed in fp32, as kiri's is.
+  static constexpr const char* kRead[] = {"n_layer",
+                                          "n_head",
+                                          "n_embd",
+                                          "vocab_size",
+                                          "n_positions",
+                                          "n_ctx",
+                                          "n_inner",
+                                          "activation_function",
+                                          "layer_norm_epsilon",
+                                          "resid_pdrop",
+                                          "embd_pdrop",
+                                          "attn_pdrop",
+                                          "scale_attn_weights",
+                                          "scale_attn_by_inverse_layer_idx",
+                                          "reorder_and_upcast_attn",
+                                          "tie_word_embeddings",
+                                          "summary_type",
+                                          "summary_use_proj",
+                                          "summary_activation",
+                                          "summary_proj_to_labels",
+                                          "summary_first_dropout"};
+  check_config_keys(c, path, kRead);
   try {
     out.model.validate();
   } catch (const Error& e) {
@@ -391,23 +417,25 @@ HfConfig read_hf_config(const std::string& dir) {
     if (c.contains(key) && c[key].is_number() && c[key].get<double>() != 0)
       out.notes.push_back(str(path, ": ", key, " = ", c[key].get<double>(),
                               " ignored: kiri trains without dropout"));
-  read_kiri_block(c, out);
+  if (c.contains("reorder_and_upcast_attn") && c["reorder_and_upcast_attn"] == true)
+    out.notes.push_back(str(path,
+                            ": reorder_and_upcast_attn = true: the same attention, which "
+                            "kiri computes in fp32"));
+  read_kiri_block(c, path, out);
   return out;
-}
-
-std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config) {
-  if (config.tokenizer == "byte" || config.tokenizer == "gpt2") return config.tokenizer;
-  std::error_code ec;
-  if (fs::exists(dir + "/tokenizer.json", ec) ||
-      (fs::exists(dir + "/vocab.json", ec) && fs::exists(dir + "/merges.txt", ec)))
-    return dir;
-  return "";
 }
 
 HfWeights HfWeights::open(const std::string& dir) {
   HfWeights w;
   w.dir_ = dir;
   std::map<std::string, std::string> stored_file;  // stored name -> file
+  // transformers loads model.safetensors when there is one and ignores the index
+  // (modeling_utils' order): loading the shards would make one folder two models.
+  KIRI_CHECK_KIND(kCheckpoint,
+                  !(fs::exists(dir + "/" + kIndexName) && fs::exists(dir + "/" + kWeightsName)),
+                  dir, " holds both ", kWeightsName, " and ", kIndexName,
+                  ": transformers loads the first and ignores the shards, kiri would load the "
+                  "shards; remove the one that is not the model");
   if (fs::exists(dir + "/" + kIndexName)) {
     const std::string path = dir + "/" + kIndexName;
     const json index = read_json_file(path, "safetensors index");
