@@ -401,10 +401,13 @@ TEST(DeepSpeedConfig, AnImpossibleStaticLossScaleIsNamed) {
   const std::string e = error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1e30}})"));
   EXPECT_TRUE(has(e,
                   "fp16.loss_scale = 1e+30: train.loss_scale = 1e+30 is an impossible static "
-                  "loss scale: above 65504 x 2^24 = 1.0990e12"))
+                  "loss scale: above 65504 x 2^24 = 1098974756864"))
       << e;
   EXPECT_EQ(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 65536}})")), "");
-  EXPECT_EQ(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1.0990e12}})")), "");
+  EXPECT_EQ(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1098974756864}})")),
+            "");
+  EXPECT_NE(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1098974756865}})")),
+            "");
 }
 
 }  // namespace

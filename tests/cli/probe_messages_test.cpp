@@ -66,7 +66,7 @@ TEST(ProbeMessages, DeepSpeedKeyWithANulIsPrintedEscaped) {
 TEST(ProbeMessages, ImpossibleStaticLossScaleIsRefused) {
   expect_exit("config --set train.dtype=fp16 --set train.loss_scale=1e30", 2,
               {"train.loss_scale = 1e+30 is an impossible static loss scale: above 65504 x 2^24 "
-               "= 1.0990e12 even fp16's smallest gradient, 2^-24, overflows fp16's largest "
+               "= 1098974756864 even fp16's smallest gradient, 2^-24, overflows fp16's largest "
                "number, 65504, once scaled"});
 }
 

@@ -355,6 +355,20 @@ TEST(HfTokenizer, RefusesValuesOfTheWrongType) {
   EXPECT_EQ(load(dir, good)->eot_token(), -1);
 }
 
+// A tokenizer file above the reader's limit is refused by name, before it is read (a sparse
+// file: no disk used).
+TEST(HfTokenizer, RefusesAFileAboveTheLimitByName) {
+  testing::TempDir dir;
+  const std::string file = dir.file("tokenizer.json");
+  testing::write_text(file, "{}");
+  std::filesystem::resize_file(file, (uint64_t{256} << 20) + 1);
+  expect_error([&] { make_tokenizer(dir.str(), ""); }, ErrorKind::kData,
+               {"tokenizer " + file +
+                " is 268435457 bytes, more than kiri's limit for tokenizer files, 256 MiB "
+                "(268435456 bytes: 28x Llama 3's tokenizer.json; loading costs about 9x the "
+                "file's size in memory, docs/performance.md)"});
+}
+
 TEST(HfTokenizer, RefusesMissingFiles) {
   testing::TempDir dir;
   expect_error([&] { make_tokenizer(dir.str(), ""); }, ErrorKind::kData,

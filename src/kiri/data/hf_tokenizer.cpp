@@ -16,7 +16,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;  // Llama 3's tokenizer.json is 9 MB
+// The largest tokenizer file kiri reads. Llama 3's tokenizer.json is 9 MB; loading one
+// costs about 9x its size in memory at peak (the JSON DOM, then the vocabulary and merge
+// tables: docs/performance.md, "Loading a large tokenizer.json"), so 256 MiB, 28x Llama 3's,
+// bounds a load at about 2.5 GB. A larger file is refused by name before it is read.
+constexpr uint64_t kMaxFileBytes = uint64_t{256} << 20;
 
 bool is_file(const fs::path& p) {
   std::error_code ec;
@@ -24,6 +28,12 @@ bool is_file(const fs::path& p) {
 }
 
 std::string read_text(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (const uint64_t size = fs::file_size(path, ec); !ec && size > kMaxFileBytes)
+    KIRI_RAISE(kData, what, " ", path, " is ", size,
+               " bytes, more than kiri's limit for tokenizer files, 256 MiB (268435456 bytes: "
+               "28x Llama 3's tokenizer.json; loading costs about 9x the file's size in memory, "
+               "docs/performance.md)");
   return read_small_file(path, kMaxFileBytes, ErrorKind::kData, what);
 }
 
