@@ -366,3 +366,48 @@ TEST(DeepSpeedConfig, BucketsAndPrefetchMapToKirisUnits) {
 }
 
 }  // namespace
+
+namespace {
+
+// warmup_min_lr "auto" takes kiri's warm-up start and floor, each its own: no contradiction
+// with a given train.min_lr (it was read as "gives train.min_lr = 0.0").
+TEST(DeepSpeedConfig, AutoWarmupMinLrKeepsKirisValues) {
+  const Given given = {{"train.min_lr", 1e-5}, {"train.warmup_lr", 2e-6}};
+  for (const char* type : {"WarmupDecayLR", "WarmupLR"}) {
+    const json ds = {
+        {"scheduler",
+         {{"type", type}, {"params", {{"warmup_min_lr", "auto"}, {"warmup_max_lr", "auto"}}}}}};
+    EXPECT_EQ(error_of(ds, given), "") << type;
+    const auto t = apply_deepspeed(ds, "ds.json", kiri_config(given), given, 1).config.train;
+    EXPECT_DOUBLE_EQ(t.min_lr, 1e-5) << type;
+    EXPECT_DOUBLE_EQ(t.warmup_lr, 2e-6) << type;
+  }
+}
+
+// A key holding control characters is printed escaped, as JSON writes it: a NUL no longer
+// cuts the message where it is printed.
+TEST(DeepSpeedConfig, AKeyWithANulIsNamedEscaped) {
+  const json ds = json::parse(R"({"bad\u0000key\nnext": 1, "fp16": {"x\u0001": 2}})");
+  const std::string e = error_of(ds);
+  EXPECT_TRUE(has(e, "\n  - bad\\u0000key\\u000anext = 1: not supported: not a DeepSpeed key"))
+      << e;
+  EXPECT_TRUE(has(e, "\n  - fp16.x\\u0001 = 2: not supported")) << e;
+  EXPECT_EQ(e.find('\0'), std::string::npos);
+}
+
+// A static fp16 loss scale that overflows every gradient is refused with its key and value,
+// not accepted and then blamed on the learning rate.
+TEST(DeepSpeedConfig, AnImpossibleStaticLossScaleIsNamed) {
+  const std::string e = error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1e30}})"));
+  EXPECT_TRUE(has(e,
+                  "fp16.loss_scale = 1e+30: train.loss_scale = 1e+30 is an impossible static "
+                  "loss scale: above 65504 x 2^24 = 1098974756864"))
+      << e;
+  EXPECT_EQ(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 65536}})")), "");
+  EXPECT_EQ(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1098974756864}})")),
+            "");
+  EXPECT_NE(error_of(json::parse(R"({"fp16": {"enabled": true, "loss_scale": 1098974756865}})")),
+            "");
+}
+
+}  // namespace

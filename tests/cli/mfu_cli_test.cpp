@@ -1,6 +1,9 @@
 // kiri train/bench --peak-flops end to end, and the progress line's elapsed
 // time and ETA (docs/metrics.md).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -53,6 +56,50 @@ TEST(CliMfu, TrainUsesTheGivenPeakAndPrintsElapsedAndEta) {
   }
   EXPECT_EQ(rows, 3);
   std::filesystem::remove_all(dir);
+}
+
+// Two busy loops on the cores for the length of a short run (the start-up peak is measured
+// while they run): every row's MFU is at most 1, and when the peak had to be raised the
+// warning says so and names --peak-flops. Timing: it loads the machine, so it runs alone.
+TEST(CliMfuTiming, AtMostOneWithTwoBusyLoopsOnTheCores) {
+  const std::string dir = kiri::testing::fresh_temp_dir("kiri_mfu_cli_test", "busy");
+  const std::string metrics = dir + "/m.jsonl";
+  std::vector<pid_t> loops;
+  for (int i = 0; i < 2; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", "while :; do :; done", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    loops.push_back(pid);
+  }
+  // 256-wide blocks: a GEMM-bound step, whose rate comes closest to the peak.
+  const Result r = run_kiri("train " + std::string(KIRI_SOURCE_DIR) +
+                            "/configs/tiny-byte.json --set model.n_embd=256 --set train.steps=4"
+                            " --set train.micro_batch=8 --set train.warmup=1"
+                            " --set train.eval_batches=1 --set log.every=1 --set checkpoint.dir="
+                            " --set log.metrics=" +
+                            metrics);
+  for (const pid_t pid : loops) {  // only the loops this test started
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(metrics);
+  int rows = 0;
+  for (std::string line; std::getline(in, line); ++rows) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_GT(j["mfu"].get<double>(), 0) << line;
+    EXPECT_LE(j["mfu"].get<double>(), 1.0) << line;
+  }
+  EXPECT_EQ(rows, 4);
+  if (r.output.find("the peak measured at start") != std::string::npos) {
+    EXPECT_NE(r.output.find("give the hardware's peak with --peak-flops F (FLOP/s per rank)"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(r.output.find("> 1 at step"), std::string::npos) << r.output;
 }
 
 TEST(CliMfu, BadPeakFlopsIsNamedBeforeAnyWork) {

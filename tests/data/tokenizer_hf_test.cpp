@@ -314,6 +314,61 @@ TEST(HfTokenizer, RefusesWhatItDoesNotDo) {
   expect_error([&] { make_tokenizer(dir.str(), ""); }, ErrorKind::kData, {"deeper"});
 }
 
+// Values of the wrong JSON type are named with their JSON path and value, never read as
+// either setting: "yes" is no boolean, an id is no token's text.
+TEST(HfTokenizer, RefusesValuesOfTheWrongType) {
+  testing::TempDir dir;
+  const std::string file = dir.file("tokenizer.json");
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["model"]["ignore_merges"] = "yes"; },
+       ": model.ignore_merges = \"yes\": expected true or false"},
+      {[](json& j) { j["model"]["byte_fallback"] = 0; },
+       ": model.byte_fallback = 0: expected true or false"},
+      {[](json& j) { j["model"]["fuse_unk"] = "no"; },
+       ": model.fuse_unk = \"no\": expected true or false"},
+      {[](json& j) { j["model"]["unk_token"] = 3; },
+       ": model.unk_token = 3: expected a string or null"},
+      {[](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "false"; },
+       ": pre_tokenizer.pretokenizers[1].use_regex = \"false\": expected true or false"},
+      {[](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = 1; },
+       ": pre_tokenizer.pretokenizers[0].invert = 1: expected true or false"},
+      {[](json& j) { j["added_tokens"][1]["special"] = "true"; },
+       ": added_tokens[1].special = \"true\": expected true or false"},
+  };
+  for (const auto& [edit, message] : cases) {
+    json j = tiny();
+    edit(j);
+    expect_error([&] { load(dir, j); }, ErrorKind::kData, {"tokenizer " + file + message});
+  }
+  // The config files' special tokens: a string or {"content": ...}; an id is named.
+  const json good = tiny();
+  const std::string config = dir.file("tokenizer_config.json");
+  testing::write_text(config, R"({"eos_token": 260})");
+  expect_error([&] { load(dir, good); }, ErrorKind::kData,
+               {"tokenizer config " + config +
+                ": eos_token = 260: expected a token's text, \"...\", or {\"content\": "
+                "\"...\"} (or null)"});
+  testing::write_text(config, R"({"additional_special_tokens": ["<x>", {"id": 259}]})");
+  expect_error([&] { load(dir, good); }, ErrorKind::kData,
+               {"tokenizer config " + config + ": additional_special_tokens[1] = {\"id\":259}"});
+  testing::write_text(config, R"({"eos_token": null, "bos_token": {"content": "<x>"}})");
+  EXPECT_EQ(load(dir, good)->eot_token(), -1);
+}
+
+// A tokenizer file above the reader's limit is refused by name, before it is read (a sparse
+// file: no disk used).
+TEST(HfTokenizer, RefusesAFileAboveTheLimitByName) {
+  testing::TempDir dir;
+  const std::string file = dir.file("tokenizer.json");
+  testing::write_text(file, "{}");
+  std::filesystem::resize_file(file, (uint64_t{256} << 20) + 1);
+  expect_error([&] { make_tokenizer(dir.str(), ""); }, ErrorKind::kData,
+               {"tokenizer " + file +
+                " is 268435457 bytes, more than kiri's limit for tokenizer files, 256 MiB "
+                "(268435456 bytes: 28x Llama 3's tokenizer.json; loading costs about 9x the "
+                "file's size in memory, docs/performance.md)"});
+}
+
 TEST(HfTokenizer, RefusesMissingFiles) {
   testing::TempDir dir;
   expect_error([&] { make_tokenizer(dir.str(), ""); }, ErrorKind::kData,

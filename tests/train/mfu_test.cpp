@@ -6,15 +6,19 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/comm/local/local.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "kiri/train/metrics.h"
 #include "kiri/train/trainer.h"
+#include "temp_dir.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -27,8 +31,9 @@ struct MetricsRun {
   double flops_per_token = 0;  // the resolved model's (byte vocabulary)
 };
 
-// A 5-step byte-level run writing a metrics file; its rows.
-MetricsRun run_rows(const std::string& name, double peak = 0) {
+// A 5-step byte-level run writing a metrics file; its rows. `measured` > 0: the trainer's
+// start-up measurement is taken to have returned it (a loaded machine's low peak).
+MetricsRun run_rows(const std::string& name, double peak = 0, double measured = 0) {
   const fs::path dir =
       fs::temp_directory_path() / ("kiri_mfu_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -42,6 +47,7 @@ MetricsRun run_rows(const std::string& name, double peak = 0) {
   c.log.plot = (dir / "loss.png").string();
   Trainer t(c);
   if (peak > 0) t.set_peak_flops(peak);
+  if (measured > 0) t.assume_measured_peak(measured, "under load");
   t.run();
   MetricsRun run;
   run.flops_per_token = t.config().model.flops_per_token(c.train.seq_len);
@@ -92,6 +98,31 @@ TEST(Mfu, GivenPeakIsUsedExactly) {
   }
 }
 
+// A start-up peak measured while other processes held the cores can be below what a step
+// then computes: the peak is measured again and never kept below the achieved rate, so MFU
+// stays at most 1, and the warning says so and names --peak-flops.
+TEST(Mfu, MeasuredPeakBelowTheAchievedRateIsMeasuredAgain) {
+  ::testing::internal::CaptureStderr();
+  const MetricsRun run = run_rows("remeasured", 0, /*measured=*/1e6);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(run.rows.size(), 5u);
+  for (const nlohmann::json& r : run.rows) {
+    EXPECT_GT(r["mfu"].get<double>(), 0) << r.dump();
+    EXPECT_LE(r["mfu"].get<double>(), 1.0) << r.dump();
+  }
+  EXPECT_NE(log.find("the peak measured at start, 0.001 GFLOP/s per rank, is below the "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("model GFLOP/s this rank computed at step 1 (other processes shared its "
+                     "cores while it was measured); measured again: "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("give the hardware's peak with --peak-flops F (FLOP/s per rank)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("> 1 at step"), std::string::npos) << log;
+}
+
 TEST(Mfu, BadPeakIsAConfigError) {
   Trainer t(byte_test_config(1, 1, 16, 1));
   for (double bad : {0.0, -1e12, std::numeric_limits<double>::infinity(),
@@ -105,6 +136,77 @@ TEST(Mfu, BadPeakIsAConfigError) {
     }
   }
   EXPECT_THROW(model_flops_utilization(1e9, 0), Error);
+}
+
+// One token count for every layout: a step's `tokens` in metrics.jsonl is the tokens the
+// world read for it (every distinct training sample any rank filled, x seq_len), and
+// tokens_per_s and mfu follow from it and the step's time.
+struct TokenLayout {
+  int dp = 1, tp = 1, pp = 1, microbatches = 1, grad_accum = 1;
+};
+
+void expect_tokens_are_the_samples_read(const TokenLayout& k) {
+  const std::string name = "dp" + std::to_string(k.dp) + "tp" + std::to_string(k.tp) + "pp" +
+                           std::to_string(k.pp) + "m" + std::to_string(k.microbatches) + "a" +
+                           std::to_string(k.grad_accum);
+  SCOPED_TRACE(name);
+  const std::string dir = kiri::testing::fresh_temp_dir("kiri_tokens", name);
+  const int ranks = k.dp * k.tp * k.pp, steps = 2;
+  const double peak = 1e12;  // given: MFU checked exactly
+  RunConfig c = byte_test_config(4, 2, 32, 2);
+  c.train.steps = steps;
+  c.train.warmup = 1;
+  c.train.eval_every = 0;
+  c.train.eval_batches = 1;
+  c.train.grad_accum = k.grad_accum;
+  c.parallel.dp = k.dp;
+  c.parallel.tp = k.tp;
+  c.parallel.pp = k.pp;
+  c.parallel.microbatches = k.microbatches;
+  c.log.metrics = dir + "/metrics.jsonl";
+  std::mutex mu;
+  std::set<uint64_t> samples;  // every training sample any rank filled
+  double flops_per_token = 0;
+  omp_set_num_threads(1);
+  comm::run_local(ranks, [&](comm::Communicator& world) {
+    omp_set_num_threads(1);
+    Trainer t(c, world);
+    t.set_peak_flops(peak);
+    t.set_sample_observer([&](uint64_t first, int64_t count) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (int64_t i = 0; i < count; ++i) samples.insert(first + static_cast<uint64_t>(i));
+    });
+    t.run();
+    if (world.rank() == 0) flops_per_token = t.config().model.flops_per_token(c.train.seq_len);
+  });
+  const int64_t read = static_cast<int64_t>(samples.size()) * c.train.seq_len / steps;
+  // micro_batch 2 x microbatches x grad_accum x dp sequences of 32 tokens.
+  EXPECT_EQ(read, 2 * k.microbatches * k.grad_accum * k.dp * 32);
+  std::ifstream in(c.log.metrics);
+  int rows = 0;
+  for (std::string line; std::getline(in, line); ++rows) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    EXPECT_EQ(r["tokens"].get<int64_t>(), read) << line;
+    const double tps = r["tokens_per_s"].get<double>();
+    EXPECT_NEAR(tps, read / r["step_s"].get<double>(), 1e-9 * tps) << line;
+    const double mfu = flops_per_token * tps / ranks / peak;
+    EXPECT_NEAR(r["mfu"].get<double>(), mfu, 1e-9 * mfu) << line;
+  }
+  EXPECT_EQ(rows, steps);
+}
+
+TEST(TokensPerStep, Pp2With1And4And8MicroBatches) {
+  for (int m : {1, 4, 8}) expect_tokens_are_the_samples_read({.pp = 2, .microbatches = m});
+}
+
+TEST(TokensPerStep, Pp4With1And4And8MicroBatches) {
+  for (int m : {1, 4, 8}) expect_tokens_are_the_samples_read({.pp = 4, .microbatches = m});
+}
+
+TEST(TokensPerStep, DpWithAccumulationTpAndDpByPp) {
+  expect_tokens_are_the_samples_read({.dp = 2, .grad_accum = 3});
+  expect_tokens_are_the_samples_read({.tp = 2});
+  expect_tokens_are_the_samples_read({.dp = 2, .pp = 2, .microbatches = 4, .grad_accum = 2});
 }
 
 TEST(ProgressLine, ShowsElapsedAndEta) {

@@ -83,6 +83,14 @@ std::vector<std::string> all_flags(const VerbSpec& spec) {
   KIRI_RAISE(kConfig, "unknown option ", name, " (kiri ", spec.name, " takes:", list, ")");
 }
 
+// An option whose value names a file or folder (DIR, FILE, PATH, DS_CONFIG.json): an empty
+// value names none, and would otherwise reach the filesystem as a bare "No such file".
+bool names_a_path(const OptionSpec& o) {
+  const std::string& v = o.value_name;
+  return v.find("DIR") != std::string::npos || v.find("FILE") != std::string::npos ||
+         v.find("PATH") != std::string::npos || v.ends_with(".json");
+}
+
 }  // namespace
 
 std::string option_key(const OptionSpec& o) {
@@ -130,7 +138,11 @@ Args::Args(const std::vector<std::string>& argv, const VerbSpec& spec) {
     }
     KIRI_CHECK_KIND(kConfig, o.kind == OptionKind::kRepeated || opt->results().size() == 1,
                     option_flag(o), " given ", opt->results().size(), " times (once at most)");
-    for (const std::string& v : opt->results()) values_.emplace(key, v);
+    for (const std::string& v : opt->results()) {
+      KIRI_CHECK_KIND(kConfig, !v.empty() || !names_a_path(o), option_flag(o),
+                      " is empty: give the ", o.value_name, " it names");
+      values_.emplace(key, v);
+    }
   }
   const size_t n = positional_.size();
   KIRI_CHECK_KIND(kConfig, n >= spec.min_positionals && n <= spec.max_positionals, "kiri ",

@@ -65,6 +65,31 @@ Field recompute_modules_field() {
   return f;
 }
 
+// train.loss_scale: a static scale S multiplies every gradient before it is stored in fp16,
+// whose finite numbers span 2^-24 (the smallest subnormal) to 65504. Above 65504 x 2^24 even
+// the smallest gradient fp16 holds overflows once scaled: every step would be skipped, and the
+// run then stopped as diverged. The bound is that product, S x 2^-24 <= 65504.
+constexpr double kMaxStaticLossScale = 65504.0 * 16777216.0;  // 1098974756864
+
+Field loss_scale_field() {
+  Field f = float_field("train.loss_scale", KIRI_FIELD(train.loss_scale), 0, 1e30,
+                        "fp16 only. 0: dynamic loss scaling (start at 2^initial_scale_power, "
+                        "skip the step and halve on inf/NaN gradients, double after "
+                        "loss_scale_window clean steps); > 0: this static scale, at most "
+                        "65504 x 2^24 = 1098974756864 (above it every fp16 gradient overflows).");
+  const auto range = f.set;
+  f.set = [range](train::RunConfig& c, const json& v) {
+    range(c, v);
+    const double s = c.train.loss_scale;
+    KIRI_CHECK_KIND(kConfig, s <= kMaxStaticLossScale, "train.loss_scale = ", s,
+                    " is an impossible static loss scale: above 65504 x 2^24 = 1098974756864 even "
+                    "fp16's smallest gradient, 2^-24, overflows fp16's largest number, 65504, "
+                    "once scaled, so every step would be skipped; give at most 1098974756864 "
+                    "(2^16 = 65536 is the usual), or 0 for dynamic scaling");
+  };
+  return f;
+}
+
 std::vector<Field> make_fields() {
   constexpr int64_t kBig = int64_t{1} << 40;
   std::vector<Field> f;
@@ -186,10 +211,7 @@ std::vector<Field> make_fields() {
       "parameters and gradients, 16-bit GEMMs with fp32 accumulation, fp32 activations, and "
       "fp32 master weights, m and v in the optimizer (16 bytes per parameter in all). `fp16` "
       "adds loss scaling (train.loss_scale)."));
-  f.push_back(float_field("train.loss_scale", KIRI_FIELD(train.loss_scale), 0, 1e30,
-                          "fp16 only. 0: dynamic loss scaling (start at 2^initial_scale_power, "
-                          "skip the step and halve on inf/NaN gradients, double after "
-                          "loss_scale_window clean steps); > 0: this static scale."));
+  f.push_back(loss_scale_field());
   f.push_back(int_field("train.initial_scale_power", KIRI_FIELD(train.initial_scale_power), 0, 120,
                         "fp16, dynamic: the first loss scale is 2 to this power."));
   f.push_back(int_field("train.loss_scale_window", KIRI_FIELD(train.loss_scale_window), 1, kBig,

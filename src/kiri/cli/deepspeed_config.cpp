@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 
 #include "kiri/base/file_read.h"
 #include "kiri/cli/config_file.h"
@@ -20,6 +21,24 @@ std::string shown(const json& v) {
 }
 
 namespace {
+
+// Keys reach the messages raw (values go through JSON's dump, escaped): a key's control
+// characters are written as JSON writes them, \u0000, so that a NUL does not cut the
+// message when it is printed and a newline does not break the list of problems.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f) {
+      out += c;
+      continue;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\u%04x", b);
+    out += buf;
+  }
+  return out;
+}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -82,9 +101,10 @@ DeepSpeedConfig Mapper::run() {
     aio("aio", ds_["aio"]);
   top_level();
   batch();
+  for (std::string& note : out_.notes) note = printable(note);
   if (!problems_.empty()) {
     std::string list;
-    for (const std::string& p : problems_) list += "\n  - " + p;
+    for (const std::string& p : problems_) list += "\n  - " + printable(p);
     KIRI_RAISE(kConfig, "DeepSpeed config '", where_, "': ", problems_.size(),
                " key(s) kiri cannot run as given (docs/deepspeed.md):", list);
   }
@@ -286,8 +306,10 @@ void Mapper::scheduler_params(const std::string& type, const json& params) {
         set(p + "cos_min_ratio", "train.min_lr", *r * lr);
     return;
   }
-  if (const json v = param("warmup_min_lr", 0.0); !is_auto(v))
-    set(p + "warmup_min_lr", "train.warmup_lr", v);
+  // "auto": kiri's train.warmup_lr and train.min_lr, each its own (never a conflict).
+  const json v = param("warmup_min_lr", 0.0);
+  if (is_auto(v)) return;
+  set(p + "warmup_min_lr", "train.warmup_lr", v);
   // WarmupDecayLR decays back to warmup_min_lr; WarmupLR never reads min_lr (soft: the
   // value is kept only for train.min_lr <= train.lr).
   set(p + "warmup_min_lr", "train.min_lr", cfg_.train.warmup_lr, /*soft=*/!decay);

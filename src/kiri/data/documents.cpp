@@ -28,6 +28,16 @@ bool hidden(const fs::path& p) {
   return !name.empty() && name[0] == '.';
 }
 
+// An input whose type cannot be read (a loop of symbolic links, no permission): kData
+// naming it, where the filesystem's own exception would say only "filesystem error".
+[[noreturn]] void unreadable_input(const fs::path& p, const std::error_code& ec) {
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    KIRI_RAISE(kData, "input ", p.string(),
+               " is a loop of symbolic links (following it leads back to itself: ", ec.message(),
+               "); remove the link or point it at a file or folder");
+  KIRI_RAISE(kData, "cannot read input ", p.string(), ": ", ec.message());
+}
+
 void add_folder(const fs::path& dir, std::vector<std::string>& out) {
   std::vector<std::string> files;
   std::error_code ec;
@@ -36,10 +46,13 @@ void add_folder(const fs::path& dir, std::vector<std::string>& out) {
   for (; it != end; it.increment(ec)) {
     if (ec) KIRI_RAISE(kData, "cannot list input folder ", dir.string(), ": ", ec.message());
     if (hidden(it->path())) {  // .git, editor backups: not documents
-      if (it->is_directory()) it.disable_recursion_pending();
+      if (it->is_directory(ec)) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file()) files.push_back(it->path().string());
+    // A link to nothing is no document (skipped, as before); any other failure is named.
+    const bool regular = it->is_regular_file(ec);
+    if (ec && ec != std::errc::no_such_file_or_directory) unreadable_input(it->path(), ec);
+    if (regular) files.push_back(it->path().string());
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) KIRI_RAISE(kData, "input folder ", dir.string(), " holds no files");
@@ -155,6 +168,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
       add_folder(in, out);
     } else if (fs::exists(in, ec)) {
       out.push_back(in);
+    } else if (ec && ec != std::errc::no_such_file_or_directory) {
+      unreadable_input(in, ec);
     } else if (is_pattern(in)) {
       glob_t g{};
       const int rc = ::glob(in.c_str(), 0, nullptr, &g);
@@ -165,6 +180,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
       for (const std::string& m : matches)
         if (fs::is_directory(m, ec))
           add_folder(m, out);
+        else if (ec && ec != std::errc::no_such_file_or_directory)
+          unreadable_input(m, ec);
         else
           out.push_back(m);
     } else {

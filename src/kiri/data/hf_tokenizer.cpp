@@ -16,7 +16,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;  // Llama 3's tokenizer.json is 9 MB
+// The largest tokenizer file kiri reads. Llama 3's tokenizer.json is 9 MB; loading one
+// costs about 9x its size in memory at peak (the JSON DOM, then the vocabulary and merge
+// tables: docs/performance.md, "Loading a large tokenizer.json"), so 256 MiB, 28x Llama 3's,
+// bounds a load at about 2.5 GB. A larger file is refused by name before it is read.
+constexpr uint64_t kMaxFileBytes = uint64_t{256} << 20;
 
 bool is_file(const fs::path& p) {
   std::error_code ec;
@@ -24,6 +28,12 @@ bool is_file(const fs::path& p) {
 }
 
 std::string read_text(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (const uint64_t size = fs::file_size(path, ec); !ec && size > kMaxFileBytes)
+    KIRI_RAISE(kData, what, " ", path, " is ", size,
+               " bytes, more than kiri's limit for tokenizer files, 256 MiB (268435456 bytes: "
+               "28x Llama 3's tokenizer.json; loading costs about 9x the file's size in memory, "
+               "docs/performance.md)");
   return read_small_file(path, kMaxFileBytes, ErrorKind::kData, what);
 }
 
@@ -39,12 +49,15 @@ json read_json(const std::string& path, const std::string& what) {
 }
 
 // A special token as tokenizer_config.json and special_tokens_map.json write
-// it: "<s>" or {"content": "<s>", ...}; empty when absent or null.
-std::string token_content(const json& v) {
+// it: "<s>" or {"content": "<s>", ...}; empty when absent or null. Another type (an id,
+// an object without a string content) is kData naming the file and `key`, not ignored.
+std::string token_content(const json& v, const std::string& path, const std::string& key) {
+  if (v.is_null()) return "";
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v["content"].is_string())
     return v["content"].get<std::string>();
-  return "";
+  KIRI_RAISE(kData, "tokenizer config ", path, ": ", key, " = ", quote_bounded(v.dump(), 80),
+             ": expected a token's text, \"...\", or {\"content\": \"...\"} (or null)");
 }
 
 // What the two config files say about special tokens (transformers' reading:
@@ -59,22 +72,33 @@ void read_config(const json& c, const std::string& path, SpecialConfig& out) {
   if (!c.is_object()) KIRI_RAISE(kData, "tokenizer config ", path, " is not a JSON object");
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
                           "cls_token", "mask_token"}) {
-    const std::string t = token_content(c.value(key, json()));
+    const std::string t = token_content(c.value(key, json()), path, key);
     if (t.empty()) continue;
     out.named.push_back(t);
     if (std::string_view(key) == "eos_token" && out.eos.empty()) out.eos = t;
     if (std::string_view(key) == "bos_token" && out.bos.empty()) out.bos = t;
   }
-  for (const auto& t : c.value("additional_special_tokens", json::array()))
-    if (!token_content(t).empty()) out.named.push_back(token_content(t));
+  const json extra = c.value("additional_special_tokens", json::array());
+  if (!extra.is_array())
+    KIRI_RAISE(kData, "tokenizer config ", path,
+               ": additional_special_tokens = ", quote_bounded(extra.dump(), 80),
+               ": expected an array");
+  for (size_t i = 0; i < extra.size(); ++i) {
+    const std::string t =
+        token_content(extra[i], path, "additional_special_tokens[" + std::to_string(i) + "]");
+    if (!t.empty()) out.named.push_back(t);
+  }
   const json declared = c.value("added_tokens_decoder", json::object());
   for (const auto& [id, t] : declared.items()) {
     char* end = nullptr;
     const long long n = std::strtoll(id.c_str(), &end, 10);
-    if (id.empty() || *end != '\0' || n < 0 || n >= (1ll << 30) || token_content(t).empty())
+    const bool ok =
+        t.is_string() || (t.is_object() && t.contains("content") && t["content"].is_string());
+    const std::string content = ok ? token_content(t, path, "added_tokens_decoder") : "";
+    if (id.empty() || *end != '\0' || n < 0 || n >= (1ll << 30) || content.empty())
       KIRI_RAISE(kData, "tokenizer config ", path, ": added_tokens_decoder[", quote_bounded(id, 40),
                  "] is not an id in [0, 2^30) with a content");
-    out.declared.push_back({token_content(t), static_cast<int32_t>(n)});
+    out.declared.push_back({content, static_cast<int32_t>(n)});
   }
 }
 

@@ -1,5 +1,6 @@
 #include "kiri/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,10 @@ data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg,
   return ds;
 }
 
+int64_t tokens_per_step(const RunConfig& c) {
+  return global_batch(c) * c.train.seq_len;
+}
+
 std::string trace_path_for_rank(const std::string& path, int rank, int world_size) {
   if (world_size <= 1) return path;
   fs::path p(path);
@@ -115,6 +120,47 @@ void Trainer::build_detaching_tracer() {
 void Trainer::set_peak_flops(double flops_per_s) {
   peak_flops_ = check_peak_flops(flops_per_s);
   peak_source_ = "given (--peak-flops)";
+  peak_given_ = true;
+}
+
+void Trainer::assume_measured_peak(double flops_per_s, const std::string& how) {
+  peak_flops_ = check_peak_flops(flops_per_s);
+  peak_source_ = "measured: " + how;
+  peak_given_ = false;
+}
+
+namespace {
+std::string gflops(double flops) {  // "176", "0.001"
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", flops / 1e9);
+  return buf;
+}
+}  // namespace
+
+void Trainer::raise_measured_peak(double achieved) {
+  const double before = peak_flops_;
+  if (peak_remeasured_) {  // measured twice already: the larger, quietly (warned once)
+    peak_flops_ = achieved;
+    peak_source_ = str("the achieved rate at step ", step_, ", above every measurement");
+    return;
+  }
+  peak_remeasured_ = true;
+  const int threads = omp_get_max_threads();
+  const kernels::CorePeak core = kernels::measure_core_peak(compute_dtype());
+  const double again = core.flops * threads;
+  peak_flops_ = std::max({before, again, achieved});
+  peak_source_ =
+      peak_flops_ == achieved
+          ? str("the achieved rate at step ", step_, ", above every measurement")
+          : str("measured again at step ", step_, ": ", core.instruction, ", ",
+                static_cast<int64_t>(core.flops / 1e9), " GFLOP/s x ", threads, " thread(s)");
+  log::warn(
+      "the peak measured at start, ", gflops(before), " GFLOP/s per rank, is below the ",
+      gflops(achieved), " model GFLOP/s this rank computed at step ", step_,
+      " (other processes shared its cores while it was measured); measured again: ", gflops(again),
+      " GFLOP/s; MFU is now against ", gflops(peak_flops_), " GFLOP/s (", peak_source_,
+      "). For an MFU that does not move with the machine's load, give the hardware's "
+      "peak with --peak-flops F (FLOP/s per rank)");
 }
 
 std::string Trainer::describe_peak() {
@@ -219,7 +265,7 @@ StepMetrics Trainer::train_step() {
   // (rows = micro_batch x pipeline micro-batches); this dp rank takes its
   // contiguous slice, so the global batch is the same for any layout.
   const int64_t rows = inputs_.dim(0);
-  const int64_t tokens = rows * t.seq_len * t.grad_accum * dp;
+  const int64_t tokens = tokens_per_step(cfg_);  // the loss's divisor and the metrics' count
   StepSettings settings;
   settings.lr = lr_at_step(t, step_);
   settings.loss_weight = 1.0 / static_cast<double>(tokens);
@@ -280,20 +326,21 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   m.loss = loss;
   m.lr = lr;
   m.grad_norm = norm;
-  m.tokens = t.micro_batch * t.seq_len * t.grad_accum * mesh_->shape().dp;
+  m.tokens = tokens_per_step(cfg_);
   m.step_s = seconds;
   m.tokens_per_s = static_cast<double>(m.tokens) / seconds;
   // Per rank: this rank's share of the model FLOPs over its peak (and over
   // its measured GEMM rate).
   const double model_flops_per_s =
       cfg_.model.flops_per_token(t.seq_len) * m.tokens_per_s / static_cast<double>(world_->size());
+  if (!peak_given_ && model_flops_per_s > peak_flops()) raise_measured_peak(model_flops_per_s);
   m.mfu = model_flops_utilization(model_flops_per_s, peak_flops());
   m.mfu_gemm = model_flops_utilization(model_flops_per_s, gemm_flops_);
-  if (m.mfu > 1 && !mfu_warned_) {
+  if (m.mfu > 1 && !mfu_warned_) {  // only a given peak can be below the achieved rate
     mfu_warned_ = true;
     log::warn("MFU ", m.mfu, " > 1 at step ", step_, ": this rank computed ", model_flops_per_s,
               " model FLOP/s, above its peak of ", peak_flops_, " FLOP/s (", peak_source_,
-              "); the peak is wrong");
+              "); the peak is wrong: give the hardware's with --peak-flops");
   }
   m.mem = allocator_.stats();
   return m;
@@ -359,9 +406,8 @@ void Trainer::run_steps() {
     log::info("layout: ", mesh_->shape().str(), " on ", world_->size(),
               " process(es); global_batch = micro_batch x microbatches x dp x grad_accum = ",
               t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
-              t.grad_accum, " = ",
-              t.micro_batch * cfg_.parallel.microbatches * cfg_.parallel.dp * t.grad_accum,
-              " sequences of ", t.seq_len, " tokens; ", describe_peak());
+              t.grad_accum, " = ", global_batch(cfg_), " sequences of ", t.seq_len, " tokens (",
+              tokens_per_step(cfg_), " per step); ", describe_peak());
     const model::ParallelOptions& po = parallel_->options();
     log::info("state: ZeRO stage ", po.zero_stage,
               po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)

@@ -39,6 +39,10 @@ std::string prepare_corpus_shards(const DataConfig& cfg, const data::Tokenizer& 
 data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg,
                                const std::string& tokenizer, int64_t vocab_size, int64_t seq_len,
                                bool verify);
+// Tokens in one optimizer step's global batch, for every layout: global_batch(c) (micro_batch x
+// parallel.microbatches x grad_accum x dp sequences) x train.seq_len. The loss is divided by
+// it and metrics.jsonl's `tokens` (and tokens/s, MFU) count it.
+int64_t tokens_per_step(const RunConfig& c);
 // The trace file of `rank` for log.trace = path: the path itself in a world
 // of one rank, else ".rank<R>" before the extension (runs/trace.rank3.json).
 std::string trace_path_for_rank(const std::string& path, int rank, int world_size);
@@ -82,6 +86,11 @@ class Trainer {
   // unset, the measured kernels::peak_flops of the compute dtype on this
   // rank's OpenMP threads. kConfig unless positive and finite.
   void set_peak_flops(double flops_per_s);
+  // A measured peak that another way found (tests: the low peak a loaded machine measures).
+  // A measured peak is never kept below the rate a step achieved: the first time a step
+  // computes more model FLOP/s than it, the peak is measured again and the larger of the
+  // two and the achieved rate is kept, with a warning naming --peak-flops (docs/metrics.md).
+  void assume_measured_peak(double flops_per_s, const std::string& how);
   // The peak in use (measuring it on first use) and where it came from.
   double peak_flops();
   const std::string& peak_source() const { return peak_source_; }
@@ -154,6 +163,8 @@ class Trainer {
   void fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& stream, uint64_t first,
                   bool sequential);
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);
+  // A measured peak below the `achieved` model FLOP/s: measured again, the larger kept.
+  void raise_measured_peak(double achieved);
 
   // Everything, in order (trainer_build.cpp): the pieces below, then the GEMM rate.
   void build();
@@ -235,7 +246,9 @@ class Trainer {
   uint64_t data_position_ = 0;  // samples of the training stream consumed
   double peak_flops_ = 0;       // per rank; 0 = not measured yet
   std::string peak_source_;
-  double gemm_flops_ = 0;  // the fp32 GEMM rate measured at start, per rank
+  bool peak_given_ = false;       // --peak-flops: used exactly, never raised
+  bool peak_remeasured_ = false;  // raise_measured_peak measured once already
+  double gemm_flops_ = 0;         // the fp32 GEMM rate measured at start, per rank
   bool mfu_warned_ = false;
   std::function<void(uint64_t, int64_t)> sample_observer_;
 };
