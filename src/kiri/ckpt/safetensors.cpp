@@ -389,14 +389,14 @@ void SafetensorsFile::parse_checksums() {
                  "', which the file does not hold");
     if (value.size() != 16 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
       KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": the checksum of tensor '", name,
-                 "' is ", quote_bounded(value, 80), ", not 16 lowercase hex digits");
+                 "' is '", quote_bounded(value, 80), "', not 16 lowercase hex digits");
     it->second.checksum = std::stoull(value, nullptr, 16);
     ++found;
   }
   if (declared == metadata_.end()) return;
   if (declared->second != kChecksumAlgorithm)
-    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": '", kChecksumKey, "' is ",
-               quote_bounded(declared->second, 80), ", kiri checks '", kChecksumAlgorithm, "'");
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": '", kChecksumKey, "' is '",
+               quote_bounded(declared->second, 80), "', kiri checks '", kChecksumAlgorithm, "'");
   if (found != names_.size())
     for (const std::string& name : names_)
       if (!infos_.at(name).checksum)
