@@ -80,8 +80,8 @@ void verify_file(const std::string& dir, const std::string& name, const json& en
   KIRI_CHECK_KIND(kCheckpoint, bytes != entry.end() && bytes->is_number_unsigned(), where,
                   ": files.", name, " has no size ('bytes')");
   std::error_code ec;
-  KIRI_CHECK_KIND(kCheckpoint, fs::is_regular_file(path, ec), where, " lists ", name,
-                  " but it is missing (or not a regular file)");
+  KIRI_CHECK_KIND(kCheckpoint, fs::is_regular_file(path, ec), where, " names ", name,
+                  " in its manifest, but the file is missing (or not a regular file)");
   const uint64_t size = fs::file_size(path, ec);
   KIRI_CHECK_KIND(kCheckpoint, !ec && size == bytes->get<uint64_t>(), path, " is ", size,
                   " bytes, but state.json's manifest says ", bytes->get<uint64_t>(),
