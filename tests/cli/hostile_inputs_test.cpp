@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checkpoint_edit.h"
 #include "cli/run_kiri.h"
 #include "kiri/ckpt/safetensors.h"
 
@@ -183,11 +184,13 @@ TEST_F(HostileInputs, SegmentsThatOverflowAreNamed) {
   segs[0][1] = INT64_MAX - 1;  // begin + count overflows int64: was silently ignored
   meta["segments"] = segs.dump();
   kiri::ckpt::save_safetensors(path, tensors, meta);
+  kiri::testing::reseal_checkpoint(dir);  // the manifest would name the new header first
   expect_exit("eval " + dir, 1, {path, "begin + count overflows"});
   segs[0][1] = 0;
   segs[0][3] = -4;
   meta["segments"] = segs.dump();
   kiri::ckpt::save_safetensors(path, tensors, meta);
+  kiri::testing::reseal_checkpoint(dir);
   expect_exit("eval " + dir, 1, {path, "holds a negative number"});
 }
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/checkpoint_edit.h"
 #include "cli/run_kiri.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/tensor/allocator.h"
@@ -69,8 +70,12 @@ void poison(const std::string& path, const std::string& name, int64_t index, flo
     if (n == name) t.data<float>()[index] = value;
     tensors.push_back({n, t});
   }
-  kiri::ckpt::save_safetensors(path + ".new", tensors, file.metadata());
+  // As kiri's writer would write a diverged state: checksums and manifest hold.
+  kiri::ckpt::save_safetensors(path + ".new", tensors,
+                               kiri::testing::without_checksums(file.metadata()),
+                               kiri::ckpt::Checksums::kXxh3);
   fs::rename(path + ".new", path);
+  kiri::testing::reseal_checkpoint(fs::path(path).parent_path().string());
 }
 
 // Item 4 of issue 12: a ZeRO-3 checkpoint whose state.json lists one of the two optimizer
@@ -88,6 +93,7 @@ TEST(RankFailure, ACheckpointThatFailsOnOneRankStopsEveryRankWithItsError) {
   ASSERT_EQ(state["optimizer_files"].size(), 2u);
   state["optimizer_files"].erase(1);
   std::ofstream(step + "/state.json") << state.dump(2);
+  kiri::testing::reseal_checkpoint(step);  // as kiri would have written it
 
   const Timed t = timed(run + " --set train.steps=4 --resume auto");
   EXPECT_EQ(t.r.code, 1) << t.r.output;

@@ -6,9 +6,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "kiri/base/error.h"
+#include "kiri/base/log.h"
 
 namespace kiri {
 
@@ -47,6 +51,7 @@ int create_temp(const std::string& path, std::string* temp) {
 }
 
 void fsync_fd(int fd, const std::string& path) {
+  fault_before_fsync();
   if (::fsync(fd) != 0) KIRI_RAISE(kIo, "fsync of ", path, " failed: ", std::strerror(errno));
 }
 
@@ -64,6 +69,22 @@ void FileWriter::write(const void* data, size_t bytes) {
     p += n;
     bytes -= static_cast<size_t>(n);
     written_ += static_cast<size_t>(n);
+  }
+}
+
+void FileWriter::write_at(size_t offset, const void* data, size_t bytes) {
+  KIRI_CHECK(offset <= written_ && bytes <= written_ - offset, "write_at [", offset, ", ",
+             offset + bytes, ") of ", path_, " passes the ", written_, " bytes written");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      KIRI_RAISE(kIo, "write to ", path_, " at byte ", offset,
+                 " failed: ", n < 0 ? std::strerror(errno) : "no progress");
+    p += n;
+    offset += static_cast<size_t>(n);
+    bytes -= static_cast<size_t>(n);
   }
 }
 
@@ -120,7 +141,21 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
+void fault_before_fsync() {
+  static std::atomic<long long> count{0};
+  const char* spec = std::getenv("KIRI_FAULT");
+  if (!spec || std::strncmp(spec, "fsync:", 6) != 0) return;
+  int rank = -2;
+  long long n = -1;
+  if (std::sscanf(spec + 6, "%d:%lld", &rank, &n) != 2) return;
+  const int mine = log::rank() < 0 ? 0 : log::rank();
+  if (rank != mine || ++count != n) return;
+  std::fprintf(stderr, "KIRI_FAULT: killing rank %d before fsync %lld\n", mine, n);
+  std::raise(SIGKILL);
+}
+
 void fsync_path(const std::string& path) {
+  fault_before_fsync();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) KIRI_RAISE(kIo, "cannot open ", path, " to fsync it: ", std::strerror(errno));
   const int rc = ::fsync(fd);

@@ -24,6 +24,9 @@ class FileWriter {
   FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
   void write(const void* data, size_t bytes);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Overwrites bytes already written at `offset` (a header whose checksums are known only
+  // once the data after it is written); offset + bytes must not pass written().
+  void write_at(size_t offset, const void* data, size_t bytes);
   size_t written() const { return written_; }
 
  private:
@@ -41,5 +44,10 @@ std::string read_file(const std::string& path);
 // fsync of a file or a directory by path (directories make renames and
 // creations in them durable).
 void fsync_path(const std::string& path);
+
+// The tests' crash points (KIRI_FAULT=fsync:RANK:N, docs in train/faults.h): every fsync
+// here first counts itself, and the process of log rank RANK (0 also for a single process)
+// dies by SIGKILL just before its Nth one. No-op unless KIRI_FAULT asks for it.
+void fault_before_fsync();
 
 }  // namespace kiri

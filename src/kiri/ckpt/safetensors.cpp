@@ -4,10 +4,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <new>
@@ -52,7 +54,39 @@ std::shared_ptr<char[]> aligned_buffer(size_t bytes) {
   return std::shared_ptr<char[]>(p, [](char* q) { ::operator delete[](q, std::align_val_t{64}); });
 }
 
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The metadata with the checksum keys: sums[i] for specs[i], or placeholders (zeros) for a
+// streaming writer to overwrite.
+std::map<std::string, std::string> with_checksums(const std::vector<TensorSpec>& specs,
+                                                  std::map<std::string, std::string> metadata,
+                                                  const std::vector<uint64_t>& sums) {
+  metadata[kChecksumKey] = kChecksumAlgorithm;
+  for (size_t i = 0; i < specs.size(); ++i)
+    metadata[kChecksumPrefix + specs[i].name] = hex16(i < sums.size() ? sums[i] : 0);
+  return metadata;
+}
+
+// Where in `header` (prefix included) the value of tensor `name`'s checksum key begins. The
+// quoted key followed by :" occurs once: a tensor's own key is followed by :{, and inside a
+// JSON string every quote is escaped.
+size_t checksum_value_offset(const std::string& header, const std::string& name) {
+  const std::string needle = OrderedJson(kChecksumPrefix + name).dump() + ":\"";
+  const size_t at = header.find(needle);
+  KIRI_CHECK(at != std::string::npos && header.find(needle, at + 1) == std::string::npos,
+             "the checksum of tensor '", name, "' is not once in the header");
+  return at + needle.size();
+}
+
 }  // namespace
+
+uint64_t checksum_of(const void* data, size_t bytes) {
+  return XXH3_64bits(data, bytes);
+}
 
 uint64_t TensorSpec::nbytes() const {
   return static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
@@ -106,8 +140,21 @@ std::string safetensors_header(const std::vector<NamedTensor>& tensors,
 
 // The tensors' memory written as it is: the reference the streaming writer is tested against.
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  const std::string header = safetensors_header(tensors, metadata);
+                      const std::map<std::string, std::string>& metadata, Checksums checksums) {
+  std::string header;
+  if (checksums == Checksums::kNone) {
+    header = safetensors_header(tensors, metadata);
+  } else {
+    std::vector<TensorSpec> specs;
+    std::vector<uint64_t> sums;
+    for (const NamedTensor& nt : tensors) {
+      if (!nt.tensor.defined())
+        KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "': it is undefined");
+      specs.push_back({nt.name, nt.tensor.dtype(), nt.tensor.shape()});
+      sums.push_back(checksum_of(nt.tensor.raw(), nt.tensor.nbytes()));
+    }
+    header = safetensors_header(specs, with_checksums(specs, metadata, sums));
+  }
   write_file_atomic(path, [&](FileWriter& w) {
     w.write(header);
     for (const NamedTensor& nt : tensors)
@@ -117,23 +164,36 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
 
 void save_safetensors_streaming(const std::string& path, const std::vector<TensorSpec>& specs,
                                 const std::map<std::string, std::string>& metadata,
-                                const FillTensor& fill) {
-  const std::string header = safetensors_header(specs, metadata);
+                                const FillTensor& fill, Checksums checksums) {
+  const bool sum = checksums != Checksums::kNone;
+  const std::string header =
+      safetensors_header(specs, sum ? with_checksums(specs, metadata, {}) : metadata);
   write_file_atomic(path, [&](FileWriter& w) {
     w.write(header);
+    XXH3_state_t* state = sum ? XXH3_createState() : nullptr;
+    struct Free {
+      XXH3_state_t* s;
+      ~Free() { XXH3_freeState(s); }
+    } free_state{state};
     for (size_t i = 0; i < specs.size(); ++i) {
       const uint64_t want = specs[i].nbytes();
       uint64_t got = 0;
+      if (state) XXH3_64bits_reset(state);
       // Checked before the write: a fill that overruns never shifts the next tensor's bytes.
       fill(i, [&](const void* data, size_t bytes) {
         if (bytes > want - got)
           KIRI_RAISE(kCheckpoint, path, ": tensor '", specs[i].name, "' is ", want,
                      " bytes, but its writer appended ", got + bytes);
         if (bytes > 0) w.write(data, bytes);
+        if (state && bytes > 0) XXH3_64bits_update(state, data, bytes);
         got += bytes;
       });
       KIRI_CHECK_KIND(kCheckpoint, got == want, path, ": tensor '", specs[i].name, "' is ", want,
                       " bytes, but its writer appended only ", got);
+      if (state) {
+        const std::string value = hex16(XXH3_64bits_digest(state));
+        w.write_at(checksum_value_offset(header, specs[i].name), value.data(), value.size());
+      }
     }
   });
 }
@@ -305,6 +365,57 @@ void SafetensorsFile::load_header(const char* json, size_t json_size, uint64_t d
     names_.push_back(name);
     infos_[name] = std::move(info);
   }
+  parse_checksums();
+}
+
+// kiri.checksum declares one checksum per tensor: a tensor without one, one for a tensor the
+// file lacks, a value that is not 16 hex digits or checksums without the declaration (a
+// damaged key would otherwise turn the checks off) are errors.
+void SafetensorsFile::parse_checksums() {
+  const std::string prefix = kChecksumPrefix;
+  const auto declared = metadata_.find(kChecksumKey);
+  size_t found = 0;
+  for (const auto& [key, value] : metadata_) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string name = key.substr(prefix.size());
+    if (declared == metadata_.end())
+      KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": metadata '", quote_bounded(key, 200),
+                 "' is a checksum, but the file does not declare checksums ('", kChecksumKey,
+                 "' is missing): its header is damaged");
+    const auto it = infos_.find(name);
+    if (it == infos_.end())
+      KIRI_RAISE(kCheckpoint, "safetensors file ", path_,
+                 ": metadata holds a checksum for tensor '", quote_bounded(name, 200),
+                 "', which the file does not hold");
+    if (value.size() != 16 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
+      KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": the checksum of tensor '", name,
+                 "' is '", quote_bounded(value, 80), "', not 16 lowercase hex digits");
+    it->second.checksum = std::stoull(value, nullptr, 16);
+    ++found;
+  }
+  if (declared == metadata_.end()) return;
+  if (declared->second != kChecksumAlgorithm)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": '", kChecksumKey, "' is '",
+               quote_bounded(declared->second, 80), "', kiri checks '", kChecksumAlgorithm, "'");
+  if (found != names_.size())
+    for (const std::string& name : names_)
+      if (!infos_.at(name).checksum)
+        KIRI_RAISE(kCheckpoint, "safetensors file ", path_,
+                   " declares per-tensor checksums, but has none for tensor '", name, "'");
+  has_checksums_ = true;
+}
+
+void SafetensorsFile::verify(const std::string& name) const {
+  const TensorInfo& i = info(name);
+  if (!i.checksum) return;
+  std::lock_guard<std::mutex> lock(verified_->mutex);
+  if (verified_->names.count(name)) return;
+  const uint64_t got = checksum_of(data_of(i), i.end - i.begin);
+  if (got != *i.checksum)
+    KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name,
+               "' fails its checksum: the header says xxh3_64 ", hex16(*i.checksum), ", its ",
+               i.end - i.begin, " data bytes hash to ", hex16(got), " (the file is damaged)");
+  verified_->names.insert(name);
 }
 
 // The tensors must tile the data exactly: sorted by offset, each begins
@@ -350,6 +461,7 @@ void SafetensorsFile::load(uint64_t total, const ReadAt& read_at, int map_fd) {
                kMaxHeaderBytes, "-byte limit");
   std::string header(n, '\0');
   read_at(8, n, header.data());
+  header_digest_ = checksum_of(header.data(), header.size());
   const uint64_t data_size = total - 8 - n;
   load_header(header.data(), header.size(), data_size);
   check_layout(data_size);
@@ -431,6 +543,7 @@ Tensor SafetensorsFile::get(const std::string& name) const {
     KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "' (",
                dtype_name(i.dtype), ") starts at data offset ", i.begin,
                ", not aligned for a view; use read_into");
+  verify(name);
   return Tensor::borrow(const_cast<char*>(data_of(i)), i.shape, i.dtype);
 }
 
@@ -443,6 +556,7 @@ void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
     KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "': expected ",
                dtype_name(dst.dtype()), " ", dst.shape().str(), ", found ", dtype_name(i.dtype),
                " ", i.shape.str());
+  verify(name);
   if (dst.nbytes() > 0) std::memcpy(dst.raw(), data_of(i), dst.nbytes());
 }
 
@@ -453,6 +567,7 @@ void SafetensorsFile::read_into_converting(const std::string& name, Tensor& dst)
     KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "': expected ",
                dtype_name(dst.dtype()), " ", dst.shape().str(), " (or another float dtype), found ",
                dtype_name(i.dtype), " ", i.shape.str());
+  verify(name);
   // copy_from reads through typed pointers; stage unaligned data first.
   std::shared_ptr<char[]> staged;
   const char* src = data_of(i);
@@ -474,6 +589,7 @@ void SafetensorsFile::read_range(const std::string& name, int64_t first, Tensor&
   if (i.dtype != dst.dtype() && (!is_float(i.dtype) || !is_float(dst.dtype())))
     KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name, "' is ",
                dtype_name(i.dtype), ", cannot read it as ", dtype_name(dst.dtype()));
+  verify(name);  // the whole tensor, once: a damaged byte outside the range still counts
   const size_t size = dtype_size(i.dtype), bytes = static_cast<size_t>(n) * size;
   const char* src = data_of(i) + static_cast<size_t>(first) * size;
   if (i.dtype == dst.dtype()) {

@@ -11,6 +11,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -24,16 +27,29 @@ struct NamedTensor {
   Tensor tensor;
 };
 
+// Per-tensor checksums in the header's metadata (docs/checkpoints.md, "Checksums"):
+//   "kiri.checksum": "xxh3_64"          the file declares them: every tensor has one
+//   "kiri.xxh3_64.NAME": "16 hex digits" XXH3-64 of tensor NAME's data bytes
+// Readers verify a tensor's checksum the first time any of its bytes are read; files
+// without the declaration (Python's, older kiri's) load unverified.
+enum class Checksums { kNone, kXxh3 };
+inline constexpr const char* kChecksumKey = "kiri.checksum";
+inline constexpr const char* kChecksumAlgorithm = "xxh3_64";
+inline constexpr const char* kChecksumPrefix = "kiri.xxh3_64.";
+// XXH3-64 of bytes, as the checksums hold it.
+uint64_t checksum_of(const void* data, size_t bytes);
+
 // Writes the tensors in the order given, atomically (write_file_atomic), the
 // data streamed from each tensor's memory. An empty metadata map writes no
 // "__metadata__" key, as Python's save_file(metadata=None). Raises
 // kCheckpoint on an undefined tensor, a duplicate or reserved name, kIo on a
 // failed write.
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      Checksums checksums = Checksums::kNone);
 
 // The header bytes (length prefix, JSON, padding) save_safetensors would
-// write before the data.
+// write before the data (without checksums).
 std::string safetensors_header(const std::vector<NamedTensor>& tensors,
                                const std::map<std::string, std::string>& metadata);
 
@@ -56,16 +72,19 @@ using FillTensor = std::function<void(size_t index, const AppendBytes& append)>;
 // tensor in memory: the header first, then fill(0), fill(1), ... append each tensor's bytes
 // in turn, so a state of any size is written through a buffer of the caller's choosing.
 // Atomic as save_safetensors. A fill that appends more or fewer bytes than its spec says is
-// a kCheckpoint error (and no file); an exception from fill leaves no file either.
+// a kCheckpoint error (and no file); an exception from fill leaves no file either. With
+// checksums, the header holds placeholders that are overwritten once each tensor's bytes
+// have been hashed on their way to the file (its length does not change).
 void save_safetensors_streaming(const std::string& path, const std::vector<TensorSpec>& specs,
                                 const std::map<std::string, std::string>& metadata,
-                                const FillTensor& fill);
+                                const FillTensor& fill, Checksums checksums = Checksums::kNone);
 
 struct TensorInfo {
   DType dtype = DType::kF32;
   Shape shape;
   uint64_t begin = 0;  // data_offsets, relative to the start of the data
   uint64_t end = 0;
+  std::optional<uint64_t> checksum;  // the header's kiri.xxh3_64.NAME, when it has one
 };
 
 // A safetensors file read into memory and fully validated. Movable; the
@@ -74,8 +93,10 @@ class SafetensorsFile {
  public:
   // Reads and validates the whole file; any defect (truncation, bad JSON,
   // unknown dtype, bad shape, offsets that overlap, leave gaps, run past the
-  // data or leave trailing bytes, duplicate names) is a kCheckpoint error
-  // naming the file and the tensor. Unreadable files are kIo errors.
+  // data or leave trailing bytes, duplicate names, a file that declares checksums without
+  // one for each tensor) is a kCheckpoint error naming the file and the tensor. Unreadable
+  // files are kIo errors. Checksums are verified when a tensor is first read (get, read_*):
+  // a mismatch is a kCheckpoint error naming the file, the tensor and both values.
   static SafetensorsFile open(const std::string& path);
   // The same checks, with the data memory-mapped (private, copy-on-write) instead of read:
   // only the pages of the tensors read are touched, so a rank that loads its part of a large
@@ -91,6 +112,13 @@ class SafetensorsFile {
   bool has(const std::string& name) const { return infos_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;  // kCheckpoint if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Whether the header declares per-tensor checksums (kiri.checksum).
+  bool has_checksums() const { return has_checksums_; }
+  // XXH3-64 of the header's JSON bytes: it covers the metadata (the checksums with it), so
+  // a checkpoint's manifest binds the whole file by it without reading the data.
+  uint64_t header_digest() const { return header_digest_; }
+  // Verifies tensor `name` against its checksum now (no-op without one, or once verified).
+  void verify(const std::string& name) const;
 
   // A view borrowing this file's buffer: no copy, but the SafetensorsFile
   // must outlive the tensor, and writes to it change the buffer. Raises
@@ -123,6 +151,7 @@ class SafetensorsFile {
   void load(uint64_t total, const ReadAt& read_at, int map_fd = -1);
   void load_header(const char* json, size_t json_size, uint64_t data_size);
   void check_layout(uint64_t data_size) const;
+  void parse_checksums();
   const char* data_of(const TensorInfo& info) const { return data_ + info.begin; }
 
   std::string path_;
@@ -133,6 +162,14 @@ class SafetensorsFile {
   std::vector<std::string> names_;
   std::unordered_map<std::string, TensorInfo> infos_;
   std::map<std::string, std::string> metadata_;
+  bool has_checksums_ = false;
+  uint64_t header_digest_ = 0;
+  // Tensors whose checksum has been verified (a copy of the file shares them).
+  struct Verified {
+    std::mutex mutex;
+    std::set<std::string> names;
+  };
+  std::shared_ptr<Verified> verified_ = std::make_shared<Verified>();
 };
 
 }  // namespace kiri::ckpt

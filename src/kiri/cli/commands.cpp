@@ -22,6 +22,7 @@
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/data/corpus.h"
+#include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/hf_model.h"
@@ -104,14 +105,16 @@ train::RunConfig resumed_config(const std::string& dir,
   return cfg;
 }
 
-// --resume auto: the run folder's latest checkpoint, or "" when it holds none.
+// --resume auto: the run folder's latest checkpoint, or its newest complete one when `latest`
+// is missing or names an incomplete one (a save killed before `latest` was written), or ""
+// when it holds none.
 std::string latest_checkpoint(const train::RunConfig& run) {
   const std::string& root = run.checkpoint.dir;
-  std::error_code ec;
-  if (root.empty() ||
-      (!std::filesystem::exists(root + "/latest", ec) && ckpt::list_checkpoints(root).empty()))
-    return "";
-  return ckpt::resolve_checkpoint(root);
+  if (root.empty()) return "";
+  std::string note;
+  const std::string dir = train::find_resume_checkpoint(root, &note);
+  if (!note.empty() && log::rank() <= 0) log::warn("--resume auto: ", note);
+  return dir;
 }
 
 // The run folder before a run: a fresh one refuses a used folder, or with --overwrite

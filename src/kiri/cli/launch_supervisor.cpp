@@ -24,6 +24,7 @@
 #include "kiri/cli/config_schema.h"
 #include "kiri/cli/launch_attempt.h"
 #include "kiri/cli/launch_status.h"
+#include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/run_dir.h"
 
@@ -100,13 +101,23 @@ int64_t config_global_batch(const train::RunConfig& c) {
   return c.parallel.dp > 0 ? train::global_batch(c) : 0;
 }
 
+// The last step the metrics file records, into p.
+Progress read_metrics_progress(const train::RunConfig& run, Progress p) {
+  if (!run.log.metrics.empty())
+    if (const int64_t s = last_metrics_step(run.log.metrics); s >= 0) p.reached = s;
+  return p;
+}
+
 Progress read_progress(const train::RunConfig& run) {
   Progress p;
   const std::string& root = run.checkpoint.dir;
-  std::error_code ec;
-  if (!root.empty() && fs::exists(fs::path(root) / "latest", ec)) {
+  if (!root.empty()) {
     try {
-      p.checkpoint = ckpt::resolve_checkpoint(root);
+      // `latest`'s, or the newest complete one when a save was killed before `latest`.
+      std::string note;
+      p.checkpoint = train::find_resume_checkpoint(root, &note);
+      if (!note.empty()) say(note);
+      if (p.checkpoint.empty()) return read_metrics_progress(run, p);
       const train::CheckpointState s = train::read_checkpoint_state(p.checkpoint);
       p.checkpoint_step = s.step;
       if (s.layout.is_object()) {
@@ -128,9 +139,7 @@ Progress read_progress(const train::RunConfig& run) {
       p.checkpoint.clear();
     }
   }
-  if (!run.log.metrics.empty())
-    if (const int64_t s = last_metrics_step(run.log.metrics); s >= 0) p.reached = s;
-  return p;
+  return read_metrics_progress(run, p);
 }
 
 // The resolved config the first attempt wrote (run.dir/config.json), for its global batch

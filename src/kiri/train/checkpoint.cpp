@@ -32,6 +32,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
 #include "kiri/train/checkpoint_async.h"
+#include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/faults.h"
@@ -128,9 +129,11 @@ std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
 namespace {
 // An optimizer file's metadata: the optimizer, its step and the segments this rank holds,
 // in the whole parameters' coordinates so that any layout (another tp, dp or pp) can find
-// its elements.
+// its elements; the training step and data position, which a resume checks state.json's
+// against.
 std::map<std::string, std::string> optimizer_metadata(optim::AdamW& opt,
-                                                      model::ParallelGPT& parallel, int tp_index) {
+                                                      model::ParallelGPT& parallel, int tp_index,
+                                                      int64_t step, uint64_t data_position) {
   json segs = json::array();
   for (const auto& s : opt.segments())
     // One copy of everything: the first stage's tied embedding, tp rank 0's
@@ -140,39 +143,44 @@ std::map<std::string, std::string> optimizer_metadata(optim::AdamW& opt,
         segs.push_back({s.param->name, g.global, g.length, g.state});
   return {{"optimizer", "adamw"},
           {"step", std::to_string(opt.step_count())},
+          {kStepMetadataKey, std::to_string(step)},
+          {kDataPositionMetadataKey, std::to_string(data_position)},
           {"segments", segs.dump()}};
 }
 
 // This rank's m and v, each appended in pieces, with the segments it holds.
 void write_optimizer_file(const std::string& path, optim::AdamW& opt, model::ParallelGPT& parallel,
-                          int tp_index, int64_t piece, Allocator& alloc) {
+                          int tp_index, int64_t step, uint64_t data_position, int64_t piece,
+                          Allocator& alloc) {
   const int64_t n = opt.state_numel();
   const std::vector<ckpt::TensorSpec> specs = {{"exp_avg", DType::kF32, Shape({n})},
                                                {"exp_avg_sq", DType::kF32, Shape({n})}};
   Tensor buf = Tensor::empty({std::min(piece, std::max<int64_t>(n, 1))}, DType::kF32,
                              Category::kBuffers, alloc);
-  ckpt::save_safetensors_streaming(path, specs, optimizer_metadata(opt, parallel, tp_index),
-                                   [&](size_t k, const ckpt::AppendBytes& append) {
-                                     const optim::State s =
-                                         k == 0 ? optim::State::kExpAvg : optim::State::kExpAvgSq;
-                                     for_each_piece(n, piece, [&](int64_t b, int64_t len) {
-                                       Tensor part = buf.flat_range(0, len);
-                                       opt.read_state(s, b, part);
-                                       append(part.raw(), part.nbytes());
-                                     });
-                                   });
+  ckpt::save_safetensors_streaming(
+      path, specs, optimizer_metadata(opt, parallel, tp_index, step, data_position),
+      [&](size_t k, const ckpt::AppendBytes& append) {
+        const optim::State s = k == 0 ? optim::State::kExpAvg : optim::State::kExpAvgSq;
+        for_each_piece(n, piece, [&](int64_t b, int64_t len) {
+          Tensor part = buf.flat_range(0, len);
+          opt.read_state(s, b, part);
+          append(part.raw(), part.nbytes());
+        });
+      },
+      ckpt::Checksums::kXxh3);
 }
 
 // write_hf_folder's files in fp32, the weights streamed (rank 0).
 void write_model_folder(const std::string& dir, const RunConfig& cfg,
-                        const data::Tokenizer& tokenizer, ModelStream& model) {
+                        const data::Tokenizer& tokenizer, ModelStream& model, int64_t step) {
   write_hf_weights_streaming(
       dir, model.specs(),
       parse_max_shard_size(cfg.checkpoint.max_shard_size, "checkpoint.max_shard_size"),
       [&](size_t k, const ckpt::AppendBytes& append) {
         const Tensor& t = model.next(k);
         append(t.raw(), t.nbytes());
-      });
+      },
+      {{kStepMetadataKey, std::to_string(step)}});
   model.finish();
   write_hf_tokenizer(dir, tokenizer, cfg.model.block_size);
   write_file_atomic(dir + "/config.json",
@@ -244,7 +252,8 @@ std::string Trainer::save_checkpoint() {
   const int writers = optimizer_writers();
   if (writes_optimizer_states())
     write_optimizer_file(tmp + "/" + optimizer_file_name(optimizer_file_index(), writers),
-                         *optimizer_, *parallel_, mesh_->tp_index(), piece, allocator_);
+                         *optimizer_, *parallel_, mesh_->tp_index(), step_, data_position_, piece,
+                         allocator_);
   // The model, one parameter at a time into rank 0's files (collective under sharding).
   ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
   if (!is_rank0()) {
@@ -253,9 +262,9 @@ std::string Trainer::save_checkpoint() {
     world_->barrier();
     return root + "/" + ckpt::step_dir_name(step_);
   }
-  write_model_folder(tmp, cfg_, *tokenizer_, model);
+  write_model_folder(tmp, cfg_, *tokenizer_, model, step_);
   world_->barrier();  // every shard is on disk before rank 0 commits
-  write_file_atomic(tmp + "/state.json", checkpoint_state_text(writers));
+  write_checkpoint_state(tmp, checkpoint_state_text(writers));
   const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
   last_save_s_ = timer.seconds();
   world_->barrier();
@@ -296,7 +305,8 @@ std::string Trainer::stage_checkpoint(const Timer& timer) {
         optimizer_->read_state(s, b, part);
       });
     job.optimizer_file = optimizer_file_name(optimizer_file_index(), optimizer_writers());
-    job.optimizer_metadata = optimizer_metadata(*optimizer_, *parallel_, mesh_->tp_index());
+    job.optimizer_metadata =
+        optimizer_metadata(*optimizer_, *parallel_, mesh_->tp_index(), step_, data_position_);
     job.state_numel = n;
   }
   const std::exception_ptr bad = stage_model(job);
@@ -440,6 +450,33 @@ json read_segments(const ckpt::SafetensorsFile& file, const std::string& path) {
   return segs;
 }
 
+// AdamW's second moment is a running mean of squared gradients: a negative one is damage,
+// and would otherwise be blamed steps later on a divergence.
+void check_nonnegative(const Tensor& part, const std::string& path, int64_t first, int64_t total) {
+  const float* x = part.data<float>();
+  for (int64_t i = 0; i < part.numel(); ++i)
+    if (x[i] < 0)
+      KIRI_RAISE(kCheckpoint, path, ": tensor exp_avg_sq holds a negative value (", x[i],
+                 ") at element ", first + i, " of ", total,
+                 ": a second moment is a mean of squares, so the file is damaged");
+}
+
+// An optimizer file's own record of the step, optimizer step and data position (kiri's since
+// the checksums; an older file has only "step") against state.json's: a state.json edited,
+// or a file of another checkpoint, is named rather than believed.
+void check_optimizer_metadata(const ckpt::SafetensorsFile& file, const CheckpointState& state) {
+  const auto check = [&](const char* key, const std::string& want, const char* field) {
+    const auto it = file.metadata().find(key);
+    if (it == file.metadata().end()) return;
+    KIRI_CHECK_KIND(kCheckpoint, it->second == want, file.path(), " records ", key, " = ",
+                    quote_bounded(it->second, 40), ", but state.json says ", field, " = ", want,
+                    ": state.json was edited, or the file is another checkpoint's");
+  };
+  check("step", std::to_string(state.optimizer_step), "optimizer_step");
+  check(kStepMetadataKey, std::to_string(state.step), "step");
+  check(kDataPositionMetadataKey, std::to_string(state.data_position), "data.position");
+}
+
 // Elements [src, src + n) of the file's m and v into [dst, dst + n) of the optimizer's, in
 // pieces through buf, each piece checked.
 void copy_states(const ckpt::SafetensorsFile& file, int64_t src, int64_t dst, int64_t n,
@@ -451,12 +488,17 @@ void copy_states(const ckpt::SafetensorsFile& file, int64_t src, int64_t dst, in
       Tensor part = buf.flat_range(0, len);
       file.read_range(name, src + b, part);
       check_finite_piece(part, file.path() + ": tensor " + name, src + b, total);
+      if (state == optim::State::kExpAvgSq) check_nonnegative(part, file.path(), src + b, total);
       opt.write_state(state, dst + b, part);
     });
 }
 }  // namespace
 
 void Trainer::load_optimizer_states(const std::string& dir, const std::vector<std::string>& files) {
+  // Parsed again, not verified again: read_checkpoint has checked the files of its manifest.
+  const std::string where = dir + "/state.json";
+  const CheckpointState state = parse_checkpoint_state(
+      read_small_file(where, kMaxStateBytes, ErrorKind::kCheckpoint, "checkpoint state"), where);
   const auto& mine = optimizer_->segments();
   std::vector<int64_t> covered(mine.size(), 0), needed(mine.size(), 0);
   std::vector<std::vector<GlobalPiece>> pieces;
@@ -472,6 +514,7 @@ void Trainer::load_optimizer_states(const std::string& dir, const std::vector<st
                     " but the file is missing");
     // Mapped: only the pieces this rank needs are read, and dropped again after use.
     const ckpt::SafetensorsFile file = ckpt::SafetensorsFile::map(path);
+    check_optimizer_metadata(file, state);
     const json segs = read_segments(file, path);
     const int64_t states = file.info("exp_avg").shape.numel();
     for (const json& s : segs) {

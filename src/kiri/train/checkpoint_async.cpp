@@ -11,6 +11,7 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/hf_model.h"
 
 namespace kiri::train {
@@ -138,12 +139,13 @@ void AsyncCheckpointWriter::write_optimizer_file() {
                                                {"exp_avg_sq", DType::kF32, Shape({n})}};
   const char* base = static_cast<const char*>(states_.raw());
   pause_for_test();
-  ckpt::save_safetensors_streaming(job_.tmp + "/" + job_.optimizer_file, specs,
-                                   job_.optimizer_metadata,
-                                   [&](size_t k, const ckpt::AppendBytes& append) {
-                                     if (cancel_) throw Cancelled{};
-                                     append(base + k * n * sizeof(float), n * sizeof(float));
-                                   });
+  ckpt::save_safetensors_streaming(
+      job_.tmp + "/" + job_.optimizer_file, specs, job_.optimizer_metadata,
+      [&](size_t k, const ckpt::AppendBytes& append) {
+        if (cancel_) throw Cancelled{};
+        append(base + k * n * sizeof(float), n * sizeof(float));
+      },
+      ckpt::Checksums::kXxh3);
 }
 
 void AsyncCheckpointWriter::write_model_folder() {
@@ -159,7 +161,8 @@ void AsyncCheckpointWriter::write_model_folder() {
                              [&](size_t k, const ckpt::AppendBytes& append) {
                                if (cancel_) throw Cancelled{};
                                append(base + offsets[k], job_.model_specs[k].nbytes());
-                             });
+                             },
+                             {{kStepMetadataKey, std::to_string(job_.step)}});
   write_hf_tokenizer(job_.tmp, *job_.tokenizer, job_.model.block_size);
   write_file_atomic(job_.tmp + "/config.json",
                     hf_config_json(job_.model, job_.tokenizer->eot_token(), DType::kF32,
@@ -186,7 +189,7 @@ void AsyncCheckpointWriter::await_optimizer_files() {
 }
 
 void AsyncCheckpointWriter::commit() {
-  write_file_atomic(job_.tmp + "/state.json", job_.state_json);
+  write_checkpoint_state(job_.tmp, job_.state_json);
   if (cancel_) throw Cancelled{};
   const std::string done = ckpt::commit_checkpoint(job_.root, job_.step, job_.keep_last);
   char times[160];

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "kiri/base/file_read.h"
+#include "kiri/train/checkpoint_manifest.h"
 
 namespace kiri::train {
 
@@ -146,6 +147,7 @@ CheckpointState from_json(const json& state, const std::string& where) {
                     it->type_name());
     s.config = *it;
   }
+  if (const auto it = state.find("files"); it != state.end()) s.files = *it;
   return s;
 }
 
@@ -177,13 +179,18 @@ CheckpointState parse_checkpoint_state(std::string_view text, const std::string&
   }
   if (const std::string dup = json_duplicate_key(text, false); !dup.empty())
     KIRI_RAISE(kCheckpoint, where, ": key '", quote_bounded(dup, 120), "' appears twice");
-  return from_json(state, where);
+  // The values first: one kiri cannot have written is named by its key, not as a checksum.
+  CheckpointState s = from_json(state, where);
+  verify_state_checksum(state, where);
+  return s;
 }
 
 CheckpointState read_checkpoint_state(const std::string& dir) {
   const std::string path = dir + "/state.json";
-  return parse_checkpoint_state(
+  CheckpointState state = parse_checkpoint_state(
       read_small_file(path, kMaxStateBytes, ErrorKind::kCheckpoint, "checkpoint state"), path);
+  verify_checkpoint_files(dir, state);
+  return state;
 }
 
 }  // namespace kiri::train

@@ -33,13 +33,16 @@ struct CheckpointState {
   std::optional<optim::DynamicLossScaler::State> loss_scaler;
   nlohmann::json layout;  // as written ({dp, tp, pp, zero_stage, ...}); null when absent
   nlohmann::json config;  // the run's config (an object), null when absent
+  nlohmann::json files;   // the manifest (checkpoint_manifest.h), null in an older kiri's
 };
 
-// Parses state.json's `text`; `where` names it in messages ("runs/x/step_00000010/state.json").
+// Parses state.json's `text` and verifies its checksum (when it has one); `where` names it
+// in messages ("runs/x/step_00000010/state.json").
 CheckpointState parse_checkpoint_state(std::string_view text, const std::string& where);
 
 // Reads and parses dir/state.json (a regular file of at most kMaxStateBytes; a FIFO or a
-// directory there is an error, not a hang).
+// directory there is an error, not a hang), and checks the files of its manifest
+// (verify_checkpoint_files): every reader of a checkpoint goes through here.
 CheckpointState read_checkpoint_state(const std::string& dir);
 
 // The first key that appears twice in one object of JSON `text`, as a dotted path

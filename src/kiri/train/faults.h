@@ -8,6 +8,8 @@
 //   raise:R:S     rank R raises a kData error before step S, as a bad read on one rank would
 //   slowsave:R:MS rank R's asynchronous checkpoint writer sleeps MS ms before each file, so
 //                 that a test's kill lands inside a save
+//   fsync:R:N     rank R dies by SIGKILL just before its Nth fsync (1-based, any thread; the
+//                 crash points of a save; implemented in base/atomic_file.cpp)
 #include <cstdint>
 
 namespace kiri::train {

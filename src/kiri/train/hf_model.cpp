@@ -267,14 +267,14 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
   }
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   if (shards.size() == 1) {
-    ckpt::save_safetensors(dir + "/" + kWeightsName, converted, meta);
+    ckpt::save_safetensors(dir + "/" + kWeightsName, converted, meta, ckpt::Checksums::kXxh3);
     return {kWeightsName};
   }
   std::vector<std::string> names;
   json map = json::object();
   for (size_t k = 0; k < shards.size(); ++k) {
     names.push_back(shard_name(k + 1, shards.size()));
-    ckpt::save_safetensors(dir + "/" + names.back(), shards[k], meta);
+    ckpt::save_safetensors(dir + "/" + names.back(), shards[k], meta, ckpt::Checksums::kXxh3);
     for (const ckpt::NamedTensor& t : shards[k]) map[t.name] = names.back();
   }
   const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
@@ -283,10 +283,9 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
   return names;
 }
 
-std::vector<std::string> write_hf_weights_streaming(const std::string& dir,
-                                                    const std::vector<ckpt::TensorSpec>& specs,
-                                                    int64_t max_shard_bytes,
-                                                    const ckpt::FillTensor& fill) {
+std::vector<std::string> write_hf_weights_streaming(
+    const std::string& dir, const std::vector<ckpt::TensorSpec>& specs, int64_t max_shard_bytes,
+    const ckpt::FillTensor& fill, const std::map<std::string, std::string>& metadata) {
   for (const ckpt::TensorSpec& t : specs) torch_dtype_name(t.dtype);  // refuses other dtypes
   // write_hf_weights' cut: in order, a new shard when the next tensor would overflow this one.
   std::vector<std::vector<ckpt::TensorSpec>> shards(1);
@@ -303,11 +302,13 @@ std::vector<std::string> write_hf_weights_streaming(const std::string& dir,
     in_shard += bytes;
     total += bytes;
   }
-  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = "pt";
   const auto write = [&](size_t k, const std::string& name) {
     ckpt::save_safetensors_streaming(
         dir + "/" + name, shards[k], meta,
-        [&](size_t i, const ckpt::AppendBytes& append) { fill(first[k] + i, append); });
+        [&](size_t i, const ckpt::AppendBytes& append) { fill(first[k] + i, append); },
+        ckpt::Checksums::kXxh3);
   };
   if (shards.size() == 1) {
     write(0, kWeightsName);
@@ -588,9 +589,13 @@ void HfWeights::check_tied_head(const Tensor& embedding) {
 std::string resolve_model_folder(const std::string& path) {
   std::error_code ec;
   KIRI_CHECK_KIND(kCheckpoint, fs::is_directory(path, ec), path, " is not a folder");
+  // A kiri step folder: its state.json's manifest vouches for config.json and the weights.
+  if (fs::exists(path + "/config.json", ec) && fs::exists(path + "/state.json", ec))
+    read_checkpoint_state(path);
   if (fs::exists(path + "/config.json", ec)) return path;
   if (fs::exists(path + "/latest", ec) || fs::exists(path + "/state.json", ec)) {
     const std::string dir = ckpt::resolve_checkpoint(path);
+    read_checkpoint_state(dir);
     KIRI_CHECK_KIND(kCheckpoint, fs::exists(dir + "/config.json", ec), dir,
                     " has no config.json (a checkpoint of an older kiri): kiri export it first");
     return dir;

@@ -45,8 +45,9 @@ int32_t hf_bos_token(const data::Tokenizer& tokenizer);
 // Writes into the existing folder `dir` the weights in `dtype` (F32, BF16 or F16): one
 // model.safetensors, or model-0000k-of-0000n.safetensors + model.safetensors.index.json when
 // they pass max_shard_bytes (as transformers cuts them: in order, a new shard when the next
-// tensor would overflow the current one; a bigger tensor gets a shard of its own).
-// Returns the file names written.
+// tensor would overflow the current one; a bigger tensor gets a shard of its own). Every
+// file carries per-tensor checksums in its metadata (ckpt/safetensors.h), which transformers
+// ignores. Returns the file names written.
 std::vector<std::string> write_hf_weights(const std::string& dir,
                                           const std::vector<ckpt::NamedTensor>& tensors,
                                           DType dtype, int64_t max_shard_bytes);
@@ -54,10 +55,10 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
 // write_hf_weights with no tensor in memory: the same files byte for byte for tensors of
 // these specs (their dtype is the file's), each tensor's bytes appended by fill(k, append),
 // k counting over every shard in order. A checkpoint of any size needs only what fill holds.
-std::vector<std::string> write_hf_weights_streaming(const std::string& dir,
-                                                    const std::vector<ckpt::TensorSpec>& specs,
-                                                    int64_t max_shard_bytes,
-                                                    const ckpt::FillTensor& fill);
+// `metadata` goes into every file beside "format": "pt" and the checksums.
+std::vector<std::string> write_hf_weights_streaming(
+    const std::string& dir, const std::vector<ckpt::TensorSpec>& specs, int64_t max_shard_bytes,
+    const ckpt::FillTensor& fill, const std::map<std::string, std::string>& metadata = {});
 
 // Copies the tokenizer's files (Tokenizer::files(), under their HF names) into dir and, for
 // a tokenizer with an end-of-text token, writes tokenizer_config.json and
