@@ -33,6 +33,11 @@ struct CheckpointState {
   std::optional<optim::DynamicLossScaler::State> loss_scaler;
   nlohmann::json layout;  // as written ({dp, tp, pp, zero_stage, ...}); null when absent
   nlohmann::json config;  // the run's config (an object), null when absent
+
+  // Sequences per step; 0 when absent.
+  int64_t global_batch = 0;
+  // The tokenizer's and the data's (fingerprint.h); null when absent.
+  nlohmann::json fingerprints;
 };
 
 // Parses state.json's `text`; `where` names it in messages ("runs/x/step_00000010/state.json").
