@@ -461,6 +461,32 @@ TEST(Restart, ConfigAndDataErrorsAreNotRetried) {
   EXPECT_EQ(attempts(data).size(), 1u);
 }
 
+// Issue 25 (6d): the start command with a config file whose model and data keys --set
+// overrides (n_layer 2 -> 1, gpt2 -> byte) resumes under --max-restarts: a SIGKILLed rank
+// restarts from the checkpoint and the run finishes (it was a config error, not retried).
+TEST(Restart, TheStartCommandWithSetOverridesResumesUnderMaxRestarts) {
+  const std::string base = temp_dir("same_command"), run = base + "/run";
+  const std::string file = base + "/run.json";
+  std::ofstream(file) << R"({"model": {"n_layer": 2}, "data": {"tokenizer": "gpt2"}})";
+  Background job(
+      kiri_cmd("launch -n 2 --threads 1 --max-restarts 1 -- train " + file + tiny_run(run, 100)),
+      base + "/run.log");
+  ASSERT_TRUE(wait_until([&] { return all_started(run, 1, 2); }, 60)) << job.output();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return last_step(run + "/metrics.jsonl") >= 7 && committed_step(run + "/checkpoints") >= 5;
+      },
+      60))
+      << job.output();
+  ASSERT_EQ(::kill(static_cast<pid_t>(rank_pid(run, 1, 1)), SIGKILL), 0);
+  const int code = job.wait(120);
+  const std::string out = job.output();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(count(out, "[kiri] launch: attempt 2 finished the run after 1 restart(s)"), 1u) << out;
+  EXPECT_NE(out.find("resumed from " + run + "/checkpoints/step_000000"), std::string::npos) << out;
+  EXPECT_EQ(last_step(run + "/metrics.jsonl"), 100);
+}
+
 // The restart's command: --overwrite, --resume and --init-from give way to the checkpoint;
 // a smaller world infers dp again and keeps the global batch.
 TEST(Restart, TheRestartCommandResumesTheLatestCheckpoint) {

@@ -148,5 +148,26 @@ TEST(CheckpointState, DuplicateKeysAreFoundWithTheirPath) {
   EXPECT_EQ(json_duplicate_key("{not json", false), "");
 }
 
+// Issue 25: the global batch a resume keeps and the fingerprints it checks the data against.
+TEST(CheckpointState, ReadsTheGlobalBatchAndTheFingerprints) {
+  const json prints = {{"tokenizer", {{"name", "byte"}, {"files", json::object()}}},
+                       {"data", {{"dir", "d"}, {"train", {{"tokens", 9}, {"hash", "00"}}}}}};
+  const CheckpointState s = parse_checkpoint_state(with([&](json& j) {
+                                                     j["global_batch"] = 16;
+                                                     j["fingerprints"] = prints;
+                                                   }),
+                                                   "state.json");
+  EXPECT_EQ(s.global_batch, 16);
+  EXPECT_EQ(s.fingerprints, prints);
+  const CheckpointState old = parse_checkpoint_state(valid_state().dump(), "state.json");
+  EXPECT_EQ(old.global_batch, 0);  // absent: nothing to keep
+  EXPECT_TRUE(old.fingerprints.is_null());
+  expect_refused(with([](json& j) { j["global_batch"] = 0; }),
+                 {"global_batch must be an integer in [1, 1099511627776], got 0"});
+  expect_refused(with([](json& j) { j["global_batch"] = "16"; }), {"global_batch", "\"16\""});
+  expect_refused(with([](json& j) { j["fingerprints"] = 5; }),
+                 {"fingerprints must be an object, got number"});
+}
+
 }  // namespace
 }  // namespace kiri::train

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -83,22 +84,55 @@ bool is_saved_shape_key(const std::string& key) {
          key == "data.dir" || key == "data.val_fraction" || key == "train.seq_len";
 }
 
-// --resume: the checkpoint's config with the given keys on top. A given key that
-// contradicts a saved shape is a kConfig error naming it and both values.
-train::RunConfig resumed_config(const std::string& dir,
-                                const std::vector<std::pair<std::string, json>>& given) {
-  train::RunConfig cfg = checkpoint_config(dir);
-  for (const auto& [key, value] : given) {
-    train::RunConfig probe = cfg;
-    apply_key(probe, key, value);
-    const json saved = get_key(cfg, key), now = get_key(probe, key);
-    if (!is_saved_shape_key(key) || now == saved) {
-      cfg = probe;
+// A key the command gives, and where: "the config file F", "--set", "--mem-limit" or
+// "--deepspeed F" (a resume's messages name it).
+struct GivenKey {
+  std::string key;
+  json value;
+  std::string source;
+};
+
+// The keys of the command in the order the first start applied them: the file's, --set's
+// (then --mem-limit's), the DeepSpeed file's.
+std::vector<GivenKey> given_keys(const Args& a, const std::string& file,
+                                 const std::vector<std::string>& sets,
+                                 const std::vector<std::pair<std::string, json>>& deepspeed) {
+  const size_t from_file = file.empty() ? 0 : config_entries(file, {}).size();
+  const size_t from_set = from_file + a.all("set").size();
+  std::vector<GivenKey> out;
+  for (auto& [key, value] : config_entries(file, sets)) {
+    const size_t i = out.size();
+    out.push_back({key, value,
+                   i < from_file  ? "the config file " + file
+                   : i < from_set ? std::string("--set")
+                                  : std::string("--mem-limit")});
+  }
+  for (const auto& [key, value] : deepspeed)
+    out.push_back({key, value, "--deepspeed " + a.get("deepspeed").value_or("")});
+  return out;
+}
+
+// --resume: the checkpoint's config with the given keys applied on top as the first start
+// applied them (in order: a --set after the file's key wins). Only a saved shape key whose
+// final value differs from the checkpoint's is a kConfig error, naming both values and
+// where each came from.
+train::RunConfig resumed_config(const std::string& dir, const std::vector<GivenKey>& given) {
+  const train::RunConfig saved = checkpoint_config(dir);
+  train::RunConfig cfg = saved;
+  std::map<std::string, const GivenKey*> last;  // where each key's final value came from
+  for (const GivenKey& g : given) {
+    apply_key(cfg, g.key, g.value);
+    last[g.key] = &g;
+  }
+  for (const auto& [key, g] : last) {
+    const json was = get_key(saved, key), now = get_key(cfg, key);
+    if (!is_saved_shape_key(key) || now == was) continue;
+    if (key == "model.vocab_size" && now == 0) {  // "the tokenizer's": the saved one
+      apply_key(cfg, key, was);
       continue;
     }
-    if (key == "model.vocab_size" && now == 0) continue;  // "the tokenizer's": the saved one
-    KIRI_RAISE(kConfig, key, " = ", now.dump(), " contradicts the checkpoint's ", key, " = ",
-               saved.dump(), " (", dir,
+    KIRI_RAISE(kConfig, key, " = ", now.dump(), " (", g->source, ") contradicts the checkpoint's ",
+               key, " = ", was.dump(), " (", dir,
                "/state.json): a resumed run keeps its model and data shape; drop the ", key,
                " you give, or start a new run (another run.name, or --overwrite)");
   }
@@ -143,12 +177,15 @@ struct TrainStart {
   train::RunConfig cfg;
   std::string from;
   std::string init_dir;
+  // A resume: the checkpoint's config and global batch (0 when its state.json has none).
+  train::RunConfig saved;
+  int64_t saved_batch = 0;
 };
 TrainStart resolve_train_start(const Args& a, const std::string& file,
                                const std::vector<std::string>& sets,
                                const std::optional<std::string>& resume,
                                const std::optional<std::string>& init) {
-  TrainStart s{load_config(file, sets), "", ""};
+  TrainStart s{load_config(file, sets), "", "", {}, 0};
   train::RunConfig& cfg = s.cfg;
   const std::vector<std::pair<std::string, json>> deepspeed =
       apply_deepspeed_option(a, file, sets, cfg);
@@ -169,12 +206,31 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
     from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
                              : ckpt::resolve_checkpoint(*resume);
   if (!from.empty()) {
-    std::vector<std::pair<std::string, json>> given = config_entries(file, sets);
-    given.insert(given.end(), deepspeed.begin(), deepspeed.end());
-    cfg = resumed_config(from, given);
+    cfg = resumed_config(from, given_keys(a, file, sets, deepspeed));
+    s.saved = checkpoint_config(from);
+    s.saved_batch = train::read_checkpoint_state(from).global_batch;
   }
   validate(cfg);
   return s;
+}
+
+// The global batch a resume keeps (nullopt: none to keep): the checkpoint's, unless the
+// command changes the keys it is made of (train.micro_batch, train.grad_accum,
+// parallel.microbatches): then the command's, which the log names.
+std::optional<int64_t> resumed_batch(const TrainStart& s, int world) {
+  if (s.from.empty() || s.saved_batch == 0) return std::nullopt;
+  std::string changed;
+  for (const char* key : {"train.micro_batch", "train.grad_accum", "parallel.microbatches"})
+    if (get_key(s.cfg, key) != get_key(s.saved, key))
+      changed += str(changed.empty() ? "" : ", ", key, " = ", get_key(s.cfg, key).dump(),
+                     " (the checkpoint's ", get_key(s.saved, key).dump(), ")");
+  if (changed.empty()) return s.saved_batch;
+  train::RunConfig now = s.cfg;
+  train::resolve_layout(now.parallel, world);
+  if (job_rank() <= 0 && train::global_batch(now) != s.saved_batch)
+    log::info("--resume: ", changed, " changes the global batch from the checkpoint's ",
+              s.saved_batch, " to ", train::global_batch(now), " sequences");
+  return std::nullopt;
 }
 
 }  // namespace
@@ -208,13 +264,17 @@ int cmd_train(const std::vector<std::string>& argv) {
   const std::string& init_dir = start.init_dir;
   std::optional<double> peak;  // checked before the trainer's set-up
   if (a.get("peak-flops")) peak = train::check_peak_flops(a.get_double("peak-flops", 0));
-  std::optional<int64_t> keep_batch;  // --global-batch
+  std::optional<int64_t> keep_batch;  // --global-batch, else a resume's
+  std::string keep_from;              // the checkpoint whose global batch is kept
   if (a.get("global-batch")) {
     keep_batch = a.get_int("global-batch", 0);
     KIRI_CHECK_KIND(kConfig, *keep_batch >= 1 && *keep_batch <= (int64_t{1} << 40),
                     "--global-batch must be in [1, 2^40], got ", *keep_batch);
+  } else if ((keep_batch = resumed_batch(start, job_size()))) {
+    keep_from = from;
   }
-  if (a.flag("dry-run")) return dry_run(cfg, a.flag("auto"), a.get("mem-limit"), keep_batch);
+  if (a.flag("dry-run"))
+    return dry_run(cfg, a.flag("auto"), a.get("mem-limit"), keep_batch, keep_from);
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
   if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
@@ -234,7 +294,10 @@ int cmd_train(const std::vector<std::string>& argv) {
     choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
   }
   if (keep_batch)
-    if (const std::string note = fit_global_batch(cfg, *keep_batch, world.comm->size());
+    if (const std::string note =
+            keep_from.empty()
+                ? fit_global_batch(cfg, *keep_batch, world.comm->size())
+                : keep_checkpoint_batch(cfg, *keep_batch, world.comm->size(), keep_from);
         rank0 && !note.empty())
       log::info(note);
   if (a.flag("auto") || keep_batch) validate(cfg);
@@ -249,6 +312,7 @@ int cmd_train(const std::vector<std::string>& argv) {
               paths.checkpoint.dir.empty() ? "" : ", checkpoints " + paths.checkpoint.dir);
   if (!init_dir.empty()) trainer.init_from(init_dir);
   if (!from.empty()) {
+    trainer.accept_data_change(a.flag("accept-data-change"));
     trainer.load_checkpoint(from);
     if (rank0) log::info("resumed from ", from, " at step ", trainer.step());
   }
@@ -353,6 +417,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   cfg.parallel.sharding_strategy.clear();
   cfg.train.lr_scaling = train::LrScaling::kNone;  // no optimizer step
   train::Trainer trainer(cfg, "");
+  trainer.accept_data_change(a.flag("accept-data-change"));
   trainer.load_checkpoint(a.positional()[0]);
   const double loss = trainer.evaluate(batches);
   std::printf("val_loss %.6f (step %lld)\n", loss, static_cast<long long>(trainer.step()));

@@ -330,20 +330,35 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
   log::info("auto layout: the same as ", set_flags(e.layout));
 }
 
+namespace {
+
+// micro_batch x microbatches x grad_accum x dp = G exactly: train.grad_accum, with the
+// largest train.micro_batch up to the config's that divides G; the change in words ("" when
+// none is exact, and then cfg is unchanged).
+std::string fit_exactly(train::RunConfig& cfg, int64_t global_batch, int64_t m, int64_t dp) {
+  const int64_t b = cfg.train.micro_batch;
+  for (int64_t mb = b; mb >= 1; --mb)
+    if (global_batch % (mb * m * dp) == 0) {
+      cfg.train.micro_batch = mb;
+      cfg.train.grad_accum = global_batch / (mb * m * dp);
+      return str("train.grad_accum = ", cfg.train.grad_accum,
+                 mb != b ? str(", train.micro_batch = ", mb, " (was ", b, ")") : std::string(),
+                 " on dp ", dp);
+    }
+  return "";
+}
+
+}  // namespace
+
 std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int world) {
   train::ParallelConfig layout = cfg.parallel;
   train::resolve_layout(layout, world);  // dp inferred from the world (names a bad one)
   const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
   const int64_t before = b * m * cfg.train.grad_accum * dp;
   if (before == global_batch) return "";
-  for (int64_t mb = b; mb >= 1; --mb)
-    if (global_batch % (mb * m * dp) == 0) {
-      cfg.train.micro_batch = mb;
-      cfg.train.grad_accum = global_batch / (mb * m * dp);
-      return str("--global-batch ", global_batch, ": train.grad_accum = ", cfg.train.grad_accum,
-                 mb != b ? str(", train.micro_batch = ", mb, " (was ", b, ")") : std::string(),
-                 " on dp ", dp, " (the global batch was ", before, " sequences)");
-    }
+  if (const std::string change = fit_exactly(cfg, global_batch, m, dp); !change.empty())
+    return str("--global-batch ", global_batch, ": ", change, " (the global batch was ", before,
+               " sequences)");
   const int64_t per = b * m * dp;
   cfg.train.grad_accum = std::max<int64_t>(1, (global_batch + per / 2) / per);
   return str("--global-batch ", global_batch, " cannot be kept on dp ", dp, ": micro_batch ", b,
@@ -352,6 +367,30 @@ std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int wo
              "train.grad_accum = ",
              cfg.train.grad_accum, ", so the global batch is ", per * cfg.train.grad_accum,
              " sequences (learning rates scale with it as train.lr_scaling says)");
+}
+
+std::string keep_checkpoint_batch(train::RunConfig& cfg, int64_t global_batch, int world,
+                                  const std::string& checkpoint) {
+  train::ParallelConfig layout = cfg.parallel;
+  train::resolve_layout(layout, world);
+  const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
+  const int64_t accum = cfg.train.grad_accum, before = b * m * accum * dp;
+  if (before == global_batch) return "";
+  if (const std::string change = fit_exactly(cfg, global_batch, m, dp); !change.empty())
+    return str("--resume: the checkpoint's global batch of ", global_batch, " sequences kept on ",
+               world, " rank(s): ", change, " (train.grad_accum was ", accum, ": ", before,
+               " sequences per step otherwise)");
+  const int64_t per = b * m * dp;
+  const int64_t lower = std::max<int64_t>(1, global_batch / per) * per;
+  KIRI_RAISE(kConfig, "--resume ", checkpoint, ": the checkpoint trained with a global batch of ",
+             global_batch, " sequences, which ", world, " rank(s) cannot keep: train.micro_batch ",
+             b, " x parallel.microbatches ", m, " x dp ", dp, " = ", per,
+             " sequences per accumulation step, and for no train.micro_batch up to ", b,
+             " does micro_batch x microbatches x dp divide ", global_batch,
+             "; give --global-batch ", lower, " (or ", lower + per,
+             ") to continue with another global batch, or resume on a "
+             "world whose dp divides ",
+             global_batch);
 }
 
 void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int world) {
@@ -364,14 +403,16 @@ void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int worl
 // layout against this job's world, --auto's choice), then the resolved config and a layout
 // line from rank 0, without building the model or starting MPI.
 int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
-            std::optional<int64_t> global_batch) {
+            std::optional<int64_t> global_batch, const std::string& resumed_from) {
   const int world = job_size(), rank = std::max(0, job_rank());
   if (auto_layout) {
     if (global_batch) plan_for_global_batch(cfg, *global_batch, world);
     choose_layout(cfg, world, rank, mem_limit);
   }
   if (global_batch)
-    if (const std::string note = fit_global_batch(cfg, *global_batch, world);
+    if (const std::string note =
+            resumed_from.empty() ? fit_global_batch(cfg, *global_batch, world)
+                                 : keep_checkpoint_batch(cfg, *global_batch, world, resumed_from);
         !note.empty() && rank == 0)
       std::printf("%s\n", note.c_str());
   if (auto_layout || global_batch) validate(cfg);

@@ -30,6 +30,9 @@ VerbSpec train_verb() {
            {"--resume", K::kValue, "auto|CKPT_DIR", "",
             "continue a run: from a checkpoint (its folder or checkpoint.dir) with its saved "
             "config, or `auto`: from the run folder's latest checkpoint, fresh if it has none"},
+           {"--accept-data-change", K::kFlag, "", "",
+            "--resume: continue although the tokenizer or the token shards changed since the "
+            "checkpoint was saved (refused otherwise; docs/checkpoints.md)"},
            {"--peak-flops", K::kValue, "FLOPS", "measured (FMA loop)",
             "MFU's peak per rank in FLOP/s, e.g. 2.5e12 (docs/metrics.md)"},
            {"--global-batch", K::kValue, "G", "the config's",
@@ -107,7 +110,10 @@ VerbSpec eval_verb() {
       1,
       1,
       "Print a checkpoint's validation loss (on one process, whatever layout wrote it).",
-      {{"--batches", K::kValue, "N", "train.eval_batches", "validation batches to average over"}}};
+      {{"--batches", K::kValue, "N", "train.eval_batches", "validation batches to average over"},
+       {"--accept-data-change", K::kFlag, "", "",
+        "evaluate although the tokenizer or the token shards changed since the checkpoint was "
+        "saved (refused otherwise; docs/checkpoints.md)"}}};
 }
 
 VerbSpec data_verb() {

@@ -36,6 +36,7 @@
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/faults.h"
+#include "kiri/train/fingerprint.h"
 #include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
 
@@ -225,7 +226,8 @@ std::string Trainer::checkpoint_state_text(int writers) const {
                 // kiri's random numbers are counter-based: every draw is a function of
                 // (seed, stream, index), so the seed and the data position are the whole state.
                 {"rng", {{"seed", cfg_.train.seed}, {"kind", "counter"}}},
-                {"config", config_json_.empty() ? json() : json::parse(config_json_)}};
+                {"config", config_json_.empty() ? json() : json::parse(config_json_)},
+                {"fingerprints", fingerprints_}};
   if (scaler_) {
     const auto s = scaler_->state();
     state["loss_scaler"] = {
@@ -554,6 +556,12 @@ void Trainer::load_checkpoint(const std::string& path) {
 void Trainer::read_checkpoint(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
   const CheckpointState state = read_checkpoint_state(dir);
+  if (is_rank0())  // rank 0 holds the fingerprints; run_agreed stops every rank on a change
+    if (const std::string note = check_fingerprints(
+            state.fingerprints, fingerprints_.at("tokenizer"), fingerprints_.at("data"), dir,
+            cfg_.data.tokenizer, accept_data_change_);
+        !note.empty())
+      log::info(note);
   step_ = state.step;
   data_position_ = state.data_position;
   optimizer_->set_step_count(state.optimizer_step);

@@ -142,6 +142,13 @@ CheckpointState from_json(const json& state, const std::string& where) {
   if (const auto it = state.find("loss_scaler"); it != state.end() && !it->is_null())
     s.loss_scaler = loss_scaler_state(*it, where);
   if (const auto it = state.find("layout"); it != state.end()) s.layout = *it;
+  if (const auto it = state.find("global_batch"); it != state.end())
+    s.global_batch = integer_in(*it, "global_batch", 1, int64_t{1} << 40, where);
+  if (const auto it = state.find("fingerprints"); it != state.end() && !it->is_null()) {
+    KIRI_CHECK_KIND(kCheckpoint, it->is_object(), where, ": fingerprints must be an object, got ",
+                    it->type_name());
+    s.fingerprints = *it;
+  }
   if (const auto it = state.find("config"); it != state.end() && !it->is_null()) {
     KIRI_CHECK_KIND(kCheckpoint, it->is_object(), where, ": config must be an object, got ",
                     it->type_name());

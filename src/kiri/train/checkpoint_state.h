@@ -34,6 +34,11 @@ struct CheckpointState {
   nlohmann::json layout;  // as written ({dp, tp, pp, zero_stage, ...}); null when absent
   nlohmann::json config;  // the run's config (an object), null when absent
   nlohmann::json files;   // the manifest (checkpoint_manifest.h), null in an older kiri's
+
+  // Sequences per step; 0 when absent.
+  int64_t global_batch = 0;
+  // The tokenizer's and the data's (fingerprint.h); null when absent.
+  nlohmann::json fingerprints;
 };
 
 // Parses state.json's `text` and verifies its checksum (when it has one); `where` names it

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
 #include "kiri/comm/communicator.h"
@@ -117,6 +119,9 @@ class Trainer {
   // folder (hf_model.h: a Hugging Face GPT-2 folder, or a kiri checkpoint root or step).
   // Collective and agreed like load_checkpoint; the folder's model must be this run's.
   void init_from(const std::string& path);
+  // --accept-data-change: load_checkpoint continues on a tokenizer or data that changed
+  // since the checkpoint was saved (logged), instead of refusing it (fingerprint.h).
+  void accept_data_change(bool accept) { accept_data_change_ = accept; }
 
   int64_t step() const { return step_; }
   // Called with (first position, count) for each block of training samples this rank reads
@@ -251,6 +256,9 @@ class Trainer {
   double gemm_flops_ = 0;         // the fp32 GEMM rate measured at start, per rank
   bool mfu_warned_ = false;
   std::function<void(uint64_t, int64_t)> sample_observer_;
+  // Rank 0: {"tokenizer": ..., "data": ...} of this run (fingerprint.h), for state.json.
+  nlohmann::json fingerprints_;
+  bool accept_data_change_ = false;
 };
 
 }  // namespace kiri::train

@@ -1,4 +1,5 @@
 // Trainer::build, along its seams: each piece below runs once, in build()'s order.
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -6,12 +7,42 @@
 #include "kiri/base/log.h"
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/fingerprint.h"
 #include "kiri/train/offload_config.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
 
 using nlohmann::json;
+
+namespace {
+
+// The most epochs of the training split one step may read (docs/config.md, "Limits").
+constexpr int64_t kMaxEpochsPerStep = 10;
+
+// Limits checked before the first step, once the data is known: one micro-batch over dp
+// fits in the training split (a bigger one only allocates what no sample fills, until the
+// kernel's OOM killer ends the run), and one step reads at most kMaxEpochsPerStep epochs (a
+// bigger global batch runs for hours before its first line).
+void check_batch_against_data(const RunConfig& cfg, uint64_t samples, const std::string& dir) {
+  const TrainConfig& t = cfg.train;
+  const ParallelConfig& p = cfg.parallel;
+  const auto n = static_cast<int64_t>(samples);
+  KIRI_CHECK_KIND(kConfig, t.micro_batch * p.dp <= n, "train.micro_batch = ", t.micro_batch,
+                  " x dp ", p.dp, " = ", t.micro_batch * p.dp,
+                  " sequences per micro-batch, more than the ", n,
+                  " samples of train.seq_len = ", t.seq_len, " tokens in the training split of ",
+                  dir, ": lower train.micro_batch (at most ", std::max<int64_t>(1, n / p.dp), ")");
+  const int64_t batch = global_batch(cfg);
+  KIRI_CHECK_KIND(kConfig, batch <= kMaxEpochsPerStep * n, "one step would read ", batch,
+                  " sequences (train.micro_batch ", t.micro_batch, " x parallel.microbatches ",
+                  p.microbatches, " x train.grad_accum ", t.grad_accum, " x dp ", p.dp,
+                  "), more than ", kMaxEpochsPerStep, " epochs of the ", n,
+                  " samples in the training split of ", dir, " (kiri's bound on one step, ",
+                  kMaxEpochsPerStep * n, " sequences): lower train.grad_accum or --global-batch");
+}
+
+}  // namespace
 
 void Trainer::build() {
   check_same_config();  // first: everything after it assumes the ranks agree
@@ -21,11 +52,13 @@ void Trainer::build() {
   load_tokenizer();
   install_oom_advice();
   data::Dataset ds = open_data();
+  const std::string data_dir = ds.dir;
   start_tracer();
   train_stream_ = std::make_unique<data::SampleStream>(std::move(ds.train), cfg_.train.seq_len,
                                                        cfg_.train.seed);
   val_stream_ =
       std::make_unique<data::SampleStream>(std::move(ds.val), cfg_.train.seq_len, cfg_.train.seed);
+  check_batch_against_data(cfg_, train_stream_->num_samples(), data_dir);
   build_mesh();
   build_model(parallel_options());
   build_optimizer();
@@ -94,6 +127,9 @@ data::Dataset Trainer::open_data() {
   if (world_->rank() == 0) {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
     ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), vocab, seq_len, true);
+    // After the check above, which verified the shards' checksums that this hash stands on.
+    fingerprints_ = {{"tokenizer", tokenizer_fingerprint(*tokenizer_)},
+                     {"data", data_fingerprint(ds)}};
   }
   world_->barrier();
   if (world_->rank() != 0) {
