@@ -36,10 +36,15 @@ void add_folder(const fs::path& dir, std::vector<std::string>& out) {
   for (; it != end; it.increment(ec)) {
     if (ec) KIRI_RAISE(kData, "cannot list input folder ", dir.string(), ": ", ec.message());
     if (hidden(it->path())) {  // .git, editor backups: not documents
-      if (it->is_directory()) it.disable_recursion_pending();
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      ec.clear();
       continue;
     }
-    if (it->is_regular_file()) files.push_back(it->path().string());
+    // With an error code: a symlink loop or an unreadable entry is named, not thrown as a
+    // bare filesystem_error.
+    const bool is_file = it->is_regular_file(ec);
+    if (ec) KIRI_RAISE(kData, "cannot read input ", it->path().string(), ": ", ec.message());
+    if (is_file) files.push_back(it->path().string());
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) KIRI_RAISE(kData, "input folder ", dir.string(), " holds no files");
@@ -167,6 +172,11 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
           add_folder(m, out);
         else
           out.push_back(m);
+    } else if (fs::symlink_status(in, ec).type() == fs::file_type::symlink) {
+      std::error_code why;
+      (void)fs::status(in, why);
+      KIRI_RAISE(kData, "input ", in, " is a symlink that leads nowhere: ",
+                 why ? why.message() : "its target does not exist");
     } else {
       KIRI_RAISE(kData, "input ", in, " does not exist");
     }

@@ -8,6 +8,8 @@
 //   raise:R:S     rank R raises a kData error before step S, as a bad read on one rank would
 //   slowsave:R:MS rank R's asynchronous checkpoint writer sleeps MS ms before each file, so
 //                 that a test's kill lands inside a save
+//   datakill:0:N  `kiri data` dies by SIGKILL at point N of its rewrite (data/staged_dir.h,
+//                 data_fault_point: the data layer reads this kind itself)
 #include <cstdint>
 
 namespace kiri::train {
