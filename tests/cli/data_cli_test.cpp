@@ -56,8 +56,8 @@ std::vector<double> losses_of(const std::string& run_dir) {
   return out;
 }
 
-// A corpus folder's bytes: each entry's name and contents, in name order. Equal
-// fingerprints mean the same manifest and shards, so the same tokens trained on.
+// A corpus folder's bytes: each entry's name, size and a hash of its contents, in name
+// order. Equal fingerprints mean the same manifest and shards, so the same tokens trained on.
 std::string fingerprint(const std::string& folder) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(folder)) names.push_back(e.path().filename());
@@ -65,7 +65,9 @@ std::string fingerprint(const std::string& folder) {
   std::string all;
   for (const std::string& n : names) {
     std::ifstream in(folder + "/" + n, std::ios::binary);
-    all += n + ":" + std::string(std::istreambuf_iterator<char>(in), {}) + "\n";
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    all += n + ":" + std::to_string(bytes.size()) + ":" +
+           std::to_string(std::hash<std::string>{}(bytes)) + " ";
   }
   return all;
 }
