@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -32,16 +33,19 @@ void write(const std::string& path, std::string_view bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
 }
 
+// Never destroyed (a static string would be gone before the atexit handler that removes the
+// folder runs); reachable, so not a leak.
 const std::string& folder() {
-  static const std::string dir = [] {
+  static const std::string* dir = [] {
     char tmpl[] = "/tmp/kiri_fuzz_hf_config.XXXXXX";
     if (!mkdtemp(tmpl)) std::abort();
-    const std::string d = tmpl;
-    write(d + "/model.safetensors", tiny_weights());
-    write(d + "/model-00001-of-00002.safetensors", tiny_weights());
+    const auto* d = new std::string(tmpl);
+    std::atexit([] { std::filesystem::remove_all(folder()); });  // one per fuzzing process
+    write(*d + "/model.safetensors", tiny_weights());
+    write(*d + "/model-00001-of-00002.safetensors", tiny_weights());
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 }  // namespace
