@@ -2,7 +2,8 @@
 # Writes the fuzz targets' seed corpora under fuzz/corpus/<target>/ from real files: a
 # 2-step run of a tiny byte model (and one with the GPT-2 tokenizer) saves checkpoints
 # (model and optimizer safetensors, state.json), its config copy and its token shards.
-# Also writes the JSON dictionaries fuzz/config.dict and fuzz/state.dict from `kiri config`.
+# Also writes the JSON dictionaries fuzz/config.dict and fuzz/state.dict from `kiri config`, and
+# fuzz/{hf_config,tokenizer_json,deepspeed}.dict from their seeds.
 #   fuzz/make_seeds.sh [path/to/kiri]      (default build/kiri)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,6 +81,122 @@ hdr='{"x":{"dtype":"U8","shape":[4611686018427387904,3,0],"data_offsets":[0,0]}}
   printf '\0\0\0\0\0\0\0'
   printf '%s' "$hdr"
 } >"$corpus/safetensors/finding-numel-overflow.safetensors"
+
+# The HF model folder, tokenizer.json and DeepSpeed seeds: written by hand (a GPT-2 folder as
+# kiri export writes it, Llama folders as transformers 4 and 5 write them, an index after a
+# NUL: fuzz/hf_config_fuzz.cpp), tokenizer.json files of a few byte-level BPE merges, and the
+# DeepSpeed configs the tests use, and one more.
+mkdir -p "$corpus"/{hf_config,tokenizer_json,deepspeed}
+hf=$corpus/hf_config
+printf '%s' '{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 1,
+ "n_head": 1, "n_embd": 4, "n_positions": 8, "n_ctx": 8, "vocab_size": 257,
+ "n_inner": null, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05,
+ "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "scale_attn_weights": true,
+ "scale_attn_by_inverse_layer_idx": false, "tie_word_embeddings": true,
+ "bos_token_id": 256, "eos_token_id": 256, "torch_dtype": "float32",
+ "kiri": {"data.tokenizer": "byte"}}' >"$hf/gpt2.json"
+printf '%s' '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8,
+ "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+ "num_key_value_heads": 1, "vocab_size": 257, "max_position_embeddings": 16,
+ "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
+ "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+ "high_freq_factor": 4.0, "original_max_position_embeddings": 8},
+ "tie_word_embeddings": false, "attention_bias": false, "mlp_bias": false,
+ "torch_dtype": "bfloat16"}' >"$hf/llama-transformers4.json"
+printf '%s' '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8,
+ "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+ "num_key_value_heads": 2, "head_dim": 4, "vocab_size": 257, "max_position_embeddings": 16,
+ "rms_norm_eps": 1e-06, "hidden_act": "silu", "dtype": "float32",
+ "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+ "tie_word_embeddings": true, "transformers_version": "5.23.0"}' >"$hf/llama-transformers5.json"
+{
+  cat "$hf/gpt2.json"
+  printf '\0%s' '{"metadata": {"total_size": 16}, "weight_map": {"transformer.wte.weight":
+ "model-00001-of-00002.safetensors", "lm_head.weight": "model-00001-of-00002.safetensors"}}'
+} >"$hf/gpt2-sharded.json"
+
+# tokenizer.json: GPT-2's byte-to-unicode alphabet as the vocabulary, a few merges.
+python3 - "$corpus/tokenizer_json" <<'EOF'
+import json, sys
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): i for i, c in enumerate(sorted(cs, key=lambda c: bs[cs.index(c)]))}
+merges = [["\u0120", "t"], ["h", "e"], ["\u0120t", "he"], ["a", "l"], ["\u0120", "w"]]
+for a, b in merges:
+    vocab[a + b] = len(vocab)
+eot = {"id": len(vocab), "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+       "rstrip": False, "normalized": False, "special": True}
+base = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [eot],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                           "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+                  "byte_fallback": False, "vocab": vocab,
+                  "merges": [a + " " + b for a, b in merges]}}
+json.dump(base, open(sys.argv[1] + "/gpt2-style.json", "w"), ensure_ascii=False)
+llama = json.loads(json.dumps(base))
+llama["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+llama["post_processor"] = {"type": "Sequence", "processors": [
+    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+    {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|endoftext|>",
+     "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+     "special_tokens": {}}]}
+llama["model"]["ignore_merges"] = True
+llama["model"]["merges"] = merges
+json.dump(llama, open(sys.argv[1] + "/llama3-style.json", "w"), ensure_ascii=False)
+EOF
+
+ds=$corpus/deepspeed
+cp "$root"/tests/cli/deepspeed/*.json "$ds/"  # the Hugging Face and DeepSpeed examples
+printf '%s' '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+ "gradient_accumulation_steps": 8, "steps_per_print": 10, "wall_clock_breakdown": false,
+ "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 16,
+ "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+ "offload_param": {"device": "none"}, "stage3_gather_16bit_weights_on_model_save": true},
+ "optimizer": {"type": "Adam", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+ "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4,
+ "warmup_num_steps": 100}}}' >"$ds/zero3-offload-fp16.json"
+printf '{}' >"$ds/empty.json"
+# Their dictionaries: the JSON tokens, and every key and string value of the seeds.
+for t in hf_config tokenizer_json deepspeed; do
+  python3 - "$corpus/$t" "$root/fuzz/$t.dict" <<'EOF'
+import json, os, sys
+words = set()
+def walk(v):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            words.add(k); walk(x)
+    elif isinstance(v, list):
+        for x in v: walk(x)
+    elif isinstance(v, str) and len(v) <= 40:
+        words.add(v)
+for name in sorted(os.listdir(sys.argv[1])):
+    text = open(os.path.join(sys.argv[1], name), encoding="utf-8").read()
+    for part in text.split("\0"):
+        walk(json.loads(part))
+def quoted(s):  # a libFuzzer dictionary entry: the JSON string, escaped for the dict
+    j = json.dumps(s, ensure_ascii=True)
+    return '"' + j.replace("\\", "\\\\").replace('"', '\\"') + '"'
+lines = ['"{"', '"}"', '"["', '"]"', '":"', '","', '"true"', '"false"', '"null"', '"-1"',
+         '"1e308"', '"0.5"', '"18446744073709551615"', '"9223372036854775808"', '"NaN"',
+         '"\\"auto\\""']
+lines += sorted(quoted(w) for w in words if w and len(w) <= 40)
+open(sys.argv[2], "w").write("\n".join(dict.fromkeys(lines)) + "\n")
+EOF
+done
 
 # Dictionaries: the JSON tokens, every key, section and enum value kiri's config prints.
 "$kiri" config >"$tmp/config.json"

@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}
 case $build in /*) ;; *) build=$root/$build ;; esac
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-safetensors config state shard tokens}
+targets=${FUZZ_TARGETS:-safetensors config state shard tokens hf_config tokenizer_json deepspeed}
 jobs=${JOBS:-2}
 
 start=$(date +%s)

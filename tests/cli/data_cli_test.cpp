@@ -3,6 +3,7 @@
 // named error with a non-zero exit before the first step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +53,30 @@ std::vector<double> losses_of(const std::string& run_dir) {
   std::ifstream in(run_dir + "/metrics.jsonl");
   for (std::string line; std::getline(in, line);)
     out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+// A corpus folder's bytes: each entry's name, size and a hash of its contents, in name
+// order. Equal fingerprints mean the same manifest and shards, so the same tokens trained on.
+std::string fingerprint(const std::string& folder) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(folder)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  std::string all;
+  for (const std::string& n : names) {
+    std::ifstream in(folder + "/" + n, std::ios::binary);
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    all += n + ":" + std::to_string(bytes.size()) + ":" +
+           std::to_string(std::hash<std::string>{}(bytes)) + " ";
+  }
+  return all;
+}
+
+// The entries of `folder` whose names start with `prefix`.
+std::vector<std::string> entries_starting(const std::string& folder, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().filename());
   return out;
 }
 
@@ -113,6 +138,73 @@ TEST_F(DataCli, OneTwoAndFourRanksReadTheSameSamples) {
   }
   for (size_t k = 1; k < runs.size(); ++k)
     for (size_t s = 0; s < 5; ++s) EXPECT_NEAR(runs[k][s], runs[0][s], 2e-4) << k << " " << s;
+}
+
+// A `kiri data` rewrite of a folder that trains, killed at each of its points (staged_dir.h:
+// the staged folder made, train.bin, val.bin, corpus.json written in it, swapped in): the
+// folder is the old corpus byte for byte until the swap and the new one after it, never a
+// mix; the next run removes the killed run's temporary folder, naming it, and leaves none.
+TEST_F(DataCli, AKilledRewriteLeavesTheOldCorpusOrTheNewOne) {
+  write_bytes(dir + "/old.txt", text_of(3000, 1));
+  write_bytes(dir + "/new.txt", text_of(2000, 7));
+  const std::string data = "data --tokenizer byte --out " + dir + "/c ";
+  ASSERT_EQ(run_kiri(data + dir + "/new.txt").code, 0);
+  const std::string fresh = fingerprint(dir + "/c");
+  for (int point = 1; point <= 5; ++point) {
+    SCOPED_TRACE("point " + std::to_string(point));
+    Result r = run_kiri(data + dir + "/old.txt");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string old = fingerprint(dir + "/c");
+    ASSERT_NE(old, fresh);
+    r = run_kiri(data + dir + "/new.txt", "KIRI_FAULT=datakill:0:" + std::to_string(point));
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("killing kiri data at point " + std::to_string(point)),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(fingerprint(dir + "/c"), point < 5 ? old : fresh);
+    const std::vector<std::string> left = entries_starting(dir, ".c.kiri-new-");
+    ASSERT_EQ(left.size(), 1u);
+    r = run_kiri(data + dir + "/new.txt");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("data: removed " + dir + "/" + left[0] + ", left by a run"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(fingerprint(dir + "/c"), fresh);
+    EXPECT_TRUE(entries_starting(dir, ".c.").empty());
+  }
+  // A rewrite that fails (an empty input) leaves the corpus and no temporaries either.
+  write_bytes(dir + "/empty.txt", "");
+  expect_refused(run_kiri(data + dir + "/empty.txt"), 1, {"empty.txt is empty"});
+  EXPECT_EQ(fingerprint(dir + "/c"), fresh);
+  EXPECT_TRUE(entries_starting(dir, ".c.").empty());
+  // A folder holding files kiri data did not write is refused, not replaced.
+  write_bytes(dir + "/c/notes.md", "mine");
+  expect_refused(run_kiri(data + dir + "/old.txt"), 1,
+                 {"output folder " + dir + "/c holds notes.md, which kiri data did not write"});
+  EXPECT_TRUE(fs::exists(dir + "/c/notes.md"));
+}
+
+// Symlink loops among the inputs, one as --out, an empty --out and a file as --out are data
+// errors naming the path (they were "unexpected error: filesystem error", or "no input
+// files" for a file as --out).
+TEST_F(DataCli, SymlinkLoopsAndBadOutputFoldersAreNamed) {
+  fs::create_directories(dir + "/in");
+  write_bytes(dir + "/in/a.txt", text_of(500, 1));
+  fs::create_symlink(dir + "/in/loop", dir + "/in/loop");
+  expect_refused(run_kiri("data " + dir + "/in --tokenizer byte --out " + dir + "/o"), 1,
+                 {"data error", "input " + dir + "/in/loop is a loop of symbolic links",
+                  "Too many levels of symbolic links"});
+  expect_refused(run_kiri("data " + dir + "/in/loop --tokenizer byte --out " + dir + "/o"), 1,
+                 {"data error", "input " + dir + "/in/loop is a loop of symbolic links"});
+  fs::remove(dir + "/in/loop");
+  fs::create_symlink(dir + "/o", dir + "/o");
+  expect_refused(run_kiri("data " + dir + "/in --tokenizer byte --out " + dir + "/o/x"), 1,
+                 {"data error", "cannot resolve the output folder " + dir + "/o/x"});
+  expect_refused(run_kiri("data " + dir + "/in --tokenizer byte --out ''"), 1,
+                 {"data error", "the output folder is an empty path"});
+  expect_refused(run_kiri("data " + dir + "/in/a.txt --tokenizer byte --out " + dir + "/in/a.txt"),
+                 1,
+                 {"data error", "output folder " + dir + "/in/a.txt exists and is not a folder"});
 }
 
 TEST_F(DataCli, BinaryTextIsRefused) {

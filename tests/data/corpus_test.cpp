@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "data/test_util.h"
 #include "kiri/data/shard.h"
+#include "kiri/data/staged_dir.h"
 
 namespace kiri::data {
 namespace {
@@ -157,6 +161,51 @@ TEST_F(EnsurePrepared, RedoesWhenShardsAreDamagedOrMissing) {
   testing::write_text(out + "/corpus.json", "{not json");
   EXPECT_FALSE(ensure(byte).reused);
   EXPECT_TRUE(ensure(byte).reused);
+}
+
+// A pid no process has: a child's, after it exited and was reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+bool any_ours(const std::string&) {
+  return true;
+}
+
+// Through a symlink the folder it names is replaced and the link kept; a killed run's staged
+// folder is removed and, when the target is missing, its old folder is put back first.
+TEST(StagedDir, KeepsSymlinksAndCleansUpAfterAKilledRun) {
+  testing::TempDir dir;
+  ByteTokenizer byte;
+  testing::write_text(dir.file("t.txt"), "abcdefghij");
+  fs::create_directories(dir.file("real"));
+  fs::create_directory_symlink(dir.file("real"), dir.file("link"));
+  build_corpus({dir.file("t.txt")}, byte, dir.file("link"), 0.2, {});
+  EXPECT_TRUE(fs::is_symlink(dir.file("link")));
+  EXPECT_EQ(read_shard(dir.file("real/train.bin")).tokens.size(), 8u);
+
+  const std::string pid = std::to_string(dead_pid());
+  fs::create_directories(dir.file(".real.kiri-new-" + pid));
+  fs::rename(dir.file("real"), dir.file(".real.kiri-old-" + pid));  // killed between renames
+  { StagedDir s(dir.file("link"), any_ours); }
+  EXPECT_EQ(read_shard(dir.file("real/train.bin")).tokens.size(), 8u);  // put back
+  EXPECT_FALSE(fs::exists(dir.file(".real.kiri-new-" + pid)));
+  EXPECT_FALSE(fs::exists(dir.file(".real.kiri-old-" + pid)));
+  // A live process's staged folder (this one's parent) is another run's: kept.
+  const std::string live = dir.file(".real.kiri-new-" + std::to_string(::getppid()));
+  fs::create_directories(live);
+  { StagedDir s(dir.file("real"), any_ours); }
+  EXPECT_TRUE(fs::exists(live));
+
+  testing::write_text(dir.file("file"), "x");
+  expect_error([&] { StagedDir s(dir.file("file"), any_ours); }, ErrorKind::kData,
+               {"output folder " + dir.file("file") + " exists and is not a folder"});
+  fs::create_directory_symlink(dir.file("loop"), dir.file("loop"));
+  expect_error([&] { StagedDir s(dir.file("loop/out"), any_ours); }, ErrorKind::kData,
+               {"cannot resolve the output folder " + dir.file("loop/out")});
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "kiri/base/timer.h"
 #include "kiri/data/io.h"
 #include "kiri/data/shard.h"
+#include "kiri/data/staged_dir.h"
 
 namespace kiri::data {
 
@@ -77,9 +78,18 @@ std::string stale_reason(const std::string& text_path, const nlohmann::json& wan
   return "";
 }
 
+// What a rewrite of an output folder replaces: the shards, the manifest and the
+// temporary files of an older kiri's interrupted writes (`.train.bin.tmp.PID.N`).
+bool is_corpus_entry(const std::string& name) {
+  for (const char* own : {"train.bin", "val.bin", kManifestName})
+    if (name == own || name.rfind(str(".", own, ".tmp"), 0) == 0) return true;
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+}
+
 // Encodes the files and writes the shards and, last, the manifest (base's keys
-// plus the counts, checksums and sources): without it, a half-written set is
-// never reused.
+// plus the counts, checksums and sources) into a staged folder beside out_dir,
+// then swaps it into place: out_dir holds the old corpus or the new one, never
+// a mix, whenever the process dies.
 PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer& tokenizer,
                           const std::string& out_dir, double val_fraction,
                           const DocumentOptions& opts, nlohmann::json manifest) {
@@ -87,6 +97,7 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
              " must lie strictly between 0 and 1");
   if (files.empty()) KIRI_RAISE(kData, "no input files for ", out_dir);
   Timer timer;
+  StagedDir staged(out_dir, is_corpus_entry);  // removed again if anything below fails
   std::vector<int32_t> tokens;
   uint64_t documents = 0, bytes = 0;
   nlohmann::json sources = nlohmann::json::array();
@@ -107,20 +118,18 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
   const uint64_t n_val = val_token_count(tokens.size(), val_fraction);
   const uint64_t n_train = tokens.size() - n_val;
 
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) KIRI_RAISE(kIo, "cannot create ", out_dir, ": ", ec.message());
-  PreparedCorpus c = paths_in(out_dir);
+  const PreparedCorpus s = paths_in(staged.path());
   const auto vocab = static_cast<uint32_t>(tokenizer.vocab_size());
   const std::span<const int32_t> all(tokens);
-  std::filesystem::remove(manifest_path(out_dir), ec);
-  write_shard(c.train_path, tokenizer.name(), vocab, all.first(n_train));
-  write_shard(c.val_path, tokenizer.name(), vocab, all.subspan(n_train));
+  write_shard(s.train_path, tokenizer.name(), vocab, all.first(n_train));
+  data_fault_point(2);
+  write_shard(s.val_path, tokenizer.name(), vocab, all.subspan(n_train));
+  data_fault_point(3);
   nlohmann::json shards = nlohmann::json::array();
-  for (const std::string* path : {&c.train_path, &c.val_path}) {
+  for (const std::string* path : {&s.train_path, &s.val_path}) {
     const ShardHeader h = read_shard_header(*path);
     shards.push_back({{"file", fs::path(*path).filename().string()},
-                      {"split", path == &c.train_path ? "train" : "val"},
+                      {"split", path == &s.train_path ? "train" : "val"},
                       {"tokens", h.token_count},
                       {"fnv1a64", hex64(h.checksum)}});
   }
@@ -130,7 +139,10 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
   manifest["val_tokens"] = n_val;
   manifest["shards"] = std::move(shards);
   manifest["sources"] = std::move(sources);
-  write_file_atomic(manifest_path(out_dir), {manifest.dump(2) + "\n"});
+  write_file_atomic(manifest_path(staged.path()), {manifest.dump(2) + "\n"});
+  data_fault_point(4);
+  staged.commit();
+  PreparedCorpus c = paths_in(out_dir);
   c.train_tokens = n_train;
   c.val_tokens = n_val;
   c.documents = documents;
@@ -159,10 +171,18 @@ PreparedCorpus build_corpus(const std::vector<std::string>& files, const Tokeniz
                              {"val_fraction", val_fraction}};
   // An earlier run's shards inside an input folder are not inputs: a second run of
   // `kiri data docs --out docs/shards` would read them as tokens and double the corpus.
-  const fs::path out = fs::weakly_canonical(fs::absolute(out_dir));
+  std::error_code ec;
+  if (out_dir.empty()) KIRI_RAISE(kData, "the output folder is an empty path");
+  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
+    KIRI_RAISE(kData, "output folder ", out_dir, " exists and is not a folder");
+  const fs::path out = fs::weakly_canonical(fs::absolute(out_dir, ec), ec);
+  if (ec)
+    KIRI_RAISE(kData, "cannot resolve the output folder ", out_dir, ": ", ec.message(),
+               " (a symlink loop, or a path through a file)");
   std::vector<std::string> inputs;
   for (const std::string& f : files) {
-    const fs::path p = fs::weakly_canonical(fs::absolute(f));
+    fs::path p = fs::weakly_canonical(fs::absolute(f), ec);
+    if (ec) p = fs::absolute(f);
     const auto [o, q] = std::mismatch(out.begin(), out.end(), p.begin(), p.end());
     if (o == out.end())
       log::info("data: skipping ", f, ", which is inside the output folder ", out_dir);

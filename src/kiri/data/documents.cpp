@@ -184,6 +184,11 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
           unreadable_input(m, ec);
         else
           out.push_back(m);
+    } else if (fs::symlink_status(in, ec).type() == fs::file_type::symlink) {
+      std::error_code why;
+      (void)fs::status(in, why);
+      KIRI_RAISE(kData, "input ", in, " is a symlink that leads nowhere: ",
+                 why ? why.message() : "its target does not exist");
     } else {
       KIRI_RAISE(kData, "input ", in, " does not exist");
     }

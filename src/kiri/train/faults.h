@@ -10,6 +10,8 @@
 //                 that a test's kill lands inside a save
 //   fsync:R:N     rank R dies by SIGKILL just before its Nth fsync (1-based, any thread; the
 //                 crash points of a save; implemented in base/atomic_file.cpp)
+//   datakill:0:N  `kiri data` dies by SIGKILL at point N of its rewrite (data/staged_dir.h,
+//                 data_fault_point: the data layer reads this kind itself)
 #include <cstdint>
 
 namespace kiri::train {
