@@ -254,8 +254,9 @@ TEST(RunFolder, AResumeRefusesDataChangedUnderTheSamePath) {
   ASSERT_EQ(r.code, 0) << r.output;
   r = run_kiri(train + " --set train.steps=4 --resume auto");
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_TRUE(has(r, "cannot resume " + dir + "/checkpoints/step_00000003: the training split of " +
-                         shards + " changed: "))
+  EXPECT_TRUE(has(
+      r, dir + "/checkpoints/step_00000003 was trained on other tokens: the training split of " +
+             shards + " changed: "))
       << r.output;
   EXPECT_TRUE(has(r, " tokens hashing to ")) << r.output;
   EXPECT_TRUE(has(r, "give --accept-data-change to continue on these")) << r.output;
@@ -280,8 +281,8 @@ TEST(RunFolder, AResumeRefusesATokenizerChangedUnderTheSamePath) {
   std::ofstream(tok) << tiny_tokenizer_json({"a b", "x y"});
   r = run_kiri(train + " --set train.steps=3 --resume auto");
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_TRUE(has(r, "cannot resume " + dir +
-                         "/checkpoints/step_00000002: the tokenizer "
+  EXPECT_TRUE(has(r, dir +
+                         "/checkpoints/step_00000002 was trained on other tokens: the tokenizer "
                          "data.tokenizer = " +
                          tok + " changed: it was hf-"))
       << r.output;

@@ -64,11 +64,12 @@ TEST(Fingerprint, AChangedSplitIsRefusedByNameOrAcceptedWithANote) {
   EXPECT_EQ(after["val"], before["val"]);
   const std::string m =
       refusal([&] { check_fingerprints(recorded, tok, after, "ck/step_2", "byte", false); });
-  EXPECT_TRUE(has(m,
-                  "cannot resume ck/step_2: the training split of shards changed: 4 tokens "
-                  "hashing to " +
-                      before["train"]["hash"].get<std::string>() + " then, 4 tokens hashing to " +
-                      after["train"]["hash"].get<std::string>() + " now"))
+  EXPECT_TRUE(
+      has(m,
+          "ck/step_2 was trained on other tokens: the training split of shards changed: 4 tokens "
+          "hashing to " +
+              before["train"]["hash"].get<std::string>() + " then, 4 tokens hashing to " +
+              after["train"]["hash"].get<std::string>() + " now"))
       << m;
   EXPECT_FALSE(has(m, "validation split")) << m;
   EXPECT_TRUE(has(m, "--accept-data-change")) << m;

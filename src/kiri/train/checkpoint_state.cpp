@@ -72,7 +72,8 @@ int64_t integer_in(const json& j, const char* key, int64_t lo, int64_t hi,
                    const std::string& where) {
   const bool is_int = j.is_number_integer();
   const bool fits =
-      is_int && (j.is_number_unsigned() ? j.get<uint64_t>() <= uint64_t(hi)
+      is_int && (j.is_number_unsigned() ? j.get<uint64_t>() <= uint64_t(hi) &&
+                                              static_cast<int64_t>(j.get<uint64_t>()) >= lo
                                         : j.get<int64_t>() >= lo && j.get<int64_t>() <= hi);
   if (!fits)
     KIRI_RAISE(kCheckpoint, where, ": ", key, " must be an integer in [", lo, ", ", hi, "], got ",

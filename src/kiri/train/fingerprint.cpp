@@ -128,9 +128,9 @@ std::string check_fingerprints(const json& recorded, const json& tokenizer, cons
   for (const std::string& c : changes) all += (all.empty() ? "" : "; ") + c;
   if (accept)
     return str("--accept-data-change: loading ", checkpoint_dir, " on other tokens: ", all);
-  KIRI_RAISE(kData, "cannot resume ", checkpoint_dir, ": ", all,
-             " (since the checkpoint was saved); the model trained on other tokens: restore "
-             "them, start a new run, or give --accept-data-change to continue on these");
+  KIRI_RAISE(kData, checkpoint_dir, " was trained on other tokens: ", all,
+             " (since the checkpoint was saved); restore them, start a new run, or give "
+             "--accept-data-change to continue on these");
 }
 
 }  // namespace kiri::train
