@@ -200,8 +200,9 @@ TEST_F(DataCli, SymlinkLoopsAndBadOutputFoldersAreNamed) {
   fs::create_symlink(dir + "/o", dir + "/o");
   expect_refused(run_kiri("data " + dir + "/in --tokenizer byte --out " + dir + "/o/x"), 1,
                  {"data error", "cannot resolve the output folder " + dir + "/o/x"});
-  expect_refused(run_kiri("data " + dir + "/in --tokenizer byte --out ''"), 1,
-                 {"data error", "the output folder is an empty path"});
+  // An empty --out is refused where every empty path flag is, before kiri data starts.
+  expect_refused(run_kiri("data " + dir + "/in --tokenizer byte --out ''"), 2,
+                 {"config error", "--out is empty: give the DIR it names"});
   expect_refused(run_kiri("data " + dir + "/in/a.txt --tokenizer byte --out " + dir + "/in/a.txt"),
                  1,
                  {"data error", "output folder " + dir + "/in/a.txt exists and is not a folder"});

@@ -237,7 +237,7 @@ void zero_checkpoint_refuses_bad_shards(comm::Communicator& world) {
   if (world.rank() == 0) std::filesystem::rename(shard, saved);
   world.barrier();
   expect_refused("optimizer-00001-of-0000" + std::to_string(n) +
-                 ".safetensors but the file is missing");
+                 ".safetensors in its manifest, but the file is missing");
   if (world.rank() == 0) {
     std::filesystem::copy_file(saved, shard);
     std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 7);

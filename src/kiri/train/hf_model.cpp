@@ -239,7 +239,8 @@ json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
 
 std::vector<std::string> write_hf_weights(const std::string& dir,
                                           const std::vector<ckpt::NamedTensor>& tensors,
-                                          DType dtype, int64_t max_shard_bytes) {
+                                          DType dtype, int64_t max_shard_bytes,
+                                          const std::map<std::string, std::string>& metadata) {
   torch_dtype_name(dtype);  // refuses other dtypes
   Allocator alloc;
   std::vector<ckpt::NamedTensor> converted;
@@ -265,7 +266,8 @@ std::vector<std::string> write_hf_weights(const std::string& dir,
     in_shard += bytes;
     total += bytes;
   }
-  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = "pt";
   if (shards.size() == 1) {
     ckpt::save_safetensors(dir + "/" + kWeightsName, converted, meta, ckpt::Checksums::kXxh3);
     return {kWeightsName};

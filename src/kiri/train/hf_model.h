@@ -47,10 +47,12 @@ int32_t hf_bos_token(const data::Tokenizer& tokenizer);
 // they pass max_shard_bytes (as transformers cuts them: in order, a new shard when the next
 // tensor would overflow the current one; a bigger tensor gets a shard of its own). Every
 // file carries per-tensor checksums in its metadata (ckpt/safetensors.h), which transformers
-// ignores. Returns the file names written.
+// ignores. `metadata` goes into every file beside "format": "pt" and the checksums (a
+// checkpoint's "kiri.step"). Returns the file names written.
 std::vector<std::string> write_hf_weights(const std::string& dir,
                                           const std::vector<ckpt::NamedTensor>& tensors,
-                                          DType dtype, int64_t max_shard_bytes);
+                                          DType dtype, int64_t max_shard_bytes,
+                                          const std::map<std::string, std::string>& metadata = {});
 
 // write_hf_weights with no tensor in memory: the same files byte for byte for tensors of
 // these specs (their dtype is the file's), each tensor's bytes appended by fill(k, append),
