@@ -1,13 +1,17 @@
 #pragma once
-// Fresh temporary folders for tests, removed when the test process exits.
+// What the tests share: fresh temporary folders, removed when the test process exits, and
+// the message of the kiri::Error a call raised.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include "kiri/base/error.h"
 
 namespace kiri::testing {
 
@@ -45,6 +49,17 @@ inline std::string fresh_temp_dir(const std::string& prefix, const std::string& 
   fs::create_directories(p);
   TempDirs::get().add(p.string());
   return p.string();
+}
+
+// The message of the kiri::Error that fn raised ("" when it raised none), its kind in *kind.
+inline std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (kind) *kind = e.kind();
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace kiri::testing

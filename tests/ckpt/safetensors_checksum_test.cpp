@@ -12,6 +12,7 @@
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
 #include "kiri/ckpt/safetensors.h"
+#include "temp_dir.h"
 
 namespace kiri::ckpt {
 namespace {
@@ -50,14 +51,14 @@ uint64_t data_start(const std::string& path) {
 }
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint) << e.what();
-    return e.what();
+  ErrorKind kind{};
+  const std::string e = kiri::testing::error_of(f, &kind);
+  if (e.empty()) {
+    ADD_FAILURE() << "no error";
+  } else {
+    EXPECT_EQ(kind, ErrorKind::kCheckpoint) << e;
   }
-  ADD_FAILURE() << "no error";
-  return "";
+  return e;
 }
 
 TEST(SafetensorsChecksum, BothWritersWriteTheXxh3OfEachTensorAndReadItBack) {

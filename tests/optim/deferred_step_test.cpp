@@ -19,6 +19,7 @@
 #include "kiri/base/error.h"
 #include "kiri/offload/swap_space.h"
 #include "kiri/optim/adamw.h"
+#include "temp_dir.h"
 
 namespace kiri::optim {
 namespace {
@@ -26,9 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const char* name) {
-  const fs::path p = fs::temp_directory_path() / (std::string(name) + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
+  return kiri::testing::fresh_temp_dir(name, "dir");
 }
 
 offload::SwapOptions swap_options(const std::string& dir) {

@@ -9,30 +9,18 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/train/hf_model.h"
+#include "temp_dir.h"
 
 namespace kiri::train {
 namespace {
 
+using kiri::testing::error_of;
+std::string temp_dir(const std::string& name) {
+  return kiri::testing::fresh_temp_dir("kiri_hf_llama", name);
+}
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("kiri_hf_llama_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
 
 model::GPTConfig llama() {
   model::GPTConfig m;

@@ -10,32 +10,19 @@
 #include "kiri/base/atomic_file.h"
 #include "kiri/comm/local/local.h"
 #include "kiri/train/hf_model.h"
+#include "temp_dir.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
 
+using kiri::testing::error_of;
+std::string temp_dir(const std::string& name) {
+  return kiri::testing::fresh_temp_dir("kiri_hf", name);
+}
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("kiri_hf_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-// The message of fn's kiri::Error ("" when it raised none), its kind in *kind.
-std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
-}
 
 // The model of these tests: GPT-2, or a Llama of 4 query heads over 2 key/value heads.
 enum class Model { kGpt2, kLlama, kLlamaTied };

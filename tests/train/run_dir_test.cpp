@@ -23,6 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using kiri::testing::error_of;
+
 std::string temp_dir(const std::string& name) {
   return kiri::testing::fresh_temp_dir("kiri_run_dir_test", name);
 }
@@ -32,16 +34,6 @@ std::vector<nlohmann::json> metrics_rows(const std::string& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
   return rows;
-}
-
-std::string error_of(const std::function<void()>& f, ErrorKind* kind = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (kind) *kind = e.kind();
-    return e.what();
-  }
-  return "";
 }
 
 TEST(RunPaths, DefaultsLieInTheRunFolderAndGivenPathsWin) {
