@@ -1,6 +1,7 @@
-"""transformers itself (the test venv's, scripts/test-venv.sh) on the other side of kiri's
-Hugging Face folders, for tests/cli/hf_transformers_test.cpp. One process runs a list of
-operations (torch's import is the slow part), given as JSON on the command line:
+"""transformers itself (the test venv's 5.x, scripts/test-venv.sh, or 4.46 with its
+--transformers4; "save" needs 5) on the other side of kiri's Hugging Face folders, for
+tests/cli/hf_transformers_test.cpp. One process runs a list of operations (torch's import is
+the slow part), given as JSON on the command line:
 
   {"op": "save", "arch": "llama"|"gpt2", "config": {...}, "seed": 7, "dtype": "float32",
    "max_shard_size": "50KB", "out": DIR}
@@ -45,7 +46,10 @@ def save(op):
 
 
 def load(folder):
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    # transformers 4 (scripts/test-venv.sh --transformers4) names the argument torch_dtype.
+    four = transformers.__version__.startswith("4.")
+    kw = {"torch_dtype" if four else "dtype": torch.float32}
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, **kw)
     model.eval()
     return model
 

@@ -3,9 +3,11 @@
 // transformers' save_pretrained writes (GPT-2; Llama MHA, GQA and MQA; tied and untied; Llama 3
 // scaling with theta 500000, written only as rope_parameters; bf16; sharded) load in kiri with
 // transformers' logits and greedy tokens; kiri's exports load in transformers with kiri's, and
-// come back to kiri the same after transformers loads and saves them again. One Python process
-// per direction (tests/cli/hf_transformers.py): torch's import is the slow part.
+// come back to kiri the same after transformers loads and saves them again; the exports load
+// in transformers 4.46 (scripts/test-venv.sh --transformers4) too. One Python process per
+// direction (tests/cli/hf_transformers.py): torch's import is the slow part.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -37,30 +39,25 @@ const char* kTrain =
     " --set data.tokenizer=byte --set train.seq_len=32 --set train.micro_batch=2"
     " --set train.warmup=1 --set train.eval_every=0 --set train.eval_batches=1";
 
-// The test venv's python; "" with the reason in *why when scripts/test-venv.sh cannot make it.
-std::string venv_python(std::string* why) {
-  static std::string py, reason;
-  static bool asked = false;
-  if (!asked) {
-    asked = true;
-    const std::string err = fs::temp_directory_path() / "kiri_test_venv.err";
-    const Result r = run_shell("{ bash " + std::string(KIRI_SOURCE_DIR) +
-                               "/scripts/test-venv.sh 2>" + err + "; }");
-    std::ifstream f(err);
-    std::stringstream s;
-    s << f.rdbuf();
-    if (r.code == 0 && !r.output.empty())
-      py = r.output.substr(0, r.output.find('\n'));
-    else
-      reason = "scripts/test-venv.sh exited " + std::to_string(r.code) + ": " + s.str();
-  }
-  *why = reason;
-  return py;
+// The test venv's python (with `option` "--transformers4": a command prefix whose python has
+// transformers 4.46); "" with the reason in *why when scripts/test-venv.sh cannot make it.
+std::string venv_python(std::string* why, const std::string& option) {
+  const std::string err =
+      fs::temp_directory_path() / ("kiri_test_venv_" + std::to_string(getpid()) + ".err");
+  const Result r = run_shell("{ bash " + std::string(KIRI_SOURCE_DIR) + "/scripts/test-venv.sh " +
+                             option + " 2>" + err + "; }");
+  std::ifstream f(err);
+  std::stringstream s;
+  s << f.rdbuf();
+  fs::remove(err);
+  if (r.code == 0 && !r.output.empty()) return r.output.substr(0, r.output.find('\n'));
+  *why = "scripts/test-venv.sh " + option + " exited " + std::to_string(r.code) + ": " + s.str();
+  return "";
 }
 
-#define PYTHON_OR_SKIP(py)                   \
-  std::string why_;                          \
-  const std::string py = venv_python(&why_); \
+#define PYTHON_OR_SKIP(py, option)                   \
+  std::string why_;                                  \
+  const std::string py = venv_python(&why_, option); \
   if (py.empty()) GTEST_SKIP() << "no transformers: " << why_
 
 json read_json(const std::string& path) {
@@ -178,7 +175,7 @@ class HfTransformers : public ::testing::Test {
 // transformers'. Before the fix the llama3 folder (rope_parameters only) loaded as theta 10000
 // without scaling: logits 0.1 to 0.5 of the largest apart.
 TEST_F(HfTransformers, FoldersTransformersSavesLoadInKiri) {
-  PYTHON_OR_SKIP(py);
+  PYTHON_OR_SKIP(py, "");
   const json gpt2 = {{"n_layer", 2},       {"n_head", 2},          {"n_embd", 64},
                      {"n_positions", 64},  {"vocab_size", kVocab}, {"bos_token_id", 256},
                      {"eos_token_id", 256}};
@@ -226,38 +223,37 @@ struct Trained {
   const char* name;
   const char* sets;
   const char* shard;
+  const char* dtype = "fp32";  // kiri export --dtype
 };
 
-// kiri trains and exports; transformers loads the export with kiri's logits and greedy tokens;
-// transformers saves it again (in its own spelling: rope_parameters only), and kiri reads that
-// as the same model (before the fix: without its scaling and theta).
-TEST_F(HfTransformers, KiriExportsLoadInTransformersAndComeBack) {
-  PYTHON_OR_SKIP(py);
-  const std::string llama_sets =
-      " --set model.arch=llama --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=64"
-      " --set model.intermediate_size=96 --set model.block_size=64";
-  const std::vector<Trained> cases = {
-      {"gpt2",
-       " --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=64 --set "
-       "model.block_size=64",
-       "5GB"},
-      {"llama_gqa_tied", " --set model.num_key_value_heads=2 --set model.tie_word_embeddings=true",
-       "5GB"},
-      {"llama_mqa_llama3_sharded",
-       " --set model.num_key_value_heads=1 --set model.tie_word_embeddings=false"
-       " --set model.rope_theta=500000 --set model.rope_scaling.rope_type=llama3"
-       " --set model.rope_scaling.factor=8 --set model.rope_scaling.low_freq_factor=1"
-       " --set model.rope_scaling.high_freq_factor=4"
-       " --set model.rope_scaling.original_max_position_embeddings=64",
-       "50KB"}};
+const char* kLlamaSets =
+    " --set model.arch=llama --set model.n_layer=2 --set model.n_head=4 --set model.n_embd=64"
+    " --set model.intermediate_size=96 --set model.block_size=64";
+const char* kGpt2Sets =
+    " --set model.n_layer=2 --set model.n_head=2 --set model.n_embd=64 --set model.block_size=64";
+const char* kLlama3Sets =
+    " --set model.num_key_value_heads=1 --set model.tie_word_embeddings=false"
+    " --set model.rope_theta=500000 --set model.rope_scaling.rope_type=llama3"
+    " --set model.rope_scaling.factor=8 --set model.rope_scaling.low_freq_factor=1"
+    " --set model.rope_scaling.high_freq_factor=4"
+    " --set model.rope_scaling.original_max_position_embeddings=64";
+
+// kiri trains and exports each case; transformers (`py`: 5.x or 4.46) loads the export with
+// kiri's logits and greedy tokens (a bf16 export against kiri's run from that same export);
+// transformers saves it again in its own spelling (5: rope_parameters only; 4: rope_theta and
+// rope_scaling), and kiri reads that as the same model.
+void exports_round_trip(const std::string& dir, const std::string& py,
+                        const std::vector<Trained>& cases, char major) {
   json ops = json::array();
   for (const Trained& c : cases) {
-    const std::string name = c.name, f = dir_ + "/" + name;
-    const std::string sets = name == "gpt2" ? c.sets : llama_sets + c.sets;
+    const std::string name = c.name, f = dir + "/" + name;
+    const std::string sets =
+        name.rfind("gpt2", 0) == 0 ? kGpt2Sets : kLlamaSets + std::string(c.sets);
     Result r = run_kiri("train" + sets + kTrain +
                         " --set train.steps=3 --set train.lr=1e-2 --set run.dir=" + f + "_run");
     ASSERT_EQ(r.code, 0) << r.output;
-    r = run_kiri("export " + f + "_run/checkpoints --out " + f + " --max-shard-size " + c.shard);
+    r = run_kiri("export " + f + "_run/checkpoints --out " + f + " --max-shard-size " + c.shard +
+                 " --dtype " + c.dtype);
     ASSERT_EQ(r.code, 0) << r.output;
     ops.push_back({{"op", "logits"}, {"folder", f}, {"ids", kPromptIds}, {"out", f + ".logits"}});
     ops.push_back({{"op", "generate"},
@@ -270,23 +266,57 @@ TEST_F(HfTransformers, KiriExportsLoadInTransformersAndComeBack) {
   run_python(py, ops);
   for (const Trained& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string name = c.name, f = dir_ + "/" + name;
-    const std::string greedy =
-        kiri_greedy(f + "_run/checkpoints/step_00000003", f + ".kiri.logits");
+    const std::string name = c.name, f = dir + "/" + name;
+    // A bf16 export holds rounded weights: kiri's side is the export read back.
+    const std::string mine = std::string(c.dtype) == "fp32" ? f + "_run/checkpoints/step_00000003"
+                                                            : init_from(f, f + "_mine");
+    const std::string greedy = kiri_greedy(mine, f + ".kiri.logits");
     const std::vector<float> kiri = read_floats(f + ".kiri.logits");
     expect_same_logits(kiri, read_floats(f + ".logits"), name + " in transformers");
     EXPECT_EQ(greedy, read_text(f + ".greedy"));
-    // transformers' own save of kiri's export, back in kiri: the same model.
     const json resaved = read_json(f + "_resaved/config.json");
+    EXPECT_EQ(resaved["transformers_version"].get<std::string>()[0], major) << resaved.dump();
     if (name == "llama_mqa_llama3_sharded") {
-      EXPECT_EQ(resaved["rope_parameters"]["rope_type"], "llama3") << resaved.dump();
-      EXPECT_EQ(resaved["rope_parameters"]["rope_theta"], 500000.0) << resaved.dump();
-      EXPECT_FALSE(resaved.contains("rope_scaling")) << resaved.dump();
+      const json& rope = major == '5' ? resaved["rope_parameters"] : resaved["rope_scaling"];
+      EXPECT_EQ(rope["rope_type"], "llama3") << resaved.dump();
+      EXPECT_EQ(major == '5' ? rope["rope_theta"] : resaved["rope_theta"], 500000.0)
+          << resaved.dump();
+      EXPECT_EQ(resaved.contains("rope_scaling"), major == '4') << resaved.dump();
     }
+    // transformers' own save of kiri's export, back in kiri: the same model.
     const std::string back = init_from(f + "_resaved", f + "_back");
     EXPECT_EQ(kiri_greedy(back, f + ".back.logits"), greedy);
     expect_same_logits(read_floats(f + ".back.logits"), kiri, name + " saved again");
   }
+}
+
+// transformers 5.23. Before the fix the llama3 export, saved again by transformers 5
+// (rope_parameters only), came back to kiri without its scaling and theta.
+TEST_F(HfTransformers, KiriExportsLoadInTransformersAndComeBack) {
+  PYTHON_OR_SKIP(py, "");
+  exports_round_trip(
+      dir_, py,
+      {{"gpt2", "", "5GB"},
+       {"llama_gqa_tied", " --set model.num_key_value_heads=2 --set model.tie_word_embeddings=true",
+        "5GB"},
+       {"llama_gqa_untied_bf16",
+        " --set model.num_key_value_heads=2 --set model.tie_word_embeddings=false", "5GB", "bf16"},
+       {"llama_mqa_llama3_sharded", kLlama3Sets, "50KB"}},
+      '5');
+}
+
+// The same folders in transformers 4.46, the last 4.4x: kiri writes both spellings of every
+// key the two versions name differently (rope_theta + rope_scaling and rope_parameters,
+// torch_dtype and dtype), and each version reads the model kiri trained.
+TEST_F(HfTransformers, KiriExportsLoadInTransformers4AndComeBack) {
+  PYTHON_OR_SKIP(py, "--transformers4");
+  exports_round_trip(
+      dir_, py,
+      {{"gpt2", "", "5GB"},
+       {"llama_gqa_untied_bf16",
+        " --set model.num_key_value_heads=2 --set model.tie_word_embeddings=false", "5GB", "bf16"},
+       {"llama_mqa_llama3_sharded", kLlama3Sets, "50KB"}},
+      '4');
 }
 
 }  // namespace

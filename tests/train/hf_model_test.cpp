@@ -267,13 +267,14 @@ TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
                                         {"low_freq_factor", 1.0},
                                         {"high_freq_factor", 4.0},
                                         {"original_max_position_embeddings", 8192}}));
-  EXPECT_EQ(c["dtype"], "bfloat16");
+  EXPECT_EQ(c["torch_dtype"], "bfloat16");  // which transformers 4 and 5 both read
+  EXPECT_FALSE(c.contains("dtype"));
   EXPECT_FALSE(c.contains("n_layer"));  // nothing of GPT2Config's
   m.rope_scaling.type = model::RopeScaling::Type::kNone;
   const json plain = hf_config_json(m, 256, DType::kF32, "byte");
   EXPECT_EQ(plain["rope_scaling"], nullptr);
   EXPECT_EQ(plain["rope_parameters"], json({{"rope_type", "default"}, {"rope_theta", 500000.0}}));
-  EXPECT_EQ(hf_config_json(small().model, 256, DType::kF16, "byte")["dtype"], "float16");
+  EXPECT_EQ(hf_config_json(small().model, 256, DType::kF16, "byte")["torch_dtype"], "float16");
 }
 
 // --init-from on dp 2 ZeRO-3, tp 2 and pp 2: the first step's loss (the loaded weights' loss

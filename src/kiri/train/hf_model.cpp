@@ -187,8 +187,9 @@ json llama_config_json(const model::GPTConfig& m, DType dtype) {
           {"pretraining_tp", 1},
           {"tie_word_embeddings", m.tie_word_embeddings},
           {"use_cache", true},
-          {"torch_dtype", torch_dtype_name(dtype)},  // transformers 4's name
-          {"dtype", torch_dtype_name(dtype)}};       // and 5's
+          // transformers 4's name, which 5 reads too when there is no "dtype"; 5's own name
+          // would outlive a transformers 4 load and save in another dtype as a stale key.
+          {"torch_dtype", torch_dtype_name(dtype)}};
 }
 
 }  // namespace
@@ -229,8 +230,7 @@ json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
             {"reorder_and_upcast_attn", false},
             {"tie_word_embeddings", true},
             {"use_cache", true},
-            {"torch_dtype", torch_dtype_name(dtype)},  // transformers 4's name
-            {"dtype", torch_dtype_name(dtype)},        // and 5's
+            {"torch_dtype", torch_dtype_name(dtype)},  // both versions' (see the Llama's)
             {"kiri", {{"format_version", 1}, {"tokenizer", tokenizer}}}};
   if (bos >= 0) c["bos_token_id"] = bos;
   if (eot >= 0) c["eos_token_id"] = eot;
