@@ -17,7 +17,6 @@
 #include <set>
 #include <tuple>
 
-#include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
 
@@ -28,11 +27,10 @@ static_assert(std::endian::native == std::endian::little, "safetensors IO assume
 
 namespace {
 
-// Writing keeps the order of the tensors given; reading uses the sorted map, whose
-// insertion is O(log n) (ordered_json's linear key search made a header of 80k tensors take
-// 30 s) and recovers the file order from the parser's key events.
+// Reading uses the sorted map, whose insertion is O(log n) (ordered_json's linear key search
+// made a header of 80k tensors take 30 s), and recovers the file order from the parser's key
+// events. (Writing, safetensors_write.cpp, keeps the order of the tensors given.)
 using Json = nlohmann::json;
-using OrderedJson = nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // Python's safetensors refuses more, too
 // A valid header nests 3 deep (header, tensor, shape); past this the input is hostile, and
@@ -40,7 +38,6 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // Python's safetensors refus
 constexpr int kMaxHeaderDepth = 16;
 // Far above any model (GPT-3 175B has ~2,000 tensors), far below what parses in seconds.
 constexpr size_t kMaxTensors = 1'000'000;
-constexpr const char* kMetadataKey = "__metadata__";
 constexpr DType kAllDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64,
                                 DType::kI32, DType::kU16,  DType::kU8};
 
@@ -54,148 +51,20 @@ std::shared_ptr<char[]> aligned_buffer(size_t bytes) {
   return std::shared_ptr<char[]>(p, [](char* q) { ::operator delete[](q, std::align_val_t{64}); });
 }
 
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-// The metadata with the checksum keys: sums[i] for specs[i], or placeholders (zeros) for a
-// streaming writer to overwrite.
-std::map<std::string, std::string> with_checksums(const std::vector<TensorSpec>& specs,
-                                                  std::map<std::string, std::string> metadata,
-                                                  const std::vector<uint64_t>& sums) {
-  metadata[kChecksumKey] = kChecksumAlgorithm;
-  for (size_t i = 0; i < specs.size(); ++i)
-    metadata[kChecksumPrefix + specs[i].name] = hex16(i < sums.size() ? sums[i] : 0);
-  return metadata;
-}
-
-// Where in `header` (prefix included) the value of tensor `name`'s checksum key begins. The
-// quoted key followed by :" occurs once: a tensor's own key is followed by :{, and inside a
-// JSON string every quote is escaped.
-size_t checksum_value_offset(const std::string& header, const std::string& name) {
-  const std::string needle = OrderedJson(kChecksumPrefix + name).dump() + ":\"";
-  const size_t at = header.find(needle);
-  KIRI_CHECK(at != std::string::npos && header.find(needle, at + 1) == std::string::npos,
-             "the checksum of tensor '", name, "' is not once in the header");
-  return at + needle.size();
-}
-
 }  // namespace
 
 uint64_t checksum_of(const void* data, size_t bytes) {
   return XXH3_64bits(data, bytes);
 }
 
+std::string checksum_hex(uint64_t checksum) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(checksum));
+  return buf;
+}
+
 uint64_t TensorSpec::nbytes() const {
   return static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
-}
-
-std::string safetensors_header(const std::vector<TensorSpec>& specs,
-                               const std::map<std::string, std::string>& metadata) {
-  OrderedJson header = OrderedJson::object();
-  if (!metadata.empty()) {
-    OrderedJson meta = OrderedJson::object();
-    for (const auto& [key, value] : metadata) meta[key] = value;
-    header[kMetadataKey] = meta;  // first, as Python's safetensors writes it
-  }
-  std::set<std::string> seen;
-  uint64_t offset = 0;
-  for (const TensorSpec& t : specs) {
-    if (t.name == kMetadataKey)
-      KIRI_RAISE(kCheckpoint, "cannot save a tensor named '", kMetadataKey, "': reserved");
-    if (!seen.insert(t.name).second)
-      KIRI_RAISE(kCheckpoint, "cannot save tensor '", t.name, "' twice in one file");
-    OrderedJson entry = OrderedJson::object();
-    entry["dtype"] = dtype_name(t.dtype);
-    entry["shape"] = t.shape.dims();
-    entry["data_offsets"] = {offset, offset + t.nbytes()};
-    header[t.name] = entry;
-    offset += t.nbytes();
-  }
-  std::string json;
-  try {
-    json = header.dump();  // compact, like serde_json
-  } catch (const OrderedJson::exception& e) {
-    KIRI_RAISE(kCheckpoint, "cannot encode the safetensors header: ", e.what());
-  }
-  json.append((8 - json.size() % 8) % 8, ' ');
-  uint64_t n = json.size();
-  char prefix[8];
-  std::memcpy(prefix, &n, 8);
-  return std::string(prefix, 8) + json;
-}
-
-std::string safetensors_header(const std::vector<NamedTensor>& tensors,
-                               const std::map<std::string, std::string>& metadata) {
-  std::vector<TensorSpec> specs;
-  for (const NamedTensor& nt : tensors) {
-    if (!nt.tensor.defined())
-      KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "': it is undefined");
-    specs.push_back({nt.name, nt.tensor.dtype(), nt.tensor.shape()});
-  }
-  return safetensors_header(specs, metadata);
-}
-
-// The tensors' memory written as it is: the reference the streaming writer is tested against.
-void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const std::map<std::string, std::string>& metadata, Checksums checksums) {
-  std::string header;
-  if (checksums == Checksums::kNone) {
-    header = safetensors_header(tensors, metadata);
-  } else {
-    std::vector<TensorSpec> specs;
-    std::vector<uint64_t> sums;
-    for (const NamedTensor& nt : tensors) {
-      if (!nt.tensor.defined())
-        KIRI_RAISE(kCheckpoint, "cannot save tensor '", nt.name, "': it is undefined");
-      specs.push_back({nt.name, nt.tensor.dtype(), nt.tensor.shape()});
-      sums.push_back(checksum_of(nt.tensor.raw(), nt.tensor.nbytes()));
-    }
-    header = safetensors_header(specs, with_checksums(specs, metadata, sums));
-  }
-  write_file_atomic(path, [&](FileWriter& w) {
-    w.write(header);
-    for (const NamedTensor& nt : tensors)
-      if (nt.tensor.nbytes() > 0) w.write(nt.tensor.raw(), nt.tensor.nbytes());
-  });
-}
-
-void save_safetensors_streaming(const std::string& path, const std::vector<TensorSpec>& specs,
-                                const std::map<std::string, std::string>& metadata,
-                                const FillTensor& fill, Checksums checksums) {
-  const bool sum = checksums != Checksums::kNone;
-  const std::string header =
-      safetensors_header(specs, sum ? with_checksums(specs, metadata, {}) : metadata);
-  write_file_atomic(path, [&](FileWriter& w) {
-    w.write(header);
-    XXH3_state_t* state = sum ? XXH3_createState() : nullptr;
-    struct Free {
-      XXH3_state_t* s;
-      ~Free() { XXH3_freeState(s); }
-    } free_state{state};
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const uint64_t want = specs[i].nbytes();
-      uint64_t got = 0;
-      if (state) XXH3_64bits_reset(state);
-      // Checked before the write: a fill that overruns never shifts the next tensor's bytes.
-      fill(i, [&](const void* data, size_t bytes) {
-        if (bytes > want - got)
-          KIRI_RAISE(kCheckpoint, path, ": tensor '", specs[i].name, "' is ", want,
-                     " bytes, but its writer appended ", got + bytes);
-        if (bytes > 0) w.write(data, bytes);
-        if (state && bytes > 0) XXH3_64bits_update(state, data, bytes);
-        got += bytes;
-      });
-      KIRI_CHECK_KIND(kCheckpoint, got == want, path, ": tensor '", specs[i].name, "' is ", want,
-                      " bytes, but its writer appended only ", got);
-      if (state) {
-        const std::string value = hex16(XXH3_64bits_digest(state));
-        w.write_at(checksum_value_offset(header, specs[i].name), value.data(), value.size());
-      }
-    }
-  });
 }
 
 namespace {
@@ -413,8 +282,9 @@ void SafetensorsFile::verify(const std::string& name) const {
   const uint64_t got = checksum_of(data_of(i), i.end - i.begin);
   if (got != *i.checksum)
     KIRI_RAISE(kCheckpoint, "safetensors file ", path_, ": tensor '", name,
-               "' fails its checksum: the header says xxh3_64 ", hex16(*i.checksum), ", its ",
-               i.end - i.begin, " data bytes hash to ", hex16(got), " (the file is damaged)");
+               "' fails its checksum: the header says xxh3_64 ", checksum_hex(*i.checksum),
+               ", its ", i.end - i.begin, " data bytes hash to ", checksum_hex(got),
+               " (the file is damaged)");
   verified_->names.insert(name);
 }
 

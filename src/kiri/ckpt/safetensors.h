@@ -33,11 +33,15 @@ struct NamedTensor {
 // Readers verify a tensor's checksum the first time any of its bytes are read; files
 // without the declaration (Python's, older kiri's) load unverified.
 enum class Checksums { kNone, kXxh3 };
+// The header's metadata entry (a tensor may not take its name).
+inline constexpr const char* kMetadataKey = "__metadata__";
 inline constexpr const char* kChecksumKey = "kiri.checksum";
 inline constexpr const char* kChecksumAlgorithm = "xxh3_64";
 inline constexpr const char* kChecksumPrefix = "kiri.xxh3_64.";
 // XXH3-64 of bytes, as the checksums hold it.
 uint64_t checksum_of(const void* data, size_t bytes);
+// A checksum as the files spell it: 16 lowercase hex digits.
+std::string checksum_hex(uint64_t checksum);
 
 // Writes the tensors in the order given, atomically (write_file_atomic), the
 // data streamed from each tensor's memory. An empty metadata map writes no

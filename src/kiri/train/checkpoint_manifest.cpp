@@ -1,7 +1,6 @@
 #include "kiri/train/checkpoint_manifest.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 
 #include "kiri/base/atomic_file.h"
@@ -23,12 +22,6 @@ constexpr const char* kFiles = "files";
 constexpr const char* kPrevious = "previous";
 constexpr const char* kSafetensorsExt = ".safetensors";
 
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 bool is_safetensors(const std::string& name) {
   const std::string ext = kSafetensorsExt;
   return name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
@@ -41,7 +34,7 @@ std::string state_checksum(json state) {
   state.erase(kChecksum);
   const std::string text = state.dump();
   return std::string(ckpt::kChecksumAlgorithm) + ":" +
-         hex16(ckpt::checksum_of(text.data(), text.size()));
+         ckpt::checksum_hex(ckpt::checksum_of(text.data(), text.size()));
 }
 
 // A manifest entry for dir/name.
@@ -49,14 +42,15 @@ json manifest_entry(const std::string& dir, const std::string& name) {
   const std::string path = dir + "/" + name;
   if (is_safetensors(name)) {
     const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::map(path);
-    json e = {{"bytes", fs::file_size(path)}, {"header_xxh3_64", hex16(f.header_digest())}};
+    json e = {{"bytes", fs::file_size(path)},
+              {"header_xxh3_64", ckpt::checksum_hex(f.header_digest())}};
     if (const auto it = f.metadata().find(kStepMetadataKey); it != f.metadata().end())
       e["step"] = it->second;
     return e;
   }
   const std::string bytes = read_file(path);
   return {{"bytes", bytes.size()},
-          {"xxh3_64", hex16(ckpt::checksum_of(bytes.data(), bytes.size()))}};
+          {"xxh3_64", ckpt::checksum_hex(ckpt::checksum_of(bytes.data(), bytes.size()))}};
 }
 
 // A manifest entry's string `key`, or an error naming it.
@@ -89,7 +83,7 @@ void verify_file(const std::string& dir, const std::string& name, const json& en
   if (!is_safetensors(name)) {
     const std::string want = entry_string(entry, "xxh3_64", where, name);
     const std::string text = read_file(path);
-    const std::string got = hex16(ckpt::checksum_of(text.data(), text.size()));
+    const std::string got = ckpt::checksum_hex(ckpt::checksum_of(text.data(), text.size()));
     KIRI_CHECK_KIND(kCheckpoint, got == want, path, " hashes to xxh3_64 ", got,
                     ", but state.json's manifest says ", want,
                     ": the file is damaged or another checkpoint's");
@@ -105,7 +99,7 @@ void verify_file(const std::string& dir, const std::string& name, const json& en
     KIRI_RAISE(kCheckpoint, path, " is the file of step ", quote_bounded(step->second, 40),
                " (its '", kStepMetadataKey, "' metadata), but ", where, " is step ", state.step,
                ": a file of another checkpoint was copied in");
-  const std::string got = hex16(f.header_digest());
+  const std::string got = ckpt::checksum_hex(f.header_digest());
   KIRI_CHECK_KIND(kCheckpoint, got == want, path, ": its header hashes to xxh3_64 ", got,
                   ", but state.json's manifest says ", want,
                   ": the file was replaced or its header is damaged");

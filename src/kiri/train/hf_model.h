@@ -30,6 +30,10 @@ inline constexpr const char* kDefaultMaxShardSize = "5GB";
 // number of bytes. kConfig naming `what` and the text unless it is a positive size.
 int64_t parse_max_shard_size(const std::string& text, const std::string& what);
 
+// transformers' name of a weights dtype: "float32", "bfloat16" or "float16" (kConfig for
+// another).
+const char* torch_dtype_name(DType dtype);
+
 // config.json for `model`: GPT2Config's keys (kiri's GPT-2 has no dropout, biases
 // everywhere, LayerNorm eps 1e-5, tanh GELU, a tied LM head), or a Llama's LlamaConfig's.
 // `eot`: the tokenizer's end-of-text id (eos_token_id), -1 for none; `bos`: bos_token_id, -1
