@@ -94,6 +94,20 @@ void comm_time_per_op(const Tracer& tracer, const std::vector<std::pair<int64_t,
   for (auto& [k, v] : by_group) out.group_us[k] += union_us(std::move(v));
 }
 
+// The timed steps' windows: what the tracer saw the rank doing in them, and per operation.
+void add_busy(const Tracer& tracer, const std::vector<std::pair<int64_t, int64_t>>& windows,
+              MeshRun& out) {
+  for (auto [w0, w1] : windows) {
+    const Tracer::BusyStats b = tracer.busy(w0, w1);
+    out.busy.compute_us += b.compute_us;
+    out.busy.comm_us += b.comm_us;
+    out.busy.idle_us += b.idle_us;
+    out.busy.span_us += b.span_us;
+    out.window_us += double(w1 - w0);
+  }
+  comm_time_per_op(tracer, windows, out);
+}
+
 // spec.warmup_steps + spec.steps full training steps of one mesh layout:
 // the mesh split from world, this rank's chunks (make_gpt_chunks), the
 // ParallelGPT, AdamW, and micro_batch x m rows of random tokens per dp rank
@@ -162,15 +176,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
       }
     }
   }
-  for (auto [w0, w1] : windows) {
-    const Tracer::BusyStats b = tracer.busy(w0, w1);
-    out.busy.compute_us += b.compute_us;
-    out.busy.comm_us += b.comm_us;
-    out.busy.idle_us += b.idle_us;
-    out.busy.span_us += b.span_us;
-    out.window_us += double(w1 - w0);
-  }
-  comm_time_per_op(tracer, windows, out);
+  add_busy(tracer, windows, out);
   out.peak_total = alloc.stats().peak_allocated;
   for (int c = 0; c < kNumCategories; ++c) out.peak_bytes[c] = alloc.stats().peak[c];
   out.stage = mesh.pp_index();
