@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "data/test_util.h"
 #include "kiri/data/shard.h"
@@ -177,6 +179,37 @@ bool any_ours(const std::string&) {
 
 // Through a symlink the folder it names is replaced and the link kept; a killed run's staged
 // folder is removed and, when the target is missing, its old folder is put back first.
+// The ranks of one process (the thread test backend) prepare one corpus at the same time:
+// each stages its own folder, and every commit leaves a complete corpus. Before the folders'
+// names counted per process, the ranks shared one staged folder and removed each other's
+// files ("cannot create the temporary file ...: No such file or directory").
+TEST(StagedDir, RanksOfOneProcessStageApart) {
+  testing::TempDir dir;
+  ByteTokenizer byte;
+  testing::write_text(dir.file("t.txt"), "abcdefghijklmnopqrst");
+  {
+    StagedDir a(dir.file("out"), any_ours), b(dir.file("out"), any_ours);
+    EXPECT_NE(a.path(), b.path());
+  }
+  std::vector<std::thread> ranks;
+  std::atomic<int> failed{0};
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&] {
+      try {
+        build_corpus({dir.file("t.txt")}, byte, dir.file("out"), 0.25, {});
+      } catch (const std::exception& e) {
+        ++failed;
+        ADD_FAILURE() << e.what();
+      }
+    });
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(read_shard(dir.file("out/train.bin")).tokens.size(), 15u);
+  for (const auto& e : fs::directory_iterator(dir.str()))
+    EXPECT_EQ(e.path().filename().string().find(".kiri-"), std::string::npos)
+        << e.path() << " left behind";
+}
+
 TEST(StagedDir, KeepsSymlinksAndCleansUpAfterAKilledRun) {
   testing::TempDir dir;
   ByteTokenizer byte;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <csignal>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -44,12 +45,26 @@ fs::path resolve_target(const std::string& target) {
   return p;
 }
 
-// The pid in a temporary folder's name `.NAME.kiri-KIND-PID`, or 0 when `entry` is not one
-// of NAME's temporaries.
+// A temporary folder's name: `.NAME.kiri-KIND-PID-N`, N counting this process's StagedDirs,
+// since the ranks of one process (the thread test backend) prepare the same corpus at once.
+std::string temp_name(const fs::path& target, const char* kind) {
+  static std::atomic<uint64_t> made{0};
+  return "." + target.filename().string() + ".kiri-" + kind + "-" + std::to_string(::getpid()) +
+         "-" + std::to_string(made.fetch_add(1));
+}
+
+// The pid in a temporary folder's name `.NAME.kiri-KIND-PID-N` (or an older kiri's
+// `...-PID`), or 0 when `entry` is not one of NAME's temporaries.
 pid_t temp_owner(const std::string& entry, const std::string& name, const char* kind) {
   const std::string prefix = "." + name + ".kiri-" + kind + "-";
   if (entry.rfind(prefix, 0) != 0) return 0;
-  const std::string digits = entry.substr(prefix.size());
+  std::string digits = entry.substr(prefix.size());
+  const size_t dash = digits.find('-');
+  if (dash != std::string::npos) {
+    const std::string n = digits.substr(dash + 1);
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return 0;
+    digits.resize(dash);
+  }
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
   return static_cast<pid_t>(std::strtol(digits.c_str(), nullptr, 10));
 }
@@ -115,10 +130,8 @@ StagedDir::StagedDir(const std::string& target,
   if (ec) KIRI_RAISE(kIo, "cannot create ", t.parent_path().string(), ": ", ec.message());
   clean_stale(t);
   check_owned(t, ours);
-  staged_ =
-      (t.parent_path() / ("." + t.filename().string() + ".kiri-new-" + std::to_string(::getpid())))
-          .string();
-  fs::remove_all(staged_, ec);  // this pid's own leftover: a reused pid
+  staged_ = (t.parent_path() / temp_name(t, "new")).string();
+  fs::remove_all(staged_, ec);  // a leftover of a killed run whose pid this one reuses
   if (!fs::create_directory(staged_, ec) || ec)
     KIRI_RAISE(kIo, "cannot create the temporary folder ", staged_, ": ",
                ec ? ec.message() : "it exists");
@@ -145,9 +158,7 @@ void StagedDir::commit() {
   const int err = exchange_paths(staged_, target_);
   if (err == EINVAL || err == ENOSYS || err == ENOTSUP) {
     // No exchange on this filesystem: the old folder goes aside, then the new one in.
-    const std::string old = (fs::path(parent) / ("." + fs::path(target_).filename().string() +
-                                                 ".kiri-old-" + std::to_string(::getpid())))
-                                .string();
+    const std::string old = (fs::path(parent) / temp_name(target_, "old")).string();
     if (::rename(target_.c_str(), old.c_str()) != 0)
       KIRI_RAISE(kIo, "cannot rename ", target_, " to ", old, ": ", std::strerror(errno));
     if (::rename(staged_.c_str(), target_.c_str()) != 0) {

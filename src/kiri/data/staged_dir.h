@@ -3,10 +3,11 @@
 // target and swapped into place with one rename, so a reader (or a crash at any point) finds
 // the old complete folder or the new complete one, never a mix (docs/data.md, "Output").
 //
-// The temporary folders are named `.NAME.kiri-new-PID` (the one being built) and
-// `.NAME.kiri-old-PID` (the old folder between the two renames of the fallback below), beside
-// NAME. A killed run leaves them; the next StagedDir for NAME removes those whose process is
-// gone, naming each in a log line.
+// The temporary folders are named `.NAME.kiri-new-PID-N` (the one being built) and
+// `.NAME.kiri-old-PID-N` (the old folder between the two renames of the fallback below),
+// beside NAME; N tells apart the ranks of one process (the thread test backend), which may
+// prepare one corpus at the same time. A killed run leaves them; the next StagedDir for NAME
+// removes those whose process is gone, naming each in a log line.
 #include <functional>
 #include <string>
 
