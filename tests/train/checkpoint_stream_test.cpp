@@ -93,7 +93,7 @@ void expect_streamed_files_equal_whole(comm::Communicator& world, const Layout& 
   fs::create_directories(root + "/whole");
   const auto files = write_hf_weights(root + "/whole", ordered, DType::kF32, 20'000,
                                       {{kStepMetadataKey, "2"}});  // the step saved
-  ASSERT_GT(files.size(), 2u);  // shards and their index
+  ASSERT_GT(files.size(), 2u);                                     // shards and their index
   for (const std::string& f : files)
     EXPECT_EQ(bytes_of(dir + "/" + f), bytes_of(root + "/whole/" + f)) << f;
   size_t in_dir = 0;
