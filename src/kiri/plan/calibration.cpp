@@ -174,6 +174,36 @@ void save_calibration(const Calibration& c, const std::string& path) {
   KIRI_CHECK_KIND(kIo, !ec, "cannot rename ", tmp, " to ", path, ": ", ec.message());
 }
 
+namespace {
+
+// The non-GEMM costs (version 2): per-token logits, optimizer, gradient and activation
+// seconds, and the step they were measured on.
+void read_non_gemm(const json& n, Calibration& c) {
+  c.logit_s = n.at("logit_s").get<double>();
+  c.optimizer_s = n.at("optimizer_s").get<double>();
+  c.gradient_s = n.at("gradient_s").get<double>();
+  c.activation_s = n.at("activation_s").get<double>();
+  const json& st = n.at("step");
+  c.step_model = {st.at("n_layer").get<int64_t>(), st.at("n_embd").get<int64_t>(),
+                  st.at("n_head").get<int64_t>(),  st.at("vocab").get<int64_t>(),
+                  st.at("batch").get<int64_t>(),   st.at("seq").get<int64_t>()};
+  c.step_s = st.at("seconds").get<double>();
+}
+
+// The disk measurement (version 4).
+void read_disk(const json& d, Calibration::Disk& disk) {
+  disk.path = d.at("path").get<std::string>();
+  disk.engine = d.at("engine").get<std::string>();
+  disk.block_size = d.at("block_size").get<int64_t>();
+  disk.queue_depth = d.at("queue_depth").get<int>();
+  disk.bytes = d.at("bytes").get<int64_t>();
+  disk.direct = d.at("direct").get<bool>();
+  disk.read_bytes_per_s = d.at("read_bytes_per_s").get<double>();
+  disk.write_bytes_per_s = d.at("write_bytes_per_s").get<double>();
+}
+
+}  // namespace
+
 std::optional<Calibration> load_calibration(const std::string& path) {
   if (path == "none" || !fs::exists(path)) return std::nullopt;
   std::ifstream in(path);
@@ -204,34 +234,15 @@ std::optional<Calibration> load_calibration(const std::string& path) {
     c.latency = l.at("latency").is_null() ? 0.0 : l.at("latency").get<double>();
     for (const json& s : l.at("samples"))
       c.samples.push_back({s.at("bytes").get<double>(), s.at("seconds").get<double>()});
-    if (j.contains("non_gemm")) {  // version 2
-      const json& n = j.at("non_gemm");
-      c.logit_s = n.at("logit_s").get<double>();
-      c.optimizer_s = n.at("optimizer_s").get<double>();
-      c.gradient_s = n.at("gradient_s").get<double>();
-      c.activation_s = n.at("activation_s").get<double>();
-      const json& st = n.at("step");
-      c.step_model = {st.at("n_layer").get<int64_t>(), st.at("n_embd").get<int64_t>(),
-                      st.at("n_head").get<int64_t>(),  st.at("vocab").get<int64_t>(),
-                      st.at("batch").get<int64_t>(),   st.at("seq").get<int64_t>()};
-      c.step_s = st.at("seconds").get<double>();
-    }
-    if (j.contains("peak")) {  // version 3
+    if (j.contains("non_gemm")) read_non_gemm(j.at("non_gemm"), c);  // version 2
+    if (j.contains("peak")) {                                        // version 3
       const json& p = j.at("peak");
       c.peak_fp32 = peak_of(p.at("fp32"));
       c.peak_bf16 = peak_of(p.at("bf16"));
       c.peak_fp16 = peak_of(p.at("fp16"));
     }
     if (j.contains("disk")) {  // version 4
-      const json& d = j.at("disk");
-      c.disk.path = d.at("path").get<std::string>();
-      c.disk.engine = d.at("engine").get<std::string>();
-      c.disk.block_size = d.at("block_size").get<int64_t>();
-      c.disk.queue_depth = d.at("queue_depth").get<int>();
-      c.disk.bytes = d.at("bytes").get<int64_t>();
-      c.disk.direct = d.at("direct").get<bool>();
-      c.disk.read_bytes_per_s = d.at("read_bytes_per_s").get<double>();
-      c.disk.write_bytes_per_s = d.at("write_bytes_per_s").get<double>();
+      read_disk(j.at("disk"), c.disk);
       KIRI_CHECK_KIND(kConfig, c.disk.read_bytes_per_s > 0 && c.disk.write_bytes_per_s > 0,
                       "the calibration file ", path, " has a non-positive disk bandwidth (read ",
                       c.disk.read_bytes_per_s, ", write ", c.disk.write_bytes_per_s,
