@@ -327,17 +327,17 @@ void offload_headline(const PlanRequest& r, Recommendation& rec) {
 
 }  // namespace
 
-Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& candidates) {
-  Recommendation rec;
-  const ModelSpec& m = r.model;
-  const double cap = r.cluster.memory_bytes;
+namespace {
+
+// The fastest fitting candidate, or within kNearlyAsFast of it the one with the least on NVMe
+// (0 unless offloaded), then the fewest cuts, then the least communication.
+std::optional<Evaluation> pick_best(const std::vector<Evaluation>& candidates) {
+  std::optional<Evaluation> best;
   for (const Evaluation& e : candidates)
     if (e.fits) {
-      rec.best = e;
+      best = e;
       break;
     }
-  // Within kNearlyAsFast of the fastest, the layout with the least on NVMe (0 unless
-  // offloaded), then the fewest cuts, then the least communication.
   auto cuts = [](const Layout& l) {
     return (l.zero_stage > 0) + (l.tp > 1) + (l.pp > 1) +
            (l.activation_checkpointing != Recompute::kNone);
@@ -345,32 +345,37 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
   auto comm = [](const Evaluation& e) {
     return e.time.tp_comm_s + e.time.pp_comm_s + e.time.dp_comm_total_s;
   };
-  if (rec.best && rec.best->time.estimated) {
-    const double limit = rec.best->time.step_s * kNearlyAsFast;
+  if (best && best->time.estimated) {
+    const double limit = best->time.step_s * kNearlyAsFast;
     for (const Evaluation& e : candidates) {
       if (!e.fits || e.time.step_s > limit) break;  // sorted: the fitting ones by time
       // Offloaded, the least on NVMe first: disk space, and the traffic of a shared disk.
-      const double da = e.memory.memory.nvme.total(), db = rec.best->memory.memory.nvme.total();
-      const int a = cuts(e.layout), b = cuts(rec.best->layout);
-      if (da < db || (da == db && (a < b || (a == b && comm(e) < comm(*rec.best))))) rec.best = e;
+      const double da = e.memory.memory.nvme.total(), db = best->memory.memory.nvme.total();
+      const int a = cuts(e.layout), b = cuts(best->layout);
+      if (da < db || (da == db && (a < b || (a == b && comm(e) < comm(*best))))) best = e;
     }
   }
+  return best;
+}
 
-  // The fewest devices on which pure ZeRO-3 (with full recomputation) fits.
+// The fewest devices on which pure ZeRO-3 (with full recomputation) fits; 0 for none.
+int min_devices(const PlanRequest& r) {
+  const ModelSpec& m = r.model;
   for (int n = 1; n <= (1 << 20); n *= 2) {
     Layout l = with_dp(r.base, n);
     l.zero_stage = n > 1 ? 3 : 0;
     l.activation_checkpointing = m.params_only() ? Recompute::kNone : Recompute::kFull;
-    if (worst_rank_memory(m, l).memory.total() <= cap) {
-      rec.min_devices = n;
-      break;
-    }
+    if (worst_rank_memory(m, l).memory.total() <= r.cluster.memory_bytes) return n;
   }
+  return 0;
+}
 
-  Layout b0 = with_dp(r.base, r.world);
-  b0.zero_stage = 0;
-  b0.activation_checkpointing = Recompute::kNone;
-  const MemoryBreakdown base = worst_rank_memory(m, b0).memory;
+// What stops plain data parallelism (`base`: its worst rank, b0 its layout), and the cut that
+// answers it: rec's bottleneck, cut and message.
+void diagnose(const PlanRequest& r, const std::vector<Evaluation>& candidates, const Layout& b0,
+              const MemoryBreakdown& base, Recommendation& rec) {
+  const ModelSpec& m = r.model;
+  const double cap = r.cluster.memory_bytes;
   if (base.total() <= cap) {
     rec.bottleneck = "compute";
     rec.cut = "data_parallel";
@@ -417,11 +422,11 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
     rec.message = str("the model states fit (", gib(base.model_states()), ") but not with the ",
                       gib(base.activations), " of activations: recompute them (checkpointing)");
   }
+}
 
-  if (rec.best && rec.best->layout.offload.any() && !r.base.offload.any())
-    offload_headline(r, rec);
-  else
-    match_headline(candidates, rec);
+// Why the recommended layout has each of its cuts, and the message's end.
+void explain(const PlanRequest& r, const MemoryBreakdown& base, Recommendation& rec) {
+  const ModelSpec& m = r.model;
   if (rec.best) {
     const Layout& l = rec.best->layout;
     const MemoryBreakdown& mem = rec.best->memory.memory;
@@ -457,6 +462,24 @@ Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& ca
           ", not even with the optimizer states, the parameters and the gradients offloaded to "
           "NVMe";
   }
+}
+
+}  // namespace
+
+Recommendation recommend(const PlanRequest& r, const std::vector<Evaluation>& candidates) {
+  Recommendation rec;
+  rec.best = pick_best(candidates);
+  rec.min_devices = min_devices(r);
+  Layout b0 = with_dp(r.base, r.world);
+  b0.zero_stage = 0;
+  b0.activation_checkpointing = Recompute::kNone;
+  const MemoryBreakdown base = worst_rank_memory(r.model, b0).memory;
+  diagnose(r, candidates, b0, base, rec);
+  if (rec.best && rec.best->layout.offload.any() && !r.base.offload.any())
+    offload_headline(r, rec);
+  else
+    match_headline(candidates, rec);
+  explain(r, base, rec);
   return rec;
 }
 
