@@ -58,15 +58,14 @@ std::string temp_name(const fs::path& target, const char* kind) {
 pid_t temp_owner(const std::string& entry, const std::string& name, const char* kind) {
   const std::string prefix = "." + name + ".kiri-" + kind + "-";
   if (entry.rfind(prefix, 0) != 0) return 0;
-  std::string digits = entry.substr(prefix.size());
-  const size_t dash = digits.find('-');
-  if (dash != std::string::npos) {
-    const std::string n = digits.substr(dash + 1);
-    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return 0;
-    digits.resize(dash);
-  }
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-  return static_cast<pid_t>(std::strtol(digits.c_str(), nullptr, 10));
+  const auto number = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  const std::string rest = entry.substr(prefix.size());
+  const size_t dash = rest.find('-');
+  const std::string pid = rest.substr(0, dash);
+  if (!number(pid) || (dash != std::string::npos && !number(rest.substr(dash + 1)))) return 0;
+  return static_cast<pid_t>(std::strtol(pid.c_str(), nullptr, 10));
 }
 
 bool process_gone(pid_t pid) {
