@@ -147,14 +147,22 @@ void StagedDir::commit() {
   fsync_path(staged_);
   const std::string parent = fs::path(target_).parent_path().string();
   std::error_code ec;
-  if (!fs::exists(target_, ec)) {
-    if (::rename(staged_.c_str(), target_.c_str()) != 0)
-      KIRI_RAISE(kIo, "cannot rename ", staged_, " to ", target_, ": ", std::strerror(errno));
-    committed_ = true;
-    fsync_path(parent);
-    return;
+  // The ranks of one process commit the same corpus at once: a target another rank put in
+  // place between the check and the rename is swapped instead, and a target another rank
+  // moved aside for a moment is looked at again.
+  int err = ENOENT;
+  for (int attempt = 0; attempt < 8 && err == ENOENT; ++attempt) {
+    if (!fs::exists(target_, ec)) {
+      if (::rename(staged_.c_str(), target_.c_str()) == 0) {
+        committed_ = true;
+        fsync_path(parent);
+        return;
+      }
+      if (errno != ENOTEMPTY && errno != EEXIST)
+        KIRI_RAISE(kIo, "cannot rename ", staged_, " to ", target_, ": ", std::strerror(errno));
+    }
+    err = exchange_paths(staged_, target_);
   }
-  const int err = exchange_paths(staged_, target_);
   if (err == EINVAL || err == ENOSYS || err == ENOTSUP) {
     // No exchange on this filesystem: the old folder goes aside, then the new one in.
     const std::string old = (fs::path(parent) / temp_name(target_, "old")).string();
