@@ -38,13 +38,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    using kiri::offload::IoEngineKind;
+    using kiri::IoEngine;
     const std::string engine = argv[3];
     kiri::offload::IoOptions o;
     if (engine == "io_uring")
-      o.engine = IoEngineKind::kIoUring;
+      o.engine = kiri::IoEngine::kIoUring;
     else if (engine == "threads")
-      o.engine = IoEngineKind::kThreads;
+      o.engine = kiri::IoEngine::kThreads;
     else
       KIRI_RAISE(kInvalidArgument, "ENGINE must be io_uring or threads, got ", engine);
     const int64_t bytes = kiri::parse_bytes(argv[2]);

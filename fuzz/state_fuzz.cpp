@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "fuzz_util.h"
-#include "kiri/cli/config_schema.h"
+#include "kiri/config/config_schema.h"
 #include "kiri/optim/loss_scaler.h"
 #include "kiri/train/checkpoint_state.h"
 
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       kiri::optim::DynamicLossScaler scaler;
       scaler.set_state(*state.loss_scaler);
     }
-    if (state.config.is_object()) kiri::cli::validate(kiri::cli::config_from_json(state.config));
+    if (state.config.is_object()) kiri::validate(kiri::config_from_json(state.config));
   });
   return 0;
 }

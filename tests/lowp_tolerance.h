@@ -47,15 +47,15 @@
 #include <vector>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/config/run_config.h"
 #include "kiri/train/metrics.h"
-#include "kiri/train/run_config.h"
 #include "kiri/train/trainer.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
 
-inline double unit_roundoff(ComputeDType d) {
-  return std::ldexp(1.0, d == ComputeDType::kBF16 ? -8 : -11);
+inline double unit_roundoff(kiri::Precision d) {
+  return std::ldexp(1.0, d == kiri::Precision::kBf16 ? -8 : -11);
 }
 
 // A_t: the largest |m^ / sqrt(v^)| Adam can take at step t (1-based).

@@ -50,7 +50,7 @@ inline RunConfig equivalence_config(int n_layer, int n_head, int n_embd, int64_t
 // test's blocks, block_size and vocabulary as they were.
 inline void make_llama(RunConfig& c, int n_embd, int n_head, int kv_heads, int intermediate,
                        bool tied = false) {
-  c.model.arch = model::Arch::kLlama;
+  c.model.arch = kiri::Arch::kLlama;
   c.model.n_embd = n_embd;
   c.model.n_head = n_head;
   c.model.num_key_value_heads = kv_heads;
@@ -58,8 +58,8 @@ inline void make_llama(RunConfig& c, int n_embd, int n_head, int kv_heads, int i
   c.model.tie_word_embeddings = tied;
 }
 
-inline const char* arch_name(model::Arch a) {
-  return a == model::Arch::kLlama ? "llama" : "gpt2";
+inline const char* arch_name(kiri::Arch a) {
+  return a == kiri::Arch::kLlama ? "llama" : "gpt2";
 }
 
 // name -> fp32 values of the whole model, on rank 0 (empty elsewhere).

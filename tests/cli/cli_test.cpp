@@ -10,7 +10,7 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/cli/commands.h"
-#include "kiri/cli/config_schema.h"
+#include "kiri/config/config_schema.h"
 
 namespace {
 
@@ -148,7 +148,7 @@ TEST(Cli, ConfigDocsAreInSyncWithTheSchema) {
   std::ifstream in(std::string(KIRI_SOURCE_DIR) + "/docs/config.md");
   std::stringstream ss;
   ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), kiri::cli::config_markdown())
+  EXPECT_EQ(ss.str(), kiri::config_markdown())
       << "docs/config.md is stale: run `build/kiri config --markdown > docs/config.md`";
 }
 

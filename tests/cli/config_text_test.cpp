@@ -6,11 +6,11 @@
 #include <string>
 
 #include "kiri/base/error.h"
-#include "kiri/cli/config_schema.h"
+#include "kiri/config/config_schema.h"
 
 namespace {
 
-using kiri::cli::parse_config_text;
+using kiri::parse_config_text;
 
 // Returns the seconds the refusal took: within issue 12's 10 s for every hostile text (the
 // growth tests below catch a superlinear parse without a machine-bound wall clock).
@@ -32,11 +32,11 @@ double expect_config_error(const std::string& text, const std::vector<std::strin
 }
 
 TEST(ConfigText, NestedFlatAndCommentedKeysApply) {
-  const kiri::train::RunConfig c = parse_config_text(
+  const kiri::RunConfig c = parse_config_text(
       "// a comment\n{\"model\": {\"n_layer\": 3}, /* flat too */ \"train.lr\": 0.002}", "cfg");
   EXPECT_EQ(c.model.n_layer, 3);
   EXPECT_EQ(c.train.optimizer.lr, 0.002);
-  EXPECT_EQ(c.model.n_embd, kiri::train::default_run_config().model.n_embd);  // the default
+  EXPECT_EQ(c.model.n_embd, kiri::default_run_config().model.n_embd);  // the default
 }
 
 TEST(ConfigText, HostileTextIsAConfigError) {

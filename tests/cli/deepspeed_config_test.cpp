@@ -11,15 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
-#include "kiri/cli/config_schema.h"
-#include "kiri/cli/deepspeed_config.h"
+#include "kiri/config/config_schema.h"
+#include "kiri/config/deepspeed_config.h"
 
 namespace {
 
+using kiri::apply_deepspeed;
+using kiri::DeepSpeedConfig;
 using kiri::Error;
-using kiri::cli::apply_deepspeed;
-using kiri::cli::DeepSpeedConfig;
-using kiri::train::RunConfig;
+using kiri::RunConfig;
 using nlohmann::json;
 using Given = std::vector<std::pair<std::string, json>>;
 
@@ -31,8 +31,8 @@ json example(const std::string& name) {
 
 // The config an HF TrainingArguments would give (the values "auto" resolves to).
 RunConfig kiri_config(const Given& given) {
-  RunConfig cfg = kiri::train::default_run_config();
-  for (const auto& [key, value] : given) kiri::cli::apply_key(cfg, key, value);
+  RunConfig cfg = kiri::default_run_config();
+  for (const auto& [key, value] : given) kiri::apply_key(cfg, key, value);
   return cfg;
 }
 
@@ -57,10 +57,10 @@ bool noted(const DeepSpeedConfig& d, const std::string& path) {
   return false;
 }
 
-// The error message cli::validate raises on a mapped config ("" when it raises none).
+// The error message kiri::validate raises on a mapped config ("" when it raises none).
 std::string validation_error(const RunConfig& c) {
   try {
-    kiri::cli::validate(c);
+    kiri::validate(c);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kiri::ErrorKind::kConfig) << e.what();
     return e.message();
@@ -69,10 +69,10 @@ std::string validation_error(const RunConfig& c) {
 }
 
 TEST(DeepSpeedConfig, HfZero2ExampleMapsItsCpuOffloadWhichValidationRefuses) {
-  const DeepSpeedConfig d = apply_deepspeed(example("hf_zero2.json"), "ds.json",
-                                            kiri::train::default_run_config(), {}, 1);
-  EXPECT_EQ(d.config.offload.optimizer, kiri::train::OffloadDevice::kCpu);
-  EXPECT_EQ(d.config.offload.parameters, kiri::train::OffloadDevice::kNone);
+  const DeepSpeedConfig d =
+      apply_deepspeed(example("hf_zero2.json"), "ds.json", kiri::default_run_config(), {}, 1);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kNone);
   EXPECT_TRUE(noted(d, "zero_optimization.offload_optimizer.pin_memory"));
   const std::string e = validation_error(d.config);
   EXPECT_TRUE(has(e,
@@ -90,7 +90,7 @@ TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
   const RunConfig& c = d.config;
   EXPECT_EQ(c.parallel.zero_stage, 2);
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 2e8 * 4 / (1 << 20));  // fp32 gradients: 762.9 MiB
-  EXPECT_EQ(c.train.dtype, kiri::train::ComputeDType::kF32);    // fp16 "auto": kiri's
+  EXPECT_EQ(c.train.dtype, kiri::Precision::kFp32);             // fp16 "auto": kiri's
   EXPECT_EQ(c.train.loss_scale, 0);
   EXPECT_EQ(c.train.loss_scale_window, 1000);
   EXPECT_EQ(c.train.initial_scale_power, 16);
@@ -101,29 +101,29 @@ TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
   EXPECT_DOUBLE_EQ(c.train.optimizer.beta2, 0.95);
   EXPECT_DOUBLE_EQ(c.train.optimizer.eps, 1e-8);
   EXPECT_DOUBLE_EQ(c.train.optimizer.weight_decay, 0.1);
-  EXPECT_EQ(c.train.lr_schedule, kiri::train::LrSchedule::kDsWarmup);
+  EXPECT_EQ(c.train.lr_schedule, kiri::LrSchedule::kDsWarmup);
   EXPECT_EQ(c.train.warmup, 50);
-  EXPECT_EQ(c.train.warmup_type, kiri::train::WarmupType::kLog);  // DeepSpeed's default
+  EXPECT_EQ(c.train.warmup_type, kiri::WarmupType::kLog);  // DeepSpeed's default
   EXPECT_DOUBLE_EQ(c.train.warmup_lr, 0);
   EXPECT_DOUBLE_EQ(c.train.optimizer.grad_clip, 1.0);
   EXPECT_EQ(c.train.micro_batch, 4);
   EXPECT_EQ(c.train.grad_accum, 1);
   EXPECT_EQ(c.log.every, 2000);
-  EXPECT_EQ(c.offload.optimizer, kiri::train::OffloadDevice::kNone);
+  EXPECT_EQ(c.offload.optimizer, kiri::OffloadTier::kNone);
   for (const char* path :
        {"zero_optimization.offload_optimizer.pin_memory", "zero_optimization.allgather_partitions",
         "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm",
         "zero_optimization.reduce_scatter", "zero_optimization.contiguous_gradients",
         "fp16.hysteresis", "wall_clock_breakdown"})
     EXPECT_TRUE(noted(d, path)) << path;
-  kiri::cli::validate(c);
+  kiri::validate(c);
 }
 
 TEST(DeepSpeedConfig, HfZero3ExampleMapsBothCpuOffloadsWhichValidationRefuses) {
-  const DeepSpeedConfig d = apply_deepspeed(example("hf_zero3.json"), "ds.json",
-                                            kiri::train::default_run_config(), {}, 1);
-  EXPECT_EQ(d.config.offload.optimizer, kiri::train::OffloadDevice::kCpu);
-  EXPECT_EQ(d.config.offload.parameters, kiri::train::OffloadDevice::kCpu);
+  const DeepSpeedConfig d =
+      apply_deepspeed(example("hf_zero3.json"), "ds.json", kiri::default_run_config(), {}, 1);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kCpu);
   const std::string e = validation_error(d.config);
   EXPECT_TRUE(has(e, "2 problems with the offload.* keys")) << e;
   EXPECT_TRUE(has(e, "offload.optimizer = cpu: on the CPU backend")) << e;
@@ -143,10 +143,10 @@ TEST(DeepSpeedConfig, HfZero3ExampleWithoutOffloadResolvesEveryKey) {
   EXPECT_EQ(c.parallel.zero_stage, 3);
   EXPECT_TRUE(c.parallel.prefetch);            // stage3_prefetch_bucket_size "auto"
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 25);  // reduce_bucket_size "auto"
-  EXPECT_EQ(c.train.dtype, kiri::train::ComputeDType::kBF16);
+  EXPECT_EQ(c.train.dtype, kiri::Precision::kBf16);
   EXPECT_EQ(c.train.grad_accum, 4);
   EXPECT_EQ(c.train.micro_batch, 8);
-  EXPECT_EQ(c.train.lr_schedule, kiri::train::LrSchedule::kDsWarmup);
+  EXPECT_EQ(c.train.lr_schedule, kiri::LrSchedule::kDsWarmup);
   EXPECT_EQ(c.log.every, 2000);
   for (const char* path :
        {"zero_optimization.offload_param.pin_memory", "zero_optimization.sub_group_size",
@@ -167,12 +167,12 @@ TEST(DeepSpeedConfig, HfZero3ExampleWithoutOffloadResolvesEveryKey) {
 
 TEST(DeepSpeedConfig, GettingStartedExampleInfersTheMicroBatch) {
   const DeepSpeedConfig d = apply_deepspeed(example("deepspeed_getting_started.json"), "ds.json",
-                                            kiri::train::default_run_config(), {}, 2);
+                                            kiri::default_run_config(), {}, 2);
   const RunConfig& c = d.config;
   EXPECT_EQ(c.train.micro_batch, 4);  // 8 / (accumulation 1 x dp 2)
   EXPECT_EQ(c.train.grad_accum, 1);
   EXPECT_EQ(c.parallel.zero_stage, 1);  // the old boolean form
-  EXPECT_EQ(c.train.dtype, kiri::train::ComputeDType::kF16);
+  EXPECT_EQ(c.train.dtype, kiri::Precision::kFp16);
   EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 1.5e-4);
 }
 
@@ -284,13 +284,13 @@ TEST(DeepSpeedConfig, PrecisionFollowsDeepSpeedsRules) {
     return apply_deepspeed(json::parse(text), "ds.json", kiri_config(given), given, 1)
         .config.train.dtype;
   };
-  using kiri::train::ComputeDType;
-  EXPECT_EQ(dtype(R"({"bf16": {"enabled": true}})"), ComputeDType::kBF16);
-  EXPECT_EQ(dtype(R"({"bfloat16": {"enabled": true}})"), ComputeDType::kBF16);
-  EXPECT_EQ(dtype(R"({"fp16": {"enabled": true}})"), ComputeDType::kF16);
+  using kiri::Precision;
+  EXPECT_EQ(dtype(R"({"bf16": {"enabled": true}})"), kiri::Precision::kBf16);
+  EXPECT_EQ(dtype(R"({"bfloat16": {"enabled": true}})"), kiri::Precision::kBf16);
+  EXPECT_EQ(dtype(R"({"fp16": {"enabled": true}})"), kiri::Precision::kFp16);
   EXPECT_EQ(dtype(R"({"bf16": {"enabled": "auto"}})", {{"train.dtype", "fp16"}}),
-            ComputeDType::kF16);
-  EXPECT_EQ(dtype(R"({"bf16": {"enabled": false}})", {}), ComputeDType::kF32);
+            kiri::Precision::kFp16);
+  EXPECT_EQ(dtype(R"({"bf16": {"enabled": false}})", {}), kiri::Precision::kFp32);
   const std::string both = error_of(json::parse(R"({"bf16": {"enabled": true},
                                                     "fp16": {"enabled": true}})"));
   EXPECT_TRUE(has(both, "bf16.enabled and fp16.enabled are both true")) << both;
@@ -309,23 +309,23 @@ TEST(DeepSpeedConfig, SchedulersMapTheirParametersWithDeepSpeedsDefaults) {
   auto t = train_of(R"({"scheduler": {"type": "WarmupDecayLR", "params": {
       "warmup_min_lr": 1e-5, "warmup_max_lr": 2e-4, "warmup_num_steps": 30,
       "total_num_steps": 500, "warmup_type": "linear"}}})");
-  EXPECT_EQ(t.lr_schedule, kiri::train::LrSchedule::kDsWarmupDecay);
+  EXPECT_EQ(t.lr_schedule, kiri::LrSchedule::kDsWarmupDecay);
   EXPECT_DOUBLE_EQ(t.optimizer.lr, 2e-4);
   EXPECT_DOUBLE_EQ(t.warmup_lr, 1e-5);
   EXPECT_DOUBLE_EQ(t.min_lr, 1e-5);  // decays back to warmup_min_lr
   EXPECT_EQ(t.warmup, 30);
   EXPECT_EQ(t.decay_steps, 500);
-  EXPECT_EQ(t.warmup_type, kiri::train::WarmupType::kLinear);
+  EXPECT_EQ(t.warmup_type, kiri::WarmupType::kLinear);
   // Left out: DeepSpeed's defaults (WarmupDecayLR's peak 0.001, 1000 steps, log).
   t = train_of(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9}}})");
   EXPECT_DOUBLE_EQ(t.optimizer.lr, 1e-3);
   EXPECT_EQ(t.warmup, 1000);
-  EXPECT_EQ(t.warmup_type, kiri::train::WarmupType::kLog);
+  EXPECT_EQ(t.warmup_type, kiri::WarmupType::kLog);
   EXPECT_DOUBLE_EQ(t.min_lr, 0);
   t = train_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": 4e-4}},
                    "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100,
                    "warmup_min_ratio": 0.1, "warmup_num_steps": 10}}})");
-  EXPECT_EQ(t.lr_schedule, kiri::train::LrSchedule::kDsWarmupCosine);
+  EXPECT_EQ(t.lr_schedule, kiri::LrSchedule::kDsWarmupCosine);
   EXPECT_DOUBLE_EQ(t.warmup_lr, 0.1 * 4e-4);
   EXPECT_DOUBLE_EQ(t.min_lr, 1e-4 * 4e-4);  // cos_min_ratio's default
   EXPECT_EQ(t.decay_steps, 100);
@@ -341,10 +341,8 @@ TEST(DeepSpeedConfig, SchedulersMapTheirParametersWithDeepSpeedsDefaults) {
 TEST(DeepSpeedConfig, ActivationCheckpointingSectionTurnsRecomputationOn) {
   const json ds = json::parse(R"({"activation_checkpointing": {"partition_activations": false,
       "contiguous_memory_optimization": false, "number_checkpoints": 4, "profile": false}})");
-  const DeepSpeedConfig d =
-      apply_deepspeed(ds, "ds.json", kiri::train::default_run_config(), {}, 1);
-  EXPECT_EQ(d.config.parallel.activation_checkpointing,
-            kiri::train::ActivationCheckpointing::kFull);
+  const DeepSpeedConfig d = apply_deepspeed(ds, "ds.json", kiri::default_run_config(), {}, 1);
+  EXPECT_EQ(d.config.parallel.activation_checkpointing, kiri::ActivationCheckpointing::kFull);
   EXPECT_TRUE(noted(d, "activation_checkpointing.number_checkpoints"));
   const std::string e = error_of(ds, {{"parallel.activation_checkpointing", "none"}});
   EXPECT_TRUE(has(e,
@@ -361,7 +359,7 @@ TEST(DeepSpeedConfig, BucketsAndPrefetchMapToKirisUnits) {
   const RunConfig c = apply_deepspeed(ds, "ds.json", kiri_config(bf16), bf16, 4).config;
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 5e8 * 2 / (1 << 20));  // bf16 gradients
   EXPECT_FALSE(c.parallel.prefetch);
-  EXPECT_EQ(c.parallel.sharding_strategy, "HYBRID_SHARD");
+  EXPECT_STREQ(kiri::name(c.parallel.sharding_strategy), "HYBRID_SHARD");
   EXPECT_EQ(c.parallel.shard_group_size, 2);
 }
 

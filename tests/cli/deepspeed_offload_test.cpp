@@ -12,16 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
-#include "kiri/cli/config_schema.h"
-#include "kiri/cli/deepspeed_config.h"
+#include "kiri/config/config_schema.h"
+#include "kiri/config/deepspeed_config.h"
 
 namespace {
 
+using kiri::apply_deepspeed;
+using kiri::DeepSpeedConfig;
 using kiri::Error;
-using kiri::cli::apply_deepspeed;
-using kiri::cli::DeepSpeedConfig;
-using kiri::train::OffloadDevice;
-using kiri::train::RunConfig;
+using kiri::OffloadTier;
+using kiri::RunConfig;
 using nlohmann::json;
 using Given = std::vector<std::pair<std::string, json>>;
 
@@ -32,8 +32,8 @@ json example(const std::string& name) {
 }
 
 RunConfig kiri_config(const Given& given) {
-  RunConfig cfg = kiri::train::default_run_config();
-  for (const auto& [key, value] : given) kiri::cli::apply_key(cfg, key, value);
+  RunConfig cfg = kiri::default_run_config();
+  for (const auto& [key, value] : given) kiri::apply_key(cfg, key, value);
   return cfg;
 }
 
@@ -53,7 +53,7 @@ std::string error_of(const json& ds, const Given& given = {}) {
 
 std::string validation_error(const RunConfig& c) {
   try {
-    kiri::cli::validate(c);
+    kiri::validate(c);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kiri::ErrorKind::kConfig) << e.what();
     return e.message();
@@ -81,8 +81,8 @@ TEST(DeepSpeedOffload, HfZeroInfinityExampleResolvesToKirisKeys) {
   const DeepSpeedConfig d = mapped(example("hf_zero3_nvme.json"), {{"train.dtype", "bf16"}});
   const RunConfig& c = d.config;
   EXPECT_EQ(c.parallel.zero_stage, 3);
-  EXPECT_EQ(c.offload.optimizer, OffloadDevice::kNvme);
-  EXPECT_EQ(c.offload.parameters, OffloadDevice::kNvme);
+  EXPECT_EQ(c.offload.optimizer, kiri::OffloadTier::kNvme);
+  EXPECT_EQ(c.offload.parameters, kiri::OffloadTier::kNvme);
   EXPECT_EQ(c.offload.path, "/local_nvme");  // both sections' nvme_path: one folder
   EXPECT_EQ(c.offload.buffer_count, 4);      // offload_optimizer.buffer_count
   EXPECT_EQ(c.offload.block_size, "262144");
@@ -116,14 +116,14 @@ TEST(DeepSpeedOffload, DeepSpeedTutorialsZeroInfinityExample) {
       "reduce_bucket_size": 1e7, "sub_group_size": 1e9,
       "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
   DeepSpeedConfig d = mapped(ds);
-  EXPECT_EQ(d.config.offload.optimizer, OffloadDevice::kCpu);
-  EXPECT_EQ(d.config.offload.parameters, OffloadDevice::kCpu);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kCpu);
   EXPECT_TRUE(has(validation_error(d.config), "2 problems with the offload.* keys"));
   ds["zero_optimization"]["offload_optimizer"]["device"] = "nvme";
   ds["zero_optimization"]["offload_param"]["device"] = "nvme";
   d = mapped(ds);
-  EXPECT_EQ(d.config.offload.optimizer, OffloadDevice::kNvme);
-  EXPECT_EQ(d.config.offload.parameters, OffloadDevice::kNvme);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kNvme);
+  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kNvme);
   EXPECT_EQ(d.config.offload.path, "{run.dir}/offload");  // no nvme_path: kiri's default
   EXPECT_DOUBLE_EQ(d.config.parallel.bucket_mb, 1e7 * 4 / (1 << 20));
   EXPECT_EQ(validation_error(d.config), "");
@@ -137,8 +137,8 @@ TEST(DeepSpeedOffload, DeepSpeedsTopLevelAioBlockMapsTheSame) {
   const DeepSpeedConfig d = mapped(ds);
   const RunConfig& c = d.config;
   EXPECT_EQ(c.parallel.zero_stage, 1);  // kiri offloads the optimizer at any stage
-  EXPECT_EQ(c.offload.optimizer, OffloadDevice::kNvme);
-  EXPECT_EQ(c.offload.parameters, OffloadDevice::kNone);
+  EXPECT_EQ(c.offload.optimizer, kiri::OffloadTier::kNvme);
+  EXPECT_EQ(c.offload.parameters, kiri::OffloadTier::kNone);
   EXPECT_EQ(c.offload.path, "/mnt/nvme0");
   EXPECT_EQ(c.offload.buffer_count, 6);
   EXPECT_EQ(c.offload.block_size, "1048576");
@@ -169,8 +169,8 @@ TEST(DeepSpeedOffload, NvmePathsThatDifferAreNamed) {
 TEST(DeepSpeedOffload, OldCpuOffloadKeysMapToCpuWhichValidationExplains) {
   const DeepSpeedConfig d = mapped(json::parse(R"({"zero_optimization": {"stage": 3,
       "cpu_offload": true, "cpu_offload_params": true, "cpu_offload_use_pin_memory": true}})"));
-  EXPECT_EQ(d.config.offload.optimizer, OffloadDevice::kCpu);
-  EXPECT_EQ(d.config.offload.parameters, OffloadDevice::kCpu);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kCpu);
+  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kCpu);
   EXPECT_TRUE(noted(d, "zero_optimization.cpu_offload_use_pin_memory"));
   const std::string e = validation_error(d.config);
   EXPECT_TRUE(has(e, "offload.optimizer = cpu: on the CPU backend host memory is already")) << e;
@@ -178,7 +178,7 @@ TEST(DeepSpeedOffload, OldCpuOffloadKeysMapToCpuWhichValidationExplains) {
   // false offloads nothing; a non-boolean is named.
   const DeepSpeedConfig off =
       mapped(json::parse(R"({"zero_optimization": {"cpu_offload": false}})"));
-  EXPECT_EQ(off.config.offload.optimizer, OffloadDevice::kNone);
+  EXPECT_EQ(off.config.offload.optimizer, kiri::OffloadTier::kNone);
   EXPECT_TRUE(noted(off, "zero_optimization.cpu_offload"));
   EXPECT_TRUE(has(error_of(json::parse(R"({"zero_optimization": {"cpu_offload": 1}})")),
                   "zero_optimization.cpu_offload must be true or false, got 1"));
@@ -217,7 +217,7 @@ TEST(DeepSpeedOffload, DeviceNoneMapsAndContradictsAnExplicitKiriKey) {
   const json ds = json::parse(R"({"zero_optimization": {"offload_optimizer":
       {"device": "none", "nvme_path": "/local_nvme", "buffer_count": 4}}})");
   const DeepSpeedConfig d = mapped(ds);
-  EXPECT_EQ(d.config.offload.optimizer, OffloadDevice::kNone);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kNone);
   EXPECT_EQ(d.config.offload.path, "{run.dir}/offload");  // not nvme: the path is unused
   EXPECT_EQ(d.config.offload.buffer_count, 4);            // kiri's default, untouched
   EXPECT_TRUE(noted(d, "zero_optimization.offload_optimizer.nvme_path"));
@@ -231,7 +231,7 @@ TEST(DeepSpeedOffload, DeviceNoneMapsAndContradictsAnExplicitKiriKey) {
   const DeepSpeedConfig a = mapped(json::parse(R"({"zero_optimization": {"offload_optimizer":
       {"device": "auto", "nvme_path": "/ssd"}}})"),
                                    {{"offload.optimizer", "nvme"}});
-  EXPECT_EQ(a.config.offload.optimizer, OffloadDevice::kNvme);
+  EXPECT_EQ(a.config.offload.optimizer, kiri::OffloadTier::kNvme);
   EXPECT_EQ(a.config.offload.path, "/ssd");
 }
 

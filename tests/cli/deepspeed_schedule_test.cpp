@@ -6,16 +6,16 @@
 
 #include <cmath>
 
+#include "kiri/config/lr_schedule.h"
+#include "kiri/config/run_config.h"
 #include "kiri/optim/adamw.h"
-#include "kiri/train/lr_schedule.h"
-#include "kiri/train/run_config.h"
 
 namespace {
 
-using kiri::train::lr_at_step;
-using kiri::train::LrSchedule;
-using kiri::train::TrainConfig;
-using kiri::train::WarmupType;
+using kiri::lr_at_step;
+using kiri::LrSchedule;
+using kiri::TrainConfig;
+using kiri::WarmupType;
 
 TrainConfig schedule(LrSchedule s, double lr, double warmup_lr, double min_lr, int64_t warmup,
                      int64_t end, WarmupType type = WarmupType::kLinear) {
@@ -118,9 +118,9 @@ TEST(LrSchedule, KirisLinearAndConstant) {
 
 TEST(LrSchedule, ScalingKeepsTheWarmupStartsRatio) {
   TrainConfig t = schedule(LrSchedule::kDsWarmupCosine, 1e-3, 1e-4, 1e-7, 2, 10);
-  t.lr_scaling = kiri::train::LrScaling::kLinear;
+  t.lr_scaling = kiri::LrScaling::kLinear;
   t.base_batch = 8;
-  kiri::train::scale_learning_rate(t, 32);
+  kiri::scale_learning_rate(t, 32);
   EXPECT_DOUBLE_EQ(t.optimizer.lr, 4e-3);
   EXPECT_DOUBLE_EQ(t.warmup_lr, 4e-4);
   EXPECT_DOUBLE_EQ(t.min_lr, 4e-7);

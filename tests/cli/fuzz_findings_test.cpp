@@ -9,7 +9,7 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/base/error.h"
-#include "kiri/cli/config_schema.h"
+#include "kiri/config/config_schema.h"
 
 namespace {
 
@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 TEST(FuzzFindings, ConfigNumberBeyondDoubleIsAConfigError) {
   const std::string text = R"({"train": {"lr": 1e400}})";
   try {
-    kiri::cli::parse_config_text(text, "big.json");
+    kiri::parse_config_text(text, "big.json");
     FAIL() << "parse_config_text accepted " << text;
   } catch (const kiri::Error& e) {
     EXPECT_EQ(e.kind(), kiri::ErrorKind::kConfig) << e.what();
@@ -49,7 +49,7 @@ TEST(FuzzFindings, IntegerKeyBeyondInt64IsAConfigError) {
        {"11844674407370955161528", "1e30", "-1e30", "18446744073709551615", "\"1e30\""}) {
     const std::string text = R"({"model": {"vocab_size": )" + value + "}}";
     try {
-      kiri::cli::parse_config_text(text, "big.json");
+      kiri::parse_config_text(text, "big.json");
       ADD_FAILURE() << "parse_config_text accepted " << text;
     } catch (const kiri::Error& e) {
       EXPECT_EQ(e.kind(), kiri::ErrorKind::kConfig) << e.what();
@@ -59,7 +59,7 @@ TEST(FuzzFindings, IntegerKeyBeyondInt64IsAConfigError) {
   }
   // Within range, the schema's own bounds still apply.
   try {
-    kiri::cli::parse_config_text(R"({"model": {"n_layer": 9223372036854775807}})", "big.json");
+    kiri::parse_config_text(R"({"model": {"n_layer": 9223372036854775807}})", "big.json");
     ADD_FAILURE() << "n_layer 2^63-1 accepted";
   } catch (const kiri::Error& e) {
     EXPECT_NE(e.message().find("must be in [1, 4096]"), std::string::npos) << e.message();

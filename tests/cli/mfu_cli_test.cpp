@@ -22,7 +22,7 @@ using kiri::testing::run_kiri;
 
 // configs/tiny-byte.json's model: 2 x 64, 4 heads, the byte vocabulary (257), T 64.
 double tiny_byte_flops_per_token() {
-  kiri::model::GPTConfig m;
+  kiri::GPTConfig m;
   m.n_layer = 2;
   m.n_head = 4;
   m.n_embd = 64;

@@ -30,8 +30,8 @@
 
 #include "gemm_lowp_paths.h"
 #include "kiri/base/hash.h"
-#include "kiri/cli/config_schema.h"
 #include "kiri/comm/local/local.h"
+#include "kiri/config/config_schema.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "temp_dir.h"
 #include "train_test_util.h"
@@ -124,20 +124,20 @@ std::string hex_of(double x) {
 }
 
 // The tiny run every case starts from: 4 blocks (pp2 x 2 virtual stages), 4 steps.
-RunConfig base_config(model::Arch arch, const std::string& scratch) {
+RunConfig base_config(kiri::Arch arch, const std::string& scratch) {
   RunConfig c = equivalence_config(4, 2, 32, 2);
   c.model.vocab_size = 257;
   c.train.steps = 4;
-  if (arch == model::Arch::kLlama) make_llama(c, 32, 4, 2, 64);
+  if (arch == kiri::Arch::kLlama) make_llama(c, 32, 4, 2, 64);
   c.offload.path = scratch + "/offload";
   return c;
 }
 
 // One case on threads: per step, loss and gradient norm (rank 0's); per rank, its memory.
-json run_case(const GoldenCase& k, model::Arch arch) {
+json run_case(const GoldenCase& k, kiri::Arch arch) {
   const std::string scratch = kiri::testing::fresh_temp_dir("kiri_golden", k.name);
   RunConfig c = base_config(arch, scratch);
-  for (const std::string& s : k.sets) cli::apply_set(c, s);
+  for (const std::string& s : k.sets) kiri::apply_set(c, s);
   json steps = json::array(), memory = json::array();
   std::vector<json> per_rank(k.ranks);
   std::mutex mu;
@@ -182,11 +182,11 @@ json& golden_file() {
   return j;
 }
 
-class Golden : public ::testing::TestWithParam<std::tuple<int, model::Arch>> {};
+class Golden : public ::testing::TestWithParam<std::tuple<int, kiri::Arch>> {};
 
 TEST_P(Golden, BitwiseEqualToTheRecordedRun) {
   const GoldenCase& k = golden_cases()[std::get<0>(GetParam())];
-  const model::Arch arch = std::get<1>(GetParam());
+  const kiri::Arch arch = std::get<1>(GetParam());
   KIRI_USE_GEMM_LOWP(k.gemm, DType::kBF16);
   const std::string key = k.name + "/" + arch_name(arch);
   json& file = golden_file();
@@ -217,14 +217,14 @@ TEST_P(Golden, BitwiseEqualToTheRecordedRun) {
         << key << " rank " << r << ": bytes per category [current, peak, nvme]";
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::tuple<int, model::Arch>>& info) {
+std::string case_name(const ::testing::TestParamInfo<std::tuple<int, kiri::Arch>>& info) {
   return golden_cases()[std::get<0>(info.param)].name + "_" + arch_name(std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, Golden,
     ::testing::Combine(::testing::Range(0, static_cast<int>(golden_cases().size())),
-                       ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama)),
+                       ::testing::Values(kiri::Arch::kGpt2, kiri::Arch::kLlama)),
     case_name);
 
 }  // namespace

@@ -42,7 +42,7 @@ struct DirectFile {
   }
 };
 
-class AsyncIoTest : public ::testing::TestWithParam<IoEngineKind> {
+class AsyncIoTest : public ::testing::TestWithParam<kiri::IoEngine> {
  protected:
   // The engine under test, or nullptr after GTEST_SKIP where the kernel refuses io_uring.
   std::unique_ptr<AsyncIo> engine(int queue_depth, int64_t block) {
@@ -50,12 +50,12 @@ class AsyncIoTest : public ::testing::TestWithParam<IoEngineKind> {
     o.engine = GetParam();
     o.queue_depth = queue_depth;
     o.block_size = block;
-    if (GetParam() == IoEngineKind::kIoUring && !make_io_uring(o)) return nullptr;
+    if (GetParam() == kiri::IoEngine::kIoUring && !make_io_uring(o)) return nullptr;
     auto io = make_async_io(o);
-    EXPECT_STREQ(io->name(), io_engine_name(GetParam()));
+    EXPECT_STREQ(io->name(), kiri::name(GetParam()));
     return io;
   }
-  std::string name() const { return io_engine_name(GetParam()); }
+  std::string name() const { return kiri::name(GetParam()); }
 };
 
 #define ENGINE_OR_SKIP(var, qd, block)                                       \
@@ -223,10 +223,10 @@ TEST_P(AsyncIoTest, DestructionWaitsForTransfersInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, AsyncIoTest,
-                         ::testing::Values(IoEngineKind::kThreads, IoEngineKind::kIoUring),
+                         ::testing::Values(kiri::IoEngine::kThreads, kiri::IoEngine::kIoUring),
                          [](const auto& info) {
-                           return std::string(info.param == IoEngineKind::kThreads ? "threads"
-                                                                                   : "io_uring");
+                           return std::string(info.param == kiri::IoEngine::kThreads ? "threads"
+                                                                                     : "io_uring");
                          });
 
 void expect_config_error(const IoOptions& o, const std::string& text) {
@@ -290,7 +290,7 @@ TEST(AsyncIo, IoUringRefusedIsNullptrAndANamedErrorWhenAskedFor) {
   EXPECT_EQ(autoed, 0) << "1: io_uring initialised under the filter, 2: auto is not threads";
   const int forced = under_seccomp_without_io_uring([] {
     IoOptions o;
-    o.engine = IoEngineKind::kIoUring;
+    o.engine = kiri::IoEngine::kIoUring;
     try {
       make_async_io(o);
     } catch (const Error& e) {

@@ -22,7 +22,7 @@ bool empty_dir(const std::string& dir) {
   return fs::is_empty(dir);
 }
 
-IoOptions io(IoEngineKind engine, int depth, int64_t block) {
+IoOptions io(kiri::IoEngine engine, int depth, int64_t block) {
   IoOptions o;
   o.engine = engine;
   o.queue_depth = depth;
@@ -32,12 +32,12 @@ IoOptions io(IoEngineKind engine, int depth, int64_t block) {
 
 TEST(DiskBench, MeasuresBothPassesDirectAndRemovesItsFile) {
   TempDir dir("bench");
-  for (const IoEngineKind engine : {IoEngineKind::kThreads, IoEngineKind::kIoUring}) {
-    if (engine == IoEngineKind::kIoUring && !make_io_uring(IoOptions{})) continue;
+  for (const kiri::IoEngine engine : {kiri::IoEngine::kThreads, kiri::IoEngine::kIoUring}) {
+    if (engine == kiri::IoEngine::kIoUring && !make_io_uring(IoOptions{})) continue;
     // 8 MiB + 12 KiB: the last request is shorter than a block.
     const DiskBandwidth bw =
         measure_disk_bandwidth(dir.path(), (8 << 20) + 12288, io(engine, 4, 1 << 20));
-    EXPECT_EQ(bw.engine, io_engine_name(engine));
+    EXPECT_EQ(bw.engine, kiri::name(engine));
     EXPECT_TRUE(bw.direct) << "ext4 takes O_DIRECT";
     // Above 1 MB/s and below 1 TB/s: a pass was timed, and it moved the bytes (a
     // zero or near-zero time would give an absurd rate).
@@ -53,7 +53,7 @@ TEST(DiskBench, BufferedWhereTheFilesystemRefusesODirect) {
   ScopedMount ram("bench_ramfs", "ramfs", nullptr);
   if (!ram.ok()) GTEST_SKIP() << ram.why() << " (needs root or CAP_SYS_ADMIN)";
   const DiskBandwidth bw =
-      measure_disk_bandwidth(ram.path(), 2 << 20, io(IoEngineKind::kThreads, 2, 256 << 10));
+      measure_disk_bandwidth(ram.path(), 2 << 20, io(kiri::IoEngine::kThreads, 2, 256 << 10));
   EXPECT_FALSE(bw.direct);
   EXPECT_GT(bw.read_bytes_per_s, 1e6);
   EXPECT_TRUE(empty_dir(ram.path()));
@@ -63,7 +63,7 @@ TEST(DiskBench, FullDiskIsAnIoErrorAndLeavesNothing) {
   ScopedMount small("bench_enospc", "tmpfs", "size=2m");
   if (!small.ok()) GTEST_SKIP() << small.why() << " (needs root or CAP_SYS_ADMIN)";
   try {
-    measure_disk_bandwidth(small.path(), 8 << 20, io(IoEngineKind::kAuto, 8, 1 << 20));
+    measure_disk_bandwidth(small.path(), 8 << 20, io(kiri::IoEngine::kAuto, 8, 1 << 20));
     ADD_FAILURE() << "8 MiB measured on a 2 MiB disk";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kIo);
@@ -83,7 +83,7 @@ TEST(DiskBench, MissingFolderOrAFileIsAnIoErrorNamingIt) {
   for (const auto& [path, why] :
        {std::pair{missing, "No such file or directory"}, std::pair{file, "Not a directory"}}) {
     try {
-      measure_disk_bandwidth(path, 1 << 20, io(IoEngineKind::kThreads, 2, 1 << 20));
+      measure_disk_bandwidth(path, 1 << 20, io(kiri::IoEngine::kThreads, 2, 1 << 20));
       ADD_FAILURE() << "no error for " << path;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kIo);

@@ -23,7 +23,7 @@ using testing::TempDir;
 
 constexpr int64_t kKiB = 1024;
 
-SwapOptions options(const std::string& dir, IoEngineKind engine = IoEngineKind::kThreads,
+SwapOptions options(const std::string& dir, kiri::IoEngine engine = kiri::IoEngine::kThreads,
                     int64_t block = 8 * kKiB) {
   SwapOptions o;
   o.dir = dir;
@@ -48,23 +48,21 @@ std::string expect_error(ErrorKind kind, std::initializer_list<std::string> text
   return "";
 }
 
-class SwapSpaceTest : public ::testing::TestWithParam<IoEngineKind> {
+class SwapSpaceTest : public ::testing::TestWithParam<kiri::IoEngine> {
  protected:
   void SetUp() override {
     IoOptions o;
-    if (GetParam() == IoEngineKind::kIoUring && !make_io_uring(o))
+    if (GetParam() == kiri::IoEngine::kIoUring && !make_io_uring(o))
       GTEST_SKIP() << "this kernel refuses io_uring (io_uring_setup)";
   }
-  std::string name(const std::string& what) const {
-    return what + "_" + io_engine_name(GetParam());
-  }
+  std::string name(const std::string& what) const { return what + "_" + kiri::name(GetParam()); }
 };
 
 TEST_P(SwapSpaceTest, RoundTripWithAPartialLastBlock) {
   TempDir dir(name("roundtrip"));
   Allocator a;
   SwapSpace swap(options(dir.path() + "/rank00000", GetParam()), a);
-  EXPECT_STREQ(swap.engine_name(), io_engine_name(GetParam()));
+  EXPECT_STREQ(swap.engine_name(), kiri::name(GetParam()));
   EXPECT_TRUE(swap.direct());  // ext4 under /tmp
   const int64_t bytes = 3 * 8 * kKiB + 100;
   const int f = swap.create("unit00000.exp_avg.swp", bytes, Category::kOptimizerStates);
@@ -131,10 +129,10 @@ TEST_P(SwapSpaceTest, TruncatedOrDeletedFilesAreNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, SwapSpaceTest,
-                         ::testing::Values(IoEngineKind::kThreads, IoEngineKind::kIoUring),
+                         ::testing::Values(kiri::IoEngine::kThreads, kiri::IoEngine::kIoUring),
                          [](const auto& info) {
-                           return std::string(info.param == IoEngineKind::kThreads ? "threads"
-                                                                                   : "io_uring");
+                           return std::string(info.param == kiri::IoEngine::kThreads ? "threads"
+                                                                                     : "io_uring");
                          });
 
 TEST(SwapSpace, SecondSwapSpaceOnTheSameFolderIsAConfigError) {

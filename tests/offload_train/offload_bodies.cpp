@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "kiri/train/offload_config.h"
+#include "kiri/train/offload_io.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -15,7 +15,7 @@ namespace kiri::train {
 RunConfig offload_config(comm::Communicator& world, const OffloadCase& k, bool offload,
                          const std::string& path) {
   RunConfig c = equivalence_config(2, 2, 30, 2);
-  if (k.arch == model::Arch::kLlama) make_llama(c, 24, 4, 2, 64);
+  if (k.arch == kiri::Arch::kLlama) make_llama(c, 24, 4, 2, 64);
   c.train.grad_accum = k.grad_accum;
   c.train.dtype = k.dtype;
   c.parallel.tp = k.tp;
@@ -24,8 +24,8 @@ RunConfig offload_config(comm::Communicator& world, const OffloadCase& k, bool o
   c.parallel.zero_stage = k.stage;
   if (k.pp > 1) c.parallel.microbatches = 2;
   if (offload) {
-    c.offload.optimizer = OffloadDevice::kNvme;
-    if (k.parameters) c.offload.parameters = OffloadDevice::kNvme;
+    c.offload.optimizer = kiri::OffloadTier::kNvme;
+    if (k.parameters) c.offload.parameters = kiri::OffloadTier::kNvme;
     c.offload.gradients = k.gradients;
     c.offload.path = path;
     c.offload.block_size = "4KiB";
@@ -84,8 +84,8 @@ void offload_equals_memory(comm::Communicator& world, OffloadCase k) {
       // Gradient offload: the gradient shards leave RAM for the NVMe tier, byte for byte.
       const Category grads = Category::kGradients;
       const bool grads_off = offload_gradients(offload_config(world, k, true, root).offload);
-      EXPECT_EQ(grads_off, k.gradients == OffloadDevice::kNvme ||
-                               (k.gradients == OffloadDevice::kAuto && k.parameters));
+      EXPECT_EQ(grads_off, k.gradients == kiri::OffloadTier::kNvme ||
+                               (k.gradients == kiri::OffloadTier::kAuto && k.parameters));
       EXPECT_EQ(mb.of(grads), grads_off ? 0 : ma.of(grads)) << "rank " << world.rank();
       EXPECT_EQ(mb.nvme_of(grads), grads_off ? ma.of(grads) : 0) << "rank " << world.rank();
       EXPECT_EQ(mb.of(Category::kOptimizerStates), 0) << "rank " << world.rank();

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/config/run_config.h"
 #include "kiri/model/gpt.h"
-#include "kiri/train/run_config.h"
 
 namespace kiri::train {
 
@@ -14,15 +14,15 @@ struct OffloadCase {
   int stage = 0;
   int tp = 1;
   int pp = 1;
-  ComputeDType dtype = ComputeDType::kF32;
+  kiri::Precision dtype = kiri::Precision::kFp32;
   int grad_accum = 1;
   bool parameters = false;  // offload.parameters = nvme too (stage 3)
   int buffer_count = 3;
   // offload.gradients (auto: nvme with parameter offload); nvme: stages 2-3.
-  OffloadDevice gradients = OffloadDevice::kAuto;
+  kiri::OffloadTier gradients = kiri::OffloadTier::kAuto;
   // GPT-2, or a Llama of the same blocks (zero_bodies.h's: grouped-query attention with 2
   // key/value heads, an untied head).
-  model::Arch arch = model::Arch::kGpt2;
+  kiri::Arch arch = kiri::Arch::kGpt2;
 };
 
 // The run's config: a tiny byte GPT, 10 steps; offloaded with 4 KiB blocks and 64 KiB

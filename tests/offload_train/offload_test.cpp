@@ -21,12 +21,12 @@ namespace kiri::train {
 namespace {
 
 using comm::Communicator;
-using D = ComputeDType;
+using D = kiri::Precision;
 
-const auto kArchs = ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama);
+const auto kArchs = ::testing::Values(kiri::Arch::kGpt2, kiri::Arch::kLlama);
 
 // Each stage for each architecture (offload_bodies.h).
-class OffloadStages : public ::testing::TestWithParam<std::tuple<int, model::Arch>> {
+class OffloadStages : public ::testing::TestWithParam<std::tuple<int, kiri::Arch>> {
  protected:
   OffloadCase at_stage(OffloadCase k) const {
     k.stage = std::get<0>(GetParam());
@@ -40,11 +40,11 @@ TEST_P(OffloadStages, TwoRanksFp32) {
   KIRI_RUN_RANKS(2, [k](Communicator& w) { offload_equals_memory(w, k); });
 }
 TEST_P(OffloadStages, TwoRanksBf16Accumulation) {
-  const OffloadCase k = at_stage({.dtype = D::kBF16, .grad_accum = 2});
+  const OffloadCase k = at_stage({.dtype = D::kBf16, .grad_accum = 2});
   KIRI_RUN_RANKS(2, [k](Communicator& w) { offload_equals_memory(w, k); });
 }
 TEST_P(OffloadStages, FourRanksBf16) {
-  const OffloadCase k = at_stage({.dtype = D::kBF16});
+  const OffloadCase k = at_stage({.dtype = D::kBf16});
   KIRI_RUN_RANKS(4, [k](Communicator& w) { offload_equals_memory(w, k); });
 }
 INSTANTIATE_TEST_SUITE_P(Offload, OffloadStages,
@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(Offload, OffloadStages,
                          });
 
 // The layouts (tensor, pipeline parallel) and parameter offload, for each architecture.
-class OffloadArch : public ::testing::TestWithParam<model::Arch> {
+class OffloadArch : public ::testing::TestWithParam<kiri::Arch> {
  protected:
   void run(int ranks, OffloadCase k) {
     k.arch = GetParam();
@@ -67,61 +67,61 @@ TEST_P(OffloadArch, OneRankFp32) {
   run(1, {.stage = 0});
 }
 TEST_P(OffloadArch, OneRankBf16Accumulation) {
-  run(1, {.stage = 0, .dtype = D::kBF16, .grad_accum = 3});
+  run(1, {.stage = 0, .dtype = D::kBf16, .grad_accum = 3});
 }
 TEST_P(OffloadArch, TensorParallelTwo) {
   run(2, {.stage = 0, .tp = 2});
 }
 TEST_P(OffloadArch, TensorParallelTwoStage3Bf16) {
-  run(4, {.stage = 3, .tp = 2, .dtype = D::kBF16});
+  run(4, {.stage = 3, .tp = 2, .dtype = D::kBf16});
 }
 TEST_P(OffloadArch, PipelineTwo) {
   run(2, {.stage = 0, .pp = 2});
 }
 TEST_P(OffloadArch, PipelineTwoStage1Bf16) {
-  run(4, {.stage = 1, .pp = 2, .dtype = D::kBF16, .grad_accum = 2});
+  run(4, {.stage = 1, .pp = 2, .dtype = D::kBf16, .grad_accum = 2});
 }
 // ZeRO-Infinity: the parameter shards on NVMe too.
 TEST_P(OffloadArch, ParametersTwoRanksFp32) {
   run(2, {.stage = 3, .parameters = true});
 }
 TEST_P(OffloadArch, ParametersTwoRanksBf16Accumulation) {
-  run(2, {.stage = 3, .dtype = D::kBF16, .grad_accum = 2, .parameters = true});
+  run(2, {.stage = 3, .dtype = D::kBf16, .grad_accum = 2, .parameters = true});
 }
 TEST_P(OffloadArch, ParametersFourRanksBf16) {
-  run(4, {.stage = 3, .dtype = D::kBF16, .parameters = true});
+  run(4, {.stage = 3, .dtype = D::kBf16, .parameters = true});
 }
 TEST_P(OffloadArch, ParametersTensorParallelTwoBf16) {
-  run(4, {.stage = 3, .tp = 2, .dtype = D::kBF16, .parameters = true});
+  run(4, {.stage = 3, .tp = 2, .dtype = D::kBf16, .parameters = true});
 }
 TEST_P(OffloadArch, ParametersOneRankBf16) {
-  run(1, {.stage = 3, .dtype = D::kBF16, .parameters = true});
+  run(1, {.stage = 3, .dtype = D::kBf16, .parameters = true});
 }
 // Gradient offload (offload.gradients = nvme at stages 2 and 3, and auto's none beside
 // parameter offload): each unit's reduced shard goes to its file as its reduction
 // completes, accumulation reads it back, the optimizer streams it with its states.
 TEST_P(OffloadArch, GradientsStage2TwoRanksFp32) {
-  run(2, {.stage = 2, .gradients = OffloadDevice::kNvme});
+  run(2, {.stage = 2, .gradients = kiri::OffloadTier::kNvme});
 }
 TEST_P(OffloadArch, GradientsStage2TwoRanksBf16Accumulation) {
-  run(2, {.stage = 2, .dtype = D::kBF16, .grad_accum = 3, .gradients = OffloadDevice::kNvme});
+  run(2, {.stage = 2, .dtype = D::kBf16, .grad_accum = 3, .gradients = kiri::OffloadTier::kNvme});
 }
 TEST_P(OffloadArch, GradientsStage3OneRankBf16) {
-  run(1, {.stage = 3, .dtype = D::kBF16, .gradients = OffloadDevice::kNvme});
+  run(1, {.stage = 3, .dtype = D::kBf16, .gradients = kiri::OffloadTier::kNvme});
 }
 TEST_P(OffloadArch, GradientsStage3FourRanksTensorParallelFp32Accumulation) {
-  run(4, {.stage = 3, .tp = 2, .grad_accum = 2, .gradients = OffloadDevice::kNvme});
+  run(4, {.stage = 3, .tp = 2, .grad_accum = 2, .gradients = kiri::OffloadTier::kNvme});
 }
 TEST_P(OffloadArch, ParametersWithoutGradientsTwoRanksBf16) {
   run(2, {.stage = 3,
-          .dtype = D::kBF16,
+          .dtype = D::kBf16,
           .grad_accum = 2,
           .parameters = true,
-          .gradients = OffloadDevice::kNone});
+          .gradients = kiri::OffloadTier::kNone});
 }
 
 TEST_P(OffloadArch, TwoBuffersNoReadAhead) {
-  run(2, {.stage = 2, .dtype = D::kBF16, .buffer_count = 2});
+  run(2, {.stage = 2, .dtype = D::kBf16, .buffer_count = 2});
 }
 INSTANTIATE_TEST_SUITE_P(Offload, OffloadArch, kArchs,
                          [](const auto& info) { return std::string(arch_name(info.param)); });
@@ -138,7 +138,7 @@ namespace fs = std::filesystem;
 // file of unit 1's `state` after step 2, and step 3 must end in a kIo error naming it.
 void expect_damage_named(const std::function<void(const std::string&)>& damage,
                          const std::string& expected,
-                         OffloadCase k = {.stage = 0, .dtype = D::kBF16},
+                         OffloadCase k = {.stage = 0, .dtype = D::kBf16},
                          const std::string& state = "exp_avg") {
   const std::string root = ::testing::TempDir() + "kiri_offload_damage_" +
                            std::to_string(::getpid()) + "_" + expected.substr(0, 8) + state;
@@ -172,7 +172,7 @@ TEST(Offload, StepLeavesItsUpdateToTheNextForward) {
       ::testing::TempDir() + "kiri_offload_deferred_" + std::to_string(::getpid());
   fs::remove_all(root);
   comm::testing::run_ranks(1, [&](Communicator& w) {
-    Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, root), w);
+    Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBf16}, true, root), w);
     const StepMetrics first = t.train_step();
     EXPECT_TRUE(t.update_pending());
     EXPECT_EQ(first.offload_written_bytes, 0);
@@ -207,13 +207,15 @@ TEST(OffloadFiles, ABitFlippedIsAChecksumError) {
 TEST(OffloadFiles, ABitFlippedInAGradientFileIsAChecksumError) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   expect_damage_named(flip_a_bit, "checksum",
-                      {.stage = 3, .dtype = D::kBF16, .gradients = OffloadDevice::kNvme}, "grads");
+                      {.stage = 3, .dtype = D::kBf16, .gradients = kiri::OffloadTier::kNvme},
+                      "grads");
 }
 // ... and one deleted while gradients accumulate: the second micro-batch reads it back.
 TEST(OffloadFiles, ADeletedGradientFileIsNamed) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
   expect_damage_named([](const std::string& f) { fs::remove(f); }, "deleted",
-                      {.stage = 2, .grad_accum = 2, .gradients = OffloadDevice::kNvme}, "grads");
+                      {.stage = 2, .grad_accum = 2, .gradients = kiri::OffloadTier::kNvme},
+                      "grads");
 }
 TEST(OffloadFiles, ATruncatedFileIsNamed) {
   if (comm::testing::skip_unless_ranks(1)) GTEST_SKIP() << "one process (run_ranks(1) below)";
@@ -274,7 +276,7 @@ TEST(OffloadFiles, ResidentSetStaysFlatOver200Steps) {
   const std::string root = ::testing::TempDir() + "kiri_offload_rss_" + std::to_string(::getpid());
   fs::remove_all(root);
   comm::testing::run_ranks(1, [&](Communicator& w) {
-    RunConfig c = offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, root);
+    RunConfig c = offload_config(w, {.stage = 0, .dtype = D::kBf16}, true, root);
     c.train.steps = 200;
     Trainer t(c, w);
     int64_t at10 = 0;
@@ -308,7 +310,7 @@ TEST(OffloadFiles, AFullDiskIsNamedBeforeTheFirstStep) {
   }
   comm::testing::run_ranks(1, [&](Communicator& w) {
     try {
-      Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBF16}, true, mnt + "/swap"), w);
+      Trainer t(offload_config(w, {.stage = 0, .dtype = D::kBf16}, true, mnt + "/swap"), w);
       ADD_FAILURE() << "states larger than the disk were offloaded to it";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kIo) << e.what();

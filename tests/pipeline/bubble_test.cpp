@@ -27,7 +27,7 @@ namespace kiri::model {
 namespace {
 
 using comm::Communicator;
-using parallel::pp::ScheduleKind;
+using kiri::PipelineSchedule;
 
 constexpr int kForwardMs = 25;  // backward: 2x
 constexpr int64_t kWidth = 4;
@@ -70,7 +70,7 @@ class SleepStage final : public PipelineStage {
   bool first_, last_;
 };
 
-void check_bubble(int p, ScheduleKind kind) {
+void check_bubble(int p, PipelineSchedule kind) {
   KIRI_RUN_RANKS(p, [p, kind](Communicator& world) {
     const int s = world.rank();
     Allocator allocator;
@@ -110,7 +110,7 @@ void check_bubble(int p, ScheduleKind kind) {
         const Tracer::BusyStats busy = tracer.busy(from, to);
         EXPECT_NEAR(1 - busy.compute_us / busy.span_us, measured, 0.01);
         std::printf("%s p=%d m=%d rank %d attempt %d: bubble %.4f (ideal %.4f, own window %.4f)\n",
-                    parallel::pp::schedule_name(kind), p, m, s, attempt, measured, ideal, own);
+                    kiri::name(kind), p, m, s, attempt, measured, ideal, own);
         Tensor off = Tensor::zeros({1}, DType::kF64, Category::kBuffers, allocator);
         off.data<double>()[0] = std::fabs(measured - expected) > tolerance ? 1 : 0;
         world.all_reduce(off, comm::ReduceOp::kMax);
@@ -127,16 +127,16 @@ void check_bubble(int p, ScheduleKind kind) {
 }
 
 TEST(BubbleTiming, GPipeP2) {
-  check_bubble(2, ScheduleKind::kGPipe);
+  check_bubble(2, PipelineSchedule::kGpipe);
 }
 TEST(BubbleTiming, GPipeP4) {
-  check_bubble(4, ScheduleKind::kGPipe);
+  check_bubble(4, PipelineSchedule::kGpipe);
 }
 TEST(BubbleTiming, OneFOneBP2) {
-  check_bubble(2, ScheduleKind::k1F1B);
+  check_bubble(2, PipelineSchedule::k1F1B);
 }
 TEST(BubbleTiming, OneFOneBP4) {
-  check_bubble(4, ScheduleKind::k1F1B);
+  check_bubble(4, PipelineSchedule::k1F1B);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/trainer.h"
 #include "lowp_tolerance.h"
 #include "train_test_util.h"
@@ -23,13 +24,13 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
   RunConfig c = equivalence_config(8, 4, 32, micro_batch);
   // Grouped-query attention on every layout: tp divides the key/value heads (tp 2: one
   // each; tp 4: one of 4, each serving 2 query heads).
-  if (k.arch == model::Arch::kLlama) make_llama(c, 32, 8, std::max(2, k.tp), 88, k.tied);
-  c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
+  if (k.arch == kiri::Arch::kLlama) make_llama(c, 32, 8, std::max(2, k.tp), 88, k.tied);
+  c.train.dtype = k.bf16 ? kiri::Precision::kBf16 : kiri::Precision::kFp32;
   c.parallel.dp = dp;
   c.parallel.pp = pp;
   c.parallel.tp = tp;
   c.parallel.microbatches = m;
-  c.parallel.schedule = pp > 1 ? k.schedule : "1f1b";
+  c.parallel.schedule = parallel::pp::parse_schedule(pp > 1 ? k.schedule : "1f1b");
   c.parallel.virtual_stages = pp > 1 ? k.virtual_stages : 1;
   c.parallel.zero_stage = k.zero_stage;
   if (k.recompute) c.parallel.activation_checkpointing = ActivationCheckpointing::kFull;

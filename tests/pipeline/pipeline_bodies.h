@@ -22,7 +22,7 @@ struct LayoutCase {
   std::vector<std::string> selective = {};
   // The model: GPT-2 (8 blocks of 32, 4 heads), or a Llama of the same blocks and width
   // with 8 query heads and max(2, tp) key/value heads, untied unless `tied`.
-  model::Arch arch = model::Arch::kGpt2;
+  kiri::Arch arch = kiri::Arch::kGpt2;
   bool tied = false;
 };
 

@@ -23,14 +23,14 @@ void run(LayoutCase k) {
   KIRI_RUN_RANKS(k.dp * k.tp * k.pp, [k](Communicator& w) { layout_equivalence(w, k); });
 }
 
-const auto kArchs = ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama);
-std::string arch_param_name(const ::testing::TestParamInfo<model::Arch>& info) {
+const auto kArchs = ::testing::Values(kiri::Arch::kGpt2, kiri::Arch::kLlama);
+std::string arch_param_name(const ::testing::TestParamInfo<kiri::Arch>& info) {
   return arch_name(info.param);
 }
 
 // The layout matrix for each architecture: GPT-2, and a Llama with grouped-query attention
 // and an untied head (pipeline_bodies.h).
-class Layout : public ::testing::TestWithParam<model::Arch> {
+class Layout : public ::testing::TestWithParam<kiri::Arch> {
  protected:
   void run(LayoutCase k) {
     k.arch = GetParam();
@@ -216,12 +216,12 @@ TEST(LayoutSelective, RefusesModulesWithoutSelective) {
 
 // A Llama whose head is tied to the embedding: the first and last stage sum its gradient.
 TEST(LayoutLlama, TiedPp2) {
-  run({.pp = 2, .arch = model::Arch::kLlama, .tied = true});
+  run({.pp = 2, .arch = kiri::Arch::kLlama, .tied = true});
 }
 
 // The bf16 layouts through each gemm_lowp path (about 1.5 s, 1.5 s and 3 s
 // each on 2 cores), for each architecture.
-class LayoutBf16 : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, model::Arch>> {
+class LayoutBf16 : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, kiri::Arch>> {
  protected:
   void run(LayoutCase k) {
     k.arch = std::get<1>(GetParam());
@@ -258,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(Layout, LayoutBf16, ::testing::Combine(test::kGemmLowpP
                                   "_" + arch_name(std::get<1>(info.param));
                          });
 
-class LayoutCheckpoint : public ::testing::TestWithParam<model::Arch> {
+class LayoutCheckpoint : public ::testing::TestWithParam<kiri::Arch> {
  protected:
   void round_trip(int ranks, LayoutCase k) {
     k.arch = GetParam();

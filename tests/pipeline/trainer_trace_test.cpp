@@ -37,7 +37,7 @@ TEST(TrainerTrace, PipelineWritesOneFilePerRankAndTheBubble) {
     c.train.eval_batches = 1;
     c.parallel.pp = 2;
     c.parallel.microbatches = 4;
-    c.parallel.schedule = "gpipe";
+    c.parallel.schedule = kiri::PipelineSchedule::kGpipe;
     c.log.metrics = dir + "/metrics.jsonl";
     c.log.trace = dir + "/trace.json";
     {

@@ -157,7 +157,7 @@ void check_rank(Communicator& world, const ActCase& k) {
   l.sequence_parallel = k.sp;
   l.dtype = d;
   l.activation_checkpointing = r;
-  if (k.sel.any()) l.recompute_modules = k.sel;
+  if (k.sel.any()) l.modules = k.sel;
   l.seq_len = kS;
   l.micro_batch = kB;
   l.global_batch = kB * k.dp;

@@ -73,7 +73,7 @@ RunConfig config_of(const Case& k, const Shape& s) {
   c.model.block_size = static_cast<int>(s.block_size);
   if (s.vocab > 0) c.model.vocab_size = static_cast<int>(s.vocab);
   if (s.llama) {
-    c.model.arch = model::Arch::kLlama;
+    c.model.arch = kiri::Arch::kLlama;
     c.model.num_key_value_heads = static_cast<int>(s.kv_heads);
     c.model.intermediate_size = static_cast<int>(s.ffn);
     c.model.tie_word_embeddings = s.tied;
@@ -93,11 +93,11 @@ RunConfig config_of(const Case& k, const Shape& s) {
   c.parallel.timeout_s = 120;
   c.checkpoint.dir.clear();
   c.log.metrics.clear();
-  if (k.bf16) c.train.dtype = ComputeDType::kBF16;
+  if (k.bf16) c.train.dtype = kiri::Precision::kBf16;
   if (k.offload != Offload::kNone) {
-    c.offload.optimizer = OffloadDevice::kNvme;
-    if (k.offload == Offload::kParameters) c.offload.parameters = OffloadDevice::kNvme;
-    if (k.offload == Offload::kGradients) c.offload.gradients = OffloadDevice::kNvme;
+    c.offload.optimizer = kiri::OffloadTier::kNvme;
+    if (k.offload == Offload::kParameters) c.offload.parameters = kiri::OffloadTier::kNvme;
+    if (k.offload == Offload::kGradients) c.offload.gradients = kiri::OffloadTier::kNvme;
     c.offload.path = k.path;
     c.offload.block_size = "4KiB";  // small units in several chunks, as in offload_train
     c.offload.buffer_mb = 0.0625;

@@ -28,11 +28,12 @@ std::string table_str(const std::vector<Action>& t) {
 }
 
 TEST(PpSchedule, ParsesTheThreeNames) {
-  EXPECT_EQ(parse_schedule("gpipe"), ScheduleKind::kGPipe);
-  EXPECT_EQ(parse_schedule("1f1b"), ScheduleKind::k1F1B);
-  EXPECT_EQ(parse_schedule("interleaved"), ScheduleKind::kInterleaved1F1B);
-  for (ScheduleKind k : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B})
-    EXPECT_EQ(parse_schedule(schedule_name(k)), k);
+  EXPECT_EQ(parse_schedule("gpipe"), PipelineSchedule::kGpipe);
+  EXPECT_EQ(parse_schedule("1f1b"), PipelineSchedule::k1F1B);
+  EXPECT_EQ(parse_schedule("interleaved"), PipelineSchedule::kInterleaved);
+  for (PipelineSchedule k :
+       {PipelineSchedule::kGpipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved})
+    EXPECT_EQ(parse_schedule(name(k)), k);
   expect_config_error([] { parse_schedule("1F1B-x"); },
                       "parallel.schedule = \"1F1B-x\" is not a pipeline schedule; allowed: "
                       "gpipe, 1f1b, interleaved");
@@ -40,15 +41,15 @@ TEST(PpSchedule, ParsesTheThreeNames) {
 
 // The tables themselves, small enough to read.
 TEST(PpSchedule, GoldenTables) {
-  const auto g = make_schedule(ScheduleKind::kGPipe, 2, 3, 1);
+  const auto g = make_schedule(PipelineSchedule::kGpipe, 2, 3, 1);
   EXPECT_EQ(table_str(g[0]), "F0.0 F1.0 F2.0 B2.0 B1.0 B0.0");
   EXPECT_EQ(table_str(g[1]), table_str(g[0]));
-  const auto s = make_schedule(ScheduleKind::k1F1B, 3, 4, 1);
+  const auto s = make_schedule(PipelineSchedule::k1F1B, 3, 4, 1);
   EXPECT_EQ(table_str(s[0]), "F0.0 F1.0 F2.0 B0.0 F3.0 B1.0 B2.0 B3.0");
   EXPECT_EQ(table_str(s[1]), "F0.0 F1.0 B0.0 F2.0 B1.0 F3.0 B2.0 B3.0");
   EXPECT_EQ(table_str(s[2]), "F0.0 B0.0 F1.0 B1.0 F2.0 B2.0 F3.0 B3.0");
   // Interleaved, p 2, v 2, m 4: micro-batches go through each chunk in groups of p = 2.
-  const auto i = make_schedule(ScheduleKind::kInterleaved1F1B, 2, 4, 2);
+  const auto i = make_schedule(PipelineSchedule::kInterleaved, 2, 4, 2);
   EXPECT_EQ(table_str(i[0]),
             "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 "
             "B2.1 B3.1 B2.0 B3.0");
@@ -61,7 +62,7 @@ TEST(PpSchedule, GoldenTables) {
 TEST(PpSchedule, OneFOneBBoundsInFlightByStageCount) {
   for (int p : {1, 2, 4})
     for (int m : {1, 2, 4, 8}) {
-      const auto t = make_schedule(ScheduleKind::k1F1B, p, m, 1);
+      const auto t = make_schedule(PipelineSchedule::k1F1B, p, m, 1);
       for (int r = 0; r < p; ++r) {
         int held = 0, peak = 0;
         for (const Action& a : t[r]) peak = std::max(peak, held += a.op == Op::kForward ? 1 : -1);
@@ -71,30 +72,30 @@ TEST(PpSchedule, OneFOneBBoundsInFlightByStageCount) {
 }
 
 TEST(PpSchedule, BadConfigsNameTheRule) {
-  using K = ScheduleKind;
+  using K = PipelineSchedule;
   expect_config_error([] { validate_pipeline(K::k1F1B, 4, 8, 8, 1); },
                       "parallel.pp = 8 exceeds model.n_layer = 4: every stage needs a layer");
   expect_config_error([] { validate_pipeline(K::k1F1B, 4, 2, 0, 1); },
                       "parallel.microbatches = 0 must be >= 1");
-  expect_config_error([] { validate_pipeline(K::kGPipe, 4, 0, 4, 1); },
+  expect_config_error([] { validate_pipeline(K::kGpipe, 4, 0, 4, 1); },
                       "parallel.dp = 1, parallel.tp = 1 and parallel.pp = 0 must each be >= 1");
-  expect_config_error([] { validate_pipeline(K::kInterleaved1F1B, 12, 4, 6, 2); },
+  expect_config_error([] { validate_pipeline(K::kInterleaved, 12, 4, 6, 2); },
                       "interleaved 1F1B needs parallel.microbatches (m) to be a multiple of "
                       "parallel.pp (p): m = 6, p = 4");
-  expect_config_error([] { validate_pipeline(K::kInterleaved1F1B, 6, 4, 8, 2); },
+  expect_config_error([] { validate_pipeline(K::kInterleaved, 6, 4, 8, 2); },
                       "interleaved 1F1B needs model.n_layer (L) >= parallel.pp (p) x "
                       "parallel.virtual_stages (v), so every chunk has a layer: L = 6, p = 4, "
                       "v = 2");
-  expect_config_error([] { validate_pipeline(K::kInterleaved1F1B, 12, 4, 8, 1); },
+  expect_config_error([] { validate_pipeline(K::kInterleaved, 12, 4, 8, 1); },
                       "interleaved 1F1B needs parallel.virtual_stages >= 2, got 1");
   expect_config_error([] { validate_pipeline(K::k1F1B, 12, 4, 8, 2); },
                       "parallel.virtual_stages = 2 needs schedule interleaved; 1f1b runs exactly "
                       "1 chunk per rank");
   // make_schedule applies the same rules (all but the layer count).
-  expect_config_error([] { make_schedule(K::kInterleaved1F1B, 4, 6, 2); },
+  expect_config_error([] { make_schedule(K::kInterleaved, 4, 6, 2); },
                       "multiple of parallel.pp (p): m = 6, p = 4");
-  EXPECT_NO_THROW(validate_pipeline(K::kInterleaved1F1B, 8, 4, 8, 2));
-  EXPECT_NO_THROW(validate_pipeline(K::kGPipe, 1, 1, 1, 1));
+  EXPECT_NO_THROW(validate_pipeline(K::kInterleaved, 8, 4, 8, 2));
+  EXPECT_NO_THROW(validate_pipeline(K::kGpipe, 1, 1, 1, 1));
 }
 
 }  // namespace

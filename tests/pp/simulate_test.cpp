@@ -13,7 +13,7 @@ namespace {
 using Op = Action::Op;
 
 struct Case {
-  ScheduleKind kind;
+  PipelineSchedule kind;
   int p, m, v;
 };
 
@@ -23,15 +23,15 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (int p : {1, 2, 4})
     for (int m : {1, 2, 4, 8}) {
-      cases.push_back({ScheduleKind::kGPipe, p, m, 1});
-      cases.push_back({ScheduleKind::k1F1B, p, m, 1});
-      if (m % p == 0 && p >= 2) cases.push_back({ScheduleKind::kInterleaved1F1B, p, m, 2});
+      cases.push_back({PipelineSchedule::kGpipe, p, m, 1});
+      cases.push_back({PipelineSchedule::k1F1B, p, m, 1});
+      if (m % p == 0 && p >= 2) cases.push_back({PipelineSchedule::kInterleaved, p, m, 2});
     }
   return cases;
 }
 
 std::string name(const Case& c) {
-  return str(schedule_name(c.kind), " p ", c.p, " m ", c.m, " v ", c.v);
+  return str(name(c.kind), " p ", c.p, " m ", c.m, " v ", c.v);
 }
 
 TEST(PpSimulate, EveryActionOnceAndNoDeadlock) {
@@ -53,7 +53,7 @@ TEST(PpSimulate, EveryActionOnceAndNoDeadlock) {
 TEST(PpSimulate, BubbleMatchesTheFormulas) {
   for (const Case& c : all_cases()) {
     const SimResult r = simulate(make_schedule(c.kind, c.p, c.m, c.v), c.m, c.v, {1, 2, 0});
-    const double steps = (c.kind == ScheduleKind::kInterleaved1F1B ? c.v : 1) * c.m;
+    const double steps = (c.kind == PipelineSchedule::kInterleaved ? c.v : 1) * c.m;
     EXPECT_NEAR(r.bubble, (c.p - 1) / (steps + c.p - 1), 1e-12) << name(c);
     EXPECT_NEAR(r.bubble, ideal_bubble(c.kind, c.p, c.m, c.v), 1e-12) << name(c);
     EXPECT_NEAR(r.makespan, (steps + c.p - 1) * 3.0, 1e-12) << name(c);
@@ -67,8 +67,8 @@ TEST(PpSimulate, OneFOneBHoldsAtMostPMicroBatchesGPipeHoldsM) {
   for (int p : {2, 4})
     for (int m : {4, 8}) {
       const SimCosts costs{1, 2, 0};
-      const SimResult one = simulate(make_schedule(ScheduleKind::k1F1B, p, m, 1), m, 1, costs);
-      const SimResult all = simulate(make_schedule(ScheduleKind::kGPipe, p, m, 1), m, 1, costs);
+      const SimResult one = simulate(make_schedule(PipelineSchedule::k1F1B, p, m, 1), m, 1, costs);
+      const SimResult all = simulate(make_schedule(PipelineSchedule::kGpipe, p, m, 1), m, 1, costs);
       EXPECT_EQ(one.peak_in_flight[0], std::min(p, m));
       EXPECT_EQ(one.peak_in_flight[p - 1], 1);
       EXPECT_EQ(all.peak_in_flight[0], m);
@@ -79,9 +79,9 @@ TEST(PpSimulate, OneFOneBHoldsAtMostPMicroBatchesGPipeHoldsM) {
 // Interleaving with v = 2 on p = 4, m = 8 shrinks the bubble; the extra hops cost when
 // p2p is not free (v times the messages).
 TEST(PpSimulate, InterleavingShrinksTheBubble) {
-  const SimResult flat = simulate(make_schedule(ScheduleKind::k1F1B, 4, 8, 1), 8, 1, {2, 4, 0});
+  const SimResult flat = simulate(make_schedule(PipelineSchedule::k1F1B, 4, 8, 1), 8, 1, {2, 4, 0});
   const SimResult inter =
-      simulate(make_schedule(ScheduleKind::kInterleaved1F1B, 4, 8, 2), 8, 2, {1, 2, 0});
+      simulate(make_schedule(PipelineSchedule::kInterleaved, 4, 8, 2), 8, 2, {1, 2, 0});
   EXPECT_NEAR(flat.bubble, 3.0 / 11, 1e-12);
   EXPECT_NEAR(inter.bubble, 3.0 / 19, 1e-12);
   EXPECT_LT(inter.makespan, flat.makespan);
@@ -94,15 +94,15 @@ TEST(PpSimulate, InterleavingShrinksTheBubble) {
 TEST(PpSimulate, LatencyCostPerSchedule) {
   const SimCosts costs{1, 2, 0.25};
   for (int m : {4, 8, 16}) {
-    const auto gp = simulate(make_schedule(ScheduleKind::kGPipe, 4, m, 1), m, 1, costs);
+    const auto gp = simulate(make_schedule(PipelineSchedule::kGpipe, 4, m, 1), m, 1, costs);
     EXPECT_NEAR(gp.makespan, (m + 3) * 3.0 + 2 * 3 * 0.25, 1e-12) << m;
-    const auto in = simulate(make_schedule(ScheduleKind::kInterleaved1F1B, 4, m, 2), m, 2, costs);
+    const auto in = simulate(make_schedule(PipelineSchedule::kInterleaved, 4, m, 2), m, 2, costs);
     EXPECT_NEAR(in.makespan, (2 * m + 3) * 3.0 + 2 * 7 * 0.25, 1e-12) << m;
-    const auto fb = simulate(make_schedule(ScheduleKind::k1F1B, 4, m, 1), m, 1, costs);
+    const auto fb = simulate(make_schedule(PipelineSchedule::k1F1B, 4, m, 1), m, 1, costs);
     EXPECT_GT(fb.makespan, gp.makespan) << m;
   }
-  const auto fb8 = simulate(make_schedule(ScheduleKind::k1F1B, 4, 8, 1), 8, 1, costs);
-  const auto fb16 = simulate(make_schedule(ScheduleKind::k1F1B, 4, 16, 1), 16, 1, costs);
+  const auto fb8 = simulate(make_schedule(PipelineSchedule::k1F1B, 4, 8, 1), 8, 1, costs);
+  const auto fb16 = simulate(make_schedule(PipelineSchedule::k1F1B, 4, 16, 1), 16, 1, costs);
   EXPECT_NEAR(fb16.makespan - fb8.makespan, 8 * 3.0 + 8 * 1.5 * 0.25, 1e-12);
 }
 
@@ -112,7 +112,7 @@ TEST(PpSimulate, InterleavedPeakInFlight) {
   for (int p : {2, 4})
     for (int m : {p, 2 * p, 4 * p}) {
       const SimResult r =
-          simulate(make_schedule(ScheduleKind::kInterleaved1F1B, p, m, 2), m, 2, {1, 2, 0});
+          simulate(make_schedule(PipelineSchedule::kInterleaved, p, m, 2), m, 2, {1, 2, 0});
       EXPECT_EQ(r.peak_in_flight[0], std::min(2 * (p - 1) + p + 1, 2 * m)) << p << " " << m;
     }
 }

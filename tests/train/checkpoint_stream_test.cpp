@@ -55,10 +55,10 @@ void expect_streamed_files_equal_whole(comm::Communicator& world, const Layout& 
   c.parallel.microbatches = k.pp > 1 ? 2 : 1;
   c.parallel.zero_stage = k.zero_stage;
   if (k.virtual_stages > 1) {
-    c.parallel.schedule = "interleaved";
+    c.parallel.schedule = kiri::PipelineSchedule::kInterleaved;
     c.parallel.virtual_stages = k.virtual_stages;
   }
-  c.train.dtype = k.bf16 ? ComputeDType::kBF16 : ComputeDType::kF32;
+  c.train.dtype = k.bf16 ? kiri::Precision::kBf16 : kiri::Precision::kFp32;
   c.checkpoint.dir = root + "/ck";
   c.checkpoint.max_shard_size = "20KB";  // several model files and an index
   Trainer t(c, world);
@@ -167,7 +167,7 @@ TEST(CheckpointStream, SaveAndResumeHoldAPieceAndAParameterNotTheWholeState) {
   fs::remove_all(root);
   RunConfig c = stream_config(4, 64);
   c.checkpoint.dir = root;
-  c.train.dtype = ComputeDType::kBF16;  // fp32 masters, m and v: 12 bytes per element
+  c.train.dtype = kiri::Precision::kBf16;  // fp32 masters, m and v: 12 bytes per element
   int64_t largest = 0, numel = 0;
   {
     model::GPT<float> m(c.model);

@@ -12,7 +12,7 @@ namespace kiri::train {
 namespace {
 
 TEST(Generate, SamplingEndsAfterTheStopToken) {
-  model::GPTConfig c;
+  kiri::GPTConfig c;
   c.n_layer = 1;
   c.n_head = 2;
   c.n_embd = 16;

@@ -22,9 +22,9 @@ std::string temp_dir(const std::string& name) {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-model::GPTConfig llama() {
-  model::GPTConfig m;
-  m.arch = model::Arch::kLlama;
+kiri::GPTConfig llama() {
+  kiri::GPTConfig m;
+  m.arch = kiri::Arch::kLlama;
   m.n_layer = 3;
   m.n_head = 8;
   m.num_key_value_heads = 2;
@@ -34,7 +34,7 @@ model::GPTConfig llama() {
   m.block_size = 128;
   m.rms_norm_eps = 1e-5;
   m.rope_theta = 500000;
-  m.rope_scaling.type = model::RopeScaling::Type::kLlama3;
+  m.rope_scaling.type = kiri::RopeScaling::Type::kLlama3;
   m.rope_scaling.factor = 32;
   m.rope_scaling.low_freq_factor = 2;
   m.rope_scaling.high_freq_factor = 8;
@@ -51,10 +51,10 @@ HfConfig read(const std::string& dir, const json& c) {
 TEST(HfLlamaConfig, WhatKiriWritesReadsBackAsTheSameModel) {
   const std::string dir = temp_dir("roundtrip");
   for (const bool tied : {true, false}) {
-    model::GPTConfig m = llama();
+    kiri::GPTConfig m = llama();
     m.tie_word_embeddings = tied;
     const HfConfig back = read(dir, hf_config_json(m, 256, DType::kF32, "byte"));
-    const model::GPTConfig& r = back.model;
+    const kiri::GPTConfig& r = back.model;
     EXPECT_TRUE(r.llama());
     EXPECT_EQ(r.n_layer, 3);
     EXPECT_EQ(r.n_head, 8);
@@ -65,7 +65,7 @@ TEST(HfLlamaConfig, WhatKiriWritesReadsBackAsTheSameModel) {
     EXPECT_EQ(r.block_size, 128);
     EXPECT_EQ(r.rms_norm_eps, 1e-5);
     EXPECT_EQ(r.rope_theta, 500000);
-    EXPECT_EQ(r.rope_scaling.type, model::RopeScaling::Type::kLlama3);
+    EXPECT_EQ(r.rope_scaling.type, kiri::RopeScaling::Type::kLlama3);
     EXPECT_EQ(r.rope_scaling.factor, 32);
     EXPECT_EQ(r.rope_scaling.low_freq_factor, 2);
     EXPECT_EQ(r.rope_scaling.high_freq_factor, 8);
@@ -85,11 +85,11 @@ TEST(HfLlamaConfig, AbsentKeysTakeLlamaConfigsDefaults) {
                   {"intermediate_size", 48},      {"num_hidden_layers", 2},
                   {"num_attention_heads", 4},     {"vocab_size", 257},
                   {"max_position_embeddings", 64}};
-  const model::GPTConfig m = read(dir, c).model;
+  const kiri::GPTConfig m = read(dir, c).model;
   EXPECT_EQ(m.num_key_value_heads, 4);
   EXPECT_EQ(m.rms_norm_eps, 1e-6);
   EXPECT_EQ(m.rope_theta, 10000);
-  EXPECT_EQ(m.rope_scaling.type, model::RopeScaling::Type::kNone);
+  EXPECT_EQ(m.rope_scaling.type, kiri::RopeScaling::Type::kNone);
   EXPECT_FALSE(m.tie_word_embeddings);
   json old = c;
   old["rope_scaling"] = {{"type", "llama3"},
@@ -97,9 +97,9 @@ TEST(HfLlamaConfig, AbsentKeysTakeLlamaConfigsDefaults) {
                          {"low_freq_factor", 1},
                          {"high_freq_factor", 4},
                          {"original_max_position_embeddings", 32}};
-  EXPECT_EQ(read(dir, old).model.rope_scaling.type, model::RopeScaling::Type::kLlama3);
+  EXPECT_EQ(read(dir, old).model.rope_scaling.type, kiri::RopeScaling::Type::kLlama3);
   old["rope_scaling"] = {{"rope_type", "default"}};
-  EXPECT_EQ(read(dir, old).model.rope_scaling.type, model::RopeScaling::Type::kNone);
+  EXPECT_EQ(read(dir, old).model.rope_scaling.type, kiri::RopeScaling::Type::kNone);
   old = c;
   old.erase("model_type");  // architectures alone say Llama
   old["architectures"] = {"LlamaForCausalLM"};
@@ -177,9 +177,9 @@ TEST(HfLlamaConfig, Transformers5RopeParametersAreRead) {
   c["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
                           {"factor", 16.0},          {"low_freq_factor", 2.0},
                           {"high_freq_factor", 8.0}, {"original_max_position_embeddings", 32}};
-  model::GPTConfig m = read(dir, c).model;
+  kiri::GPTConfig m = read(dir, c).model;
   EXPECT_EQ(m.rope_theta, 500000);
-  EXPECT_EQ(m.rope_scaling.type, model::RopeScaling::Type::kLlama3);
+  EXPECT_EQ(m.rope_scaling.type, kiri::RopeScaling::Type::kLlama3);
   EXPECT_EQ(m.rope_scaling.factor, 16);
   EXPECT_EQ(m.rope_scaling.low_freq_factor, 2);
   EXPECT_EQ(m.rope_scaling.high_freq_factor, 8);
@@ -188,12 +188,12 @@ TEST(HfLlamaConfig, Transformers5RopeParametersAreRead) {
   c["rope_parameters"]["type"] = c["rope_parameters"]["rope_type"];
   c["rope_parameters"].erase("rope_type");
   m = read(dir, c).model;
-  EXPECT_EQ(m.rope_scaling.type, model::RopeScaling::Type::kLlama3);
+  EXPECT_EQ(m.rope_scaling.type, kiri::RopeScaling::Type::kLlama3);
   EXPECT_EQ(m.rope_scaling.original_max_position_embeddings, 64);
   c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
   m = read(dir, c).model;
   EXPECT_EQ(m.rope_theta, 250000);
-  EXPECT_EQ(m.rope_scaling.type, model::RopeScaling::Type::kNone);
+  EXPECT_EQ(m.rope_scaling.type, kiri::RopeScaling::Type::kNone);
   // Both spellings, agreeing (what kiri writes): read; disagreeing: named.
   c["rope_theta"] = 250000.0;
   EXPECT_EQ(read(dir, c).model.rope_theta, 250000);

@@ -220,8 +220,8 @@ TEST(HfModel, ConfigKeysKiriCannotHonourAreNamed) {
 
 // A Llama's config.json is LlamaConfig's, key for key (model.* keys map one to one).
 TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
-  model::GPTConfig m;
-  m.arch = model::Arch::kLlama;
+  kiri::GPTConfig m;
+  m.arch = kiri::Arch::kLlama;
   m.n_layer = 3;
   m.n_head = 8;
   m.num_key_value_heads = 2;
@@ -231,7 +231,7 @@ TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
   m.block_size = 128;
   m.rms_norm_eps = 1e-5;
   m.rope_theta = 500000;
-  m.rope_scaling.type = model::RopeScaling::Type::kLlama3;
+  m.rope_scaling.type = kiri::RopeScaling::Type::kLlama3;
   m.rope_scaling.factor = 32;
   m.tie_word_embeddings = true;
   const json c = hf_config_json(m, 256, DType::kBF16, "byte");
@@ -270,7 +270,7 @@ TEST(HfModel, LlamaConfigJsonHasLlamaConfigsKeys) {
   EXPECT_EQ(c["torch_dtype"], "bfloat16");  // which transformers 4 and 5 both read
   EXPECT_FALSE(c.contains("dtype"));
   EXPECT_FALSE(c.contains("n_layer"));  // nothing of GPT2Config's
-  m.rope_scaling.type = model::RopeScaling::Type::kNone;
+  m.rope_scaling.type = kiri::RopeScaling::Type::kNone;
   const json plain = hf_config_json(m, 256, DType::kF32, "byte");
   EXPECT_EQ(plain["rope_scaling"], nullptr);
   EXPECT_EQ(plain["rope_parameters"], json({{"rope_type", "default"}, {"rope_theta", 500000.0}}));

@@ -7,13 +7,13 @@
 #include <string>
 
 #include "kiri/base/error.h"
-#include "kiri/train/offload_config.h"
+#include "kiri/train/offload_io.h"
 
 namespace kiri::train {
 namespace {
 
-RunConfig on(OffloadDevice optimizer = OffloadDevice::kNvme,
-             OffloadDevice parameters = OffloadDevice::kNone) {
+RunConfig on(kiri::OffloadTier optimizer = kiri::OffloadTier::kNvme,
+             kiri::OffloadTier parameters = kiri::OffloadTier::kNone) {
   RunConfig c = default_run_config();
   c.offload.optimizer = optimizer;
   c.offload.parameters = parameters;
@@ -43,29 +43,30 @@ TEST(ValidateOffload, DefaultsAndOptimizerOffloadAtAnyStagePass) {
     c.parallel.zero_stage = stage;
     EXPECT_EQ(problem(c), "") << stage;
   }
-  RunConfig both = on(OffloadDevice::kNvme, OffloadDevice::kNvme);
+  RunConfig both = on(kiri::OffloadTier::kNvme, kiri::OffloadTier::kNvme);
   both.parallel.zero_stage = 3;
   EXPECT_EQ(problem(both), "");
   both.parallel.zero_stage = 0;
-  both.parallel.sharding_strategy = "FULL_SHARD";  // the strategy decides: stage 3
+  both.parallel.sharding_strategy =
+      kiri::ShardingStrategy::kFullShard;  // the strategy decides: stage 3
   EXPECT_EQ(problem(both), "");
 }
 
 TEST(ValidateOffload, CpuExplainsThatHostMemoryIsAlreadyWhereTheStateIs) {
-  const std::string e = problem(on(OffloadDevice::kCpu));
+  const std::string e = problem(on(kiri::OffloadTier::kCpu));
   EXPECT_TRUE(has(e,
                   "offload.optimizer = cpu: on the CPU backend host memory is already where the "
                   "optimizer states are (the device kiri computes on is the host's RAM)"))
       << e;
   EXPECT_TRUE(has(e, "use offload.optimizer = nvme, or none")) << e;
-  RunConfig p = on(OffloadDevice::kNone, OffloadDevice::kCpu);
+  RunConfig p = on(kiri::OffloadTier::kNone, kiri::OffloadTier::kCpu);
   p.parallel.zero_stage = 3;
   const std::string pe = problem(p);
   EXPECT_TRUE(has(pe,
                   "offload.parameters = cpu: on the CPU backend host memory is already where "
                   "the parameters are"))
       << pe;
-  const std::string both = problem(on(OffloadDevice::kCpu, OffloadDevice::kCpu));
+  const std::string both = problem(on(kiri::OffloadTier::kCpu, kiri::OffloadTier::kCpu));
   EXPECT_TRUE(has(both,
                   "2 problems with the offload.* keys (docs/offload.md):\n  - "
                   "offload.optimizer = cpu"))
@@ -74,7 +75,7 @@ TEST(ValidateOffload, CpuExplainsThatHostMemoryIsAlreadyWhereTheStateIs) {
 }
 
 TEST(ValidateOffload, ParameterOffloadNeedsStage3AndOptimizerOffload) {
-  RunConfig c = on(OffloadDevice::kNvme, OffloadDevice::kNvme);
+  RunConfig c = on(kiri::OffloadTier::kNvme, kiri::OffloadTier::kNvme);
   c.parallel.zero_stage = 2;
   std::string e = problem(c);
   EXPECT_TRUE(has(e,
@@ -82,10 +83,10 @@ TEST(ValidateOffload, ParameterOffloadNeedsStage3AndOptimizerOffload) {
                   "NVMe is each rank's parameter shard), but parallel.zero_stage = 2"))
       << e;
   c.parallel.zero_stage = 0;
-  c.parallel.sharding_strategy = "SHARD_GRAD_OP";
+  c.parallel.sharding_strategy = kiri::ShardingStrategy::kShardGradOp;
   e = problem(c);
   EXPECT_TRUE(has(e, "but parallel.sharding_strategy = SHARD_GRAD_OP (ZeRO stage 2)")) << e;
-  RunConfig alone = on(OffloadDevice::kNone, OffloadDevice::kNvme);
+  RunConfig alone = on(kiri::OffloadTier::kNone, kiri::OffloadTier::kNvme);
   alone.parallel.zero_stage = 3;
   e = problem(alone);
   EXPECT_TRUE(has(e,
@@ -155,18 +156,18 @@ TEST(ValidateOffload, PathBuffersAndQueueDepthWithOffloadOn) {
 TEST(IoOptions, MapsEngineQueueDepthAndBlockSize) {
   OffloadConfig o;
   offload::IoOptions io = io_options(o);  // the defaults: DeepSpeed's 8 and 1 MiB
-  EXPECT_EQ(io.engine, offload::IoEngineKind::kAuto);
+  EXPECT_EQ(io.engine, kiri::IoEngine::kAuto);
   EXPECT_EQ(io.queue_depth, 8);
   EXPECT_EQ(io.block_size, int64_t{1} << 20);
   o.engine = IoEngine::kThreads;
   o.queue_depth = 32;
   o.block_size = "256KiB";
   io = io_options(o);
-  EXPECT_EQ(io.engine, offload::IoEngineKind::kThreads);
+  EXPECT_EQ(io.engine, kiri::IoEngine::kThreads);
   EXPECT_EQ(io.queue_depth, 32);
   EXPECT_EQ(io.block_size, 262144);
   o.engine = IoEngine::kIoUring;
-  EXPECT_EQ(io_options(o).engine, offload::IoEngineKind::kIoUring);
+  EXPECT_EQ(io_options(o).engine, kiri::IoEngine::kIoUring);
   o.block_size = "1000";
   try {
     io_options(o);

@@ -57,12 +57,12 @@ TEST(RunPaths, DefaultsLieInTheRunFolderAndGivenPathsWin) {
 }
 
 TEST(LayoutInference, NotesTheInferredDpAndNamesEveryNumberOfABadWorld) {
-  ParallelConfig p;
+  Layout p{.dp = 0};
   p.tp = 2;
   EXPECT_EQ(resolve_layout(p, 8).value_or(""), "layout: dp 4 inferred = world 8 / (tp 2 x pp 1)");
   EXPECT_EQ(p.dp, 4);
   EXPECT_FALSE(resolve_layout(p, 8).has_value());  // given (now resolved): no note
-  ParallelConfig odd;
+  Layout odd{.dp = 0};
   odd.tp = 2;
   odd.pp = 2;
   ErrorKind kind = ErrorKind::kInternal;
@@ -71,7 +71,7 @@ TEST(LayoutInference, NotesTheInferredDpAndNamesEveryNumberOfABadWorld) {
   EXPECT_NE(e.find("cannot infer parallel.dp: world 6 is not a multiple of tp 2 x pp 2 = 4"),
             std::string::npos)
       << e;
-  ParallelConfig given;
+  Layout given;
   given.dp = 2;
   const std::string m = error_of([&] { resolve_layout(given, 4); }, &kind);
   EXPECT_EQ(kind, ErrorKind::kConfig);

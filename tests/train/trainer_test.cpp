@@ -73,11 +73,11 @@ TEST(Trainer, MemoryLimitRaisesTheDocumentedError) {
 
 TEST(Trainer, TinyModelOverfitsOneBatch) {
   Allocator alloc;
-  model::GPTConfig c{2, 2, 32, 256, 32};
+  kiri::GPTConfig c{2, 2, 32, 256, 32};
   model::GPT<float> m(c);
   nn::ParameterStore store(m.parameters(), DType::kF32, alloc);
   store.initialize(3);
-  optim::AdamWConfig oc;
+  kiri::AdamWConfig oc;
   oc.weight_decay = 0;
   optim::AdamW opt(store, oc, alloc);
   Tensor x = Tensor::empty({4, 32}, DType::kI32, Category::kOther, alloc);

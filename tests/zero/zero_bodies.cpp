@@ -24,7 +24,7 @@ namespace {
 // n_embd 30: block units of 11190 elements, so 4 ranks need padding.
 RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
   RunConfig c = equivalence_config(2, 2, 30, micro_batch);
-  if (k.arch == model::Arch::kLlama) make_llama(c, 24, 4, 2, 64);
+  if (k.arch == kiri::Arch::kLlama) make_llama(c, 24, 4, 2, 64);
   c.train.grad_accum = k.grad_accum;
   c.train.dtype = k.dtype;
   c.parallel.dp = dp;
@@ -33,7 +33,7 @@ RunConfig zero_config(int dp, int64_t micro_batch, ZeroCase k) {
   c.parallel.wrap_blocks = k.wrap_blocks;
   if (k.shard_group_size > 0) {
     c.parallel.zero_stage = 0;
-    c.parallel.sharding_strategy = "HYBRID_SHARD";
+    c.parallel.sharding_strategy = kiri::ShardingStrategy::kHybridShard;
     c.parallel.shard_group_size = k.shard_group_size;
   }
   if (k.checkpoint_every > 0) {
@@ -60,7 +60,7 @@ void zero_equivalence(comm::Communicator& world, ZeroCase k) {
   base.checkpoint_every = 0;  // the reference keeps every activation
   Trainer ref(zero_config(n, 2, base), world);
   Trainer z(zero_config(n, 2, k), world);
-  if (k.dtype == ComputeDType::kF32) {
+  if (k.dtype == kiri::Precision::kFp32) {
     for (int s = 0; s < 10; ++s) {
       const double a = ref.train_step().loss, b = z.train_step().loss;
       EXPECT_NEAR(a, b, 1e-6 * std::fabs(a)) << "step " << s + 1 << " rank " << world.rank();
@@ -101,7 +101,7 @@ void zero_memory_matches_formula(comm::Communicator& world, ZeroCase k) {
   const MemoryStats s = t.allocator().stats();
   // Ψ and the padded P from the model's shape alone: the units are the embeddings, each
   // block, and the final norm (with an untied head).
-  const model::GPTConfig& m = t.config().model;
+  const kiri::GPTConfig& m = t.config().model;
   const int64_t c = m.n_embd, v = m.vocab_size;
   int64_t emb = v * c + int64_t{m.block_size} * c, final_norm = 2 * c;
   int64_t block =
@@ -118,7 +118,7 @@ void zero_memory_matches_formula(comm::Communicator& world, ZeroCase k) {
   auto pad = [g](int64_t x) { return (x + g - 1) / g * g; };
   const int64_t padded = pad(emb) + m.n_layer * pad(block) + pad(final_norm);  // wrap_blocks = 1
   ASSERT_EQ(k.wrap_blocks, 1);
-  const bool mixed = k.dtype != ComputeDType::kF32;
+  const bool mixed = k.dtype != kiri::Precision::kFp32;
   const int64_t d = mixed ? 2 : 4, opt = mixed ? 12 : 8;
   int64_t params = 0, grads = 0, states = 0;
   switch (k.stage) {
@@ -188,7 +188,7 @@ void zero_comm_volume(comm::Communicator& world) {
 void fp16_skips_the_overflowing_step(comm::Communicator& world, int stage) {
   omp_set_num_threads(1);
   const int n = world.size();
-  ZeroCase k{.stage = stage, .dtype = ComputeDType::kF16};
+  ZeroCase k{.stage = stage, .dtype = kiri::Precision::kFp16};
   Trainer t(zero_config(n, 2, k), world);
   ASSERT_NE(t.loss_scaler(), nullptr);
   world.barrier();
@@ -248,7 +248,7 @@ void zero_checkpoint_refuses_bad_shards(comm::Communicator& world) {
 }
 
 // N ranks at stage 3 against 1 process at stage 0 on the same global batch, both ways.
-void zero_checkpoint_across_layouts(comm::Communicator& world, model::Arch arch) {
+void zero_checkpoint_across_layouts(comm::Communicator& world, kiri::Arch arch) {
   omp_set_num_threads(1);
   const int n = world.size();
   checkpoint_round_trip(world, zero_config(n, 2, {.stage = 3, .arch = arch}),

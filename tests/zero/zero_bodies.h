@@ -2,14 +2,14 @@
 // ZeRO / FSDP test bodies shared by the local-backend tests (ranks as
 // threads) and the mpirun tests (kiri_zero_tests_mpi2/4).
 #include "kiri/comm/communicator.h"
+#include "kiri/config/run_config.h"
 #include "kiri/model/gpt.h"
-#include "kiri/train/run_config.h"
 
 namespace kiri::train {
 
 struct ZeroCase {
   int stage = 3;
-  ComputeDType dtype = ComputeDType::kF32;
+  kiri::Precision dtype = kiri::Precision::kFp32;
   int grad_accum = 1;
   bool prefetch = true;
   int wrap_blocks = 1;
@@ -17,7 +17,7 @@ struct ZeroCase {
   int checkpoint_every = 0;  // activation checkpointing of every k-th block
   // GPT-2 (2 blocks of 30, 2 heads) or a Llama (2 blocks of 24, 4 query heads, 2 key/value
   // heads, a SwiGLU of 64, an untied head).
-  model::Arch arch = model::Arch::kGpt2;
+  kiri::Arch arch = kiri::Arch::kGpt2;
 };
 
 // The case against stage 0 (DDP) of the same dtype on the same ranks and
@@ -38,8 +38,7 @@ void zero_comm_volume(comm::Communicator& world);
 void fp16_skips_the_overflowing_step(comm::Communicator& world, int stage);
 // A checkpoint saved under stage 3 on N ranks loads on 1 process, and the
 // reverse; training continues with the same losses.
-void zero_checkpoint_across_layouts(comm::Communicator& world,
-                                    model::Arch arch = model::Arch::kGpt2);
+void zero_checkpoint_across_layouts(comm::Communicator& world, kiri::Arch arch = kiri::Arch::kGpt2);
 // A missing or truncated optimizer shard is refused with a named error on
 // every rank (and the checkpoint stays as it was).
 void zero_checkpoint_refuses_bad_shards(comm::Communicator& world);

@@ -17,16 +17,16 @@ namespace {
 namespace test = ::kiri::test;
 
 using comm::Communicator;
-using D = ComputeDType;
+using D = kiri::Precision;
 
-const auto kArchs = ::testing::Values(model::Arch::kGpt2, model::Arch::kLlama);
+const auto kArchs = ::testing::Values(kiri::Arch::kGpt2, kiri::Arch::kLlama);
 
 // Each stage for each architecture (zero_bodies.h: GPT-2, and a Llama with grouped-query
 // attention and an untied head).
-class Stages : public ::testing::TestWithParam<std::tuple<int, model::Arch>> {
+class Stages : public ::testing::TestWithParam<std::tuple<int, kiri::Arch>> {
  protected:
   int stage() const { return std::get<0>(GetParam()); }
-  model::Arch arch() const { return std::get<1>(GetParam()); }
+  kiri::Arch arch() const { return std::get<1>(GetParam()); }
 };
 
 TEST_P(Stages, Fp32EqualsStage0OnTwoRanks) {
@@ -46,7 +46,7 @@ TEST_P(Stages, MemoryFp32OnTwoRanks) {
   KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_memory_matches_formula(w, k); });
 }
 TEST_P(Stages, MemoryBf16OnFourRanks) {
-  const ZeroCase k{.stage = stage(), .dtype = D::kBF16, .arch = arch()};
+  const ZeroCase k{.stage = stage(), .dtype = D::kBf16, .arch = arch()};
   KIRI_RUN_RANKS(4, [k](Communicator& w) { zero_memory_matches_formula(w, k); });
 }
 INSTANTIATE_TEST_SUITE_P(Zero, Stages, ::testing::Combine(::testing::Values(0, 1, 2, 3), kArchs),
@@ -56,7 +56,7 @@ INSTANTIATE_TEST_SUITE_P(Zero, Stages, ::testing::Combine(::testing::Values(0, 1
                          });
 
 // The FSDP strategies and checkpoints across layouts, for each architecture.
-class ZeroArch : public ::testing::TestWithParam<model::Arch> {};
+class ZeroArch : public ::testing::TestWithParam<kiri::Arch> {};
 
 TEST_P(ZeroArch, Stage3WithoutPrefetch) {
   const ZeroCase k{.stage = 3, .prefetch = false, .arch = GetParam()};
@@ -79,11 +79,11 @@ TEST_P(ZeroArch, Stage3WithActivationCheckpointing) {
   KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
 TEST_P(ZeroArch, CheckpointAcrossLayouts) {
-  const model::Arch a = GetParam();
+  const kiri::Arch a = GetParam();
   KIRI_RUN_RANKS(2, [a](Communicator& w) { zero_checkpoint_across_layouts(w, a); });
 }
 TEST_P(ZeroArch, CheckpointAcrossLayoutsOnFourRanks) {
-  const model::Arch a = GetParam();
+  const kiri::Arch a = GetParam();
   KIRI_RUN_RANKS(4, [a](Communicator& w) { zero_checkpoint_across_layouts(w, a); });
 }
 INSTANTIATE_TEST_SUITE_P(Zero, ZeroArch, kArchs,
@@ -109,11 +109,11 @@ TEST(Zero, CheckpointRefusesBadShards) {
 // fp32-panel path), skipped with the reason where this CPU lacks one. About
 // a second each on 2 cores.
 class LowpStages
-    : public ::testing::TestWithParam<std::tuple<int, kernels::LowpGemmImpl, model::Arch>> {
+    : public ::testing::TestWithParam<std::tuple<int, kernels::LowpGemmImpl, kiri::Arch>> {
  protected:
   ZeroCase with(DType d) const {
     return {.stage = std::get<0>(GetParam()),
-            .dtype = d == DType::kBF16 ? D::kBF16 : D::kF16,
+            .dtype = d == DType::kBF16 ? D::kBf16 : D::kFp16,
             .arch = std::get<2>(GetParam())};
   }
 };
@@ -139,25 +139,25 @@ INSTANTIATE_TEST_SUITE_P(Zero, LowpStages,
                                   arch_name(std::get<2>(info.param));
                          });
 
-class LowpPath : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, model::Arch>> {
+class LowpPath : public ::testing::TestWithParam<std::tuple<kernels::LowpGemmImpl, kiri::Arch>> {
  protected:
   kernels::LowpGemmImpl path() const { return std::get<0>(GetParam()); }
-  model::Arch arch() const { return std::get<1>(GetParam()); }
+  kiri::Arch arch() const { return std::get<1>(GetParam()); }
 };
 
 TEST_P(LowpPath, Bf16TracksFp32) {
   KIRI_USE_GEMM_LOWP(path(), DType::kBF16);
-  const ZeroCase k{.stage = 3, .dtype = D::kBF16, .arch = arch()};
+  const ZeroCase k{.stage = 3, .dtype = D::kBf16, .arch = arch()};
   KIRI_RUN_RANKS(2, [k](Communicator& w) { mixed_precision_tracks_fp32(w, k); });
 }
 TEST_P(LowpPath, Fp16TracksFp32) {
   KIRI_USE_GEMM_LOWP(path(), DType::kF16);
-  const ZeroCase k{.stage = 2, .dtype = D::kF16, .arch = arch()};
+  const ZeroCase k{.stage = 2, .dtype = D::kFp16, .arch = arch()};
   KIRI_RUN_RANKS(2, [k](Communicator& w) { mixed_precision_tracks_fp32(w, k); });
 }
 TEST_P(LowpPath, Bf16Stage2WithActivationCheckpointingEvery2) {
   KIRI_USE_GEMM_LOWP(path(), DType::kBF16);
-  const ZeroCase k{.stage = 2, .dtype = D::kBF16, .checkpoint_every = 2, .arch = arch()};
+  const ZeroCase k{.stage = 2, .dtype = D::kBf16, .checkpoint_every = 2, .arch = arch()};
   KIRI_RUN_RANKS(2, [k](Communicator& w) { zero_equivalence(w, k); });
 }
 INSTANTIATE_TEST_SUITE_P(Zero, LowpPath, ::testing::Combine(test::kGemmLowpPaths, kArchs),

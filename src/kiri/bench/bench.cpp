@@ -21,10 +21,10 @@ namespace kiri::bench {
 
 namespace {
 
-model::GPTConfig llama_shape(int layers, int heads, int kv_heads, int embd, int ffn, int vocab,
-                             bool tied) {
-  model::GPTConfig c{layers, heads, embd, vocab, 1024};
-  c.arch = model::Arch::kLlama;
+kiri::GPTConfig llama_shape(int layers, int heads, int kv_heads, int embd, int ffn, int vocab,
+                            bool tied) {
+  kiri::GPTConfig c{layers, heads, embd, vocab, 1024};
+  c.arch = kiri::Arch::kLlama;
   c.num_key_value_heads = kv_heads;
   c.intermediate_size = ffn;
   c.tie_word_embeddings = tied;
@@ -78,7 +78,7 @@ struct GemmShape {
 // its two backward products, the LM head's three, and per (batch, query head)
 // the attention products (QK^T, PV forward; recompute QK^T, and dV, dP, dQ,
 // dK backward).
-std::vector<GemmShape> step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
+std::vector<GemmShape> step_gemms(const kiri::GPTConfig& c, int64_t b, int64_t t) {
   const int64_t n = b * t, e = c.n_embd, v = c.vocab_size;
   std::vector<GemmShape> out;
   auto linear = [&](int64_t in, int64_t o) {
@@ -107,7 +107,7 @@ std::vector<GemmShape> step_gemms(const model::GPTConfig& c, int64_t b, int64_t 
   return out;
 }
 
-double time_step_gemms(const model::GPTConfig& c, int64_t b, int64_t t) {
+double time_step_gemms(const kiri::GPTConfig& c, int64_t b, int64_t t) {
   std::vector<GemmShape> shapes = step_gemms(c, b, t);
   int64_t max_a = 0, max_b = 0, max_c = 0;
   for (auto& s : shapes) {
@@ -168,7 +168,7 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     Allocator allocator;
     model::GPT<float> model(spec.model);
     model::ParallelGPT pm(model, mesh, {}, allocator);
-    optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{},
+    optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{},
                      allocator, pm.norm_groups());
     opt.initialize(spec.init_seed);
     pm.synchronize_parameters();

@@ -13,7 +13,7 @@ namespace kiri::bench {
 
 struct BenchSpec {
   std::string name;
-  model::GPTConfig model;
+  kiri::GPTConfig model;
   int64_t batch = 8;
   int64_t seq = 128;
   int threads = 1;

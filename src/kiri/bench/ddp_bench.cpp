@@ -17,7 +17,7 @@ namespace {
 
 // A 1-layer, 8-wide model with the same vocabulary: a Replica that only
 // provides the batch needs no full model.
-model::GPTConfig tiny_stand_in(model::GPTConfig c) {
+kiri::GPTConfig tiny_stand_in(kiri::GPTConfig c) {
   c.n_layer = 1;
   c.n_head = 1;
   c.n_embd = 8;
@@ -36,7 +36,7 @@ struct Replica {
   Replica(const BenchSpec& s, int rank, bool with_model = true)
       : model(with_model ? s.model : tiny_stand_in(s.model)),
         store(model.parameters(), DType::kF32, alloc),
-        opt(store, optim::AdamWConfig{}, alloc) {
+        opt(store, kiri::AdamWConfig{}, alloc) {
     store.initialize(s.init_seed);
     x = Tensor::empty({s.batch, s.seq}, DType::kI32, Category::kBuffers, alloc);
     y = Tensor::empty({s.batch, s.seq}, DType::kI32, Category::kBuffers, alloc);
@@ -75,7 +75,7 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   Allocator alloc;
   model::GPT<float> model(spec.model);
   model::ParallelGPT pm(model, mesh, options, alloc);
-  optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
+  optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{}, alloc,
                    pm.norm_groups());
   opt.initialize(spec.init_seed);
   pm.synchronize_parameters();

@@ -116,7 +116,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   KIRI_CHECK_KIND(kConfig, l.shape.world() == world.size(), "layout ", l.name, ": ", l.shape.str(),
                   " needs ", l.shape.world(), " processes, not ", world.size());
   const model::PipelineOptions& po = l.options.pipeline;
-  model::GPTConfig cfg = spec.model;
+  kiri::GPTConfig cfg = spec.model;
   if (l.vocab_size > 0) cfg.vocab_size = l.vocab_size;
   if (l.shape.pp > 1 || po.virtual_stages > 1)
     parallel::pp::validate_pipeline(po.schedule, static_cast<int>(cfg.n_layer), l.shape.pp,
@@ -134,7 +134,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : owned) chunks.push_back(c.get());
   model::ParallelGPT pm(chunks, mesh, l.options, alloc);
-  optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), optim::AdamWConfig{}, alloc,
+  optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{}, alloc,
                    pm.norm_groups());
   opt.initialize(spec.init_seed);
   pm.synchronize_parameters();

@@ -184,16 +184,16 @@ int mesh_layout_bench(const Args& a) {
                     " ranks do not divide the global batch of ", kGlobalRows, " sequences");
     layouts.push_back({"dp" + std::to_string(n), {n, 1, 1}, {}, kGlobalRows / n});
     layouts.push_back({"tp" + std::to_string(n), {1, n, 1}, {}, kGlobalRows});
-    for (auto kind : {parallel::pp::ScheduleKind::k1F1B, parallel::pp::ScheduleKind::kGPipe})
+    for (auto kind : {kiri::PipelineSchedule::k1F1B, kiri::PipelineSchedule::kGpipe})
       for (int m : {1, 2, 4, 8}) {
         model::ParallelOptions po;
         po.pipeline.schedule = kind;
         po.pipeline.microbatches = m;
-        layouts.push_back({"pp" + std::to_string(n) + "-" + parallel::pp::schedule_name(kind) +
-                               "-m" + std::to_string(m),
-                           {1, 1, n},
-                           po,
-                           kGlobalRows / m});
+        layouts.push_back(
+            {"pp" + std::to_string(n) + "-" + kiri::name(kind) + "-m" + std::to_string(m),
+             {1, 1, n},
+             po,
+             kGlobalRows / m});
       }
     // The same pipeline with a 512-token vocabulary, whose LM head no longer
     // outweighs the blocks: stages of about equal cost, the formula's case.
@@ -228,8 +228,7 @@ int mesh_layout_bench(const Args& a) {
         {"dp", l.shape.dp},
         {"tp", l.shape.tp},
         {"pp", l.shape.pp},
-        {"schedule",
-         l.shape.pp > 1 ? parallel::pp::schedule_name(l.options.pipeline.schedule) : "none"},
+        {"schedule", l.shape.pp > 1 ? kiri::name(l.options.pipeline.schedule) : "none"},
         {"microbatches", l.options.pipeline.microbatches},
         {"micro_batch", l.micro_batch},
         {"vocab_size", l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size},

@@ -16,12 +16,12 @@
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
-#include "kiri/cli/config_schema.h"
-#include "kiri/cli/deepspeed_config.h"
 #include "kiri/cli/init_from.h"
 #include "kiri/cli/train_planning.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
+#include "kiri/config/config_schema.h"
+#include "kiri/config/deepspeed_config.h"
 #include "kiri/data/corpus.h"
 #include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
@@ -47,7 +47,7 @@ std::string config_file(const Args& a, size_t max_positional) {
 // (rank 0, stderr). Returns the kiri keys it set: a resumed run applies them again.
 std::vector<std::pair<std::string, json>> apply_deepspeed_option(
     const Args& a, const std::string& file, const std::vector<std::string>& sets,
-    train::RunConfig& cfg) {
+    kiri::RunConfig& cfg) {
   const std::optional<std::string> path = a.get("deepspeed");
   if (!path) return {};
   DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), job_size());
@@ -58,11 +58,11 @@ std::vector<std::pair<std::string, json>> apply_deepspeed_option(
 }
 
 // The config of kiri config: file, --set overrides, --mem-limit, --deepspeed.
-train::RunConfig config_of(const Args& a, size_t max_positional) {
+kiri::RunConfig config_of(const Args& a, size_t max_positional) {
   const std::string file = config_file(a, max_positional);
   std::vector<std::string> sets = a.all("set");
   if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
-  train::RunConfig cfg = load_config(file, sets);
+  kiri::RunConfig cfg = load_config(file, sets);
   apply_deepspeed_option(a, file, sets, cfg);
   validate(cfg);
   return cfg;
@@ -70,7 +70,7 @@ train::RunConfig config_of(const Args& a, size_t max_positional) {
 
 // The run config stored in a checkpoint's state.json (the config the run was given:
 // parallel.dp, the learning rates and the {run.dir} paths before their resolution).
-train::RunConfig checkpoint_config(const std::string& path) {
+kiri::RunConfig checkpoint_config(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
   const train::CheckpointState state = train::read_checkpoint_state(dir);
   KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
@@ -116,9 +116,9 @@ std::vector<GivenKey> given_keys(const Args& a, const std::string& file,
 // applied them (in order: a --set after the file's key wins). Only a saved shape key whose
 // final value differs from the checkpoint's is a kConfig error, naming both values and
 // where each came from.
-train::RunConfig resumed_config(const std::string& dir, const std::vector<GivenKey>& given) {
-  const train::RunConfig saved = checkpoint_config(dir);
-  train::RunConfig cfg = saved;
+kiri::RunConfig resumed_config(const std::string& dir, const std::vector<GivenKey>& given) {
+  const kiri::RunConfig saved = checkpoint_config(dir);
+  kiri::RunConfig cfg = saved;
   std::map<std::string, const GivenKey*> last;  // where each key's final value came from
   for (const GivenKey& g : given) {
     apply_key(cfg, g.key, g.value);
@@ -142,7 +142,7 @@ train::RunConfig resumed_config(const std::string& dir, const std::vector<GivenK
 // --resume auto: the run folder's latest checkpoint, or its newest complete one when `latest`
 // is missing or names an incomplete one (a save killed before `latest` was written), or ""
 // when it holds none.
-std::string latest_checkpoint(const train::RunConfig& run) {
+std::string latest_checkpoint(const kiri::RunConfig& run) {
   const std::string& root = run.checkpoint.dir;
   if (root.empty()) return "";
   std::string note;
@@ -153,7 +153,7 @@ std::string latest_checkpoint(const train::RunConfig& run) {
 
 // The run folder before a run: a fresh one refuses a used folder, or with --overwrite
 // clears kiri's files there (rank 0); a resumed one keeps it.
-void prepare_run_folder(const train::RunConfig& paths, bool resume, bool overwrite,
+void prepare_run_folder(const kiri::RunConfig& paths, bool resume, bool overwrite,
                         const std::string& from, bool rank0) {
   if (resume) {
     if (from.empty() && rank0)
@@ -174,11 +174,11 @@ namespace {
 // --resume's checkpoint on top), validated, with the checkpoint to continue ("" for none)
 // and the model folder to start from ("" for none).
 struct TrainStart {
-  train::RunConfig cfg;
+  kiri::RunConfig cfg;
   std::string from;
   std::string init_dir;
   // A resume: the checkpoint's config and global batch (0 when its state.json has none).
-  train::RunConfig saved;
+  kiri::RunConfig saved;
   int64_t saved_batch = 0;
 };
 TrainStart resolve_train_start(const Args& a, const std::string& file,
@@ -186,7 +186,7 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
                                const std::optional<std::string>& resume,
                                const std::optional<std::string>& init) {
   TrainStart s{load_config(file, sets), "", "", {}, 0};
-  train::RunConfig& cfg = s.cfg;
+  kiri::RunConfig& cfg = s.cfg;
   const std::vector<std::pair<std::string, json>> deepspeed =
       apply_deepspeed_option(a, file, sets, cfg);
   // --auto sets the layout keys itself: the file's would be overridden unseen.
@@ -203,7 +203,7 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
   std::string& from = s.from;
   if (resume)
-    from = *resume == "auto" ? latest_checkpoint(train::resolve_run_paths(cfg))
+    from = *resume == "auto" ? latest_checkpoint(kiri::resolve_run_paths(cfg))
                              : ckpt::resolve_checkpoint(*resume);
   if (!from.empty()) {
     cfg = resumed_config(from, given_keys(a, file, sets, deepspeed));
@@ -225,24 +225,24 @@ std::optional<int64_t> resumed_batch(const TrainStart& s, int world) {
       changed += str(changed.empty() ? "" : ", ", key, " = ", get_key(s.cfg, key).dump(),
                      " (the checkpoint's ", get_key(s.saved, key).dump(), ")");
   if (changed.empty()) return s.saved_batch;
-  train::RunConfig now = s.cfg;
-  train::resolve_layout(now.parallel, world);
-  if (job_rank() <= 0 && train::global_batch(now) != s.saved_batch)
+  kiri::RunConfig now = s.cfg;
+  kiri::resolve_layout(now.parallel, world);
+  if (job_rank() <= 0 && kiri::global_batch(now) != s.saved_batch)
     log::info("--resume: ", changed, " changes the global batch from the checkpoint's ",
-              s.saved_batch, " to ", train::global_batch(now), " sequences");
+              s.saved_batch, " to ", kiri::global_batch(now), " sequences");
   return std::nullopt;
 }
 
 }  // namespace
 
-train::RunConfig train_command_paths(const std::vector<std::string>& argv) {
+kiri::RunConfig train_command_paths(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
   std::vector<std::string> sets = a.all("set");
   if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
   const std::optional<std::string> init = a.get("init-from");
   const std::optional<std::string> resume = a.get("resume");
-  return train::resolve_run_paths(
+  return kiri::resolve_run_paths(
       resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init).cfg);
 }
 
@@ -259,7 +259,7 @@ int cmd_train(const std::vector<std::string>& argv) {
                   "--init-from starts a new run from a model's weights and --resume continues a "
                   "run: give one of them");
   TrainStart start = resolve_train_start(a, file, sets, resume, init);
-  train::RunConfig& cfg = start.cfg;
+  kiri::RunConfig& cfg = start.cfg;
   const std::string& from = start.from;
   const std::string& init_dir = start.init_dir;
   std::optional<double> peak;  // checked before the trainer's set-up
@@ -278,10 +278,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
   if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
-    train::ParallelConfig layout = cfg.parallel;
-    train::resolve_layout(layout, world.comm->size());
+    kiri::Layout layout = cfg.parallel;
+    kiri::resolve_layout(layout, world.comm->size());
   }
-  const train::RunConfig paths = train::resolve_run_paths(cfg);
+  const kiri::RunConfig paths = kiri::resolve_run_paths(cfg);
   const train::RunLock lock = train::lock_run_folder(paths, *world.comm);  // one run per folder
   prepare_run_folder(paths, resume.has_value(), a.flag("overwrite"), from, rank0);
   // Saves killed midway leave .step_N.tmp folders that no later save of another step
@@ -359,7 +359,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("sample"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri sample takes one CKPT_DIR");
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
-  train::RunConfig cfg = checkpoint_config(dir);
+  kiri::RunConfig cfg = checkpoint_config(dir);
   auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
   if (cfg.model.vocab_size == 0) cfg.model.vocab_size = tokenizer->vocab_size();
   Allocator allocator;
@@ -405,7 +405,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
 int cmd_eval(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("eval"));
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri eval takes one CKPT_DIR");
-  train::RunConfig cfg = checkpoint_config(a.positional()[0]);
+  kiri::RunConfig cfg = checkpoint_config(a.positional()[0]);
   // Zero batches averaged nothing and printed val_loss -nan: train.eval_batches' range.
   const int64_t batches = a.get_int("batches", cfg.train.eval_batches);
   KIRI_CHECK_KIND(kConfig, batches >= 1 && batches <= kMaxEvalBatches, "--batches must be in [1, ",
@@ -414,8 +414,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
   // A checkpoint holds the full model whatever layout wrote it: evaluate on one process.
   cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
   cfg.parallel.zero_stage = cfg.parallel.shard_group_size = 0;
-  cfg.parallel.sharding_strategy.clear();
-  cfg.train.lr_scaling = train::LrScaling::kNone;  // no optimizer step
+  cfg.parallel.sharding_strategy = ShardingStrategy::kFromZeroStage;
+  cfg.train.lr_scaling = kiri::LrScaling::kNone;  // no optimizer step
   train::Trainer trainer(cfg, "");
   trainer.accept_data_change(a.flag("accept-data-change"));
   trainer.load_checkpoint(a.positional()[0]);
@@ -427,7 +427,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
 int cmd_data(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("data"));
   KIRI_CHECK_KIND(kConfig, a.get("out").has_value(), "kiri data needs --out DIR");
-  train::DataConfig dc;
+  kiri::DataConfig dc;
   dc.assets = a.get("assets").value_or("");
   auto tokenizer =
       data::make_tokenizer(a.get("tokenizer").value_or("gpt2"), train::resolve_data_dir(dc));

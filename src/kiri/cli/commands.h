@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "kiri/train/run_config.h"
+#include "kiri/config/run_config.h"
 
 namespace kiri::cli {
 
@@ -21,7 +21,7 @@ int cmd_plan(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
 // The config of a `kiri train` command line (its arguments after `train`) as the run would
 // start, paths resolved: kiri launch's supervisor reads the run folder's from it.
-train::RunConfig train_command_paths(const std::vector<std::string>& args);
+kiri::RunConfig train_command_paths(const std::vector<std::string>& args);
 // The mpirun command line of `kiri launch` (exposed for tests).
 std::vector<std::string> launch_argv(const std::vector<std::string>& args);
 

@@ -8,8 +8,8 @@
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
-#include "kiri/cli/config_schema.h"
 #include "kiri/cli/verbs.h"
+#include "kiri/config/config_schema.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
@@ -50,7 +50,7 @@ int cmd_export(const std::vector<std::string>& argv) {
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
   const train::CheckpointState state = train::read_checkpoint_state(dir);
   KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
-  train::RunConfig cfg = config_from_json(state.config);
+  kiri::RunConfig cfg = config_from_json(state.config);
   auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
   if (cfg.model.vocab_size == 0) cfg.model.vocab_size = tokenizer->vocab_size();
 

@@ -1,24 +1,24 @@
 #include "kiri/cli/init_from.h"
 
 #include "kiri/base/log.h"
-#include "kiri/cli/config_schema.h"
 #include "kiri/cli/world.h"
+#include "kiri/config/config_schema.h"
 #include "kiri/train/hf_model.h"
 
 namespace kiri::cli {
 
 using nlohmann::json;
 
-train::RunConfig init_from_config(train::RunConfig cfg, const std::string& dir,
-                                  const std::vector<std::pair<std::string, json>>& given) {
+kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
+                                 const std::vector<std::pair<std::string, json>>& given) {
   const train::HfConfig hf = train::read_hf_config(dir);
-  train::RunConfig from = cfg;
+  kiri::RunConfig from = cfg;
   from.model = hf.model;
   bool tokenizer_given = false;
   for (const auto& [key, value] : given) {
     tokenizer_given = tokenizer_given || key == "data.tokenizer";
     if (key.rfind("model.", 0) != 0) continue;
-    train::RunConfig probe = from;
+    kiri::RunConfig probe = from;
     apply_key(probe, key, value);
     if (key == "model.vocab_size" && get_key(probe, key) == 0) continue;  // "the tokenizer's"
     KIRI_CHECK_KIND(

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiri/train/run_config.h"
+#include "kiri/config/run_config.h"
 
 namespace kiri::cli {
 
@@ -14,7 +14,7 @@ namespace kiri::cli {
 // train::resolve_model_folder). A model key in `given` (the file's and --set's keys) that
 // differs is a kConfig error naming both values, as is a train.seq_len past n_positions;
 // data.tokenizer, when not given, becomes the folder's (train::model_folder_tokenizer).
-train::RunConfig init_from_config(train::RunConfig cfg, const std::string& dir,
-                                  const std::vector<std::pair<std::string, nlohmann::json>>& given);
+kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
+                                 const std::vector<std::pair<std::string, nlohmann::json>>& given);
 
 }  // namespace kiri::cli

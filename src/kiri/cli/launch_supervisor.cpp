@@ -21,9 +21,9 @@
 #include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/cli/commands.h"
-#include "kiri/cli/config_schema.h"
 #include "kiri/cli/launch_attempt.h"
 #include "kiri/cli/launch_status.h"
+#include "kiri/config/config_schema.h"
 #include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/run_dir.h"
@@ -97,18 +97,18 @@ int64_t last_metrics_step(const std::string& path) {
 }
 
 // Sequences per step of a config whose dp is resolved (run.dir/config.json's).
-int64_t config_global_batch(const train::RunConfig& c) {
-  return c.parallel.dp > 0 ? train::global_batch(c) : 0;
+int64_t config_global_batch(const kiri::RunConfig& c) {
+  return c.parallel.dp > 0 ? kiri::global_batch(c) : 0;
 }
 
 // The last step the metrics file records, into p.
-Progress read_metrics_progress(const train::RunConfig& run, Progress p) {
+Progress read_metrics_progress(const kiri::RunConfig& run, Progress p) {
   if (!run.log.metrics.empty())
     if (const int64_t s = last_metrics_step(run.log.metrics); s >= 0) p.reached = s;
   return p;
 }
 
-Progress read_progress(const train::RunConfig& run) {
+Progress read_progress(const kiri::RunConfig& run) {
   Progress p;
   const std::string& root = run.checkpoint.dir;
   if (!root.empty()) {
@@ -130,7 +130,7 @@ Progress read_progress(const train::RunConfig& run) {
       if (raw.contains("global_batch") && raw["global_batch"].is_number_integer()) {
         p.global_batch = raw["global_batch"].get<int64_t>();
       } else if (s.config.is_object()) {
-        train::RunConfig c = config_from_json(s.config);
+        kiri::RunConfig c = config_from_json(s.config);
         if (s.layout.is_object()) c.parallel.dp = s.layout.value("dp", 0);
         p.global_batch = config_global_batch(c);
       }
@@ -144,7 +144,7 @@ Progress read_progress(const train::RunConfig& run) {
 
 // The resolved config the first attempt wrote (run.dir/config.json), for its global batch
 // and layout when no checkpoint has them yet.
-std::optional<train::RunConfig> run_folder_config(const train::RunConfig& run) {
+std::optional<kiri::RunConfig> run_folder_config(const kiri::RunConfig& run) {
   try {
     return config_from_json(json::parse(read_file(run.run.dir + "/config.json")));
   } catch (const std::exception&) {
@@ -317,7 +317,7 @@ class Supervisor {
                       json& rec) const;
 
   const LaunchPlan& plan_;
-  const train::RunConfig run_;
+  const kiri::RunConfig run_;
   const bool auto_layout_;
   const std::string folder_;
   train::RunLock lock_;
@@ -494,7 +494,7 @@ int64_t Supervisor::exclude_and_resize(const Verdict& v, const Progress& p, json
   rec["excluded"] = excluded;
   int64_t available = 0;
   for (const Host& h : hosts_) available += std::max<int64_t>(h.slots, 0);
-  const std::optional<train::RunConfig> first = run_folder_config(run_);
+  const std::optional<kiri::RunConfig> first = run_folder_config(run_);
   const int64_t unit = auto_layout_            ? 1
                        : !p.checkpoint.empty() ? p.tp * p.pp
                        : first                 ? first->parallel.tp * first->parallel.pp

@@ -69,9 +69,8 @@ json layout_json(const plan::Layout& l) {
           {"shard_group_size", l.shard_size()},
           {"dtype", plan::name(l.dtype)},
           {"activation_checkpointing", plan::name(l.activation_checkpointing)},
-          {"recompute_modules", l.activation_checkpointing == plan::Recompute::kSelective
-                                    ? kiri::name(l.recompute_modules)
-                                    : ""},
+          {"recompute_modules",
+           l.activation_checkpointing == plan::Recompute::kSelective ? kiri::name(l.modules) : ""},
           {"sequence_parallel", l.sequence_parallel},
           {"schedule", plan::name(l.schedule)},
           {"virtual_stages", l.virtual_stages},
@@ -130,7 +129,7 @@ json evaluation_json(const plan::Evaluation& e) {
 json model_json(const plan::ModelSpec& m) {
   json j = {{"name", m.name}, {"params", m.total_params()}};
   if (!m.params_only()) {
-    j["arch"] = m.arch == plan::Arch::kLlama ? "llama" : "gpt2";
+    j["arch"] = m.arch == kiri::Arch::kLlama ? "llama" : "gpt2";
     j["layers"] = m.n_layer;
     j["hidden"] = m.hidden;
     j["heads"] = m.heads;
@@ -307,9 +306,9 @@ offload::IoOptions disk_io(const Args& a, plan::Calibration& c) {
   io.queue_depth = o.queue_depth;
   const std::string engine = a.get("offload-engine").value_or("auto");
   if (engine == "io_uring")
-    io.engine = offload::IoEngineKind::kIoUring;
+    io.engine = kiri::IoEngine::kIoUring;
   else if (engine == "threads")
-    io.engine = offload::IoEngineKind::kThreads;
+    io.engine = kiri::IoEngine::kThreads;
   else
     KIRI_CHECK_KIND(kConfig, engine == "auto",
                     "--offload-engine must be auto, io_uring or threads, got '", engine, "'");
@@ -468,9 +467,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
   base.activation_checkpointing =
       plan::parse_recompute(a.get("activation-checkpointing").value_or("none"));
-  base.recompute_modules = kiri::recompute_modules_of(
-      base.activation_checkpointing, comma_list(a.get("recompute-modules").value_or("")),
-      kiri::LayoutWords::kPlan);
+  base.modules = kiri::recompute_modules_of(base.activation_checkpointing,
+                                            comma_list(a.get("recompute-modules").value_or("")),
+                                            kiri::LayoutWords::kPlan);
   base.schedule = plan::parse_schedule(a.get("schedule").value_or("1f1b"));
   base.form = plan::parse_form(a.get("activations").value_or("kiri"));
   base.sequence_parallel = a.flag("sequence-parallel");

@@ -8,12 +8,12 @@
 #include "kiri/base/suggest.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
-#include "kiri/cli/config_schema.h"
 #include "kiri/cli/launch_status.h"
 #include "kiri/cli/report.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/version.h"
 #include "kiri/cli/world.h"
+#include "kiri/config/config_schema.h"
 
 namespace kiri::cli {
 
@@ -50,7 +50,7 @@ int parse_verb_only(const VerbSpec& spec, const std::vector<std::string>& rest) 
   }
   Args a(rest, spec);
   if (spec.name == "train" || spec.name == "config") {
-    train::RunConfig cfg = load_config("", a.all("set"));  // the keys and their values
+    kiri::RunConfig cfg = load_config("", a.all("set"));  // the keys and their values
     if (auto m = a.get("mem-limit")) apply_key(cfg, "train.mem_limit", *m);
   }
   if (spec.name == "help" && !a.positional().empty()) verb_spec(a.positional()[0]);

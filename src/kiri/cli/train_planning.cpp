@@ -10,11 +10,11 @@
 
 #include "kiri/base/log.h"
 #include "kiri/base/units.h"
-#include "kiri/cli/config_schema.h"
 #include "kiri/cli/world.h"
+#include "kiri/config/config_schema.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
-#include "kiri/train/offload_config.h"
+#include "kiri/train/offload_io.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::cli {
@@ -24,8 +24,8 @@ using nlohmann::json;
 namespace {
 
 // kiri's model as the planner's: GPT-2's or LLaMA's structure at the config's dimensions.
-plan::ModelSpec plan_model(const train::RunConfig& cfg) {
-  const model::GPTConfig& c = cfg.model;
+plan::ModelSpec plan_model(const kiri::RunConfig& cfg) {
+  const kiri::GPTConfig& c = cfg.model;
   plan::ModelSpec m =
       c.llama() ? plan::llama_from_dims(c.n_layer, c.n_embd, c.n_head, c.kv_heads(), c.mlp_width(),
                                         c.vocab_size, c.tie_word_embeddings, c.block_size)
@@ -37,9 +37,15 @@ plan::ModelSpec plan_model(const train::RunConfig& cfg) {
 
 // The run's layout: m = pipeline micro-batches x accumulation steps, B = b·m·dp; every_k
 // checkpointing counts as full recomputation; selective is the planner's selective.
-plan::Layout plan_layout(const train::RunConfig& cfg) {
+plan::Layout plan_layout(const kiri::RunConfig& cfg) {
   plan::Layout l;
-  static_cast<kiri::Layout&>(l) = train::layout_of(cfg);  // cpu offload: validate refuses it
+  static_cast<kiri::Layout&>(l) = cfg.parallel;
+  // selective: its modules (kConfig: an unknown one, or modules without selective)
+  const kiri::RecomputeModules modules = kiri::recompute_modules_of(
+      l.activation_checkpointing, l.recompute_modules, kiri::LayoutWords::kConfig);
+  if (l.activation_checkpointing == kiri::ActivationCheckpointing::kSelective) l.modules = modules;
+  l.dtype = cfg.train.dtype;
+  l.offload = kiri::offload_spec(cfg.offload);  // cpu offload: validate refuses it
   l.zero_stage = l.stage();  // the planner reads the stage; the strategy has decided it
   l.sharding_strategy = kiri::ShardingStrategy::kFromZeroStage;
   if (l.activation_checkpointing == kiri::ActivationCheckpointing::kEveryK)
@@ -54,35 +60,32 @@ plan::Layout plan_layout(const train::RunConfig& cfg) {
 
 // Sets the config's layout keys from a planner layout: pp > 1 runs its m micro-batches
 // through the pipeline, pp = 1 accumulates them.
-void apply_layout(train::RunConfig& cfg, const plan::Layout& l) {
-  train::ParallelConfig& p = cfg.parallel;
+void apply_layout(kiri::RunConfig& cfg, const plan::Layout& l) {
+  kiri::Layout& p = cfg.parallel;
   p.dp = l.dp;
   p.tp = l.tp;
   p.pp = l.pp;
   p.zero_stage = l.zero_stage;
-  p.sharding_strategy.clear();
+  p.sharding_strategy = ShardingStrategy::kFromZeroStage;
   p.shard_group_size = 0;
   // none, selective (its modules from the config, else the default) or full: what the
   // planner enumerates.
   p.activation_checkpointing = l.activation_checkpointing;
   if (l.activation_checkpointing != kiri::ActivationCheckpointing::kSelective)
     p.recompute_modules.clear();
-  p.schedule = plan::name(l.schedule);
+  p.schedule = l.schedule;
   p.virtual_stages = l.virtual_stages;
   const int64_t m = l.step_microbatches();
   p.microbatches = l.pp > 1 ? static_cast<int>(m) : 1;
   cfg.train.grad_accum = l.pp > 1 ? 1 : m;
-  auto device = [](plan::OffloadTarget t) {
-    return t == plan::OffloadTarget::kNvme ? train::OffloadDevice::kNvme
-                                           : train::OffloadDevice::kNone;
-  };
-  cfg.offload.optimizer = device(l.offload.optimizer);
-  cfg.offload.parameters = device(l.offload.parameters);
-  cfg.offload.gradients = device(l.offload.gradients);
+  // The planner's tiers are none or nvme (cpu and auto never come back from it).
+  cfg.offload.optimizer = l.offload.optimizer;
+  cfg.offload.parameters = l.offload.parameters;
+  cfg.offload.gradients = l.offload.gradients;
 }
 
 // Whether kiri runs the layout (its config rules on top of the planner's).
-bool kiri_runs(train::RunConfig cfg, const plan::Layout& l) {
+bool kiri_runs(kiri::RunConfig cfg, const plan::Layout& l) {
   apply_layout(cfg, l);
   try {
     validate(cfg);
@@ -108,7 +111,7 @@ plan::ClusterSpec plan_cluster(double limit, int world) {
 }
 
 // The planner's layouts of the world that kiri runs and that fit, fastest first.
-std::vector<plan::Evaluation> fitting_layouts(const train::RunConfig& cfg, int world, double limit,
+std::vector<plan::Evaluation> fitting_layouts(const kiri::RunConfig& cfg, int world, double limit,
                                               plan::Recommendation* rec) {
   plan::PlanRequest request{plan_model(cfg), plan_cluster(limit, world), world, plan_layout(cfg)};
   const std::vector<plan::Evaluation> all = plan::enumerate_layouts(request);
@@ -222,7 +225,7 @@ std::string offload_note(const plan::ModelSpec& model, const plan::ClusterSpec& 
 // The allocator's out-of-memory advice: the category that overflowed and the cheapest
 // layout change on the same world that the planner says fits the limit (fewest of mesh /
 // ZeRO stage / recomputation changed, then the fastest).
-std::string oom_advice(const train::RunConfig& cfg, int world, const MemoryStats& stats,
+std::string oom_advice(const kiri::RunConfig& cfg, int world, const MemoryStats& stats,
                        Category category, int64_t bytes) {
   const double limit = static_cast<double>(stats.limit);
   const plan::Layout current = plan_layout(cfg);
@@ -270,7 +273,7 @@ std::string oom_advice(const train::RunConfig& cfg, int world, const MemoryStats
 }
 
 // train --auto: the planner's fastest layout of this world that fits the limit.
-void choose_layout(train::RunConfig& cfg, int world, int rank,
+void choose_layout(kiri::RunConfig& cfg, int world, int rank,
                    const std::optional<std::string>& mem_limit) {
   if (cfg.model.vocab_size == 0)
     cfg.model.vocab_size =
@@ -281,12 +284,12 @@ void choose_layout(train::RunConfig& cfg, int world, int rank,
   cfg.parallel.dp = world;
   cfg.parallel.tp = cfg.parallel.pp = 1;
   cfg.parallel.zero_stage = 0;
-  cfg.parallel.sharding_strategy.clear();
+  cfg.parallel.sharding_strategy = ShardingStrategy::kFromZeroStage;
   cfg.parallel.shard_group_size = 0;
-  cfg.parallel.activation_checkpointing = train::ActivationCheckpointing::kNone;
+  cfg.parallel.activation_checkpointing = kiri::ActivationCheckpointing::kNone;
   cfg.parallel.microbatches = 1;
   cfg.parallel.virtual_stages = 1;
-  cfg.parallel.schedule = "1f1b";
+  cfg.parallel.schedule = PipelineSchedule::k1F1B;
   cfg.train.grad_accum = accum;
   double limit = 0;
   std::string limit_from;
@@ -335,7 +338,7 @@ namespace {
 // micro_batch x microbatches x grad_accum x dp = G exactly: train.grad_accum, with the
 // largest train.micro_batch up to the config's that divides G; the change in words ("" when
 // none is exact, and then cfg is unchanged).
-std::string fit_exactly(train::RunConfig& cfg, int64_t global_batch, int64_t m, int64_t dp) {
+std::string fit_exactly(kiri::RunConfig& cfg, int64_t global_batch, int64_t m, int64_t dp) {
   const int64_t b = cfg.train.micro_batch;
   for (int64_t mb = b; mb >= 1; --mb)
     if (global_batch % (mb * m * dp) == 0) {
@@ -350,9 +353,9 @@ std::string fit_exactly(train::RunConfig& cfg, int64_t global_batch, int64_t m, 
 
 }  // namespace
 
-std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int world) {
-  train::ParallelConfig layout = cfg.parallel;
-  train::resolve_layout(layout, world);  // dp inferred from the world (names a bad one)
+std::string fit_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int world) {
+  kiri::Layout layout = cfg.parallel;
+  kiri::resolve_layout(layout, world);  // dp inferred from the world (names a bad one)
   const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
   const int64_t before = b * m * cfg.train.grad_accum * dp;
   if (before == global_batch) return "";
@@ -369,10 +372,10 @@ std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int wo
              " sequences (learning rates scale with it as train.lr_scaling says)");
 }
 
-std::string keep_checkpoint_batch(train::RunConfig& cfg, int64_t global_batch, int world,
+std::string keep_checkpoint_batch(kiri::RunConfig& cfg, int64_t global_batch, int world,
                                   const std::string& checkpoint) {
-  train::ParallelConfig layout = cfg.parallel;
-  train::resolve_layout(layout, world);
+  kiri::Layout layout = cfg.parallel;
+  kiri::resolve_layout(layout, world);
   const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
   const int64_t accum = cfg.train.grad_accum, before = b * m * accum * dp;
   if (before == global_batch) return "";
@@ -393,7 +396,7 @@ std::string keep_checkpoint_batch(train::RunConfig& cfg, int64_t global_batch, i
              global_batch);
 }
 
-void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int world) {
+void plan_for_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int world) {
   cfg.parallel.microbatches = 1;
   const int64_t per = cfg.train.micro_batch * world;
   cfg.train.grad_accum = std::max<int64_t>(1, (global_batch + per / 2) / per);
@@ -402,7 +405,7 @@ void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int worl
 // kiri train --dry-run: the checks a run makes before its first step (the config, the
 // layout against this job's world, --auto's choice), then the resolved config and a layout
 // line from rank 0, without building the model or starting MPI.
-int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
+int dry_run(kiri::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
             std::optional<int64_t> global_batch, const std::string& resumed_from) {
   const int world = job_size(), rank = std::max(0, job_rank());
   if (auto_layout) {
@@ -416,8 +419,8 @@ int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::str
         !note.empty() && rank == 0)
       std::printf("%s\n", note.c_str());
   if (auto_layout || global_batch) validate(cfg);
-  const std::optional<std::string> inferred = train::resolve_layout(cfg.parallel, world);
-  train::check_layout(cfg, world);
+  const std::optional<std::string> inferred = kiri::resolve_layout(cfg.parallel, world);
+  kiri::check_layout(cfg, world);
   if (rank != 0) return 0;
   if (inferred) std::printf("%s\n", inferred->c_str());
   const plan::Layout l = plan_layout(cfg);

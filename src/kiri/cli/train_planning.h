@@ -4,39 +4,39 @@
 #include <optional>
 #include <string>
 
+#include "kiri/config/run_config.h"
 #include "kiri/tensor/allocator.h"
-#include "kiri/train/run_config.h"
 
 namespace kiri::cli {
 
 // The allocator's out-of-memory advice: the category that overflowed and the cheapest
 // layout change on the same world that the planner says fits the limit.
-std::string oom_advice(const train::RunConfig& cfg, int world, const MemoryStats& stats,
+std::string oom_advice(const kiri::RunConfig& cfg, int world, const MemoryStats& stats,
                        Category category, int64_t bytes);
 // train --auto: sets cfg's layout keys to the planner's fastest layout of this world that
 // fits the limit, and logs the choice (rank 0).
-void choose_layout(train::RunConfig& cfg, int world, int rank,
+void choose_layout(kiri::RunConfig& cfg, int world, int rank,
                    const std::optional<std::string>& mem_limit);
 // kiri train --global-batch G on a world of `world` ranks (dp resolved from it and tp x pp
 // unless given): sets train.grad_accum so that micro_batch x microbatches x grad_accum x dp
 // = G; when that does not divide, the largest smaller train.micro_batch that makes it exact;
 // when none does, the nearest grad_accum (at least 1), and the note says the global batch
 // changed. Returns a note for the log ("" when nothing changed).
-std::string fit_global_batch(train::RunConfig& cfg, int64_t global_batch, int world);
+std::string fit_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int world);
 // A resume without --global-batch: the checkpoint's global batch (state.json's) kept on
 // this world by fit_global_batch's exact fits (train.grad_accum, then a smaller
 // train.micro_batch); when none is exact, a kConfig error with the numbers and the
 // --global-batch that continues with another. Returns a note for the log ("" when nothing
 // changed).
-std::string keep_checkpoint_batch(train::RunConfig& cfg, int64_t global_batch, int world,
+std::string keep_checkpoint_batch(kiri::RunConfig& cfg, int64_t global_batch, int world,
                                   const std::string& checkpoint);
 // --auto with --global-batch: the plain data-parallel start that choose_layout plans from
 // (B = micro_batch x grad_accum x world) set to G as nearly as it goes.
-void plan_for_global_batch(train::RunConfig& cfg, int64_t global_batch, int world);
+void plan_for_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int world);
 // kiri train --dry-run: the checks before the first step, then the resolved config and
 // the layout (rank 0), without building the model; returns the exit code. `resumed_from`
 // (a checkpoint): global_batch is its, kept as keep_checkpoint_batch keeps it.
-int dry_run(train::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
+int dry_run(kiri::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
             std::optional<int64_t> global_batch = std::nullopt,
             const std::string& resumed_from = "");
 

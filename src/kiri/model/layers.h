@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kiri/base/layout.h"
+#include "kiri/config/layout.h"
 #include "kiri/nn/llama_layers.h"
 #include "kiri/parallel/tp/layers.h"
 
@@ -34,7 +34,7 @@ struct AttentionDims {
 //              output from its own saved input (under sequence parallelism all-gathered again)
 //   mlp_act    the row-parallel down projection keeps no input [N, 4C/P] (SwiGLU [N, I/P]):
 //              the activation is applied again to its saved input(s)
-// The modules: the one layout's (base/layout.h), which owns their names and their parser.
+// The modules: the one layout's (config/layout.h), which owns their names and their parser.
 using SelectiveRecompute = kiri::RecomputeModules;
 
 // An attention or MLP layer under selective recomputation: `input` gives the norm's output

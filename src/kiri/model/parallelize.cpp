@@ -36,21 +36,21 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
   return out;
 }
 
-ParallelOptions parallel_options(const kiri::Layout& l) {
+DType dtype_of(Precision p) {
+  return p == Precision::kBf16 ? DType::kBF16 : p == Precision::kFp16 ? DType::kF16 : DType::kF32;
+}
+
+ParallelOptions parallel_options(const kiri::Layout& l, Precision dtype) {
   ParallelOptions o;
   o.zero_stage = l.stage();
   o.shard_group_size = l.shard_group_size;
-  o.dtype = l.dtype == Precision::kBf16   ? DType::kBF16
-            : l.dtype == Precision::kFp16 ? DType::kF16
-                                          : DType::kF32;
+  o.ddp.bucket_bytes = static_cast<int64_t>(l.bucket_mb * 1024 * 1024);
+  o.wrap_blocks = l.wrap_blocks;
+  o.prefetch = l.prefetch;
+  o.dtype = dtype_of(dtype);
   o.checkpoint_every = l.checkpoint_every();
-  // Selective: the layout's modules (none otherwise).
-  if (l.activation_checkpointing == ActivationCheckpointing::kSelective)
-    o.selective = l.recompute_modules;
-  o.pipeline.schedule = l.schedule == PipelineSchedule::kGpipe ? pp::ScheduleKind::kGPipe
-                        : l.schedule == PipelineSchedule::k1F1B
-                            ? pp::ScheduleKind::k1F1B
-                            : pp::ScheduleKind::kInterleaved1F1B;
+  o.selective = l.recompute();  // selective: the layout's modules (none otherwise)
+  o.pipeline.schedule = l.schedule;
   o.pipeline.microbatches = l.microbatches;
   o.pipeline.virtual_stages = l.virtual_stages;
   return o;
@@ -66,16 +66,20 @@ kiri::Layout options_layout(const ParallelOptions& o, const parallel::MeshShape&
   l.pp = s.pp;
   l.zero_stage = o.zero_stage;
   l.shard_group_size = o.shard_group_size;
-  l.schedule = o.pipeline.schedule == pp::ScheduleKind::kGPipe  ? PipelineSchedule::kGpipe
-               : o.pipeline.schedule == pp::ScheduleKind::k1F1B ? PipelineSchedule::k1F1B
-                                                                : PipelineSchedule::kInterleaved;
+  l.schedule = o.pipeline.schedule;
   l.microbatches = o.pipeline.microbatches;
   l.virtual_stages = o.pipeline.virtual_stages;
-  const bool swap = o.param_swap || o.grad_swap;
-  l.offload.optimizer = swap ? OffloadTier::kNvme : OffloadTier::kNone;
-  l.offload.parameters = o.param_swap ? OffloadTier::kNvme : OffloadTier::kNone;
-  l.offload.gradients = o.grad_swap ? OffloadTier::kNvme : OffloadTier::kNone;
   return l;
+}
+
+// The tiers the swap spaces stand for.
+Offload options_offload(const ParallelOptions& o) {
+  Offload t;
+  const bool swap = o.param_swap || o.grad_swap;
+  t.optimizer = swap ? OffloadTier::kNvme : OffloadTier::kNone;
+  t.parameters = o.param_swap ? OffloadTier::kNvme : OffloadTier::kNone;
+  t.gradients = o.grad_swap ? OffloadTier::kNvme : OffloadTier::kNone;
+  return t;
 }
 }  // namespace
 
@@ -83,7 +87,7 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
                          const ParallelOptions& options, Allocator& allocator)
     : chunks_(std::move(chunks)), mesh_(mesh), options_(options) {
   KIRI_CHECK(!chunks_.empty(), "ParallelGPT needs the model or this rank's chunks of it");
-  kiri::validate_layout(options_layout(options, mesh.shape()), {});
+  kiri::validate_layout(options_layout(options, mesh.shape()), {}, options_offload(options));
   // 1. Pipeline parallelism: the model arrives cut into this rank's chunks
   //    (make_gpt_chunks). With a tied LM head the first and last stage each
   //    hold the embedding; their gradients are summed over the "embedding"

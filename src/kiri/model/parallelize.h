@@ -7,7 +7,7 @@
 // parallelism joins here, in its place in that order.
 #include <memory>
 
-#include "kiri/base/layout.h"
+#include "kiri/config/layout.h"
 
 #include "kiri/model/gpt.h"
 #include "kiri/model/pipeline.h"
@@ -38,11 +38,14 @@ struct ParallelOptions {
   offload::SwapSpace* grad_swap = nullptr;
 };
 
-// The options of a layout, in this one place: ZeRO stage (the strategy's) and shard group,
-// dtype, checkpointing (every k-th block, or selective with the layout's recompute modules),
-// the pipeline's schedule, micro-batches and virtual stages. The caller adds what is not
-// the layout's: DDP buckets, wrap_blocks, prefetch and the swap spaces.
-ParallelOptions parallel_options(const kiri::Layout& layout);
+// The tensors' dtype of the config's precision (train.dtype): fp32, bf16 or fp16.
+DType dtype_of(Precision p);
+
+// The options of a layout (RunConfig::parallel) and precision, in this one place: ZeRO stage
+// (the strategy's) and shard group, DDP buckets, wrap_blocks, prefetch, dtype, checkpointing
+// (every k-th block, or selective with the layout's recompute modules), the pipeline's
+// schedule, micro-batches and virtual stages. The caller adds the swap spaces.
+ParallelOptions parallel_options(const kiri::Layout& layout, Precision dtype);
 
 // This rank's chunks of the model: the whole model without pipeline
 // parallelism; else the chunks of its pipeline stage, the layers balanced

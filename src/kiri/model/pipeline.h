@@ -28,7 +28,7 @@
 namespace kiri::model {
 
 struct PipelineOptions {
-  parallel::pp::ScheduleKind schedule = parallel::pp::ScheduleKind::k1F1B;
+  kiri::PipelineSchedule schedule = kiri::PipelineSchedule::k1F1B;
   int microbatches = 1;
   int virtual_stages = 1;
 };

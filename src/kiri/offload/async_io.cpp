@@ -15,18 +15,6 @@
 
 namespace kiri::offload {
 
-const char* io_engine_name(IoEngineKind kind) {
-  switch (kind) {
-    case IoEngineKind::kAuto:
-      return "auto";
-    case IoEngineKind::kIoUring:
-      return "io_uring";
-    case IoEngineKind::kThreads:
-      return "threads";
-  }
-  return "?";
-}
-
 namespace {
 
 // pread/pwrite on queue_depth threads: each piece is one blocking call on a
@@ -157,7 +145,7 @@ std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
   // of the same order. Its one completion thread issues every piece, so when that thread
   // waits for a core the queue drains; the pool's threads wait independently, and the
   // pool needs nothing a seccomp profile may forbid. io_uring stays a choice.
-  if (options.engine != IoEngineKind::kIoUring) return std::make_unique<ThreadsIo>(options);
+  if (options.engine != IoEngine::kIoUring) return std::make_unique<ThreadsIo>(options);
   auto ring = make_io_uring(options);  // nullptr: the kernel refuses io_uring
   KIRI_CHECK_KIND(kConfig, ring != nullptr,
                   "offload.engine = io_uring, but this kernel refuses io_uring (a container's "

@@ -9,14 +9,14 @@
 #include <memory>
 #include <string>
 
+#include "kiri/config/io_engine.h"
+
 namespace kiri::offload {
 
-enum class IoEngineKind { kAuto, kIoUring, kThreads };
-// "auto", "io_uring", "threads"
-const char* io_engine_name(IoEngineKind kind);
+// The engine: the config's offload.engine (config/io_engine.h; name() spells it).
 
 struct IoOptions {
-  IoEngineKind engine = IoEngineKind::kAuto;
+  IoEngine engine = IoEngine::kAuto;
   int queue_depth = 8;                    // pieces in flight
   int64_t block_size = int64_t{1} << 20;  // bytes per piece (a multiple of 4 KiB)
 };

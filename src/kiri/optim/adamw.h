@@ -26,19 +26,13 @@
 #include <vector>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/config/adamw_config.h"
 #include "kiri/nn/parameter_store.h"
 #include "kiri/optim/state_store.h"
 
 namespace kiri::optim {
 
-struct AdamWConfig {
-  double lr = 6e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;  // max global L2 norm; 0 disables clipping
-};
+// AdamWConfig: the config's (config/adamw_config.h).
 
 // Linear warm-up from lr/warmup to lr over `warmup` steps, then cosine decay
 // to min_lr at step `total` (steps are 0-based; the first step uses lr/warmup).

@@ -3,7 +3,7 @@
 // (Megatron-LM's order, so tensor-parallel peers are neighbours):
 //   rank = pp_index * (dp * tp) + dp_index * tp + tp_index
 // Each rank knows its coordinates and holds a communicator per dimension.
-// The layout is validated before (kiri::validate_layout, base/layout.h).
+// The layout is validated before (kiri::validate_layout, config/layout.h).
 #include <memory>
 #include <string>
 

@@ -41,14 +41,14 @@ OffloadTarget parse_offload(const std::string& s, const std::string& option) {
   if (s == "none") return OffloadTarget::kNone;
   if (s == "nvme") return OffloadTarget::kNvme;
   if (s == "cpu") {  // refused by the layout's own rule, in kiri plan's words
-    kiri::Layout l;
-    OffloadTarget& tier = option.find("parameters") != std::string::npos  ? l.offload.parameters
-                          : option.find("gradients") != std::string::npos ? l.offload.gradients
-                                                                          : l.offload.optimizer;
+    OffloadSpec o;
+    OffloadTarget& tier = option.find("parameters") != std::string::npos  ? o.parameters
+                          : option.find("gradients") != std::string::npos ? o.gradients
+                                                                          : o.optimizer;
     tier = OffloadTarget::kCpu;
     kiri::LayoutFacts f;
     f.words = LayoutWords::kPlan;
-    kiri::validate_layout(l, f);
+    kiri::validate_layout(kiri::Layout{}, f, o);
   }
   KIRI_RAISE(kConfig, option, " must be none or nvme, got '", s, "'");
 }
@@ -66,8 +66,8 @@ std::string Layout::str() const {
                             name(dtype), ", recompute ", name(activation_checkpointing));
   // selective's modules when they are not Megatron's default (core_attn)
   if (activation_checkpointing == Recompute::kSelective &&
-      !(recompute_modules == kiri::RecomputeModules{.core_attn = true}))
-    s += kiri::str(" (", kiri::name(recompute_modules), ")");
+      !(modules == kiri::RecomputeModules{.core_attn = true}))
+    s += kiri::str(" (", kiri::name(modules), ")");
   if (sequence_parallel) s += ", sp";
   if (pp > 1) s += kiri::str(", ", name(schedule));
   if (virtual_stages > 1) s += kiri::str(" v ", virtual_stages);
@@ -146,7 +146,7 @@ void validate(const Layout& l, const ModelSpec& model, int world) {
     f.micro_batch = l.micro_batch;
     f.seq_len = l.seq_len;
   }
-  kiri::validate_layout(cut, f);
+  kiri::validate_layout(cut, f, l.offload);
   validate_offload_io(l);
   if (model.params_only()) return;
   KIRI_CHECK_KIND(kConfig, model.arch != Arch::kGpt2 || l.seq_len <= model.max_seq, "--seq-len ",

@@ -4,12 +4,12 @@
 #include <cstdint>
 #include <string>
 
-#include "kiri/base/layout.h"
+#include "kiri/config/layout.h"
 #include "kiri/plan/specs.h"
 
 namespace kiri::plan {
 
-// The layout's own enums (base/layout.h) under the planner's names.
+// The layout's own enums (config/layout.h) under the planner's names.
 using Precision = kiri::Precision;
 using Recompute = kiri::ActivationCheckpointing;  // none | selective | full (every_k: full)
 using Schedule = kiri::PipelineSchedule;
@@ -51,12 +51,15 @@ int value_bytes(Precision p);
 // (pipeline micro-batches, or gradient accumulation with pp = 1), so the base's
 // `microbatches` is set by validate from that.
 struct Layout : kiri::Layout {
-  Layout() { dtype = Precision::kBf16; }  // the planner's default: bf16 mixed precision
-  int64_t micro_batch = 1;                // b: sequences per micro-batch per rank
-  int64_t global_batch = 1;               // B: sequences per optimizer step
-  int64_t seq_len = 1024;                 // s
-  int wrap_blocks = 1;                    // blocks per ZeRO unit
-  bool overlap_dp = true;                 // dp communication overlaps backward
+  Precision dtype = Precision::kBf16;  // the planner's default: bf16 mixed precision
+  OffloadSpec offload;                 // which states live on NVMe (kiri's offload_spec)
+  // selective: what it recomputes, parsed once from the names (the other modes ignore it);
+  // Megatron's default core_attn.
+  RecomputeModules modules{.core_attn = true};
+  int64_t micro_batch = 1;   // b: sequences per micro-batch per rank
+  int64_t global_batch = 1;  // B: sequences per optimizer step
+  int64_t seq_len = 1024;    // s
+  bool overlap_dp = true;    // dp communication overlaps backward
   ActivationForm form = ActivationForm::kKiri;
 
   // m = B / (b · dp): micro-batches per step (gradient accumulation = pipeline micro-batches).

@@ -142,13 +142,12 @@ double layer_activation_bytes(const ModelSpec& model, const Layout& l, Recompute
   if (model.arch == Arch::kLlama) {
     const double kv = static_cast<double>(model.kv_width());
     const double f = static_cast<double>(model.ffn_width());
-    return scale * (paper ? korthikanti_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute)
-                          : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute,
-                                                   l.recompute_modules));
+    return scale *
+           (paper ? korthikanti_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute)
+                  : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute, l.modules));
   }
-  return scale *
-         (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
-                : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute, l.dtype, l.recompute_modules));
+  return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
+                        : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute, l.dtype, l.modules));
 }
 
 int64_t layers_on_stage(int64_t n_layer, int pp, int stage) {

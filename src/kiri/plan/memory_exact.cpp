@@ -143,8 +143,7 @@ struct KiriBlock {
 
 // What selective recomputation drops (none under the other modes).
 RecomputeModules dropped_modules(const Layout& l) {
-  return l.activation_checkpointing == Recompute::kSelective ? l.recompute_modules
-                                                             : RecomputeModules{};
+  return l.activation_checkpointing == Recompute::kSelective ? l.modules : RecomputeModules{};
 }
 
 // GPT-2's: what it saves is kiri_layer_activations (memory.h; docs/parallelism.md's table) less

@@ -5,13 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "kiri/config/gpt_config.h"
+
 namespace kiri::plan {
 
-enum class Arch {
-  kGpt2,   // GPT-2/GPT-3: biases, learned positions, GELU MLP 4h, LayerNorm, tied LM head
-  kLlama,  // LLaMA: no biases, rotary positions, SwiGLU MLP of width ffn, RMSNorm,
-           // grouped-query attention, LM head tied or not (tie_word_embeddings)
-};
+// ModelSpec::arch is the config's Arch (config/gpt_config.h): one enum for runtime and planner.
 
 struct ModelSpec {
   std::string name;

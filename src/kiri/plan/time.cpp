@@ -22,8 +22,7 @@ namespace {
 
 // What selective recomputation recomputes (none under the other modes).
 RecomputeModules selective_modules(const Layout& l) {
-  return l.activation_checkpointing == Recompute::kSelective ? l.recompute_modules
-                                                             : RecomputeModules{};
+  return l.activation_checkpointing == Recompute::kSelective ? l.modules : RecomputeModules{};
 }
 
 // A block's recomputed FLOPs per token (matmul, attention: its forward's per token). Full:

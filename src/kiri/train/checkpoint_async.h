@@ -48,7 +48,7 @@ struct AsyncSaveJob {
   bool writes_model = false;
   std::vector<ckpt::TensorSpec> model_specs;  // in staging order
   int64_t max_shard_bytes = 0;
-  model::GPTConfig model;
+  kiri::GPTConfig model;
   std::string tokenizer_name;
   const data::Tokenizer* tokenizer = nullptr;
   std::vector<std::string> optimizer_files;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiri/config/json_guard.h"  // json_duplicate_key
 #include "kiri/optim/loss_scaler.h"
 
 namespace kiri::train {
@@ -49,10 +50,5 @@ CheckpointState parse_checkpoint_state(std::string_view text, const std::string&
 // directory there is an error, not a hang), and checks the files of its manifest
 // (verify_checkpoint_files): every reader of a checkpoint goes through here.
 CheckpointState read_checkpoint_state(const std::string& dir);
-
-// The first key that appears twice in one object of JSON `text`, as a dotted path
-// ("train.lr"), or "" when none does or the text does not parse (the caller's parse
-// reports that). nlohmann keeps the last of duplicates silently.
-std::string json_duplicate_key(std::string_view text, bool ignore_comments);
 
 }  // namespace kiri::train

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/config/run_config.h"
 #include "kiri/model/parallelize.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/parallel/mesh.h"
-#include "kiri/train/run_config.h"
 
 namespace kiri::train {
 

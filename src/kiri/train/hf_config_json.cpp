@@ -28,10 +28,10 @@ namespace {
 // LlamaConfig's keys for kiri's llama (no biases, SiLU, no dropout). The rotary embedding in
 // both spellings, which say the same: transformers 4 reads rope_theta + rope_scaling, 5 reads
 // rope_scaling when it is not null and rope_parameters otherwise, and writes rope_parameters.
-json llama_config_json(const model::GPTConfig& m, DType dtype) {
+json llama_config_json(const kiri::GPTConfig& m, DType dtype) {
   json scaling = nullptr;
   json params = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
-  if (m.rope_scaling.type == model::RopeScaling::Type::kLlama3) {
+  if (m.rope_scaling.type == kiri::RopeScaling::Type::kLlama3) {
     scaling = {
         {"rope_type", "llama3"},
         {"factor", m.rope_scaling.factor},
@@ -75,7 +75,7 @@ int32_t hf_bos_token(const data::Tokenizer& tokenizer) {
   return hf && hf->bos_token() >= 0 ? hf->bos_token() : tokenizer.eot_token();
 }
 
-json hf_config_json(const model::GPTConfig& m, int32_t eot, DType dtype,
+json hf_config_json(const kiri::GPTConfig& m, int32_t eot, DType dtype,
                     const std::string& tokenizer, int32_t bos) {
   if (bos < 0) bos = eot;
   if (m.llama()) {

@@ -59,7 +59,7 @@ bool flag(const json& c, const std::string& path, const std::string& key, bool f
 // disagree would be one model in transformers 4 and another in 5, and is refused.
 struct Rope {
   double theta = 10000.0;  // LlamaConfig's default
-  model::RopeScaling scaling;
+  kiri::RopeScaling scaling;
 };
 
 // One rope dict (`where`: "rope_parameters." or "rope_scaling.") as kiri's rope; `theta`
@@ -91,7 +91,7 @@ Rope rope_from(const json& s, const std::string& path, const std::string& where,
                  "head)"));
   }
   if (!llama3) return r;
-  r.scaling.type = model::RopeScaling::Type::kLlama3;
+  r.scaling.type = kiri::RopeScaling::Type::kLlama3;
   r.scaling.factor = number(s, path, where, "factor", 0, true);
   r.scaling.low_freq_factor = number(s, path, where, "low_freq_factor", 0, true);
   r.scaling.high_freq_factor = number(s, path, where, "high_freq_factor", 0, true);
@@ -104,9 +104,9 @@ Rope rope_from(const json& s, const std::string& path, const std::string& where,
 }
 
 bool same_rope(const Rope& a, const Rope& b) {
-  const model::RopeScaling &x = a.scaling, &y = b.scaling;
+  const kiri::RopeScaling &x = a.scaling, &y = b.scaling;
   return a.theta == b.theta && x.type == y.type &&
-         (x.type == model::RopeScaling::Type::kNone ||
+         (x.type == kiri::RopeScaling::Type::kNone ||
           (x.factor == y.factor && x.low_freq_factor == y.low_freq_factor &&
            x.high_freq_factor == y.high_freq_factor &&
            x.original_max_position_embeddings == y.original_max_position_embeddings));
@@ -141,7 +141,7 @@ Rope read_rope(const json& c, const std::string& path, int max_positions) {
 
 // What kiri's Llama cannot be: biases, another activation, heads of another width, another
 // architecture.
-void refuse_unsupported(const json& c, const std::string& path, const model::GPTConfig& m) {
+void refuse_unsupported(const json& c, const std::string& path, const kiri::GPTConfig& m) {
   if (c.contains("architectures") && c["architectures"].is_array()) {
     bool known = c["architectures"].empty();
     for (const json& a : c["architectures"]) known = known || a == "LlamaForCausalLM";
@@ -280,8 +280,8 @@ bool is_llama_config(const json& c) {
 
 HfConfig read_llama_config(const json& c, const std::string& path) {
   HfConfig out;
-  model::GPTConfig& m = out.model;
-  m.arch = model::Arch::kLlama;
+  kiri::GPTConfig& m = out.model;
+  m.arch = kiri::Arch::kLlama;
   m.n_layer = shape_int(c, path, "num_hidden_layers", 1, kMaxDim);
   m.n_head = shape_int(c, path, "num_attention_heads", 1, kMaxDim);
   m.n_embd = shape_int(c, path, "hidden_size", 1, kMaxDim);

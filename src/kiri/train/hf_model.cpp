@@ -64,7 +64,7 @@ void refuse_model_type(const json& c, const std::string& path) {
 }
 
 // Refuses config.json values that kiri's GPT-2 cannot honour (the key, its value and why).
-void refuse_unsupported(const json& c, const std::string& path, const model::GPTConfig& m) {
+void refuse_unsupported(const json& c, const std::string& path, const kiri::GPTConfig& m) {
   const auto refuse = [&](const std::string& key, const std::string& why) {
     KIRI_RAISE(kCheckpoint, path, ": ", key, " = ", quote_bounded(c[key].dump(), 80),
                " is not supported: ", why);
@@ -254,7 +254,7 @@ void write_hf_tokenizer(const std::string& dir, const data::Tokenizer& tokenizer
   }
 }
 
-void write_hf_folder(const std::string& dir, const model::GPTConfig& model,
+void write_hf_folder(const std::string& dir, const kiri::GPTConfig& model,
                      const data::Tokenizer& tokenizer, const std::string& tokenizer_name,
                      const std::vector<ckpt::NamedTensor>& tensors, DType dtype,
                      int64_t max_shard_bytes) {

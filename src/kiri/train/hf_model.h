@@ -39,7 +39,7 @@ const char* torch_dtype_name(DType dtype);
 // `eot`: the tokenizer's end-of-text id (eos_token_id), -1 for none; `bos`: bos_token_id, -1
 // for eot's; `tokenizer`: data.tokenizer, kept in the "kiri" block so that --init-from can
 // default to it.
-nlohmann::json hf_config_json(const model::GPTConfig& model, int32_t eot, DType dtype,
+nlohmann::json hf_config_json(const kiri::GPTConfig& model, int32_t eot, DType dtype,
                               const std::string& tokenizer, int32_t bos = -1);
 
 // A config.json's bos_token_id for `tokenizer`: a Hugging Face tokenizer's beginning-of-text
@@ -73,14 +73,14 @@ void write_hf_tokenizer(const std::string& dir, const data::Tokenizer& tokenizer
                         int64_t model_max_length);
 
 // config.json, weights and tokenizer files: a whole HF model folder in the existing dir.
-void write_hf_folder(const std::string& dir, const model::GPTConfig& model,
+void write_hf_folder(const std::string& dir, const kiri::GPTConfig& model,
                      const data::Tokenizer& tokenizer, const std::string& tokenizer_name,
                      const std::vector<ckpt::NamedTensor>& tensors, DType dtype,
                      int64_t max_shard_bytes);
 
 // A folder's config.json read as kiri's model.
 struct HfConfig {
-  model::GPTConfig model;
+  kiri::GPTConfig model;
   std::string tokenizer;           // the "kiri" block's data.tokenizer; "" when absent
   std::vector<std::string> notes;  // what kiri does differently (dropout), for the log
 };

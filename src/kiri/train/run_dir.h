@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kiri/comm/communicator.h"
+#include "kiri/config/run_config.h"
 #include "kiri/plot/plot.h"
-#include "kiri/train/run_config.h"
 
 namespace kiri::train {
 

@@ -211,14 +211,7 @@ void Trainer::write_trace() {
 }
 
 DType Trainer::compute_dtype() const {
-  switch (cfg_.train.dtype) {
-    case ComputeDType::kBF16:
-      return DType::kBF16;
-    case ComputeDType::kF16:
-      return DType::kF16;
-    default:
-      return DType::kF32;
-  }
+  return model::dtype_of(cfg_.train.dtype);
 }
 
 nn::ParameterStore& Trainer::store() {

@@ -12,6 +12,7 @@
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
 #include "kiri/comm/communicator.h"
+#include "kiri/config/run_config.h"
 #include "kiri/data/dataset.h"
 #include "kiri/data/sample_stream.h"
 #include "kiri/data/tokenizer.h"
@@ -23,7 +24,6 @@
 #include "kiri/optim/loss_scaler.h"
 #include "kiri/train/checkpoint_async.h"
 #include "kiri/train/metrics.h"
-#include "kiri/train/run_config.h"
 
 namespace kiri::train {
 
@@ -182,7 +182,7 @@ class Trainer {
   data::Dataset open_data();  // rank 0 prepares and checks the shards, then the others map them
   void start_tracer();        // log.trace: this rank's tracer on the world
   void build_mesh();
-  // The layout of the config as the model takes it (ParallelConfig -> ParallelOptions).
+  // The layout of the config as the model takes it (model::parallel_options).
   model::ParallelOptions parallel_options() const;
   // This rank's chunks, the swap space when offloading, and the ParallelGPT over them.
   void build_model(model::ParallelOptions po);

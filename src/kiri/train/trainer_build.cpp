@@ -8,7 +8,7 @@
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/fingerprint.h"
-#include "kiri/train/offload_config.h"
+#include "kiri/train/offload_io.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -26,7 +26,7 @@ constexpr int64_t kMaxEpochsPerStep = 10;
 // bigger global batch runs for hours before its first line).
 void check_batch_against_data(const RunConfig& cfg, uint64_t samples, const std::string& dir) {
   const TrainConfig& t = cfg.train;
-  const ParallelConfig& p = cfg.parallel;
+  const Layout& p = cfg.parallel;
   const auto n = static_cast<int64_t>(samples);
   KIRI_CHECK_KIND(kConfig, t.micro_batch * p.dp <= n, "train.micro_batch = ", t.micro_batch,
                   " x dp ", p.dp, " = ", t.micro_batch * p.dp,
@@ -154,15 +154,9 @@ void Trainer::build_mesh() {
       c->set_tracer(tracer_.get());
 }
 
-// The one layout's options (model::parallel_options), with what only the trainer knows: the
-// bucket size, wrapping and prefetch (the selective recomputation's modules are the layout's).
+// The one layout's options (model::parallel_options): the layout is the config's.
 model::ParallelOptions Trainer::parallel_options() const {
-  const ParallelConfig& p = cfg_.parallel;
-  model::ParallelOptions po = model::parallel_options(layout_of(cfg_));
-  po.ddp.bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
-  po.wrap_blocks = p.wrap_blocks;
-  po.prefetch = p.prefetch;
-  return po;
+  return model::parallel_options(cfg_.parallel, cfg_.train.dtype);
 }
 
 void Trainer::build_model(model::ParallelOptions po) {
@@ -175,9 +169,9 @@ void Trainer::build_model(model::ParallelOptions po) {
   check_model_states_fit();
   open_swap_space();
   // The layout's rules put the optimizer's states on NVMe first: swap_ is open.
-  const kiri::Layout layout = layout_of(cfg_);
-  if (layout.offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();
-  if (layout.offload.gradients == OffloadTier::kNvme) po.grad_swap = swap_.get();
+  const Offload offload = offload_spec(cfg_.offload);
+  if (offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();
+  if (offload.gradients == OffloadTier::kNvme) po.grad_swap = swap_.get();
   parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
 }
 
@@ -192,7 +186,7 @@ void Trainer::build_optimizer() {
 
 void Trainer::build_loss_scaler() {
   const TrainConfig& t = cfg_.train;
-  if (t.dtype != ComputeDType::kF16) return;
+  if (t.dtype != Precision::kFp16) return;
   optim::LossScalerOptions lo;
   lo.dynamic = t.loss_scale == 0;
   lo.initial_scale = lo.dynamic ? std::ldexp(1.0, t.initial_scale_power) : t.loss_scale;

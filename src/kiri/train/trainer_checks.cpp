@@ -9,7 +9,7 @@
 #include "kiri/base/hash.h"
 #include "kiri/base/units.h"
 #include "kiri/comm/agree.h"
-#include "kiri/train/offload_config.h"
+#include "kiri/train/offload_io.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
@@ -109,12 +109,12 @@ void Trainer::check_model_states_fit() const {
   int64_t local = 0;  // this rank's parameter elements (its pipeline chunks, its tp parts)
   for (const auto& c : chunks_)
     for (nn::Parameter* p : c->parameters()) local += p->numel();
-  const kiri::Layout sharding = layout_of(cfg_);
+  const Layout& sharding = cfg_.parallel;
   const int64_t n = sharding.stage() == 0 ? 1 : sharding.shard_size();
   const int64_t d = static_cast<int64_t>(dtype_size(compute_dtype()));
   const int64_t shard = local / n;  // rounded down: padding only adds
-  const bool opt_off = cfg_.offload.optimizer == OffloadDevice::kNvme;
-  const bool par_off = cfg_.offload.parameters == OffloadDevice::kNvme;
+  const bool opt_off = cfg_.offload.optimizer == OffloadTier::kNvme;
+  const bool par_off = cfg_.offload.parameters == OffloadTier::kNvme;
   const int64_t params = par_off ? 0 : d * (sharding.stage() < 3 ? local : shard);
   const int64_t grads =
       offload_gradients(cfg_.offload) ? 0 : d * (sharding.stage() < 2 ? local : shard);

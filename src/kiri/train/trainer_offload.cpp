@@ -3,15 +3,15 @@
 // optimizer its states' tier (docs/offload.md).
 #include <cstdio>
 
-#include "kiri/train/offload_config.h"
+#include "kiri/train/offload_io.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
 
 void Trainer::open_swap_space() {
-  validate_offload(cfg_);  // also for configs built in code, which skip cli::validate
+  validate_offload(cfg_);  // also for configs built in code, which skip kiri::validate
   const OffloadConfig& o = cfg_.offload;
-  if (o.optimizer != OffloadDevice::kNvme) return;
+  if (o.optimizer != OffloadTier::kNvme) return;
   char rank[32];
   std::snprintf(rank, sizeof rank, "/rank%05d", world_->rank());
   offload::SwapOptions swap;

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "kiri/base/error.h"
-#include "kiri/base/layout.h"
 
 namespace kiri::parallel::pp {
 namespace {
@@ -17,23 +16,11 @@ Action bwd(int micro, int chunk = 0) {
   return {Op::kBackward, micro, chunk};
 }
 
-kiri::PipelineSchedule layout_schedule(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return kiri::PipelineSchedule::kGpipe;
-    case ScheduleKind::k1F1B:
-      return kiri::PipelineSchedule::k1F1B;
-    case ScheduleKind::kInterleaved1F1B:
-      return kiri::PipelineSchedule::kInterleaved;
-  }
-  return kiri::PipelineSchedule::k1F1B;
-}
-
-// The layout's pipeline rules (base/layout.h), with or without the layer count.
-void validate_shape(ScheduleKind kind, int p, int m, int v, int n_layer = 0) {
+// The layout's pipeline rules (config/layout.h), with or without the layer count.
+void validate_shape(PipelineSchedule kind, int p, int m, int v, int n_layer = 0) {
   kiri::Layout l;
   l.pp = p;
-  l.schedule = layout_schedule(kind);
+  l.schedule = kind;
   l.microbatches = m;
   l.virtual_stages = v;
   kiri::LayoutFacts f;
@@ -94,43 +81,31 @@ std::vector<Action> interleaved(int p, int m, int v, int rank) {
 
 }  // namespace
 
-ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::kGPipe;
-  if (name == "1f1b") return ScheduleKind::k1F1B;
-  if (name == "interleaved") return ScheduleKind::kInterleaved1F1B;
+PipelineSchedule parse_schedule(const std::string& name) {
+  if (name == "gpipe") return PipelineSchedule::kGpipe;
+  if (name == "1f1b") return PipelineSchedule::k1F1B;
+  if (name == "interleaved") return PipelineSchedule::kInterleaved;
   KIRI_RAISE(kConfig, "parallel.schedule = \"", name,
              "\" is not a pipeline schedule; allowed: gpipe, 1f1b, interleaved");
-}
-
-const char* schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return "gpipe";
-    case ScheduleKind::k1F1B:
-      return "1f1b";
-    case ScheduleKind::kInterleaved1F1B:
-      return "interleaved";
-  }
-  return "?";
 }
 
 std::string action_str(const Action& a) {
   return kiri::str(a.op == Op::kForward ? "F" : "B", a.micro, ".", a.chunk);
 }
 
-std::vector<std::vector<Action>> make_schedule(ScheduleKind kind, int stages, int microbatches,
+std::vector<std::vector<Action>> make_schedule(PipelineSchedule kind, int stages, int microbatches,
                                                int virtual_stages) {
   validate_shape(kind, stages, microbatches, virtual_stages);
   std::vector<std::vector<Action>> tables(stages);
   for (int r = 0; r < stages; ++r) {
     switch (kind) {
-      case ScheduleKind::kGPipe:
+      case PipelineSchedule::kGpipe:
         tables[r] = gpipe(microbatches);
         break;
-      case ScheduleKind::k1F1B:
+      case PipelineSchedule::k1F1B:
         tables[r] = one_f_one_b(stages, microbatches, r);
         break;
-      case ScheduleKind::kInterleaved1F1B:
+      case PipelineSchedule::kInterleaved:
         tables[r] = interleaved(stages, microbatches, virtual_stages, r);
         break;
     }
@@ -138,7 +113,7 @@ std::vector<std::vector<Action>> make_schedule(ScheduleKind kind, int stages, in
   return tables;
 }
 
-void validate_pipeline(ScheduleKind kind, int n_layer, int stages, int microbatches,
+void validate_pipeline(PipelineSchedule kind, int n_layer, int stages, int microbatches,
                        int virtual_stages) {
   KIRI_CHECK_KIND(kConfig, n_layer >= 1, "model.n_layer = ", n_layer, " must be >= 1");
   validate_shape(kind, stages, microbatches, virtual_stages, n_layer);

@@ -31,13 +31,13 @@
 #include <string>
 #include <vector>
 
+#include "kiri/config/layout.h"
+
 namespace kiri::parallel::pp {
 
-enum class ScheduleKind { kGPipe, k1F1B, kInterleaved1F1B };
-
+// The schedule is the layout's (kiri::PipelineSchedule, config/layout.h; name() spells it).
 // "gpipe", "1f1b", "interleaved"; anything else raises kConfig naming the allowed values.
-ScheduleKind parse_schedule(const std::string& name);
-const char* schedule_name(ScheduleKind kind);
+PipelineSchedule parse_schedule(const std::string& name);
 
 struct Action {
   enum class Op { kForward, kBackward };
@@ -54,7 +54,7 @@ using Schedule = std::vector<std::vector<Action>>;
 
 // Builds the tables. Validates (stages, micro-batches, virtual stages) like
 // validate_pipeline minus the layer count; raises kConfig.
-std::vector<std::vector<Action>> make_schedule(ScheduleKind kind, int stages, int microbatches,
+std::vector<std::vector<Action>> make_schedule(PipelineSchedule kind, int stages, int microbatches,
                                                int virtual_stages);
 
 // Every rule the pipeline configuration must satisfy, each raising kConfig naming the
@@ -63,7 +63,7 @@ std::vector<std::vector<Action>> make_schedule(ScheduleKind kind, int stages, in
 //   parallel.pp <= model.n_layer (every stage needs a layer),
 //   virtual_stages == 1 for gpipe and 1f1b, >= 2 for interleaved,
 //   interleaved: m a multiple of p, and n_layer >= p * v (every chunk needs a layer).
-void validate_pipeline(ScheduleKind kind, int n_layer, int stages, int microbatches,
+void validate_pipeline(PipelineSchedule kind, int n_layer, int stages, int microbatches,
                        int virtual_stages);
 
 }  // namespace kiri::parallel::pp

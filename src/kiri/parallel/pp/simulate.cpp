@@ -125,8 +125,8 @@ SimResult simulate(const std::vector<std::vector<Action>>& tables, int microbatc
   return res;
 }
 
-double ideal_bubble(ScheduleKind kind, int stages, int microbatches, int virtual_stages) {
-  const int steps = microbatches * (kind == ScheduleKind::kInterleaved1F1B ? virtual_stages : 1);
+double ideal_bubble(PipelineSchedule kind, int stages, int microbatches, int virtual_stages) {
+  const int steps = microbatches * (kind == PipelineSchedule::kInterleaved ? virtual_stages : 1);
   return static_cast<double>(stages - 1) / (steps + stages - 1);
 }
 

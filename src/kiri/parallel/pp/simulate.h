@@ -50,6 +50,6 @@ SimResult simulate(const std::vector<std::vector<Action>>& tables, int microbatc
 //   interleaved   (p-1) / (v*m + p - 1)
 // Narayanan et al. 2021 quote the interleaved bubble relative to the IDEAL time instead,
 // (p-1) / (v*m); both describe the same (p-1) chunk-steps of fill and drain.
-double ideal_bubble(ScheduleKind kind, int stages, int microbatches, int virtual_stages);
+double ideal_bubble(PipelineSchedule kind, int stages, int microbatches, int virtual_stages);
 
 }  // namespace kiri::parallel::pp

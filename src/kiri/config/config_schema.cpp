@@ -1,4 +1,4 @@
-#include "kiri/cli/config_schema.h"
+#include "kiri/config/config_schema.h"
 
 #include <cmath>
 #include <filesystem>
@@ -11,59 +11,17 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/suggest.h"
 #include "kiri/base/units.h"
-#include "kiri/cli/config_field.h"
-#include "kiri/cli/config_file.h"
-#include "kiri/parallel/pp/schedule.h"
-#include "kiri/train/checkpoint_state.h"
-#include "kiri/train/offload_config.h"
+#include "kiri/config/config_field.h"
+#include "kiri/config/config_file.h"
+#include "kiri/config/json_guard.h"
+#include "kiri/config/offload_config.h"
 
-namespace kiri::cli {
+namespace kiri {
 
+using kiri::RunConfig;
 using nlohmann::json;
-using train::RunConfig;
 
 namespace {
-
-// parallel.recompute_modules: a JSON list of names, or as --set text the names separated by
-// commas (`core_attn,mlp_act`) or a JSON list; each checked against the modules kiri has.
-Field recompute_modules_field() {
-  const std::string key = "parallel.recompute_modules";
-  std::string valid;
-  for (const std::string& n : kiri::recompute_module_names())
-    valid += (valid.empty() ? "" : ", ") + n;
-  Field f;
-  f.doc = {key, "list of strings", "",
-           "selective: what every block recomputes in backward instead of keeping: `core_attn` "
-           "(the attention core's output and log-sum-exp), `layernorm` (the norms' outputs, "
-           "under sequence parallelism all-gathered again), `mlp_act` (the MLP activation's "
-           "output). Empty: [\"core_attn\"], Megatron-core's default. One of: " +
-               valid + "."};
-  f.set = [key](train::RunConfig& c, const json& v) {
-    json list = v;
-    if (v.is_string()) {
-      const std::string s = v.get<std::string>();
-      list = json::array();
-      if (!s.empty() && s.front() == '[') {
-        list = json::parse(s, nullptr, false);
-      } else {
-        size_t at = 0;
-        while (at <= s.size() && !s.empty()) {
-          const size_t comma = std::min(s.find(',', at), s.size());
-          list.push_back(s.substr(at, comma - at));
-          at = comma + 1;
-        }
-      }
-    }
-    KIRI_CHECK_KIND(kConfig, list.is_array(), key, " must be a list of module names, got ",
-                    quote_bounded(v.dump(), 80));
-    std::vector<std::string> names;
-    for (const json& n : list) names.push_back(as_string(n, key));
-    kiri::parse_recompute_modules(names, kiri::LayoutWords::kConfig);  // unknown: the valid ones
-    c.parallel.recompute_modules = names;
-  };
-  f.get = [](const train::RunConfig& c) { return json(c.parallel.recompute_modules); };
-  return f;
-}
 
 // train.loss_scale: a static scale S multiplies every gradient before it is stored in fp16,
 // whose finite numbers span 2^-24 (the smallest subnormal) to 65504. Above 65504 x 2^24 even
@@ -78,7 +36,7 @@ Field loss_scale_field() {
                         "loss_scale_window clean steps); > 0: this static scale, at most "
                         "65504 x 2^24 = 1098974756864 (above it every fp16 gradient overflows).");
   const auto range = f.set;
-  f.set = [range](train::RunConfig& c, const json& v) {
+  f.set = [range](kiri::RunConfig& c, const json& v) {
     range(c, v);
     const double s = c.train.loss_scale;
     KIRI_CHECK_KIND(kConfig, s <= kMaxStaticLossScale, "train.loss_scale = ", s,
@@ -150,9 +108,9 @@ std::vector<Field> make_fields() {
                           "Learning rate at the end of the cosine decay."));
   f.push_back(enum_field(
       "train.lr_scaling", KIRI_FIELD(train.lr_scaling),
-      std::vector<std::pair<std::string, train::LrScaling>>{{"none", train::LrScaling::kNone},
-                                                            {"linear", train::LrScaling::kLinear},
-                                                            {"sqrt", train::LrScaling::kSqrt}},
+      std::vector<std::pair<std::string, kiri::LrScaling>>{{"none", kiri::LrScaling::kNone},
+                                                           {"linear", kiri::LrScaling::kLinear},
+                                                           {"sqrt", kiri::LrScaling::kSqrt}},
       "How train.lr and train.min_lr follow the global batch B (sequences per step, known "
       "once the layout is): `linear` multiplies both by B / train.base_batch, `sqrt` by its "
       "square root (the schedule keeps its shape); `none` leaves them. Rank 0 prints the "
@@ -165,13 +123,13 @@ std::vector<Field> make_fields() {
                         "Steps of warm-up (the DeepSpeed schedules: at least 2)."));
   f.push_back(enum_field(
       "train.lr_schedule", KIRI_FIELD(train.lr_schedule),
-      std::vector<std::pair<std::string, train::LrSchedule>>{
-          {"cosine", train::LrSchedule::kCosine},
-          {"linear", train::LrSchedule::kLinear},
-          {"constant", train::LrSchedule::kConstant},
-          {"ds_warmup", train::LrSchedule::kDsWarmup},
-          {"ds_warmup_decay", train::LrSchedule::kDsWarmupDecay},
-          {"ds_warmup_cosine", train::LrSchedule::kDsWarmupCosine}},
+      std::vector<std::pair<std::string, kiri::LrSchedule>>{
+          {"cosine", kiri::LrSchedule::kCosine},
+          {"linear", kiri::LrSchedule::kLinear},
+          {"constant", kiri::LrSchedule::kConstant},
+          {"ds_warmup", kiri::LrSchedule::kDsWarmup},
+          {"ds_warmup_decay", kiri::LrSchedule::kDsWarmupDecay},
+          {"ds_warmup_cosine", kiri::LrSchedule::kDsWarmupCosine}},
       "The learning rate per step. `cosine`, `linear`, `constant`: train.lr x (step+1) / "
       "train.warmup during warm-up, then a cosine or linear decay to train.min_lr at "
       "train.decay_steps, or none. `ds_warmup`, `ds_warmup_decay`, `ds_warmup_cosine`: "
@@ -183,8 +141,8 @@ std::vector<Field> make_fields() {
                         "total_num_steps); 0: train.steps."));
   f.push_back(
       enum_field("train.warmup_type", KIRI_FIELD(train.warmup_type),
-                 std::vector<std::pair<std::string, train::WarmupType>>{
-                     {"linear", train::WarmupType::kLinear}, {"log", train::WarmupType::kLog}},
+                 std::vector<std::pair<std::string, kiri::WarmupType>>{
+                     {"linear", kiri::WarmupType::kLinear}, {"log", kiri::WarmupType::kLog}},
                  "The ds_* schedules' warm-up curve: `linear` or DeepSpeed's `log` (log(i+1) / "
                  "log(warmup)). kiri's own schedules warm up linearly."));
   f.push_back(float_field("train.warmup_lr", KIRI_FIELD(train.warmup_lr), 0, 10,
@@ -204,9 +162,9 @@ std::vector<Field> make_fields() {
                         "Seed of the initialisation and of the data order."));
   f.push_back(enum_field(
       "train.dtype", KIRI_FIELD(train.dtype),
-      std::vector<std::pair<std::string, train::ComputeDType>>{{"fp32", train::ComputeDType::kF32},
-                                                               {"bf16", train::ComputeDType::kBF16},
-                                                               {"fp16", train::ComputeDType::kF16}},
+      std::vector<std::pair<std::string, kiri::Precision>>{{"fp32", kiri::Precision::kFp32},
+                                                           {"bf16", kiri::Precision::kBf16},
+                                                           {"fp16", kiri::Precision::kFp16}},
       "Parameters and gradients used in compute. `bf16`/`fp16`: mixed precision: 2-byte "
       "parameters and gradients, 16-bit GEMMs with fp32 accumulation, fp32 activations, and "
       "fp32 master weights, m and v in the optimizer (16 bytes per parameter in all). `fp16` "
@@ -235,91 +193,7 @@ std::vector<Field> make_fields() {
                            [](const std::string& s) {
                              if (!s.empty()) parse_bytes(s);
                            }));
-  // parallel
-  f.push_back(int_field("parallel.dp", KIRI_FIELD(parallel.dp), 0, 1 << 20,
-                        "Data-parallel degree; 0 (unset) infers it as world / (tp x pp), as "
-                        "Megatron and torchtitan do, and rank 0 says so (`kiri config` prints "
-                        "0). dp x tp x pp must equal the number of processes: a world that tp x "
-                        "pp does not divide, or a given dp that does not fit it, is an error "
-                        "naming world, dp, tp and pp."));
-  f.push_back(
-      int_field("parallel.tp", KIRI_FIELD(parallel.tp), 1, 1 << 20, "Tensor-parallel degree."));
-  f.push_back(
-      int_field("parallel.pp", KIRI_FIELD(parallel.pp), 1, 1 << 20, "Pipeline-parallel degree."));
-  f.push_back(float_field("parallel.bucket_mb", KIRI_FIELD(parallel.bucket_mb), 1e-6, 1e6,
-                          "DDP gradient bucket size in MiB; each bucket's all-reduce starts as "
-                          "soon as backward has produced all of its gradients."));
-  f.push_back(float_field("parallel.timeout_s", KIRI_FIELD(parallel.timeout_s), 0.001, 1e7,
-                          "Timeout of each collective in seconds: past it the rank stops with a "
-                          "diagnosis naming the missing or divergent rank."));
-  f.push_back(bool_field("parallel.check_collectives", KIRI_FIELD(parallel.check_collectives),
-                         "Before each collective, ranks agree on its kind and size, so a mismatch "
-                         "is named instead of computing garbage (a small extra message each)."));
-  f.push_back(int_field("parallel.zero_stage", KIRI_FIELD(parallel.zero_stage), 0, 3,
-                        "ZeRO stage (DeepSpeed): 0 = DDP, every rank holds everything; 1 = "
-                        "optimizer states sharded over dp; 2 = + gradients (reduce-scattered "
-                        "during backward); 3 = + parameters (all-gathered per unit just in time; "
-                        "= FSDP FULL_SHARD)."));
-  f.push_back(enum_field(
-      "parallel.sharding_strategy", KIRI_FIELD(parallel.sharding_strategy),
-      std::vector<std::pair<std::string, std::string>>{{"from_zero_stage", ""},
-                                                       {"NO_SHARD", "NO_SHARD"},
-                                                       {"SHARD_GRAD_OP", "SHARD_GRAD_OP"},
-                                                       {"FULL_SHARD", "FULL_SHARD"},
-                                                       {"HYBRID_SHARD", "HYBRID_SHARD"}},
-      "The same engine in FSDP's words: NO_SHARD = stage 0, SHARD_GRAD_OP = stage 2, "
-      "FULL_SHARD = stage 3, HYBRID_SHARD = stage 3 within groups of "
-      "parallel.shard_group_size ranks, replicated across the groups. A zero_stage that "
-      "contradicts it is an error."));
-  f.push_back(int_field("parallel.shard_group_size", KIRI_FIELD(parallel.shard_group_size), 0,
-                        1 << 20,
-                        "Ranks over which the state is sharded (HYBRID_SHARD); 0 = the whole dp "
-                        "group. Must divide parallel.dp."));
-  f.push_back(int_field("parallel.wrap_blocks", KIRI_FIELD(parallel.wrap_blocks), 1, 1 << 20,
-                        "Wrap policy of the sharding units: the embeddings, then every "
-                        "wrap_blocks transformer blocks, then the final LayerNorm, each one flat "
-                        "buffer padded to a multiple of the shard group size."));
-  f.push_back(bool_field("parallel.prefetch", KIRI_FIELD(parallel.prefetch),
-                         "Stage 3: start the next unit's all-gather while the current unit "
-                         "computes (forward and backward)."));
-  f.push_back(enum_field(
-      "parallel.activation_checkpointing", KIRI_FIELD(parallel.activation_checkpointing),
-      std::vector<std::pair<std::string, train::ActivationCheckpointing>>{
-          {"none", train::ActivationCheckpointing::kNone},
-          {"full", train::ActivationCheckpointing::kFull},
-          {"every_k", train::ActivationCheckpointing::kEveryK},
-          {"selective", train::ActivationCheckpointing::kSelective}},
-      "Checkpointed blocks keep only their input in forward and recompute their activations "
-      "in backward: `full` = every block, `every_k` = blocks 0, k, 2k, ... "
-      "(parallel.activation_checkpointing_k); `selective` = every block keeps its linear "
-      "layers' inputs and recomputes only parallel.recompute_modules (docs/parallelism.md)."));
-  f.push_back(recompute_modules_field());
-  f.push_back(int_field("parallel.activation_checkpointing_k",
-                        KIRI_FIELD(parallel.activation_checkpointing_k), 1, 1 << 20,
-                        "every_k: checkpoint every k-th block."));
-  f.push_back(bool_field(
-      "parallel.sequence_parallel", KIRI_FIELD(parallel.sequence_parallel),
-      "Megatron's sequence parallelism (needs parallel.tp > 1): the norms and the residual "
-      "stream hold micro_batch x seq_len / tp token rows per tensor-parallel rank (tp must "
-      "divide them); an all-gather enters each attention and MLP and a reduce-scatter leaves "
-      "it, in place of tensor parallelism's all-reduces (the same bytes; the norms' weight "
-      "gradients add one small all-reduce per block and micro-batch). "
-      "docs/parallelism.md."));
-  f.push_back(enum_field(
-      "parallel.schedule", KIRI_FIELD(parallel.schedule),
-      std::vector<std::pair<std::string, std::string>>{
-          {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved", "interleaved"}},
-      "Pipeline schedule (pp > 1): `gpipe` (all forwards, then all backwards: holds m "
-      "micro-batches), `1f1b` (one forward, one backward: holds at most pp), `interleaved` "
-      "(1F1B over parallel.virtual_stages chunks per rank: the bubble shrinks by that factor)."));
-  f.push_back(
-      int_field("parallel.microbatches", KIRI_FIELD(parallel.microbatches), 1, 1 << 20,
-                "Micro-batches m per accumulation step: each rank's rows are micro_batch x "
-                "m, run through the pipeline one micro-batch at a time; the pipeline's "
-                "bubble is (pp-1)/(m+pp-1). global_batch = micro_batch x m x grad_accum x dp."));
-  f.push_back(int_field("parallel.virtual_stages", KIRI_FIELD(parallel.virtual_stages), 1, 1 << 10,
-                        "Interleaved schedule: model chunks per pipeline rank (v); the layers are "
-                        "cut into pp x v chunks, chunk c on rank c % pp."));
+  add_parallel_fields(f);  // config_layout_fields.cpp
   // checkpoint
   f.push_back(
       string_field("checkpoint.dir", KIRI_FIELD(checkpoint.dir),
@@ -359,63 +233,7 @@ std::vector<Field> make_fields() {
                         "checkpoint.max_shard_size must be a positive size (e.g. 5GB, 2GiB), got '",
                         quote_bounded(s, 80), "'");
       }));
-  // offload
-  const std::vector<std::pair<std::string, train::OffloadDevice>> devices{
-      {"none", train::OffloadDevice::kNone},
-      {"cpu", train::OffloadDevice::kCpu},
-      {"nvme", train::OffloadDevice::kNvme}};
-  f.push_back(enum_field(
-      "offload.optimizer", KIRI_FIELD(offload.optimizer), devices,
-      "ZeRO-Offload: `nvme` keeps this rank's fp32 master weights, Adam m and v in swap files "
-      "under offload.path and streams them through offload.buffer_count buffers in each step "
-      "(any ZeRO stage and layout; docs/offload.md). `cpu` is an error on the CPU backend: "
-      "host memory is already where the state is."));
-  f.push_back(enum_field(
-      "offload.parameters", KIRI_FIELD(offload.parameters), devices,
-      "ZeRO-Infinity: `nvme` keeps this rank's parameter shards in swap files, read one unit "
-      "ahead of their all-gather in forward and backward. ZeRO stage 3 with "
-      "offload.optimizer = nvme only."));
-  f.push_back(enum_field(
-      "offload.gradients", KIRI_FIELD(offload.gradients),
-      std::vector<std::pair<std::string, train::OffloadDevice>>{
-          {"auto", train::OffloadDevice::kAuto},
-          {"none", train::OffloadDevice::kNone},
-          {"cpu", train::OffloadDevice::kCpu},
-          {"nvme", train::OffloadDevice::kNvme}},
-      "`nvme` writes each unit's reduced gradient shard to a swap file as soon as its "
-      "reduction completes, and the optimizer reads it with its states (ZeRO stage 2 or 3 "
-      "with offload.optimizer = nvme); `auto`: nvme when offload.parameters = nvme, else "
-      "none."));
-  f.push_back(string_field(
-      "offload.path", KIRI_FIELD(offload.path),
-      "Folder of the swap files (one subfolder per rank, locked against a second run); a "
-      "local disk that takes O_DIRECT. `{run.dir}` is run.dir. Removed at a clean exit."));
-  f.push_back(int_field("offload.buffer_count", KIRI_FIELD(offload.buffer_count), 2, 1024,
-                        "Aligned staging buffers per rank: reads of the next chunk and writes of "
-                        "the last overlap the update of this one from 3 up."));
-  f.push_back(float_field("offload.buffer_mb", KIRI_FIELD(offload.buffer_mb), 0.0625, 1 << 20,
-                          "Size of each staging buffer in MiB: one chunk of every offloaded "
-                          "state of a unit."));
-  f.push_back(string_field(
-      "offload.block_size", KIRI_FIELD(offload.block_size),
-      "Bytes per I/O request and per checksum (DeepSpeed's aio.block_size): a multiple of "
-      "4 KiB, e.g. 1MiB.",
-      [](const std::string& s) {
-        const int64_t b = parse_bytes(s);
-        KIRI_CHECK_KIND(kConfig, b >= 4096 && b % 4096 == 0 && b <= (int64_t{1} << 30),
-                        "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got '",
-                        quote_bounded(s, 80), "'");
-      }));
-  f.push_back(int_field("offload.queue_depth", KIRI_FIELD(offload.queue_depth), 1, 1024,
-                        "I/O requests in flight per rank (DeepSpeed's aio.queue_depth)."));
-  f.push_back(enum_field(
-      "offload.engine", KIRI_FIELD(offload.engine),
-      std::vector<std::pair<std::string, train::IoEngine>>{{"auto", train::IoEngine::kAuto},
-                                                           {"io_uring", train::IoEngine::kIoUring},
-                                                           {"threads", train::IoEngine::kThreads}},
-      "Asynchronous I/O: `io_uring` (liburing), `threads` (pread/pwrite on a "
-      "thread pool), `auto` (the thread pool: it measured faster than io_uring on this "
-      "machine's disk, docs/performance.md)."));
+  add_offload_fields(f);  // config_layout_fields.cpp
   // log
   f.push_back(
       string_field("log.metrics", KIRI_FIELD(log.metrics),
@@ -434,7 +252,7 @@ std::vector<Field> make_fields() {
       "Events are kept in memory until the end: trace short runs. Empty disables; "
       "`{run.dir}/trace.json` puts it in the run folder."));
   // Fill the defaults from a default-constructed config.
-  RunConfig defaults = train::default_run_config();
+  RunConfig defaults = kiri::default_run_config();
   for (Field& x : f) {
     json v = x.get(defaults);
     x.doc.default_value = v.is_string() ? v.get<std::string>() : v.dump();
@@ -525,7 +343,7 @@ void apply_set(RunConfig& cfg, const std::string& kv) {
 
 RunConfig config_from_json(const json& j) {
   KIRI_CHECK_KIND(kConfig, j.is_object(), "a config must be a JSON object, got ", j.type_name());
-  RunConfig cfg = train::default_run_config();
+  RunConfig cfg = kiri::default_run_config();
   for (auto& [k, v] : flat_entries(j, "")) apply_key(cfg, k, v);
   return cfg;
 }
@@ -555,7 +373,7 @@ json get_key(const RunConfig& cfg, const std::string& key) {
 }
 
 RunConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
-  RunConfig cfg = train::default_run_config();
+  RunConfig cfg = kiri::default_run_config();
   if (!file.empty()) cfg = parse_config_text(read_config_text(file), file);
   for (const std::string& s : sets) apply_set(cfg, s);
   return cfg;
@@ -574,8 +392,8 @@ json config_to_json(const RunConfig& cfg) {
 }
 
 void validate(const RunConfig& cfg) {
-  train::resolve_run_paths(cfg);  // names a bad run.name / run.dir
-  model::GPTConfig m = cfg.model;
+  kiri::resolve_run_paths(cfg);  // names a bad run.name / run.dir
+  kiri::GPTConfig m = cfg.model;
   if (m.vocab_size == 0) m.vocab_size = 2;  // resolved from the tokenizer later
   m.validate();
   KIRI_CHECK_KIND(kConfig, cfg.train.seq_len <= cfg.model.block_size,
@@ -584,13 +402,13 @@ void validate(const RunConfig& cfg) {
   KIRI_CHECK_KIND(kConfig, cfg.train.min_lr <= cfg.train.optimizer.lr,
                   "train.min_lr = ", cfg.train.min_lr,
                   " exceeds train.lr = ", cfg.train.optimizer.lr);
-  train::validate_offload(cfg);  // the I/O keys, all problems in one message
-  // Every layout rule that needs no world, refused before any work (dp 0: inferred later).
-  train::check_layout(cfg);
-  train::selective_recompute(cfg.parallel);  // modules need `selective`; known names
+  kiri::validate_offload(cfg);  // the I/O keys, all problems in one message
+  // Every layout rule that needs no world, refused before any work (dp 0: inferred later),
+  // the recompute modules first (known names, selective only).
+  kiri::check_layout(cfg);
   KIRI_CHECK_KIND(kConfig,
-                  !cfg.checkpoint.async || (cfg.offload.optimizer != train::OffloadDevice::kNvme &&
-                                            cfg.offload.parameters != train::OffloadDevice::kNvme),
+                  !cfg.checkpoint.async || (cfg.offload.optimizer != kiri::OffloadTier::kNvme &&
+                                            cfg.offload.parameters != kiri::OffloadTier::kNvme),
                   "checkpoint.async = true stages the model and the optimizer's states in "
                   "memory, which would bring back into RAM what offload.optimizer / "
                   "offload.parameters = nvme moved out of it: set checkpoint.async = false "
@@ -613,7 +431,7 @@ std::string config_markdown() {
   std::ostringstream os;
   os << "# Configuration keys\n\n"
         "Generated by `kiri config --markdown` from the schema in "
-        "`src/kiri/cli/config_schema.cpp` (a test keeps this file in sync).\n\n"
+        "`src/kiri/config/config_schema.cpp` (a test keeps this file in sync).\n\n"
         "A config file is JSON, nested (`{\"model\": {\"n_layer\": 4}}`) or flat "
         "(`{\"model.n_layer\": 4}`); `--set key=value` overrides any key after the file. "
         "An unknown key or a bad value is an error naming the key. The file may hold "
@@ -638,4 +456,4 @@ std::string config_markdown() {
   return os.str();
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri

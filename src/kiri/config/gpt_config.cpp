@@ -1,9 +1,10 @@
-// GPTConfig's own methods, apart from the model in gpt.cpp: they need no kernels, so the
-// config reader's fuzz target (fuzz/) links this file alone.
-#include "kiri/base/layout.h"
-#include "kiri/model/gpt.h"
+// GPTConfig's own methods: the shape's rules, its parameters and FLOPs (no kernels).
+#include "kiri/config/gpt_config.h"
 
-namespace kiri::model {
+#include "kiri/base/error.h"
+#include "kiri/config/layout.h"
+
+namespace kiri {
 
 namespace {
 
@@ -103,4 +104,4 @@ double GPTConfig::flops_per_token(int64_t seq) const {
   return 6.0 * matmul_params + 12.0 * l * c * double(seq);
 }
 
-}  // namespace kiri::model
+}  // namespace kiri

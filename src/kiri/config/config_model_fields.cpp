@@ -1,14 +1,14 @@
 // The model.* rows of the config schema (config_schema.cpp): both architectures' shape,
 // and the Llama keys under Hugging Face LlamaConfig's names (docs/models.md).
-#include "kiri/cli/config_field.h"
+#include "kiri/config/config_field.h"
 
-namespace kiri::cli {
+namespace kiri {
 
 void add_model_fields(std::vector<Field>& f) {
   f.push_back(enum_field(
       "model.arch", KIRI_FIELD(model.arch),
-      std::vector<std::pair<std::string, model::Arch>>{{"gpt2", model::Arch::kGpt2},
-                                                       {"llama", model::Arch::kLlama}},
+      std::vector<std::pair<std::string, kiri::Arch>>{{"gpt2", kiri::Arch::kGpt2},
+                                                      {"llama", kiri::Arch::kLlama}},
       "The architecture (docs/models.md): `gpt2` (LayerNorm, learned positions, GELU MLP, "
       "biases, tied head; Hugging Face GPT2LMHeadModel) or `llama` (RMSNorm, rotary "
       "positions, SwiGLU MLP, grouped-query attention, no biases; LlamaForCausalLM). The "
@@ -40,9 +40,9 @@ void add_model_fields(std::vector<Field>& f) {
                           "500000)."));
   f.push_back(enum_field(
       "model.rope_scaling.rope_type", KIRI_FIELD(model.rope_scaling.type),
-      std::vector<std::pair<std::string, model::RopeScaling::Type>>{
-          {"default", model::RopeScaling::Type::kNone},
-          {"llama3", model::RopeScaling::Type::kLlama3}},
+      std::vector<std::pair<std::string, kiri::RopeScaling::Type>>{
+          {"default", kiri::RopeScaling::Type::kNone},
+          {"llama3", kiri::RopeScaling::Type::kLlama3}},
       "llama: `default` (no rope_scaling) or Llama 3.1's `llama3` frequency scaling, with the "
       "four keys below."));
   f.push_back(float_field("model.rope_scaling.factor", KIRI_FIELD(model.rope_scaling.factor), 1,
@@ -65,4 +65,4 @@ void add_model_fields(std::vector<Field>& f) {
                          "kiri to true (GPT-2's): a Llama config gives it."));
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri

@@ -1,11 +1,11 @@
-#include "kiri/train/lr_schedule.h"
+#include "kiri/config/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "kiri/train/run_config.h"
+#include "kiri/config/run_config.h"
 
-namespace kiri::train {
+namespace kiri {
 
 namespace {
 
@@ -60,4 +60,4 @@ double lr_at_step(const TrainConfig& t, int64_t step) {
   }
 }
 
-}  // namespace kiri::train
+}  // namespace kiri

@@ -3,9 +3,9 @@
 // sharding strategy, shard group, activation checkpointing, sequence parallelism, the
 // pipeline's schedule, micro-batches and virtual stages, dtype, offload tiers), and the
 // one function that validates it (torchtitan's ParallelDims: every rule once, every
-// number in its message). The config (train::layout_of), the trainer, `kiri plan`
-// (plan::Layout derives from it) and `kiri train --auto` all validate through it. It sits
-// in base because the planner stands on base alone.
+// number in its message). The config's parallel.* keys are this struct (RunConfig::parallel);
+// the trainer, `kiri plan` (plan::Layout derives from it) and `kiri train --auto` all
+// validate through it. It sits in config, on base alone, because the planner does too.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,15 +18,16 @@ enum class ActivationCheckpointing { kNone, kFull, kEveryK, kSelective };
 enum class PipelineSchedule { kGpipe, k1F1B, kInterleaved };
 enum class Precision { kFp32, kBf16, kFp16 };
 // Where a category of the training state lives. kiri's CPU backend refuses kCpu (device
-// and host memory are the same RAM): the tier below RAM is NVMe.
-enum class OffloadTier { kNone, kCpu, kNvme };
+// and host memory are the same RAM): the tier below RAM is NVMe. kAuto is offload.gradients'
+// only (nvme when the parameters are offloaded, else none; offload_spec resolves it).
+enum class OffloadTier { kNone, kCpu, kNvme, kAuto };
 // FSDP's words for the ZeRO stage (kFromZeroStage: zero_stage decides).
 enum class ShardingStrategy { kFromZeroStage, kNoShard, kShardGradOp, kFullShard, kHybridShard };
 
 const char* name(ActivationCheckpointing a);  // none | full | every_k | selective
 const char* name(PipelineSchedule s);         // gpipe | 1f1b | interleaved
 const char* name(Precision p);                // fp32 | bf16 | fp16
-const char* name(OffloadTier t);              // none | cpu | nvme
+const char* name(OffloadTier t);              // none | cpu | nvme | auto
 const char* name(ShardingStrategy s);         // "" | NO_SHARD | ... | HYBRID_SHARD
 
 // Selective recomputation (Megatron-core's --recompute-modules): what every block does not
@@ -45,7 +46,9 @@ const std::vector<std::string>& recompute_module_names();
 // "core_attn,mlp_act" (the names of the modules set, comma-separated; "" for none).
 std::string name(const RecomputeModules& m);
 
-enum class LayoutWords;
+// Whose words a message uses: the config's keys (parallel.zero_stage) or `kiri plan`'s
+// options (--zero-stage). Both name the same things.
+enum class LayoutWords { kConfig, kPlan };
 // From names (kConfig naming an unknown one and the valid ones).
 RecomputeModules parse_recompute_modules(const std::vector<std::string>& names, LayoutWords words);
 // The modules a layout recomputes: selective recomputes `names` (none given: Megatron's
@@ -69,21 +72,34 @@ struct Offload {
   }
 };
 
+// The parallel.* keys (RunConfig::parallel): how the step is cut, typed. The precision and the
+// offload tiers are the train.dtype and offload.* keys; validate_layout takes the tiers
+// (offload_spec) beside the layout.
 struct Layout {
-  int dp = 1, tp = 1, pp = 1;  // dp 0: inferred from the world (before it is known only)
-  int zero_stage = 0;          // 0 = DDP, 1 = P_os, 2 = P_os+g, 3 = P_os+g+p
+  int dp = 1, tp = 1, pp = 1;     // dp 0: inferred from the world (resolve_layout)
+  double bucket_mb = 25;          // DDP gradient bucket size
+  double timeout_s = 300;         // per collective; a rank that never arrives is named after it
+  bool check_collectives = true;  // ranks agree on each collective's kind and size first
+  // ZeRO stage (DeepSpeed's vocabulary) or sharding strategy (FSDP's); the strategy, when
+  // set, decides: NO_SHARD = 0, SHARD_GRAD_OP = 2, FULL_SHARD = 3, HYBRID_SHARD = 3 within
+  // groups of shard_group_size.
+  int zero_stage = 0;  // 0 = DDP, 1 = P_os, 2 = P_os+g, 3 = P_os+g+p
   ShardingStrategy sharding_strategy = ShardingStrategy::kFromZeroStage;
   int shard_group_size = 0;  // ranks a ZeRO shard spans; 0 = all of dp
+  int wrap_blocks = 1;       // transformer blocks per sharding unit
+  bool prefetch = true;      // stage 3: all-gather the next unit early
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
-  // selective: what it recomputes (the other modes ignore it); Megatron's default core_attn.
-  RecomputeModules recompute_modules{.core_attn = true};
+  // selective: what every block recomputes, by name (recompute() parses them); empty:
+  // {"core_attn"}, Megatron's default. The other modes refuse names.
+  std::vector<std::string> recompute_modules{};
   bool sequence_parallel = false;  // tp > 1: norms and residual split over the sequence
+  // Pipeline parallelism (pp > 1): the schedule, the micro-batches m that one step's batch is
+  // split into (rows per rank = micro_batch x m), and the model chunks per rank
+  // (interleaved only).
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
-  int microbatches = 1;    // pipeline micro-batches per step
-  int virtual_stages = 1;  // model chunks per pipeline rank (interleaved only)
-  Precision dtype = Precision::kFp32;
-  Offload offload;
+  int microbatches = 1;
+  int virtual_stages = 1;
 
   int world() const { return dp * tp * pp; }
   // The effective ZeRO stage: the sharding strategy's when one is set.
@@ -92,11 +108,13 @@ struct Layout {
   int shard_size() const { return shard_group_size > 0 ? shard_group_size : dp; }
   // Blocks between checkpointed ones: 0 none (and selective), 1 full, k every_k.
   int checkpoint_every() const;
+  // The modules selective recomputation recomputes (none for the other modes, whatever the
+  // names: the planner tries modes over one layout); kConfig in `words` for an unknown
+  // module. recompute_modules_of refuses names without selective (check_layout does).
+  RecomputeModules recompute(LayoutWords words) const;
+  RecomputeModules recompute() const;
 };
 
-// Whose words a message uses: the config's keys (parallel.zero_stage) or `kiri plan`'s
-// options (--zero-stage). Both name the same things.
-enum class LayoutWords { kConfig, kPlan };
 // "parallel.zero_stage" in kPlan words: "--zero-stage" (offload.parameters:
 // --offload-parameters; parallel.microbatches: the micro-batches m, which kiri plan
 // derives from the batch).
@@ -122,8 +140,8 @@ struct LayoutFacts {
 // micro-batches a multiple of pp; pp <= layers and pp x v <=
 // layers; tp divides the heads (and LLaMA's key/value heads) and the MLP width; offload:
 // no cpu tier, parameters need ZeRO 3 and the optimizer offloaded, gradients ZeRO >= 2 and
-// the optimizer offloaded.
-void validate_layout(const Layout& layout, const LayoutFacts& facts);
+// the optimizer offloaded (the tiers of `offload`, auto resolved: offload_spec).
+void validate_layout(const Layout& layout, const LayoutFacts& facts, const Offload& offload = {});
 
 // world = dp x tp x pp (the rule validate_layout applies; resolve_layout's too).
 void validate_world(int dp, int tp, int pp, int world, LayoutWords words);

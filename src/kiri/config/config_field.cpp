@@ -1,10 +1,10 @@
 // The config schema's value converters (config_field.h).
-#include "kiri/cli/config_field.h"
+#include "kiri/config/config_field.h"
 
 #include <cmath>
 #include <limits>
 
-namespace kiri::cli {
+namespace kiri {
 
 using nlohmann::json;
 
@@ -60,4 +60,4 @@ std::string as_string(const json& v, const std::string& key) {
   KIRI_RAISE(kConfig, key, " must be a string, got ", quote_bounded(v.dump(), 80));
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri

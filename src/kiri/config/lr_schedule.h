@@ -5,7 +5,7 @@
 // DeepSpeed config's scheduler (docs/deepspeed.md) runs the rates DeepSpeed would.
 #include <cstdint>
 
-namespace kiri::train {
+namespace kiri {
 
 struct TrainConfig;
 
@@ -28,4 +28,4 @@ double lr_at_step(const TrainConfig& t, int64_t step);
 // The step at which the decay ends: train.decay_steps, or train.steps when it is 0.
 int64_t decay_end(const TrainConfig& t);
 
-}  // namespace kiri::train
+}  // namespace kiri

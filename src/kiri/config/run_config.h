@@ -1,20 +1,21 @@
 #pragma once
 // Everything a run is configured by. The command line's schema
-// (cli/config_schema.cpp) maps the dotted keys of config files and --set onto
-// these fields; docs/config.md documents each key.
+// (config/config_schema.cpp) maps the dotted keys of config files and --set onto
+// these fields; docs/config.md documents each key. On base alone (config/).
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "kiri/base/layout.h"
-#include "kiri/model/gpt.h"
-#include "kiri/optim/adamw.h"
-#include "kiri/train/lr_schedule.h"
+#include "kiri/base/error.h"
+#include "kiri/config/adamw_config.h"
+#include "kiri/config/gpt_config.h"
+#include "kiri/config/io_engine.h"
+#include "kiri/config/layout.h"
+#include "kiri/config/lr_schedule.h"
 
-namespace kiri::train {
+namespace kiri {
 
-enum class ComputeDType { kF32, kBF16, kF16 };
 // How train.lr and train.min_lr follow the global batch B: x 1, x B/base_batch,
 // x sqrt(B/base_batch).
 enum class LrScaling { kNone, kLinear, kSqrt };
@@ -44,11 +45,11 @@ struct TrainConfig {
   WarmupType warmup_type = WarmupType::kLinear;
   double warmup_lr = 0;
   uint64_t seed = 1337;
-  ComputeDType dtype = ComputeDType::kF32;
-  int64_t eval_every = 50;  // 0: only at the end
+  Precision dtype = Precision::kFp32;  // the layout's precision (config/layout.h)
+  int64_t eval_every = 50;             // 0: only at the end
   int64_t eval_batches = 8;
   std::string mem_limit;  // "" or a byte size ("2GiB"): the allocator's limit
-  optim::AdamWConfig optimizer;
+  AdamWConfig optimizer;
   // fp16 loss scaling: loss_scale 0 = dynamic (starting at 2^initial_scale_power,
   // halved on overflow, doubled after loss_scale_window clean steps), > 0 = static.
   double loss_scale = 0;
@@ -59,46 +60,6 @@ struct TrainConfig {
   // cure) that stop the run; 0: never stop.
   int64_t max_nonfinite_steps = 10;
 };
-
-// The layout's enum (base/layout.h): parallel.activation_checkpointing's values.
-using ActivationCheckpointing = kiri::ActivationCheckpointing;
-
-// The parallel.* keys as the config file spells them; layout_of reads them (with train.dtype
-// and offload.*) into the one kiri::Layout that every check and cut uses.
-struct ParallelConfig {
-  int dp = 0;  // 0: inferred, world / (tp x pp) (resolve_layout)
-  int tp = 1;
-  int pp = 1;
-  double bucket_mb = 25;          // DDP gradient bucket size
-  double timeout_s = 300;         // per collective; a rank that never arrives is named after it
-  bool check_collectives = true;  // ranks agree on each collective's kind and size first
-  // ZeRO stage (DeepSpeed's vocabulary) or sharding strategy (FSDP's); the
-  // strategy, when set, decides: NO_SHARD = 0, SHARD_GRAD_OP = 2,
-  // FULL_SHARD = 3, HYBRID_SHARD = 3 within groups of shard_group_size.
-  int zero_stage = 0;
-  std::string sharding_strategy;  // "" or one of the four names
-  int shard_group_size = 0;       // 0: the whole dp group
-  int wrap_blocks = 1;            // transformer blocks per sharding unit
-  bool prefetch = true;           // stage 3: all-gather the next unit early
-  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
-  int activation_checkpointing_k = 2;  // every_k: blocks 0, k, 2k, ... recompute
-  // selective: what every block recomputes (model/layers.h); empty: {"core_attn"}, Megatron's
-  // default.
-  std::vector<std::string> recompute_modules;
-  // Megatron's sequence parallelism (tp > 1): the norms and the residual stream hold
-  // micro_batch x seq_len / tp rows per tp rank.
-  bool sequence_parallel = false;
-  // Pipeline parallelism (pp > 1): the schedule, the micro-batches m that one
-  // step's batch is split into (rows per rank = micro_batch x m), and the
-  // model chunks per rank (interleaved only).
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
-  int microbatches = 1;
-  int virtual_stages = 1;
-};
-
-// The modules that selective recomputation recomputes (none unless activation_checkpointing is
-// selective); kConfig for an unknown module or modules without `selective`.
-model::SelectiveRecompute selective_recompute(const ParallelConfig& p);
 
 // The run folder: config.json, metrics, plot and checkpoints of one run. The path
 // keys below may hold "{run.dir}" (run.dir "{run.name}"), resolve_run_paths
@@ -121,22 +82,19 @@ struct CheckpointConfig {
   std::string piece_size = "64MiB";
 };
 
-// Where the training state lives (docs/offload.md). On the CPU backend device and host
-// memory are the same RAM, so the tier that moves state off is NVMe: files under `path`.
-// kAuto: offload.gradients only (nvme when the parameters are offloaded, else none).
-enum class OffloadDevice { kNone, kCpu, kNvme, kAuto };
-// The asynchronous direct-I/O mechanism of the swap files (offload/async_io.h).
-enum class IoEngine { kAuto, kIoUring, kThreads };
+// Where the training state lives (docs/offload.md): the layout's tiers (OffloadTier). On
+// the CPU backend device and host memory are the same RAM, so the tier that moves state
+// off is NVMe: files under `path`. kAuto: offload.gradients only.
 
 struct OffloadConfig {
-  OffloadDevice optimizer = OffloadDevice::kNone;   // fp32 master weights, Adam m and v
-  OffloadDevice parameters = OffloadDevice::kNone;  // ZeRO stage 3: the parameter shards
-  OffloadDevice gradients = OffloadDevice::kAuto;   // ZeRO stage 2-3: the gradient shards
-  std::string path = "{run.dir}/offload";           // swap files: <path>/rank<R>/...
-  int buffer_count = 4;                             // aligned staging buffers per rank
-  double buffer_mb = 64;                            // size of each (MiB)
-  std::string block_size = "1MiB";                  // bytes per I/O request and per checksum
-  int queue_depth = 8;                              // requests in flight per rank
+  OffloadTier optimizer = OffloadTier::kNone;   // fp32 master weights, Adam m and v
+  OffloadTier parameters = OffloadTier::kNone;  // ZeRO stage 3: the parameter shards
+  OffloadTier gradients = OffloadTier::kAuto;   // ZeRO stage 2-3: the gradient shards
+  std::string path = "{run.dir}/offload";       // swap files: <path>/rank<R>/...
+  int buffer_count = 4;                         // aligned staging buffers per rank
+  double buffer_mb = 64;                        // size of each (MiB)
+  std::string block_size = "1MiB";              // bytes per I/O request and per checksum
+  int queue_depth = 8;                          // requests in flight per rank
   IoEngine engine = IoEngine::kAuto;
 };
 
@@ -150,10 +108,10 @@ struct LogConfig {
 
 struct RunConfig {
   RunDirConfig run;
-  model::GPTConfig model;
+  GPTConfig model;
   DataConfig data;
   TrainConfig train;
-  ParallelConfig parallel;
+  Layout parallel{.dp = 0};  // dp 0: inferred, world / (tp x pp) (resolve_layout)
   CheckpointConfig checkpoint;
   OffloadConfig offload;
   LogConfig log;
@@ -176,16 +134,13 @@ std::string plot_path(const LogConfig& log);
 // Resolves parallel.dp = 0 to world / (tp x pp) and returns the note that says so
 // (nullopt when dp was given). A world that tp x pp does not divide, or a given dp
 // with dp x tp x pp != world, is a kConfig error naming world, dp, tp and pp.
-std::optional<std::string> resolve_layout(ParallelConfig& p, int world_size);
+std::optional<std::string> resolve_layout(Layout& p, int world_size);
 
-// The run's layout, read from parallel.*, train.dtype and offload.* in this one place:
-// the strategy named (kConfig for an unknown sharding_strategy or schedule), offload.gradients
-// = auto resolved (offload_gradients), the swap I/O shape when offload is on.
-kiri::Layout layout_of(const RunConfig& c);
 // What the layout is checked against: the model's layers, heads and MLP width, the rows of
 // a micro-batch, and the world (0: not known yet).
-kiri::LayoutFacts layout_facts(const RunConfig& c, int world = 0);
-// kiri::validate_layout(layout_of(c), layout_facts(c, world)): every layout rule.
+LayoutFacts layout_facts(const RunConfig& c, int world = 0);
+// validate_layout(c.parallel, layout_facts(c, world), offload_spec(c.offload)): every layout
+// rule.
 void check_layout(const RunConfig& c, int world = 0);
 
 // Sequences per optimizer step: micro_batch x microbatches x grad_accum x dp (dp resolved).
@@ -197,4 +152,4 @@ int64_t global_batch(const RunConfig& c);
 // for lr_scaling none).
 std::string scale_learning_rate(TrainConfig& t, int64_t batch);
 
-}  // namespace kiri::train
+}  // namespace kiri

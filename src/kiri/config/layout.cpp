@@ -1,4 +1,4 @@
-#include "kiri/base/layout.h"
+#include "kiri/config/layout.h"
 
 #include <utility>
 #include <vector>
@@ -53,6 +53,8 @@ const char* name(OffloadTier t) {
       return "cpu";
     case OffloadTier::kNvme:
       return "nvme";
+    case OffloadTier::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -131,6 +133,15 @@ int Layout::stage() const {
       return 3;
   }
   return zero_stage;
+}
+
+RecomputeModules Layout::recompute(LayoutWords words) const {
+  if (activation_checkpointing != ActivationCheckpointing::kSelective) return {};
+  return recompute_modules_of(activation_checkpointing, recompute_modules, words);
+}
+
+RecomputeModules Layout::recompute() const {
+  return recompute(LayoutWords::kConfig);
 }
 
 int Layout::checkpoint_every() const {
@@ -290,9 +301,8 @@ std::string stage_source(const Layout& l, const LayoutFacts& f) {
 }
 
 // The tiers' rules are independent keys: every broken one is named, in one message.
-void validate_offload(const Layout& l, const LayoutFacts& f) {
+void validate_offload_tiers(const Layout& l, const Offload& o, const LayoutFacts& f) {
   auto w = [&](const char* key) { return layout_word(f.words, key); };
-  const Offload& o = l.offload;
   std::vector<std::string> problems;
   check_not_cpu(f, "offload.optimizer", o.optimizer, "optimizer states", problems);
   check_not_cpu(f, "offload.parameters", o.parameters, "parameters", problems);
@@ -334,7 +344,7 @@ void validate_offload(const Layout& l, const LayoutFacts& f) {
 
 }  // namespace
 
-void validate_layout(const Layout& l, const LayoutFacts& f) {
+void validate_layout(const Layout& l, const LayoutFacts& f, const Offload& offload) {
   auto w = [&](const char* key) { return layout_word(f.words, key); };
   const bool dp_ok = l.dp >= 1 || (l.dp == 0 && f.world == 0);
   KIRI_CHECK_KIND(kConfig, dp_ok && l.tp >= 1 && l.pp >= 1, w("parallel.dp"), " = ", l.dp, ", ",
@@ -350,7 +360,7 @@ void validate_layout(const Layout& l, const LayoutFacts& f) {
                   w("parallel.activation_checkpointing"), " = every_k needs ",
                   w("parallel.activation_checkpointing_k"), " >= 1, got ",
                   l.activation_checkpointing_k);
-  validate_offload(l, f);
+  validate_offload_tiers(l, offload, f);
 }
 
 }  // namespace kiri

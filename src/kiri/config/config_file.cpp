@@ -1,10 +1,10 @@
-#include "kiri/cli/config_file.h"
+#include "kiri/config/config_file.h"
 
 #include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
-#include "kiri/train/checkpoint_state.h"
+#include "kiri/config/json_guard.h"
 
-namespace kiri::cli {
+namespace kiri {
 
 using nlohmann::json;
 
@@ -30,8 +30,7 @@ json parse_config_json(std::string_view text, const std::string& where, const st
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a huge number
     KIRI_RAISE(kConfig, what, " '", where, "' is not valid JSON: ", quote_bounded(e.what(), 300));
   }
-  if (const std::string dup = train::json_duplicate_key(text, /*ignore_comments=*/true);
-      !dup.empty())
+  if (const std::string dup = json_duplicate_key(text, /*ignore_comments=*/true); !dup.empty())
     KIRI_RAISE(kConfig, what, " '", where, "': key '", quote_bounded(dup, 120),
                "' appears twice (which one applies would be a guess)");
   KIRI_CHECK_KIND(kConfig, j.is_object(), what, " '", where, "' must be a JSON object, got ",
@@ -52,4 +51,4 @@ json read_config_file(const std::string& file, const std::string& what) {
   return parse_config_json(read_config_text(file, what), file, what);
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri

@@ -1,14 +1,14 @@
-#include "kiri/cli/deepspeed_config.h"
+#include "kiri/config/deepspeed_config.h"
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 
 #include "kiri/base/file_read.h"
-#include "kiri/cli/config_file.h"
-#include "kiri/cli/deepspeed_mapper.h"
+#include "kiri/config/config_file.h"
+#include "kiri/config/deepspeed_mapper.h"
 
-namespace kiri::cli {
+namespace kiri {
 
 namespace deepspeed_detail {
 
@@ -130,7 +130,7 @@ void Mapper::precision() {
     return s["enabled"].get<bool>();
   };
   const std::optional<bool> bf16 = enabled(bf), fp16 = enabled("fp16");
-  const train::ComputeDType now = cfg_.train.dtype;
+  const kiri::Precision now = cfg_.train.dtype;
   if (bf16.value_or(false) && fp16.value_or(false))
     problems_.push_back(str(bf,
                             ".enabled and fp16.enabled are both true (DeepSpeed refuses "
@@ -139,9 +139,9 @@ void Mapper::precision() {
     set(bf + ".enabled", "train.dtype", "bf16");
   else if (fp16.value_or(false))
     set("fp16.enabled", "train.dtype", "fp16");
-  else if (bf16 && now == train::ComputeDType::kBF16)
+  else if (bf16 && now == kiri::Precision::kBf16)
     set(bf + ".enabled", "train.dtype", "fp32");
-  else if (fp16 && now == train::ComputeDType::kF16)
+  else if (fp16 && now == kiri::Precision::kFp16)
     set("fp16.enabled", "train.dtype", "fp32");
   if (ds_.contains(bf) && ds_[bf].is_object())
     for (auto it = ds_[bf].begin(); it != ds_[bf].end(); ++it)
@@ -153,7 +153,7 @@ void Mapper::precision() {
 // fp16's loss-scale keys -> kiri's (the same dynamic scaler: halve on overflow, double after
 // loss_scale_window clean steps, never below min_loss_scale).
 void Mapper::fp16_keys(const json& fp16) {
-  const bool on = cfg_.train.dtype == train::ComputeDType::kF16;
+  const bool on = cfg_.train.dtype == kiri::Precision::kFp16;
   const std::map<std::string, std::string> keys = {
       {"loss_scale", "train.loss_scale"},
       {"initial_scale_power", "train.initial_scale_power"},
@@ -329,7 +329,7 @@ void Mapper::zero_key(const std::string& path, const std::string& k, const json&
   if (k == "stage") {
     set(path, "parallel.zero_stage", v);
   } else if (k == "reduce_bucket_size") {  // elements; kiri's buckets are MiB of gradients
-    const double bytes = cfg_.train.dtype == train::ComputeDType::kF32 ? 4 : 2;
+    const double bytes = cfg_.train.dtype == kiri::Precision::kFp32 ? 4 : 2;
     if (auto n = number(path, v)) set(path, "parallel.bucket_mb", *n * bytes / (1 << 20));
   } else if (k == "stage3_prefetch_bucket_size") {
     if (auto n = number(path, v)) set(path, "parallel.prefetch", *n > 0);
@@ -374,7 +374,7 @@ void Mapper::zero_key(const std::string& path, const std::string& k, const json&
 // section as that switch, every block (parallel.activation_checkpointing full).
 void Mapper::activation_checkpointing(const json& a) {
   if (!is_object("activation_checkpointing", a)) return;
-  if (cfg_.parallel.activation_checkpointing == train::ActivationCheckpointing::kNone)
+  if (cfg_.parallel.activation_checkpointing == kiri::ActivationCheckpointing::kNone)
     set("activation_checkpointing", "parallel.activation_checkpointing", "full");
   const std::map<std::string, std::string> no_effect_keys = {
       {"contiguous_memory_optimization", "kiri's allocator holds each checkpoint in place"},
@@ -466,7 +466,7 @@ void Mapper::batch() {
 
 void Mapper::infer_batch(const char* path, const char* key, int64_t total, int64_t other,
                          const char* other_name) {
-  const train::ParallelConfig& p = cfg_.parallel;
+  const kiri::Layout& p = cfg_.parallel;
   const int64_t model = int64_t{p.tp} * p.pp;
   int64_t dp = p.dp;
   std::string dp_from = str("parallel.dp ", dp);
@@ -512,4 +512,4 @@ DeepSpeedConfig load_deepspeed(const std::string& file, const RunConfig& cfg,
   return apply_deepspeed(read_config_file(file, "DeepSpeed config"), file, cfg, given, world);
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri

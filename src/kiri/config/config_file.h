@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace kiri::cli {
+namespace kiri {
 
 // The object a file's text holds: JSON with comments, no key twice in one object, nested
 // at most 64 levels, no NUL byte; anything else is a kConfig error naming `where`.
@@ -19,4 +19,4 @@ std::string read_config_text(const std::string& file, const std::string& what = 
 // Both: the object in `file`.
 nlohmann::json read_config_file(const std::string& file, const std::string& what = "config file");
 
-}  // namespace kiri::cli
+}  // namespace kiri

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <string>
 
-#include "kiri/cli/deepspeed_mapper.h"
+#include "kiri/config/deepspeed_mapper.h"
 
-namespace kiri::cli::deepspeed_detail {
+namespace kiri::deepspeed_detail {
 
 namespace {
 
@@ -180,4 +180,4 @@ void Mapper::aio(const std::string& path, const json& a) {
   }
 }
 
-}  // namespace kiri::cli::deepspeed_detail
+}  // namespace kiri::deepspeed_detail

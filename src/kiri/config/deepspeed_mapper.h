@@ -1,6 +1,7 @@
 #pragma once
 // The DeepSpeed config mapper's class, shared by deepspeed_config.cpp (precision, optimizer,
-// scheduler, ZeRO, batch) and deepspeed_offload.cpp (offload and aio): internal to the cli.
+// scheduler, ZeRO, batch) and deepspeed_offload.cpp (offload and aio): internal to the DeepSpeed
+// reader.
 #include <map>
 #include <optional>
 #include <set>
@@ -11,13 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
-#include "kiri/cli/config_schema.h"
-#include "kiri/cli/deepspeed_config.h"
+#include "kiri/config/config_schema.h"
+#include "kiri/config/deepspeed_config.h"
 
-namespace kiri::cli::deepspeed_detail {
+namespace kiri::deepspeed_detail {
 
+using kiri::RunConfig;
 using nlohmann::json;
-using train::RunConfig;
 
 bool is_auto(const json& v);
 std::string shown(const json& v);  // the value as JSON, at most 80 characters
@@ -122,4 +123,4 @@ class Mapper {
   std::map<std::string, std::pair<std::string, json>> shared_;  // key -> (path, value)
 };
 
-}  // namespace kiri::cli::deepspeed_detail
+}  // namespace kiri::deepspeed_detail

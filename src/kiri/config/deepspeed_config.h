@@ -13,12 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiri/train/run_config.h"
+#include "kiri/config/run_config.h"
 
-namespace kiri::cli {
+namespace kiri {
 
 struct DeepSpeedConfig {
-  train::RunConfig config;  // the given config with the DeepSpeed file's keys applied
+  kiri::RunConfig config;  // the given config with the DeepSpeed file's keys applied
   // The kiri keys the file set, in order, as (key, value): what a resumed run applies on
   // its checkpoint's config.
   std::vector<std::pair<std::string, nlohmann::json>> entries;
@@ -31,13 +31,13 @@ struct DeepSpeedConfig {
 // `world` the number of processes (train_batch_size = micro x accumulation x dp, with dp
 // from the world and the layout).
 DeepSpeedConfig apply_deepspeed(const nlohmann::json& ds, const std::string& where,
-                                const train::RunConfig& cfg,
+                                const kiri::RunConfig& cfg,
                                 const std::vector<std::pair<std::string, nlohmann::json>>& given,
                                 int world);
 
 // The same from a file (read as a config file: regular, at most 16 MiB, no key twice).
-DeepSpeedConfig load_deepspeed(const std::string& file, const train::RunConfig& cfg,
+DeepSpeedConfig load_deepspeed(const std::string& file, const kiri::RunConfig& cfg,
                                const std::vector<std::pair<std::string, nlohmann::json>>& given,
                                int world);
 
-}  // namespace kiri::cli
+}  // namespace kiri

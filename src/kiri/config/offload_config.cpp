@@ -1,4 +1,4 @@
-#include "kiri/train/offload_config.h"
+#include "kiri/config/offload_config.h"
 
 #include <cmath>
 #include <string>
@@ -8,7 +8,7 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/units.h"
 
-namespace kiri::train {
+namespace kiri {
 
 namespace {
 
@@ -62,8 +62,8 @@ void check_on(const RunConfig& cfg, std::vector<std::string>& problems) {
 void validate_offload(const RunConfig& cfg) {
   const OffloadConfig& o = cfg.offload;
   std::vector<std::string> problems;
-  if (o.optimizer == OffloadDevice::kNvme || o.parameters == OffloadDevice::kNvme ||
-      o.gradients == OffloadDevice::kNvme)
+  if (o.optimizer == OffloadTier::kNvme || o.parameters == OffloadTier::kNvme ||
+      o.gradients == OffloadTier::kNvme)
     check_on(cfg, problems);
   if (problems.empty()) return;
   if (problems.size() == 1) KIRI_RAISE(kConfig, problems.front(), " (docs/offload.md)");
@@ -74,8 +74,8 @@ void validate_offload(const RunConfig& cfg) {
 }
 
 bool offload_gradients(const OffloadConfig& o) {
-  return o.gradients == OffloadDevice::kNvme ||
-         (o.gradients == OffloadDevice::kAuto && o.parameters == OffloadDevice::kNvme);
+  return o.gradients == OffloadTier::kNvme ||
+         (o.gradients == OffloadTier::kAuto && o.parameters == OffloadTier::kNvme);
 }
 
 int64_t offload_block_bytes(const OffloadConfig& o) {
@@ -90,22 +90,37 @@ int64_t offload_buffer_bytes(const OffloadConfig& o) {
   return static_cast<int64_t>(std::floor(o.buffer_mb * 1048576.0));
 }
 
-offload::IoOptions io_options(const OffloadConfig& o) {
-  offload::IoOptions io;
-  switch (o.engine) {
+const char* name(IoEngine e) {
+  switch (e) {
     case IoEngine::kAuto:
-      io.engine = offload::IoEngineKind::kAuto;
-      break;
+      return "auto";
     case IoEngine::kIoUring:
-      io.engine = offload::IoEngineKind::kIoUring;
-      break;
+      return "io_uring";
     case IoEngine::kThreads:
-      io.engine = offload::IoEngineKind::kThreads;
-      break;
+      return "threads";
   }
-  io.queue_depth = o.queue_depth;
-  io.block_size = offload_block_bytes(o);
-  return io;
+  return "?";
 }
 
-}  // namespace kiri::train
+Offload offload_spec(const OffloadConfig& o) {
+  Offload l;
+  l.optimizer = o.optimizer;
+  l.parameters = o.parameters;
+  // auto: nvme with the parameters (ZeRO-Infinity), else none; cpu stays cpu (refused).
+  l.gradients = o.gradients == OffloadTier::kCpu ? OffloadTier::kCpu
+                : offload_gradients(o)           ? OffloadTier::kNvme
+                                                 : OffloadTier::kNone;
+  // The swap I/O shape as the trainer reads it (the planner sizes offloaded layouts with it
+  // under --auto, offload on or off).
+  l.buffer_count = o.buffer_count;
+  l.buffer_bytes = offload_buffer_bytes(o);
+  l.queue_depth = o.queue_depth;
+  try {
+    l.block_size = offload_block_bytes(o);
+  } catch (const Error&) {
+    if (l.any()) throw;
+  }
+  return l;
+}
+
+}  // namespace kiri
