@@ -226,7 +226,7 @@ std::optional<int64_t> resumed_batch(const TrainStart& s, int world) {
                      " (the checkpoint's ", get_key(s.saved, key).dump(), ")");
   if (changed.empty()) return s.saved_batch;
   kiri::RunConfig now = s.cfg;
-  kiri::resolve_layout(now.parallel, world);
+  kiri::resolve(now, {.world = world});
   if (job_rank() <= 0 && kiri::global_batch(now) != s.saved_batch)
     log::info("--resume: ", changed, " changes the global batch from the checkpoint's ",
               s.saved_batch, " to ", kiri::global_batch(now), " sequences");
@@ -278,8 +278,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   World world = make_world();
   const bool rank0 = world.comm->rank() == 0;
   if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
-    kiri::Layout layout = cfg.parallel;
-    kiri::resolve_layout(layout, world.comm->size());
+    kiri::RunConfig resolved = cfg;
+    kiri::resolve(resolved, {.world = world.comm->size()});
   }
   const kiri::RunConfig paths = kiri::resolve_run_paths(cfg);
   const train::RunLock lock = train::lock_run_folder(paths, *world.comm);  // one run per folder
@@ -361,7 +361,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
   kiri::RunConfig cfg = checkpoint_config(dir);
   auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
-  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = tokenizer->vocab_size();
+  kiri::resolve(cfg, {.tokenizer_vocab = tokenizer->vocab_size(), .tokenizer = tokenizer->name()});
   Allocator allocator;
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);

@@ -52,7 +52,7 @@ int cmd_export(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
   kiri::RunConfig cfg = config_from_json(state.config);
   auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
-  if (cfg.model.vocab_size == 0) cfg.model.vocab_size = tokenizer->vocab_size();
+  kiri::resolve(cfg, {.tokenizer_vocab = tokenizer->vocab_size(), .tokenizer = tokenizer->name()});
 
   // The whole model in fp32, checked as a resume checks it, in the model's order.
   Allocator alloc;

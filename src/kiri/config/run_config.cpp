@@ -58,6 +58,22 @@ std::optional<std::string> resolve_layout(Layout& p, int world_size) {
              ")");
 }
 
+Resolution resolve(RunConfig& c, const ResolveFacts& facts) {
+  Resolution r;
+  if (facts.tokenizer_vocab > 0) {
+    if (c.model.vocab_size == 0) c.model.vocab_size = facts.tokenizer_vocab;
+    KIRI_CHECK_KIND(kConfig, c.model.vocab_size >= facts.tokenizer_vocab,
+                    "model.vocab_size = ", c.model.vocab_size, " is smaller than the ",
+                    facts.tokenizer.empty() ? "" : facts.tokenizer + " ",
+                    "tokenizer's vocabulary of ", facts.tokenizer_vocab);
+  }
+  if (facts.world > 0) {
+    r.layout = resolve_layout(c.parallel, facts.world);
+    if (facts.learning_rate) r.learning_rate = scale_learning_rate(c.train, global_batch(c));
+  }
+  return r;
+}
+
 int64_t global_batch(const RunConfig& c) {
   return c.train.micro_batch * c.parallel.microbatches * c.train.grad_accum * c.parallel.dp;
 }

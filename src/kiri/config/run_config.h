@@ -131,9 +131,32 @@ RunConfig resolve_run_paths(RunConfig c);
 // The loss plot's path: log.plot, else log.metrics with .png ("" for neither).
 std::string plot_path(const LogConfig& log);
 
-// Resolves parallel.dp = 0 to world / (tp x pp) and returns the note that says so
-// (nullopt when dp was given). A world that tp x pp does not divide, or a given dp
-// with dp x tp x pp != world, is a kConfig error naming world, dp, tp and pp.
+// What resolve() resolves a config against. 0 (false): not known yet, and the sentinel it
+// would resolve stays as it is.
+struct ResolveFacts {
+  int64_t tokenizer_vocab = 0;  // model.vocab_size 0 takes the tokenizer's vocabulary
+  std::string tokenizer = {};   // its name, for the message
+  int world = 0;                // parallel.dp 0 becomes world / (tp x pp); a given dp is checked
+  // train.lr_scaling applied for the global batch (needs the world): the trainer's alone, as a
+  // config that is printed (--dry-run) or stored in a checkpoint keeps the rates it was given.
+  bool learning_rate = false;
+};
+
+// What resolve() changed, a line each for the log ("" or nullopt: nothing to say).
+struct Resolution {
+  std::optional<std::string> layout;  // "layout: dp 4 inferred = world 8 / (tp 2 x pp 1)"
+  std::string learning_rate;          // scale_learning_rate's line
+};
+
+// The one place where a config's sentinels take their values: model.vocab_size 0 (the
+// tokenizer's vocabulary; a given one smaller than it is a kConfig error naming both),
+// parallel.dp 0 (resolve_layout) and train.lr_scaling (scale_learning_rate, for
+// global_batch(c)). Idempotent: a resolved config resolves to itself.
+Resolution resolve(RunConfig& c, const ResolveFacts& facts);
+
+// resolve()'s layout part: parallel.dp = 0 becomes world / (tp x pp), with the note that says
+// so (nullopt when dp was given). A world that tp x pp does not divide, or a given dp with
+// dp x tp x pp != world, is a kConfig error naming world, dp, tp and pp.
 std::optional<std::string> resolve_layout(Layout& p, int world_size);
 
 // What the layout is checked against: the model's layers, heads and MLP width, the rows of

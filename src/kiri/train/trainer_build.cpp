@@ -71,13 +71,11 @@ void Trainer::build() {
 }
 
 void Trainer::resolve_and_validate_layout() {
-  if (auto note = resolve_layout(cfg_.parallel, world_->size());
-      note && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
-    log::info(*note);
   // The optimizer and the schedule take the scaled rates.
-  if (const std::string note = scale_learning_rate(cfg_.train, global_batch(cfg_));
-      !note.empty() && world_->rank() == 0)
-    log::info(note);
+  const Resolution r = resolve(cfg_, {.world = world_->size(), .learning_rate = true});
+  if (r.layout && world_->rank() == 0 && world_->size() > 1)  // one process: nothing to say
+    log::info(*r.layout);
+  if (!r.learning_rate.empty() && world_->rank() == 0) log::info(r.learning_rate);
   check_layout(cfg_, world_->size());  // every layout rule, against this world and model
 }
 
@@ -90,17 +88,13 @@ void Trainer::apply_communicator_options() {
 
 void Trainer::load_tokenizer() {
   tokenizer_ = data::make_tokenizer(cfg_.data.tokenizer, resolve_data_dir(cfg_.data));
-  if (cfg_.model.vocab_size == 0) {
-    cfg_.model.vocab_size = tokenizer_->vocab_size();
-    if (!config_json_.empty()) {  // checkpoints store the resolved size
-      json j = json::parse(config_json_);
-      j["model"]["vocab_size"] = cfg_.model.vocab_size;
-      config_json_ = j.dump();
-    }
+  const int64_t given = cfg_.model.vocab_size;
+  resolve(cfg_, {.tokenizer_vocab = tokenizer_->vocab_size(), .tokenizer = tokenizer_->name()});
+  if (given == 0 && !config_json_.empty()) {  // checkpoints store the resolved size
+    json j = json::parse(config_json_);
+    j["model"]["vocab_size"] = cfg_.model.vocab_size;
+    config_json_ = j.dump();
   }
-  KIRI_CHECK_KIND(kConfig, cfg_.model.vocab_size >= tokenizer_->vocab_size(),
-                  "model.vocab_size = ", cfg_.model.vocab_size, " is smaller than the ",
-                  tokenizer_->name(), " tokenizer's vocabulary of ", tokenizer_->vocab_size());
   KIRI_CHECK_KIND(kConfig, cfg_.train.seq_len <= cfg_.model.block_size,
                   "train.seq_len = ", cfg_.train.seq_len,
                   " exceeds model.block_size = ", cfg_.model.block_size);
