@@ -19,6 +19,7 @@
 #include "kiri/bench/calibrate.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
+#include "kiri/cli/plan_config.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/world.h"
 #include "kiri/kernels/cpu/ops.h"
@@ -447,6 +448,41 @@ int calibrate(const Args& a) {
   return 0;
 }
 
+// --global-batch, else 512 sequences rounded up to a multiple of `unit` (b x dp).
+int64_t global_batch_of(const Args& a, int64_t unit) {
+  return a.get_int("global-batch", (512 + unit - 1) / unit * unit);
+}
+
+// Layout mode's output: one evaluation, as text or JSON.
+int print_layout(const Args& a, const plan::ModelSpec& model, const plan::ClusterSpec& cluster,
+                 const plan::Evaluation& e) {
+  if (a.flag("json")) {
+    json j = evaluation_json(e);
+    j["model"] = model_json(model);
+    j["cluster"] = cluster_json(cluster);
+    j["world"] = e.layout.world();
+    std::cout << j.dump(2) << "\n";
+  } else {
+    if (const std::string src = plan::describe_sources(cluster); !src.empty())
+      std::cout << cluster.name << ": " << src << "\n";
+    std::cout << plan::format_evaluation(model, cluster, e);
+  }
+  return 0;
+}
+
+// kiri plan CONFIG / --set: the config's layout (plan_config.h), with the options that are
+// the planner's alone (--activations, --no-overlap, --global-batch) on top.
+int plan_config_layout(const Args& a, plan::ClusterSpec cluster) {
+  const ConfigPlan p = plan_of_config(a, cluster, [&] { return model_of(a); });
+  plan::Layout base = p.layout;
+  base.form = plan::parse_form(a.get("activations").value_or("kiri"));
+  base.overlap_dp = !a.flag("no-overlap");
+  if (a.get("global-batch") || !p.batch_given)
+    base.global_batch = global_batch_of(a, base.micro_batch * base.dp);
+  cluster.nodes = (p.world + cluster.devices_per_node - 1) / cluster.devices_per_node;
+  return print_layout(a, p.model, cluster, plan::evaluate(p.model, base, cluster));
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& argv) {
@@ -457,11 +493,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
     return calibrate(a);
   }
   KIRI_CHECK_KIND(kConfig, !a.get("out"), "--out goes with --calibrate");
-  KIRI_CHECK_KIND(kConfig, a.positional().empty(), "kiri plan takes no positional arguments, got '",
-                  a.positional().front(), "'");
-  const plan::ModelSpec model = model_of(a);
   plan::ClusterSpec cluster = plan::cluster_preset(a.get("cluster").value_or("a100-80g-nvlink"));
   override_cluster(a, cluster);
+  if (plan_has_config(a)) return plan_config_layout(a, cluster);
+  const plan::ModelSpec model = model_of(a);
 
   plan::Layout base;
   base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
@@ -499,25 +534,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
         positive_int(a, "gpus", int64_t{positive_int(a, "nodes", 1)} * cluster.devices_per_node);
   }
   cluster.nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
-  const int64_t unit = base.micro_batch * (layout_mode ? base.dp : world);
-  base.global_batch = a.get_int("global-batch", (512 + unit - 1) / unit * unit);
+  base.global_batch = global_batch_of(a, base.micro_batch * (layout_mode ? base.dp : world));
   const size_t top = static_cast<size_t>(positive_int(a, "top", 10));
 
-  if (layout_mode) {
-    const plan::Evaluation e = plan::evaluate(model, base, cluster);
-    if (a.flag("json")) {
-      json j = evaluation_json(e);
-      j["model"] = model_json(model);
-      j["cluster"] = cluster_json(cluster);
-      j["world"] = world;
-      std::cout << j.dump(2) << "\n";
-    } else {
-      if (const std::string src = plan::describe_sources(cluster); !src.empty())
-        std::cout << cluster.name << ": " << src << "\n";
-      std::cout << plan::format_evaluation(model, cluster, e);
-    }
-    return 0;
-  }
+  if (layout_mode) return print_layout(a, model, cluster, plan::evaluate(model, base, cluster));
 
   // The table mode enumerates dp/tp/pp/ZeRO/recomputation itself.
   KIRI_CHECK_KIND(

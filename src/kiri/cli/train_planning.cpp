@@ -21,8 +21,6 @@ namespace kiri::cli {
 
 using nlohmann::json;
 
-namespace {
-
 // kiri's model as the planner's: GPT-2's or LLaMA's structure at the config's dimensions.
 plan::ModelSpec plan_model(const kiri::RunConfig& cfg) {
   const kiri::GPTConfig& c = cfg.model;
@@ -57,6 +55,8 @@ plan::Layout plan_layout(const kiri::RunConfig& cfg) {
   l.form = plan::ActivationForm::kKiri;
   return l;
 }
+
+namespace {
 
 // Sets the config's layout keys from a planner layout: pp > 1 runs its m micro-batches
 // through the pipeline, pp = 1 accumulates them.
@@ -275,9 +275,9 @@ std::string oom_advice(const kiri::RunConfig& cfg, int world, const MemoryStats&
 // train --auto: the planner's fastest layout of this world that fits the limit.
 void choose_layout(kiri::RunConfig& cfg, int world, int rank,
                    const std::optional<std::string>& mem_limit) {
-  if (cfg.model.vocab_size == 0)
-    cfg.model.vocab_size =
-        data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data))->vocab_size();
+  const auto tokenizer =
+      data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
+  kiri::resolve(cfg, {.tokenizer_vocab = tokenizer->vocab_size(), .tokenizer = tokenizer->name()});
   // Start from plain data parallelism over the world: b per rank, B = b x accumulation x
   // world (the pipeline's and tensor parallelism's m come out of B).
   const int64_t accum = cfg.train.grad_accum * cfg.parallel.microbatches;
@@ -354,8 +354,9 @@ std::string fit_exactly(kiri::RunConfig& cfg, int64_t global_batch, int64_t m, i
 }  // namespace
 
 std::string fit_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int world) {
-  kiri::Layout layout = cfg.parallel;
-  kiri::resolve_layout(layout, world);  // dp inferred from the world (names a bad one)
+  kiri::RunConfig resolved = cfg;
+  kiri::resolve(resolved, {.world = world});  // dp inferred from the world (names a bad one)
+  const kiri::Layout& layout = resolved.parallel;
   const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
   const int64_t before = b * m * cfg.train.grad_accum * dp;
   if (before == global_batch) return "";
@@ -374,8 +375,9 @@ std::string fit_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int wor
 
 std::string keep_checkpoint_batch(kiri::RunConfig& cfg, int64_t global_batch, int world,
                                   const std::string& checkpoint) {
-  kiri::Layout layout = cfg.parallel;
-  kiri::resolve_layout(layout, world);
+  kiri::RunConfig resolved = cfg;
+  kiri::resolve(resolved, {.world = world});
+  const kiri::Layout& layout = resolved.parallel;
   const int64_t m = layout.microbatches, dp = layout.dp, b = cfg.train.micro_batch;
   const int64_t accum = cfg.train.grad_accum, before = b * m * accum * dp;
   if (before == global_batch) return "";
@@ -419,7 +421,7 @@ int dry_run(kiri::RunConfig cfg, bool auto_layout, const std::optional<std::stri
         !note.empty() && rank == 0)
       std::printf("%s\n", note.c_str());
   if (auto_layout || global_batch) validate(cfg);
-  const std::optional<std::string> inferred = kiri::resolve_layout(cfg.parallel, world);
+  const std::optional<std::string> inferred = kiri::resolve(cfg, {.world = world}).layout;
   kiri::check_layout(cfg, world);
   if (rank != 0) return 0;
   if (inferred) std::printf("%s\n", inferred->c_str());

@@ -7,7 +7,19 @@
 #include "kiri/config/run_config.h"
 #include "kiri/tensor/allocator.h"
 
+namespace kiri::plan {
+struct ModelSpec;
+struct Layout;
+}  // namespace kiri::plan
+
 namespace kiri::cli {
+
+// kiri's model as the planner's: GPT-2's or LLaMA's structure at the config's dimensions
+// (model.vocab_size resolved).
+plan::ModelSpec plan_model(const kiri::RunConfig& cfg);
+// The run's layout as the planner's: m = pipeline micro-batches x accumulation steps,
+// B = b·m·dp (dp resolved); every_k checkpointing counts as full recomputation.
+plan::Layout plan_layout(const kiri::RunConfig& cfg);
 
 // The allocator's out-of-memory advice: the category that overflowed and the cheapest
 // layout change on the same world that the planner says fits the limit.

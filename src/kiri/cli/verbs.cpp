@@ -179,6 +179,9 @@ VerbSpec bench_verb() {
 // kiri plan's model, cluster and layout options (docs/planner.md, "Options").
 std::vector<OptionSpec> plan_options() {
   return {
+      {"--set", K::kRepeated, "KEY=VALUE", "",
+       "a config key as kiri train reads it (after CONFIG, and after the short flags, which "
+       "alias parallel.*, train.dtype/micro_batch/seq_len and offload.*): one layout"},
       {"--model", K::kValue, "NAME", "gpt2-124M",
        "a model preset (gpt2-*, gpt3-175B, llama-*, llama3-8B, smollm-135M, tinyllama-1.1B)"},
       {"--layers", K::kValue, "L", "",
@@ -268,9 +271,9 @@ std::vector<OptionSpec> plan_options() {
 
 VerbSpec plan_verb() {
   return {"plan",
-          "",
+          "[CONFIG]",
           0,
-          0,
+          1,
           "Model a layout's memory per rank and step time, or rank a cluster's layouts "
           "(docs/planner.md).",
           plan_options()};
