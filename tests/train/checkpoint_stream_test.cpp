@@ -66,7 +66,7 @@ void expect_streamed_files_equal_whole(comm::Communicator& world, const Layout& 
   t.train_step();
   const std::string dir = t.save_checkpoint();
   // The optimizer file of this rank, written again from its whole states.
-  const parallel::Mesh& mesh = t.mesh();
+  const parallel::ParallelDims& mesh = t.mesh();
   const int per_stage = k.zero_stage == 0 ? 1 : k.dp;
   if (mesh.dp_index() < per_stage) {
     const int index = (mesh.pp_index() * k.tp + mesh.tp_index()) * per_stage + mesh.dp_index();

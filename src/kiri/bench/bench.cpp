@@ -164,7 +164,7 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   {
     // One process: the 1x1x1 layout, stage 0 (no communication).
     std::unique_ptr<comm::Communicator> self = comm::self_communicator();
-    parallel::Mesh mesh(*self, {1, 1, 1});
+    parallel::ParallelDims mesh(*self, {1, 1, 1});
     Allocator allocator;
     model::GPT<float> model(spec.model);
     model::ParallelGPT pm(model, mesh, {}, allocator);

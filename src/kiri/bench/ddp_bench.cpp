@@ -70,7 +70,7 @@ void naive_sync(comm::Communicator& world, nn::ParameterStore& store, Allocator&
 ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec& spec,
                                       const model::ParallelOptions& options) {
   ParallelStepTimes out;
-  parallel::Mesh mesh(world, {world.size(), 1, 1});
+  parallel::ParallelDims mesh(world, {world.size(), 1, 1});
   const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
   Allocator alloc;
   model::GPT<float> model(spec.model);
@@ -108,7 +108,7 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
   DdpBenchResult r;
   r.ranks = world.size();
   const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
-  parallel::Mesh mesh(world, {world.size(), 1, 1});
+  parallel::ParallelDims mesh(world, {world.size(), 1, 1});
   std::vector<double> step, bwd, bwd_sync, ar, naive;
   {
     // Backward alone and naive DP on a replica without hooks.

@@ -12,7 +12,7 @@
 #include "kiri/base/trace.h"
 #include "kiri/bench/ddp_bench.h"
 #include "kiri/optim/adamw.h"
-#include "kiri/parallel/mesh.h"
+#include "kiri/parallel/dims.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/step.h"
 
@@ -126,7 +126,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   Tracer tracer(world.rank());            // right after a barrier: the ranks' epochs agree
   tracer.set_enabled(false);              // the timed steps only
   ScopedTracer on_world(world, &tracer);  // split() passes it on to the mesh's groups
-  parallel::Mesh mesh(world, l.shape);
+  parallel::ParallelDims mesh(world, l.shape);
   for (comm::Communicator* c : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) c->set_tracer(&tracer);
   Allocator alloc;
   std::vector<std::unique_ptr<model::GPT<float>>> owned = model::make_gpt_chunks(

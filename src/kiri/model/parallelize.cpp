@@ -83,93 +83,94 @@ Offload options_offload(const ParallelOptions& o) {
 }
 }  // namespace
 
-ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh,
+ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::ParallelDims& dims,
                          const ParallelOptions& options, Allocator& allocator)
-    : chunks_(std::move(chunks)), mesh_(mesh), options_(options) {
+    : chunks_(std::move(chunks)), dims_(dims), options_(options) {
   KIRI_CHECK(!chunks_.empty(), "ParallelGPT needs the model or this rank's chunks of it");
-  kiri::validate_layout(options_layout(options, mesh.shape()), {}, options_offload(options));
-  // 1. Pipeline parallelism: the model arrives cut into this rank's chunks
-  //    (make_gpt_chunks). With a tied LM head the first and last stage each
-  //    hold the embedding; their gradients are summed over the "embedding"
-  //    group. An untied head (llama) shares nothing between them.
-  const int stages = mesh.shape().pp;
-  const bool tied = chunks_.front()->tied();
-  if (stages > 1) {
-    for (GPT<float>* c : chunks_)
-      if (tied && c->has_wte()) {
-        tied_wte_ = &c->wte();
-        if (!c->part().first) tied_copy_ = tied_wte_;
-      }
-    if (tied) {
-      const bool end = mesh.pp_index() == 0 || mesh.pp_index() == stages - 1;
-      embedding_group_ =
-          mesh.world().split(end ? mesh.dp_index() * mesh.shape().tp + mesh.tp_index() : -1,
-                             mesh.pp_index(), "embedding");
-    }
-    pipeline_ = std::make_unique<Pipeline>(chunks_, mesh.pp(), options.pipeline);
-  }
-  // 2. Activation checkpointing: a property of the blocks, independent of
-  //    how the parameters are laid out.
-  for (GPT<float>* c : chunks_) {
-    c->set_activation_checkpointing(options.checkpoint_every);
-    c->set_selective_recompute(options.selective);
-  }
+  kiri::validate_layout(options_layout(options, dims.shape()), {}, options_offload(options));
+  // The cuts, in this order. Tensor (and sequence) parallelism is already in the chunks'
+  // layers (make_gpt_chunks gave them the tp group).
+  apply_pp();
+  apply_ac();
+  if (options.zero_stage == 0)
+    apply_ddp(allocator);
+  else
+    apply_zero(allocator);
+  install_forward_hooks();
+}
 
-  comm::Communicator& dp = mesh.dp();
-  const bool whole = chunks_.size() == 1 && chunks_[0]->whole();
-  const bool tensor_parallel = mesh.shape().tp > 1;
-  if (options.zero_stage == 0) {
-    // 3a. Stage 0 = DDP: whole parameters and gradients in one flat store;
-    //     bucketed all-reduce started from backward's grad-ready hook; the
-    //     token embedding's gradient travels as rows (tokens, dx) so that the
-    //     V x C matrix is reduced early, with the LM head's part, instead of
-    //     at the very end of backward. Under pipeline parallelism the
-    //     gradients are reduced after the whole pipeline step.
-    store_ = std::make_unique<nn::ParameterStore>(all_parameters(), options.dtype, allocator);
-    if (dp.size() > 1) {
-      ddp_ =
-          std::make_unique<parallel::DistributedDataParallel>(*store_, dp, options.ddp, allocator);
-      if (whole) {
-        // (Under tensor parallelism the rows of wte are split: no deferral.)
-        model().set_defer_token_embedding_grad(!tensor_parallel);
-        model().set_grad_ready_hook(
-            [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
-      }
+// Pipeline parallelism: the model arrives cut into this rank's chunks (make_gpt_chunks). With
+// a tied LM head the first and last stage each hold the embedding; their gradients are summed
+// over the "embedding" group. An untied head (llama) shares nothing between them.
+void ParallelGPT::apply_pp() {
+  if (dims_.shape().pp == 1) return;
+  const bool tied = chunks_.front()->tied();
+  for (GPT<float>* c : chunks_)
+    if (tied && c->has_wte()) {
+      tied_wte_ = &c->wte();
+      if (!c->part().first) tied_copy_ = tied_wte_;
     }
-    install_forward_hooks();
-    return;
+  if (tied) embedding_group_ = dims_.embedding_group();
+  pipeline_ = std::make_unique<Pipeline>(chunks_, dims_.pp(), options_.pipeline);
+}
+
+// Activation checkpointing: a property of the blocks, independent of how the parameters are
+// laid out.
+void ParallelGPT::apply_ac() {
+  for (GPT<float>* c : chunks_) {
+    c->set_activation_checkpointing(options_.checkpoint_every);
+    c->set_selective_recompute(options_.selective);
   }
-  // 3b. Stages 1-3: units by the wrap policy, sharded over the shard group
-  //     (the dp group, or with hybrid sharding blocks of shard_group_size
-  //     consecutive dp ranks, replicated across the blocks).
-  const int group = options.shard_group_size == 0 ? dp.size() : options.shard_group_size;
+}
+
+// ZeRO stage 0 = DDP: whole parameters and gradients in one flat store; bucketed all-reduce
+// started from backward's grad-ready hook; the token embedding's gradient travels as rows
+// (tokens, dx) so that the V x C matrix is reduced early, with the LM head's part, instead of
+// at the very end of backward. Under pipeline parallelism the gradients are reduced after the
+// whole pipeline step.
+void ParallelGPT::apply_ddp(Allocator& allocator) {
+  store_ = std::make_unique<nn::ParameterStore>(all_parameters(), options_.dtype, allocator);
+  comm::Communicator& dp = dims_.dp();
+  if (dp.size() == 1) return;
+  ddp_ = std::make_unique<parallel::DistributedDataParallel>(*store_, dp, options_.ddp, allocator);
+  if (chunks_.size() == 1 && chunks_[0]->whole()) {
+    // (Under tensor parallelism the rows of wte are split: no deferral.)
+    model().set_defer_token_embedding_grad(dims_.shape().tp == 1);
+    model().set_grad_ready_hook(
+        [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
+  }
+}
+
+// ZeRO stages 1-3: units by the wrap policy, sharded over the shard group (the dp group, or
+// with hybrid sharding blocks of shard_group_size consecutive dp ranks, replicated across the
+// blocks).
+void ParallelGPT::apply_zero(Allocator& allocator) {
+  comm::Communicator& dp = dims_.dp();
+  const int group = options_.shard_group_size == 0 ? dp.size() : options_.shard_group_size;
   comm::Communicator* shard = &dp;
   comm::Communicator* replicas = nullptr;
   if (group < dp.size()) {
-    shard_group_ = dp.split(dp.rank() / group, dp.rank(), "dp_shard");
-    replica_group_ = dp.split(dp.rank() % group, dp.rank(), "dp_replicate");
-    shard = shard_group_.get();
-    replicas = replica_group_.get();
+    shard = &dims_.shard_group(group);
+    replicas = &dims_.replica_group(group);
   }
   parallel::ShardOptions so;
-  so.stage = options.zero_stage;
-  so.dtype = options.dtype;
-  so.prefetch = options.prefetch;
-  so.param_swap = options.param_swap;
-  so.grad_swap = options.grad_swap;
-  so.tied_head = tied;
+  so.stage = options_.zero_stage;
+  so.dtype = options_.dtype;
+  so.prefetch = options_.prefetch;
+  so.param_swap = options_.param_swap;
+  so.grad_swap = options_.grad_swap;
+  so.tied_head = chunks_.front()->tied();
   std::vector<std::vector<nn::Parameter*>> groups;
   for (GPT<float>* c : chunks_)
     for (auto& g : c->parameter_groups()) groups.push_back(std::move(g));
   std::vector<std::vector<int>> units;
-  if (whole) {
-    units = parallel::wrap_policy(model().num_groups(), options.wrap_blocks);
+  if (chunks_.size() == 1 && chunks_[0]->whole()) {
+    units = parallel::wrap_policy(model().num_groups(), options_.wrap_blocks);
   } else {  // stage 1 under pipeline parallelism: one unit per group, reduced after the step
     for (int g = 0; g < static_cast<int>(groups.size()); ++g) units.push_back({g});
   }
   sharded_ = std::make_unique<parallel::ShardedDataParallel>(std::move(groups), std::move(units),
                                                              *shard, replicas, so, allocator);
-  install_forward_hooks();
 }
 
 void ParallelGPT::build_update_units() {
@@ -297,7 +298,7 @@ std::vector<nn::ParameterSegment> ParallelGPT::optimizer_segments() {
   // of the tied embedding, and parameters replicated over tensor-parallel
   // ranks only on the first of them.
   for (nn::ParameterSegment& s : out)
-    s.counted_in_norm = s.param != tied_copy_ && (s.param->tp.dim >= 0 || mesh_.tp_index() == 0);
+    s.counted_in_norm = s.param != tied_copy_ && (s.param->tp.dim >= 0 || dims_.tp_index() == 0);
   return out;
 }
 
@@ -331,24 +332,19 @@ std::vector<int> ParallelGPT::optimizer_grads_files() const {
 std::vector<comm::Communicator*> ParallelGPT::norm_groups() {
   std::vector<comm::Communicator*> out;
   if (sharded_) out.push_back(&sharded_->shard_group());
-  if (mesh_.shape().pp > 1) out.push_back(&mesh_.pp());
-  if (mesh_.shape().tp > 1) out.push_back(&mesh_.tp());
+  if (dims_.shape().pp > 1) out.push_back(&dims_.pp());
+  if (dims_.shape().tp > 1) out.push_back(&dims_.tp());
   return out;
 }
 
 std::vector<comm::Communicator*> ParallelGPT::communicators() {
-  std::vector<comm::Communicator*> out{&mesh_.world(), &mesh_.dp()};
-  if (mesh_.shape().tp > 1) out.push_back(&mesh_.tp());
-  if (mesh_.shape().pp > 1) out.push_back(&mesh_.pp());
-  for (comm::Communicator* g : {shard_group_.get(), replica_group_.get(), embedding_group_.get()})
-    if (g) out.push_back(g);
-  return out;
+  return dims_.groups();
 }
 
 std::function<void()> ParallelGPT::poller() {
   if (sharded_) return [this] { sharded_->progress(); };
   if (!ddp_ && !pipeline_) return {};
-  return [this] { mesh_.world().progress(); };
+  return [this] { dims_.world().progress(); };
 }
 
 void ParallelGPT::synchronize_parameters() {
@@ -409,11 +405,11 @@ double ParallelGPT::forward_backward(nn::Context& ctx, const Tensor& tokens, con
       const Tensor y = targets.flat_range(i * b * t, b * t).view({b, t});
       // With a tracer on the world communicator: compute-lane spans.
       {
-        Tracer::Span span(mesh_.world().tracer(), "forward", "compute");
+        Tracer::Span span(dims_.world().tracer(), "forward", "compute");
         loss += model().forward(ctx, x, y, loss_weight);
       }
       {
-        Tracer::Span span(mesh_.world().tracer(), "backward", "compute");
+        Tracer::Span span(dims_.world().tracer(), "backward", "compute");
         model().backward(ctx);
       }
       end_micro_batch();

@@ -1,10 +1,10 @@
 #pragma once
-// ParallelGPT: the one place where the cuts are applied to a GPT, in a fixed
-// order (see the constructor): pipeline parallelism (the model arrives cut
-// into this rank's chunks, make_gpt_chunks), activation checkpointing, then
-// either data parallelism (ZeRO stage 0: DDP over a ParameterStore) or the
-// sharding engine (ZeRO stages 1-3 / FSDP, hybrid sharding). Tensor
-// parallelism joins here, in its place in that order.
+// ParallelGPT: the one place where the cuts are applied to a GPT, as a short ordered list
+// (torchtitan's parallelize): apply_pp (the model arrives cut into this rank's chunks,
+// make_gpt_chunks), apply_ac (activation checkpointing), then apply_ddp (ZeRO stage 0: DDP
+// over a ParameterStore) or apply_zero (the sharding engine: ZeRO stages 1-3 / FSDP, hybrid
+// sharding). Tensor and sequence parallelism are in the chunks' layers (make_gpt_chunks gives
+// them the tp group). Every process group comes from ParallelDims (parallel/dims.h).
 #include <memory>
 
 #include "kiri/config/layout.h"
@@ -12,8 +12,8 @@
 #include "kiri/model/gpt.h"
 #include "kiri/model/pipeline.h"
 #include "kiri/nn/parameter_store.h"
+#include "kiri/parallel/dims.h"
 #include "kiri/parallel/dp/ddp.h"
-#include "kiri/parallel/mesh.h"
 #include "kiri/parallel/shard/sharded.h"
 
 namespace kiri::model {
@@ -59,11 +59,11 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
 
 class ParallelGPT {
  public:
-  ParallelGPT(std::vector<GPT<float>*> chunks, parallel::Mesh& mesh, const ParallelOptions& options,
-              Allocator& allocator);
-  ParallelGPT(GPT<float>& model, parallel::Mesh& mesh, const ParallelOptions& options,
+  ParallelGPT(std::vector<GPT<float>*> chunks, parallel::ParallelDims& dims,
+              const ParallelOptions& options, Allocator& allocator);
+  ParallelGPT(GPT<float>& model, parallel::ParallelDims& dims, const ParallelOptions& options,
               Allocator& allocator)
-      : ParallelGPT(std::vector<GPT<float>*>{&model}, mesh, options, allocator) {}
+      : ParallelGPT(std::vector<GPT<float>*>{&model}, dims, options, allocator) {}
   ~ParallelGPT();
 
   // What the optimizer updates on this rank, and the size of its flat state.
@@ -79,7 +79,7 @@ class ParallelGPT {
   std::vector<int> optimizer_grads_files() const;
   // Where gradient norms are summed.
   std::vector<comm::Communicator*> norm_groups();
-  // Every communicator the cuts communicate on, each once: the mesh's world and dp group, its
+  // Every communicator the cuts communicate on, each once (ParallelDims::groups): world, dp, its
   // tp and pp groups when larger than one rank, and the tied embedding's and hybrid
   // sharding's groups when they exist (what a step's communication statistics sum over).
   std::vector<comm::Communicator*> communicators();
@@ -129,7 +129,7 @@ class ParallelGPT {
 
   GPT<float>& model() { return *chunks_.front(); }
   const std::vector<GPT<float>*>& chunks() const { return chunks_; }
-  parallel::Mesh& mesh() { return mesh_; }
+  parallel::ParallelDims& dims() { return dims_; }
   int zero_stage() const { return options_.zero_stage; }
   const ParallelOptions& options() const { return options_; }
   nn::ParameterStore* store() { return store_.get(); }  // stage 0 only
@@ -140,6 +140,11 @@ class ParallelGPT {
   nn::Parameter* tied_copy() { return tied_copy_; }
 
  private:
+  // The cuts, applied by the constructor in this order.
+  void apply_pp();
+  void apply_ac();
+  void apply_ddp(Allocator& allocator);
+  void apply_zero(Allocator& allocator);
   std::vector<nn::Parameter*> all_parameters() const;
   void sync_tied_embedding();
   // A unit of the deferred update: a sharding unit, or a parameter group under stage 0.
@@ -153,12 +158,12 @@ class ParallelGPT {
   void update_units_through(int unit);  // every update unit up to `unit`, in order
 
   std::vector<GPT<float>*> chunks_;
-  parallel::Mesh& mesh_;
+  parallel::ParallelDims& dims_;
   ParallelOptions options_;
   bool last_ = true;
   std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
-  std::unique_ptr<comm::Communicator> shard_group_, replica_group_, embedding_group_;
+  comm::Communicator* embedding_group_ = nullptr;  // the dims' (tied head, pp > 1)
   std::unique_ptr<parallel::ShardedDataParallel> sharded_;
   std::unique_ptr<Pipeline> pipeline_;
   nn::Parameter* tied_wte_ = nullptr;             // this rank's wte when it is tied across stages

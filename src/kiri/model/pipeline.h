@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kiri/model/gpt.h"
-#include "kiri/parallel/mesh.h"
+#include "kiri/parallel/dims.h"
 #include "kiri/parallel/pp/schedule.h"
 
 namespace kiri::model {

@@ -56,7 +56,7 @@ void read_weights(optim::AdamW& opt, size_t i, Tensor& dst, int64_t piece) {
 }  // namespace
 
 LocalParams::LocalParams(optim::AdamW& optimizer, model::ParallelGPT& parallel,
-                         parallel::Mesh& mesh, Allocator& allocator, int64_t piece)
+                         parallel::ParallelDims& mesh, Allocator& allocator, int64_t piece)
     : optimizer_(optimizer),
       parallel_(parallel),
       mesh_(mesh),
@@ -118,7 +118,7 @@ bool LocalParams::next(nn::Parameter** p, Tensor* value) {
 }
 
 ModelStream::ModelStream(const RunConfig& cfg, optim::AdamW& optimizer,
-                         model::ParallelGPT& parallel, parallel::Mesh& mesh, Allocator& allocator)
+                         model::ParallelGPT& parallel, parallel::ParallelDims& mesh, Allocator& allocator)
     : tags_(mesh.shape().pp, 0),
       mesh_(mesh),
       allocator_(allocator),

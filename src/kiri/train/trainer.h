@@ -145,7 +145,7 @@ class Trainer {
   // offload.optimizer = nvme: this rank's swap files (else nullptr).
   offload::SwapSpace* swap_space() { return swap_.get(); }
   Allocator& allocator() { return allocator_; }
-  parallel::Mesh& mesh() { return *mesh_; }
+  parallel::ParallelDims& mesh() { return *mesh_; }
   model::ParallelGPT& parallel_model() {
     finish_update();
     return *parallel_;
@@ -229,7 +229,7 @@ class Trainer {
   bool trace_written_ = false;
   Allocator allocator_;
   OomAdvisor advisor_;
-  std::unique_ptr<parallel::Mesh> mesh_;
+  std::unique_ptr<parallel::ParallelDims> mesh_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
   // offload.optimizer = nvme: this rank's swap files; outlives the sharding engine and the

@@ -141,7 +141,7 @@ void Trainer::start_tracer() {
 }
 
 void Trainer::build_mesh() {
-  mesh_ = std::make_unique<parallel::Mesh>(
+  mesh_ = std::make_unique<parallel::ParallelDims>(
       *world_, parallel::MeshShape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp});
   if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
     for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})

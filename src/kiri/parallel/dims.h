@@ -1,0 +1,88 @@
+#pragma once
+// ParallelDims: the degrees of a run and every process group its cuts communicate on, made in
+// this one place (torchtitan's ParallelDims). world = dp x tp x pp ranks, tp innermost, then
+// dp, then pp (Megatron-LM's order, so tensor-parallel peers are neighbours):
+//   rank = pp_index * (dp * tp) + dp_index * tp + tp_index
+// The dp, tp and pp groups are split when the dims are made; the groups that only some layouts
+// use (hybrid sharding's shard and replica groups, the tied embedding's group of the first and
+// last pipeline stage) and the host map are made on first use. Each is collective over the
+// world (or the dp group), so every rank asks for them in the same order (ParallelGPT's
+// constructor does). The layout's rules are checked before (kiri::validate_layout).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiri/comm/communicator.h"
+
+namespace kiri::parallel {
+
+struct MeshShape {
+  int dp = 1, tp = 1, pp = 1;
+  int world() const { return dp * tp * pp; }
+  std::string str() const;  // "dp 2 x tp 1 x pp 1"
+};
+
+// Which ranks share a host: host index per world rank, numbered in the order the hosts first
+// appear (rank 0's host is 0), and this rank's place among its host's ranks.
+struct HostMap {
+  std::vector<int> host_of;  // [world]
+  int hosts = 1;
+  int local_rank = 0;  // this rank's index among the ranks of its host
+  int local_size = 1;  // ranks on this rank's host
+};
+
+class ParallelDims {
+ public:
+  // Splits world into the dp, tp and pp groups (collective over world). `host_key` stands for
+  // this rank's host in hosts() (tests give ranks on threads different hosts); by default the
+  // hash of its hostname.
+  ParallelDims(comm::Communicator& world, const MeshShape& shape,
+               std::optional<uint64_t> host_key = std::nullopt);
+  ~ParallelDims();
+
+  const MeshShape& shape() const { return shape_; }
+  int rank() const { return world_.rank(); }
+  int dp_index() const { return dp_index_; }
+  int tp_index() const { return tp_index_; }
+  int pp_index() const { return pp_index_; }
+  comm::Communicator& world() { return world_; }
+  comm::Communicator& dp() { return *dp_; }
+  comm::Communicator& tp() { return *tp_; }
+  comm::Communicator& pp() { return *pp_; }
+  std::string coordinates() const;  // "rank 3 = (dp 1, tp 1, pp 0)"
+
+  // Hybrid sharding (FSDP HYBRID_SHARD): blocks of `group` consecutive dp ranks share one
+  // sharded copy (shard group, "dp_shard"); the ranks at the same place in every block hold
+  // replicas (replica group, "dp_replicate"). group must divide dp and be smaller than it (the
+  // whole dp group is dp()). Collective over the dp group on the first call; one size per run.
+  comm::Communicator& shard_group(int group);
+  comm::Communicator& replica_group(int group);
+  // pp > 1: the first and last pipeline stage's ranks at the same (dp, tp) place, which sum
+  // the tied embedding's gradients ("embedding"; the middle stages are in no such group and
+  // get nullptr). Collective over the world on the first call.
+  comm::Communicator* embedding_group();
+  // Which ranks share a host (collective over the world on the first call).
+  const HostMap& hosts();
+
+  // Every group made so far, each once: world, dp, tp and pp when larger than one rank, then
+  // the shard, replica and embedding groups when this rank has them.
+  std::vector<comm::Communicator*> groups();
+
+ private:
+  void make_hybrid_groups(int group);
+
+  comm::Communicator& world_;
+  MeshShape shape_;
+  uint64_t host_key_;
+  int dp_index_, tp_index_, pp_index_;
+  std::unique_ptr<comm::Communicator> dp_, tp_, pp_;
+  int hybrid_group_ = 0;
+  std::unique_ptr<comm::Communicator> shard_, replica_;
+  bool embedding_made_ = false;
+  std::unique_ptr<comm::Communicator> embedding_;
+  std::optional<HostMap> hosts_;
+};
+
+}  // namespace kiri::parallel
