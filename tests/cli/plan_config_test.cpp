@@ -74,9 +74,9 @@ TEST(PlanConfig, ContradictionsAndBadKeysAreNamed) {
                 .find("give one model: the config's model.* keys"),
             std::string::npos);
   EXPECT_NE(error("--set parallel.tpp=2").find("parallel.tpp"), std::string::npos);
-  EXPECT_NE(
-      error("--set parallel.dp=0 --set parallel.tp=3 --gpus 8").find("world 8 is not a multiple of tp 3 x pp 1 = 3"),
-      std::string::npos);
+  EXPECT_NE(error("--set parallel.dp=0 --set parallel.tp=3 --gpus 8")
+                .find("world 8 is not a multiple of tp 3 x pp 1 = 3"),
+            std::string::npos);
   EXPECT_NE(error("--set parallel.dp=2 --gpus 4").find("--gpus 4 is not parallel.dp x tp x pp = 2"),
             std::string::npos);
 }

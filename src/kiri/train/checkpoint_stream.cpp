@@ -118,7 +118,8 @@ bool LocalParams::next(nn::Parameter** p, Tensor* value) {
 }
 
 ModelStream::ModelStream(const RunConfig& cfg, optim::AdamW& optimizer,
-                         model::ParallelGPT& parallel, parallel::ParallelDims& mesh, Allocator& allocator)
+                         model::ParallelGPT& parallel, parallel::ParallelDims& mesh,
+                         Allocator& allocator)
     : tags_(mesh.shape().pp, 0),
       mesh_(mesh),
       allocator_(allocator),
