@@ -23,7 +23,7 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/base/error.h"
-#include "kiri/cli/launch_supervisor.h"
+#include "kiri/cli/commands.h"
 
 namespace {
 
@@ -487,23 +487,6 @@ TEST(Restart, TheStartCommandWithSetOverridesResumesUnderMaxRestarts) {
   EXPECT_EQ(last_step(run + "/metrics.jsonl"), 100);
 }
 
-// The restart's command: --overwrite, --resume and --init-from give way to the checkpoint;
-// a smaller world infers dp again and keeps the global batch.
-TEST(Restart, TheRestartCommandResumesTheLatestCheckpoint) {
-  using kiri::cli::restart_command;
-  using V = std::vector<std::string>;
-  EXPECT_EQ(restart_command({"c.json", "--overwrite", "--set", "a=1"}, "/r/step_5", false, 0),
-            (V{"c.json", "--set", "a=1", "--resume", "/r/step_5"}));
-  EXPECT_EQ(restart_command({"--resume", "auto"}, "", false, 0), (V{"--resume", "auto"}));
-  EXPECT_EQ(restart_command({"--resume=/x/step_9"}, "", false, 0), (V{"--resume", "/x/step_9"}));
-  EXPECT_EQ(restart_command({"--init-from", "m"}, "", false, 0),
-            (V{"--init-from", "m", "--overwrite"}));
-  EXPECT_EQ(restart_command({"--init-from", "m"}, "/r/step_5", true, 8),
-            (V{"--resume", "/r/step_5", "--set", "parallel.dp=0", "--global-batch", "8"}));
-  EXPECT_EQ(restart_command({"--auto", "--global-batch", "4"}, "/r/s", true, 8),
-            (V{"--auto", "--resume", "/r/s", "--global-batch", "8"}));
-}
-
 TEST(Restart, LaunchOptionsAreChecked) {
   using kiri::cli::parse_launch;
   EXPECT_THROW(parse_launch({"-n", "4", "--exclude-failed", "--", "train"}), kiri::Error);
@@ -517,12 +500,6 @@ TEST(Restart, LaunchOptionsAreChecked) {
   EXPECT_EQ(p.max_restarts, 2);
   EXPECT_EQ(p.min_ranks, 2);
   EXPECT_TRUE(p.exclude_failed);
-  const std::string dir = temp_dir("hostfile");
-  std::ofstream(dir + "/h") << "# two hosts\na slots=2\nb\nb\n";
-  const auto hosts = kiri::cli::parse_hostfile(dir + "/h");
-  ASSERT_EQ(hosts.size(), 2u);
-  EXPECT_EQ(hosts[0].slots, 2);
-  EXPECT_EQ(hosts[1].slots, 2);  // once per slot
 }
 
 }  // namespace

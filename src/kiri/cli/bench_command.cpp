@@ -16,8 +16,8 @@
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
-#include "kiri/cli/world.h"
 #include "kiri/kernels/cpu/ops.h"
+#include "kiri/launch/world.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/metrics.h"
@@ -31,7 +31,7 @@ namespace kiri::cli {
 namespace {
 // kiri launch -n N -- bench --ddp: one JSON line from rank 0.
 int ddp_bench(const Args& a) {
-  World world = make_world();
+  launch::World world = launch::make_world();
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);
@@ -112,7 +112,7 @@ bench::BenchSpec layout_spec(const Args& a, int default_steps) {
 // kiri launch -n N -- bench --zero: ZeRO stages 0-3 (and stage 3 without
 // prefetch), all fp32, on every rank as dp ranks, compared with stage 0.
 int zero_bench(const Args& a) {
-  World world = make_world();
+  launch::World world = launch::make_world();
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);
@@ -138,7 +138,7 @@ int zero_bench(const Args& a) {
 // (mixed precision: 16-bit parameters and gradients, fp32 master weights and
 // activations) and against fp32 with every block's activations checkpointed.
 int dtype_bench(const Args& a) {
-  World world = make_world();
+  launch::World world = launch::make_world();
   bench::BenchSpec spec = layout_spec(a, 3);
   spec.threads = static_cast<int>(a.get_int("threads", 1));
   omp_set_num_threads(spec.threads);
@@ -167,7 +167,7 @@ int dtype_bench(const Args& a) {
 // cut to 512 tokens (stages of about equal cost; not comparable in tokens/s).
 // One JSON line per layout from rank 0.
 int mesh_layout_bench(const Args& a) {
-  World world = make_world();
+  launch::World world = launch::make_world();
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);
@@ -276,7 +276,7 @@ int mesh_layout_bench(const Args& a) {
 // allocator peak of activations and of everything (bench/activations.sh puts the planner's
 // predictions beside them).
 int activation_bench(const Args& a) {
-  World world = make_world();
+  launch::World world = launch::make_world();
   comm::Options o = world.comm->options();
   o.check_collectives = !a.flag("no-check");
   world.comm->set_options(o);

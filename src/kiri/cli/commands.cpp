@@ -19,10 +19,10 @@
 #include "kiri/cli/init_from.h"
 #include "kiri/cli/train_planning.h"
 #include "kiri/cli/verbs.h"
-#include "kiri/cli/world.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/config/deepspeed_config.h"
 #include "kiri/data/corpus.h"
+#include "kiri/launch/world.h"
 #include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
@@ -50,8 +50,8 @@ std::vector<std::pair<std::string, json>> apply_deepspeed_option(
     kiri::RunConfig& cfg) {
   const std::optional<std::string> path = a.get("deepspeed");
   if (!path) return {};
-  DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), job_size());
-  if (job_rank() <= 0)
+  DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), launch::job_size());
+  if (launch::job_rank() <= 0)
     for (const std::string& note : ds.notes) log::info("--deepspeed ", *path, ": ", note);
   cfg = ds.config;
   return ds.entries;
@@ -227,7 +227,7 @@ std::optional<int64_t> resumed_batch(const TrainStart& s, int world) {
   if (changed.empty()) return s.saved_batch;
   kiri::RunConfig now = s.cfg;
   kiri::resolve(now, {.world = world});
-  if (job_rank() <= 0 && kiri::global_batch(now) != s.saved_batch)
+  if (launch::job_rank() <= 0 && kiri::global_batch(now) != s.saved_batch)
     log::info("--resume: ", changed, " changes the global batch from the checkpoint's ",
               s.saved_batch, " to ", kiri::global_batch(now), " sequences");
   return std::nullopt;
@@ -270,12 +270,12 @@ int cmd_train(const std::vector<std::string>& argv) {
     keep_batch = a.get_int("global-batch", 0);
     KIRI_CHECK_KIND(kConfig, *keep_batch >= 1 && *keep_batch <= (int64_t{1} << 40),
                     "--global-batch must be in [1, 2^40], got ", *keep_batch);
-  } else if ((keep_batch = resumed_batch(start, job_size()))) {
+  } else if ((keep_batch = resumed_batch(start, launch::job_size()))) {
     keep_from = from;
   }
   if (a.flag("dry-run"))
     return dry_run(cfg, a.flag("auto"), a.get("mem-limit"), keep_batch, keep_from);
-  World world = make_world();
+  launch::World world = launch::make_world();
   const bool rank0 = world.comm->rank() == 0;
   if (!a.flag("auto")) {  // a layout that cannot run is named first (the Trainer resolves it)
     kiri::RunConfig resolved = cfg;

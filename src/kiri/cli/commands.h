@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kiri/config/run_config.h"
+#include "kiri/launch/launcher.h"
 
 namespace kiri::cli {
 
@@ -22,6 +23,8 @@ int cmd_export(const std::vector<std::string>& args);
 // The config of a `kiri train` command line (its arguments after `train`) as the run would
 // start, paths resolved: kiri launch's supervisor reads the run folder's from it.
 kiri::RunConfig train_command_paths(const std::vector<std::string>& args);
+// kiri launch's arguments, parsed and checked.
+launch::LaunchPlan parse_launch(const std::vector<std::string>& args);
 // The mpirun command line of `kiri launch` (exposed for tests).
 std::vector<std::string> launch_argv(const std::vector<std::string>& args);
 

@@ -1,8 +1,8 @@
 #include "kiri/cli/init_from.h"
 
 #include "kiri/base/log.h"
-#include "kiri/cli/world.h"
 #include "kiri/config/config_schema.h"
+#include "kiri/launch/world.h"
 #include "kiri/train/hf_model.h"
 
 namespace kiri::cli {
@@ -31,7 +31,7 @@ kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
                   hf.model.llama() ? "max_position_embeddings" : "n_positions", " = ",
                   hf.model.block_size, " (", dir,
                   "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
-  const bool rank0 = job_rank() <= 0;
+  const bool rank0 = launch::job_rank() <= 0;
   // Asked only when not given: a given data.tokenizer needs nothing of the folder's.
   const std::string tokenizer = tokenizer_given ? "" : train::model_folder_tokenizer(dir, hf);
   if (!tokenizer.empty() && tokenizer != from.data.tokenizer) {

@@ -21,8 +21,8 @@
 #include "kiri/cli/commands.h"
 #include "kiri/cli/plan_config.h"
 #include "kiri/cli/verbs.h"
-#include "kiri/cli/world.h"
 #include "kiri/kernels/cpu/ops.h"
+#include "kiri/launch/world.h"
 #include "kiri/offload/disk_bench.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
@@ -336,7 +336,7 @@ void measure_disk(const offload::IoOptions& io, plan::Calibration& c) {
 
 // kiri plan --calibrate [--out FILE]: measure, fit, store (docs/planner.md, "Calibration").
 int calibrate(const Args& a) {
-  World world = make_world();
+  launch::World world = launch::make_world();
   comm::Communicator& w = *world.comm;
   const bool rank0 = w.rank() == 0;
   plan::Calibration c;

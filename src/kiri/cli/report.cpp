@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "kiri/cli/launch_status.h"
-#include "kiri/cli/world.h"
 #include "kiri/comm/agree.h"
+#include "kiri/launch/status.h"
+#include "kiri/launch/world.h"
 
 namespace kiri::cli {
 
@@ -61,23 +61,24 @@ std::string error_text(const Error& e, int rank, bool verbose) {
 
 int report_error(const Error& e) {
   const int code = e.kind() == ErrorKind::kConfig ? 2 : 1;
-  const int rank = job_rank();
+  const int rank = launch::job_rank();
   const auto* agreed = dynamic_cast<const comm::AgreedError*>(&e);
   // An agreed error: every rank holds it, rank 0 prints it, naming the rank that failed. A
   // config error is every rank's: rank 0 prints it. Any other: the rank that raised it.
   const int named = same_on_every_rank(e.kind()) ? -1 : agreed ? agreed->failed_rank() : rank;
   const bool printer = (agreed || same_on_every_rank(e.kind())) ? rank <= 0 : true;
   // Under kiri launch's supervisor: how this rank ended, for its decision to restart.
-  record_launch_error(error_kind_name(e.kind()), code, error_text(e, named, false));
+  launch::record_launch_error(error_kind_name(e.kind()), code, error_text(e, named, false));
   print_and_end_job(error_text(e, named, verbose()), printer, code);
   return code;
 }
 
 int report_unexpected(const std::exception& e) {
-  record_launch_error("unexpected error", 1,
-                      str("kiri: ", rank_prefix(job_rank()), "unexpected error: ", e.what()));
-  print_and_end_job(str("kiri: ", rank_prefix(job_rank()), "unexpected error: ", e.what()), true,
-                    1);
+  launch::record_launch_error(
+      "unexpected error", 1,
+      str("kiri: ", rank_prefix(launch::job_rank()), "unexpected error: ", e.what()));
+  print_and_end_job(str("kiri: ", rank_prefix(launch::job_rank()), "unexpected error: ", e.what()),
+                    true, 1);
   return 1;
 }
 

@@ -8,12 +8,12 @@
 #include "kiri/base/suggest.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
-#include "kiri/cli/launch_status.h"
 #include "kiri/cli/report.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/cli/version.h"
-#include "kiri/cli/world.h"
 #include "kiri/config/config_schema.h"
+#include "kiri/launch/status.h"
+#include "kiri/launch/world.h"
 
 namespace kiri::cli {
 
@@ -126,14 +126,16 @@ int run_cli(const std::vector<std::string>& argv) {
     if (a == "--") break;
     if (a == "--verbose") set_verbose(true);
   }
-  start_launch_status();  // a rank of kiri launch --max-restarts: its records (launch_status.h)
+  launch::start_launch_status();  // a rank of kiri launch --max-restarts: its records
+                                  // (launch/status.h)
   try {
     const int code = run(argv);
-    record_launch_exit(code);
+    launch::record_launch_exit(code);
     return code;
   } catch (const HelpRequested& h) {
-    if (job_rank() <= 0) std::cout << h.what();  // once per job (kiri launch -- train --help)
-    record_launch_exit(0);
+    if (launch::job_rank() <= 0)
+      std::cout << h.what();  // once per job (kiri launch -- train --help)
+    launch::record_launch_exit(0);
     return 0;
   } catch (const Error& e) {
     return report_error(e);

@@ -10,8 +10,8 @@
 
 #include "kiri/base/log.h"
 #include "kiri/base/units.h"
-#include "kiri/cli/world.h"
 #include "kiri/config/config_schema.h"
+#include "kiri/launch/world.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 #include "kiri/train/offload_io.h"
@@ -409,7 +409,7 @@ void plan_for_global_batch(kiri::RunConfig& cfg, int64_t global_batch, int world
 // line from rank 0, without building the model or starting MPI.
 int dry_run(kiri::RunConfig cfg, bool auto_layout, const std::optional<std::string>& mem_limit,
             std::optional<int64_t> global_batch, const std::string& resumed_from) {
-  const int world = job_size(), rank = std::max(0, job_rank());
+  const int world = launch::job_size(), rank = std::max(0, launch::job_rank());
   if (auto_layout) {
     if (global_batch) plan_for_global_batch(cfg, *global_batch, world);
     choose_layout(cfg, world, rank, mem_limit);

@@ -1,13 +1,13 @@
 #pragma once
-// kiri launch's supervisor (--max-restarts; docs/cli.md, "Failures and restarts"): runs the
-// job, and when it ends with a rank failure, waits for every process to be gone and starts
-// it again from the run folder's latest complete checkpoint, on the hosts that remain.
+// What kiri launch starts: the plan its options give (the command line's parsing and checks
+// are kiri launch's, cli/launch_command.cpp), and the launcher's command line that starts
+// the ranks of this binary, mpirun's or another launcher's (--launcher).
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 // kiri launch's options, parsed and checked.
 struct LaunchPlan {
@@ -20,18 +20,10 @@ struct LaunchPlan {
   bool exclude_failed = false;          // --exclude-failed
   int64_t max_host_failures = 1;        // --max-host-failures
   int64_t min_ranks = 0;                // --min-ranks (0: -n, no shrinking)
+  bool verbose = false;                 // kiri --verbose launch: the ranks' errors in full too
   std::vector<std::string> command;     // after --: the kiri verb and its arguments
   bool supervised() const { return max_restarts > 0; }
 };
-
-LaunchPlan parse_launch(const std::vector<std::string>& argv);
-
-// One host of a hostfile (Open MPI's form: "name slots=N", '#' comments; slots default 1).
-struct Host {
-  std::string name;
-  int64_t slots = 1;
-};
-std::vector<Host> parse_hostfile(const std::string& path);
 
 // OpenMP threads per rank: --threads, else this machine's cores / ranks (at least 1).
 int64_t launch_threads(const LaunchPlan& plan, int64_t ranks);
@@ -44,15 +36,7 @@ std::vector<std::string> launcher_command(const LaunchPlan& plan, int64_t ranks,
                                           const std::string& status_dir,
                                           const std::vector<std::string>& command);
 
-// The command of a restart: `command` (train ...) without --overwrite, --resume and
-// --init-from, continuing from `checkpoint` (a step directory; "" when there is none yet);
-// on a world of another size, with `--set parallel.dp=0` (unless --auto) and
-// `--global-batch G` when G > 0.
-std::vector<std::string> restart_command(const std::vector<std::string>& command,
-                                         const std::string& checkpoint, bool resized,
-                                         int64_t global_batch);
+// The words of a command line split at white space (a --launcher's).
+std::vector<std::string> command_words(const std::string& text);
 
-// Runs the plan under supervision; returns the exit code.
-int supervise(const LaunchPlan& plan);
-
-}  // namespace kiri::cli
+}  // namespace kiri::launch

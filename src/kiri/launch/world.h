@@ -6,7 +6,7 @@
 #include "kiri/comm/communicator.h"
 #include "kiri/comm/mpi/mpi_runtime.h"
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 struct World {
   std::unique_ptr<comm::MpiRuntime> mpi;  // initialised first, finalised last
@@ -22,4 +22,4 @@ int job_rank();
 // The job's size the same way (OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS); 1 outside one.
 int job_size();
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch

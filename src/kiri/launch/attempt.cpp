@@ -1,4 +1,4 @@
-#include "kiri/cli/launch_attempt.h"
+#include "kiri/launch/attempt.h"
 
 #include <poll.h>
 #include <sys/wait.h>
@@ -20,7 +20,7 @@
 #include "kiri/base/error.h"
 #include "kiri/base/timer.h"
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 namespace {
 
@@ -171,4 +171,4 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
   return res;
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch

@@ -1,4 +1,4 @@
-#include "kiri/cli/launch_status.h"
+#include "kiri/launch/status.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "kiri/base/atomic_file.h"
-#include "kiri/cli/world.h"
+#include "kiri/launch/world.h"
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 namespace {
 
@@ -117,4 +117,4 @@ bool retryable_error(const std::string& kind) {
          kind == error_kind_name(ErrorKind::kIo);
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch

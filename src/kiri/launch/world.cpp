@@ -1,4 +1,4 @@
-#include "kiri/cli/world.h"
+#include "kiri/launch/world.h"
 
 #include <cstdlib>
 #include <string>
@@ -6,7 +6,7 @@
 #include "kiri/base/log.h"
 #include "kiri/comm/self.h"
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 namespace {
 // The first of the variables that is set and holds a non-negative integer; -1 if none.
@@ -44,4 +44,4 @@ int job_size() {
   return n >= 1 ? n : 1;
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch

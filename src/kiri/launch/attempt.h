@@ -1,5 +1,5 @@
 #pragma once
-// One attempt of a supervised job (launch_supervisor.h): the launcher runs as a child whose
+// One attempt of a supervised job (launch/supervisor.h): the launcher runs as a child whose
 // stderr passes through this process, which meanwhile watches the ranks on this host (the
 // pids their rank_R.start files give) for a stopped one, and after the launcher exits waits
 // until every one of them is gone.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 struct AttemptResult {
   int exit_code = 0;  // the launcher's; 128 + N when a signal N ended it
@@ -23,7 +23,7 @@ struct AttemptResult {
 };
 
 // Runs `command` (the launcher's argv) with `env` added to its environment; `status_dir`
-// holds the ranks' records (launch_status.h) of `ranks` ranks.
+// holds the ranks' records (launch/status.h) of `ranks` ranks.
 AttemptResult run_attempt(const std::vector<std::string>& command,
                           const std::map<std::string, std::string>& env,
                           const std::string& status_dir, int ranks);
@@ -31,4 +31,4 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
 // Whether a SIGTERM or SIGINT asked the supervisor to stop (no restart follows).
 bool stop_requested();
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch

@@ -1,7 +1,7 @@
-// The supervisor of kiri launch --max-restarts (launch_supervisor.h). Each attempt's ranks
-// leave their records in <run.dir>/launch/attempt_K/ (launch_status.h); the supervisor's own
+// The supervisor of kiri launch --max-restarts (launch/supervisor.h). Each attempt's ranks
+// leave their records in <run.dir>/launch/attempt_K/ (launch/status.h); the supervisor's own
 // record of every attempt is one JSON line of <run.dir>/launch/attempts.jsonl.
-#include "kiri/cli/launch_supervisor.h"
+#include "kiri/launch/supervisor.h"
 
 #include <unistd.h>
 
@@ -20,15 +20,14 @@
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
-#include "kiri/cli/commands.h"
-#include "kiri/cli/launch_attempt.h"
-#include "kiri/cli/launch_status.h"
 #include "kiri/config/config_schema.h"
+#include "kiri/launch/attempt.h"
+#include "kiri/launch/status.h"
 #include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/run_dir.h"
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -303,7 +302,7 @@ namespace {
 // The supervisor's state across attempts.
 class Supervisor {
  public:
-  explicit Supervisor(const LaunchPlan& plan);
+  Supervisor(const LaunchPlan& plan, const kiri::RunConfig& run);
   int run();
 
  private:
@@ -327,10 +326,9 @@ class Supervisor {
   std::vector<std::string> command_;
 };
 
-Supervisor::Supervisor(const LaunchPlan& plan)
+Supervisor::Supervisor(const LaunchPlan& plan, const kiri::RunConfig& run)
     : plan_(plan),
-      run_(train_command_paths(
-          std::vector<std::string>(plan.command.begin() + 1, plan.command.end()))),
+      run_(run),
       auto_layout_(has_flag(plan.command, "--auto")),
       folder_(run_.run.dir + "/launch"),
       world_(plan.n),
@@ -510,9 +508,9 @@ int64_t Supervisor::exclude_and_resize(const Verdict& v, const Progress& p, json
 
 }  // namespace
 
-int supervise(const LaunchPlan& plan) {
-  Supervisor s(plan);
+int supervise(const LaunchPlan& plan, const kiri::RunConfig& run) {
+  Supervisor s(plan, run);
   return s.run();
 }
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch

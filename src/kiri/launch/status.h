@@ -16,7 +16,7 @@
 
 #include "kiri/base/error.h"
 
-namespace kiri::cli {
+namespace kiri::launch {
 
 inline constexpr const char* kLaunchStatusEnv = "KIRI_LAUNCH_STATUS";
 
@@ -51,4 +51,4 @@ std::vector<RankOutcome> read_launch_status(const std::string& dir, int ranks);
 // same command would fail the same way.
 bool retryable_error(const std::string& kind);
 
-}  // namespace kiri::cli
+}  // namespace kiri::launch
