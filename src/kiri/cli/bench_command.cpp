@@ -25,7 +25,7 @@
 namespace kiri::cli {
 
 // kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
-// step time against its GEMMs' time (bench/run.sh puts PyTorch beside it).
+// step time against its GEMMs' time (benchmarks/run.sh puts PyTorch beside it).
 // --ddp, --zero, --dtypes, --layouts and --activations select the data-parallel and layout
 // benchmarks.
 namespace {
@@ -273,7 +273,7 @@ int mesh_layout_bench(const Args& a) {
 // (tp N, micro-batch = the config's batch), plain against sequence parallelism, selective
 // recomputation (Megatron's default core_attn, and every module) and full recomputation.
 // One JSON line per layout from rank 0: step time, its ratio to plain tp, and rank 0's
-// allocator peak of activations and of everything (bench/activations.sh puts the planner's
+// allocator peak of activations and of everything (benchmarks/activations.sh puts the planner's
 // predictions beside them).
 int activation_bench(const Args& a) {
   launch::World world = launch::make_world();

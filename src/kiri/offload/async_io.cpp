@@ -138,7 +138,7 @@ std::unique_ptr<AsyncIo> make_async_io(const IoOptions& options) {
                       options.block_size <= (int64_t{1} << 30),
                   "offload.block_size must be a multiple of 4 KiB up to 1 GiB, got ",
                   options.block_size);
-  // auto is the thread pool, by measurement (bench/offload_io.sh, docs/performance.md):
+  // auto is the thread pool, by measurement (benchmarks/offload_io.sh, docs/performance.md):
   // at the default queue depth 8 and 1 MiB blocks, io_uring over the pool on this
   // machine's disk was 0.88x on writes and 0.90x on reads idle, 0.84x and 0.99x with
   // every core busy (geometric means of 5 runs; single runs 0.66-1.37x), at CPU per GB

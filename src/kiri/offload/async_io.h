@@ -3,7 +3,7 @@
 // (bytes at an offset of a file, into or out of a 4 KiB-aligned buffer) is cut
 // into block_size pieces, at most queue_depth of them in flight, as DeepSpeed's
 // aio handle does; wait() returns once every piece is done. Two engines, chosen
-// by measurement (bench/offload_io.sh, docs/performance.md): io_uring (liburing)
+// by measurement (benchmarks/offload_io.sh, docs/performance.md): io_uring (liburing)
 // and a pread/pwrite thread pool.
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 #pragma once
 // The bandwidth of the disk under a folder, as the offload engine uses it: O_DIRECT
 // transfers of block_size pieces, queue_depth in flight, through the configured
-// engine (kiri plan --calibrate; bench/offload_io.sh compares engines and settings).
+// engine (kiri plan --calibrate; benchmarks/offload_io.sh compares engines and settings).
 #include <cstdint>
 #include <string>
 

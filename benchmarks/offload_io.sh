@@ -2,14 +2,14 @@
 # The offload engine's disk bandwidth (docs/performance.md): O_DIRECT write then read
 # of a scratch file (1 GiB by default) under DIR, for engine in {io_uring, threads} x
 # queue_depth {1, 8, 32} x block_size {128 KiB, 1 MiB, 8 MiB}, each through
-# measure_disk_bandwidth (bench/offload_io_bench.cpp, the code behind
+# measure_disk_bandwidth (benchmarks/offload_io_bench.cpp, the code behind
 # `kiri plan --calibrate`). The two engines run back to back at each setting and the
 # whole matrix REPEAT times over (best of), so that the machine's noise falls on both
 # alike; once idle and once with every core spinning on arithmetic (training's GEMMs
 # keep the cores busy while the swapper's I/O runs). Prints markdown tables: GB/s with
 # the ratio to the best of its column, the CPU seconds per GB moved (the cores training
 # would have used), and io_uring over threads at each setting.
-#   bash bench/offload_io.sh [BUILD_DIR] [DIR]
+#   bash benchmarks/offload_io.sh [BUILD_DIR] [DIR]
 # Environment: BENCH_BYTES (1GiB), BENCH_REPEAT (3), and BENCH_QD ("1 8 32") and
 # BENCH_BLOCKS ("128KiB 1MiB 8MiB") to measure fewer settings more often.
 set -euo pipefail
@@ -28,7 +28,7 @@ for ((r = 0; r < repeat; r++)); do
     for bs in ${BENCH_BLOCKS:-128KiB 1MiB 8MiB}; do
       for busy in 0 "$busy_threads"; do
         for engine in io_uring threads; do
-          "$build/bench/offload_io_bench" "$work" "$bytes" "$engine" "$qd" "$bs" 1 "$busy" >> "$out"
+          "$build/benchmarks/offload_io_bench" "$work" "$bytes" "$engine" "$qd" "$bs" 1 "$busy" >> "$out"
         done
       done
     done

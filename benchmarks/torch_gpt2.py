@@ -13,9 +13,9 @@ with the same hyper-parameters: ZeRO stage 1, each rank keeps the AdamW state
 of its shard of the parameters only and broadcasts its updated shard after the
 step. The JSON reports the optimizer state bytes held by each rank.
 
-Run with the environment from bench/torch_env.sh so torch uses OpenBLAS
+Run with the environment from benchmarks/torch_env.sh so torch uses OpenBLAS
 (Debian may otherwise resolve libblas.so.3 to the slow reference BLAS):
-  eval "$(bench/torch_env.sh)" && /usr/bin/python3 bench/torch_gpt2.py ...
+  eval "$(benchmarks/torch_env.sh)" && /usr/bin/python3 benchmarks/torch_gpt2.py ...
 """
 import argparse
 import json
@@ -112,7 +112,7 @@ def parse_args():
     p.add_argument("--ddp", action="store_true",
                    help="DistributedDataParallel over gloo; start with "
                         "python3 -m torch.distributed.run --standalone --nproc_per_node=N "
-                        "--redirects 2 --tee 2 bench/torch_gpt2.py --ddp ...")
+                        "--redirects 2 --tee 2 benchmarks/torch_gpt2.py --ddp ...")
     p.add_argument("--zero", action="store_true",
                    help="--ddp with ZeroRedundancyOptimizer(AdamW) (ZeRO stage 1, optimizer "
                         "state sharded over the ranks); started like --ddp")

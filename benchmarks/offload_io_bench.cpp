@@ -5,7 +5,7 @@
 // and the CPU time the process spent per GB moved (user + system, all threads: the
 // thread pool's workers and io_uring's kernel workers alike), which training pays
 // on the same cores.
-// bench/offload_io.sh runs the engines and settings side by side.
+// benchmarks/offload_io.sh runs the engines and settings side by side.
 //   offload_io_bench DIR BYTES ENGINE QUEUE_DEPTH BLOCK [REPEAT]
 #include <sys/resource.h>
 #include <time.h>

@@ -1,6 +1,6 @@
 // Per-call overhead: a 4-byte all_reduce through kiri (agreement on and off)
 // against MPI's own blocking and non-blocking calls.
-// Run: mpirun -n 2 build/bench/comm/comm_latency
+// Run: mpirun -n 2 build/benchmarks/comm/comm_latency
 #include <mpi.h>
 
 #include <cstdio>

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Prints the environment the PyTorch reference (bench/torch_gpt2.py) needs, to be
-# evaluated by the benchmark runner:  eval "$(bench/torch_env.sh)"
+# Prints the environment the PyTorch reference (benchmarks/torch_gpt2.py) needs, to be
+# evaluated by the benchmark runner:  eval "$(benchmarks/torch_env.sh)"
 # Debian's torch links libblas.so.3 through the alternatives system, which can point
 # at the reference BLAS (~50x slower); put the OpenMP OpenBLAS first instead so it
 # also shares torch's libgomp thread pool. OPENBLAS_* variables are left untouched.

@@ -4,7 +4,7 @@
 new tokens made of two existing ones, each with the merge that makes it. Ids follow the
 added tokens, so the file stays one kiri (and Hugging Face's tokenizers) loads.
 
-    python3 bench/tokenizer_json_scale.py data/llama3/tokenizer.json 8.5 /tmp/big/tokenizer.json
+    python3 benchmarks/tokenizer_json_scale.py data/llama3/tokenizer.json 8.5 /tmp/big/tokenizer.json
 """
 import json
 import sys

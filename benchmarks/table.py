@@ -1,4 +1,4 @@
-"""Turns bench/run.sh's JSON lines into the markdown table of docs/performance.md."""
+"""Turns benchmarks/run.sh's JSON lines into the markdown table of docs/performance.md."""
 import json
 import statistics
 import sys
@@ -18,7 +18,7 @@ for key, k in kiri.items():
           f"{k['gemm_gflops']:.0f} |")
 
 ddp = {r["ranks"]: r for r in rows if r["impl"] == "kiri-ddp"}
-# bench/run.sh's ZeRO section also runs PyTorch DDP on 2 ranks; its lines carry "bench": "zero".
+# benchmarks/run.sh's ZeRO section also runs PyTorch DDP on 2 ranks; its lines carry "bench": "zero".
 tddp = {r["ranks"]: r for r in rows if r["impl"] == "pytorch-ddp" and r.get("bench") != "zero"}
 if 1 in ddp and 2 in ddp:
     print()

@@ -5,7 +5,7 @@
 # the same run; then the planner's predicted step against measured ones of one thread, fp32
 # and bf16, with and without offload. Swap files under OFFLOAD_DIR (default /tmp), removed
 # after.
-#   bench/offload_ratio.sh [build/kiri]
+#   benchmarks/offload_ratio.sh [build/kiri]
 set -euo pipefail
 kiri=${1:-build/kiri}
 root=$(mktemp -d "${OFFLOAD_DIR:-/tmp}/kiri-offload-ratio.XXXXXX")

@@ -2,7 +2,7 @@
 // kiri's tokenizers, each document on its own (`docs`, THREADS documents at a
 // time) or all joined into one text (`whole`, split by encode()), and prints one JSON line: bytes,
 // tokens, the best of REPEAT runs (each from a cold cache), MB/s and MB/s per thread.
-// bench/tokenizer_throughput.sh runs it beside the JavaScript encoders.
+// benchmarks/tokenizer_throughput.sh runs it beside the JavaScript encoders.
 //   tokenizer_bench TOKENIZER ASSETS_DIR DOCS_FILE THREADS docs|whole [REPEAT]
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for kiri's Llama training benchmark (bench/llama.sh).
+"""PyTorch reference for kiri's Llama training benchmark (benchmarks/llama.sh).
 
 A small self-contained Llama in the Hugging Face LlamaForCausalLM math: RMSNorm, rotary
 positions by rotate-half, grouped-query attention (each key/value head serves
@@ -12,8 +12,8 @@ prints one JSON line.
 --dtype bf16 runs forward and backward under torch.autocast("cpu", torch.bfloat16) with
 fp32 parameters and AdamW (PyTorch's mixed precision on CPU), beside kiri's bf16.
 
-Run with the environment from bench/torch_env.sh when it is Debian's torch:
-  eval "$(bench/torch_env.sh)" && /usr/bin/python3 bench/torch_llama.py ...
+Run with the environment from benchmarks/torch_env.sh when it is Debian's torch:
+  eval "$(benchmarks/torch_env.sh)" && /usr/bin/python3 benchmarks/torch_llama.py ...
 """
 import argparse
 import json

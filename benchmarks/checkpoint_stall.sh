@@ -8,7 +8,7 @@
 # less the time it waited for the previous save, printed apart), while the files are written
 # in the background ("the files took X s in the background"). Also printed: the mean step time of
 # steps 6-9 (while the step-5 save is written in the background, under async) and of 2-4.
-#   bench/checkpoint_stall.sh [KIRI] [REPEATS]
+#   benchmarks/checkpoint_stall.sh [KIRI] [REPEATS]
 set -eu
 kiri=${1:-build/kiri} reps=${2:-2}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiri-stall.XXXXXX")

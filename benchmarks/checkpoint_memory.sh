@@ -5,7 +5,7 @@
 # for two kiri binaries (a build before streaming, and this one), with the ratios new / old,
 # and whether the two checkpoints are byte-identical. The files (~1 GB per binary) go under
 # a temporary folder that is removed at the end.
-#   bench/checkpoint_memory.sh OLD_KIRI NEW_KIRI
+#   benchmarks/checkpoint_memory.sh OLD_KIRI NEW_KIRI
 set -eu
 old=$1 new=$2
 tmp=$(mktemp -d)

@@ -1,5 +1,5 @@
 // The outside reference encoders, run with Node: GPT-2's gpt-3-encoder and @lenml/tokenizers
-// (a JavaScript port of Hugging Face's tokenizers). Used by bench/tokenizer_throughput.sh
+// (a JavaScript port of Hugging Face's tokenizers). Used by benchmarks/tokenizer_throughput.sh
 // and by kiri's tokenizer tests, which compare the ids byte for byte.
 //   node tokenizer_js.mjs gpt3 PACKAGE_DIR IN OUT
 //   node tokenizer_js.mjs lenml PACKAGE_DIR TOKENIZER_JSON TOKENIZER_CONFIG IN OUT

@@ -7,7 +7,7 @@
 # Needs ~25 GB free under OFFLOAD_DIR (default /tmp/kiri-offload-bench); removes it after.
 # RUNS may also name parameters-grads-in-ram (parameter offload with offload.gradients=none).
 #   [STEPS=5] [LR=1e-4] [RUNS="none optimizer parameters"] [EXTRA="--mem-limit 4.5GiB"] \
-#     bench/offload_gpt2_xl.sh [build/kiri]
+#     benchmarks/offload_gpt2_xl.sh [build/kiri]
 # EXTRA: more kiri train arguments for the offload runs (a --mem-limit also caps the
 # allocator's cache of freed blocks, which it drops before passing the limit).
 set -euo pipefail

@@ -1,6 +1,6 @@
 // MPI advances a non-blocking collective only inside MPI calls. Starts a
 // 16 MiB all_reduce, computes for ~100 ms (polling progress() every ~1 ms, or
-// not at all), then times wait(). Run: mpirun -n 2 build/bench/comm/comm_progress
+// not at all), then times wait(). Run: mpirun -n 2 build/benchmarks/comm/comm_progress
 #include <cmath>
 #include <cstdio>
 #include <thread>

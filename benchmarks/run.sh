@@ -2,7 +2,7 @@
 # The training benchmark: kiri and PyTorch on the same model, batch and
 # threads, side by side in one run. Prints a markdown table (the one in
 # docs/performance.md) and leaves the raw JSON lines in $out.
-#   bash bench/run.sh [BUILD_DIR]      (make bench)
+#   bash benchmarks/run.sh [BUILD_DIR]      (make bench)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -21,13 +21,13 @@ if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 fi
 torch_ok=0
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  eval "$(bash "$root/bench/torch_env.sh")"
+  eval "$(bash "$root/benchmarks/torch_env.sh")"
   torch_ok=1
 fi
 
 run_torch() {  # config threads layer embd head seq batch
   [ $torch_ok = 1 ] || return 0
-  /usr/bin/python3 "$root/bench/torch_gpt2.py" --n-layer "$3" --n-embd "$4" --n-head "$5" \
+  /usr/bin/python3 "$root/benchmarks/torch_gpt2.py" --n-layer "$3" --n-embd "$4" --n-head "$5" \
     --vocab 50257 --seq-len "$6" --batch "$7" --threads "$2" --steps "$steps" --warmup-steps 2 \
     --dtype fp32 2>/dev/null | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['config']='$1'; print(json.dumps(d))" \
     >> "$out/results.jsonl"
@@ -53,7 +53,7 @@ if [ "${BENCH_DDP:-1}" = 1 ]; then
     for n in 1 2; do
       echo "bench: DDP, PyTorch $n rank(s)" >&2
       (cd "$out" && /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=$n \
-        --redirects 2 --tee 2 "$root/bench/torch_gpt2.py" --ddp --n-layer 4 --n-embd 256 \
+        --redirects 2 --tee 2 "$root/benchmarks/torch_gpt2.py" --ddp --n-layer 4 --n-embd 256 \
         --n-head 4 --vocab 50257 --seq-len 128 --batch 8 --threads 1 --steps "$steps" \
         --warmup-steps 2 2>/dev/null | grep '^{' | sed 's/^/{"config": "tiny", /; s/^{"config": "tiny", {/{"config": "tiny", /' \
         >> "$out/results.jsonl")
@@ -63,7 +63,7 @@ fi
 
 # ZeRO stages and mixed precision (docs/performance.md): kiri's layouts interleaved
 # round by round (ZeRO on 2 ranks x 1 thread, dtypes on 1 process x 1 thread), and
-# PyTorch DDP and DDP + ZeroRedundancyOptimizer alternately (bench/zero_torch.sh),
+# PyTorch DDP and DDP + ZeroRedundancyOptimizer alternately (benchmarks/zero_torch.sh),
 # whose lines are tagged "bench": "zero" to keep them apart from the DDP section's.
 if [ "${BENCH_ZERO:-1}" = 1 ]; then
   rounds=${BENCH_ROUNDS:-3}
@@ -75,7 +75,7 @@ if [ "${BENCH_ZERO:-1}" = 1 ]; then
     --rounds "$rounds" >> "$out/results.jsonl"
   if [ $torch_ok = 1 ]; then
     echo "bench: ZeRO, PyTorch DDP and ZeroRedundancyOptimizer, 2 ranks" >&2
-    BENCH_STEPS=$steps BENCH_OUT=$out bash "$root/bench/zero_torch.sh" "${BENCH_TORCH_ROUNDS:-2}" \
+    BENCH_STEPS=$steps BENCH_OUT=$out bash "$root/benchmarks/zero_torch.sh" "${BENCH_TORCH_ROUNDS:-2}" \
       | sed 's/^{/{"bench": "zero", /' >> "$out/results.jsonl"
   fi
 fi
@@ -105,7 +105,7 @@ if [ "${BENCH_PLANNER:-1}" = 1 ]; then
     "$build/tests/kiri_plan_measured_tests" --gtest_filter='*TinyTable' | grep '^|' >> "$out/planner.md"
 fi
 
-python3 "$root/bench/table.py" "$out/results.jsonl"
+python3 "$root/benchmarks/table.py" "$out/results.jsonl"
 if [ -s "$out/planner.md" ]; then
   echo
   echo "Planner, predicted vs measured (tiny, this machine calibrated):"

@@ -8,7 +8,7 @@
 # the same layout on this machine (--cluster this-machine; a calibration file when
 # `kiri plan --calibrate` wrote one): the step time, its ratio to plain tp, the activations'
 # peak and the whole peak, per rank.
-#   bench/activations.sh [KIRI] [CONFIGS] [ROUNDS] [STEPS]
+#   benchmarks/activations.sh [KIRI] [CONFIGS] [ROUNDS] [STEPS]
 set -eu
 kiri=${1:-build/kiri} configs=${2:-"tiny gpt2-124M"} rounds=${3:-3} steps=${4:-5}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiri-act.XXXXXX")

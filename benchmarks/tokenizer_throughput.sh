@@ -3,7 +3,7 @@
 # encoders on 1 and 2 threads beside the JavaScript encoders (gpt-3-encoder, and
 # @lenml/tokenizers, a port of Hugging Face's tokenizers) on the same text: Moby-Dick
 # as ~8 KB documents (each encoded on its own) and as one text. Prints a markdown table.
-#   bash bench/tokenizer_throughput.sh [BUILD_DIR]
+#   bash benchmarks/tokenizer_throughput.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -36,12 +36,12 @@ PY
 cp "$data/moby-dick.txt" "$tmp/whole.txt"
 bytes=$(stat -c %s "$tmp/docs.bin")
 out="$tmp/results.jsonl"
-js="$root/bench/tokenizer_js.mjs"
+js="$root/benchmarks/tokenizer_js.mjs"
 for mode in docs whole; do
   for threads in 1 2; do
-    OMP_NUM_THREADS=$threads "$build/bench/tokenizer_bench" gpt2 "$data" "$tmp/docs.bin" "$threads" \
+    OMP_NUM_THREADS=$threads "$build/benchmarks/tokenizer_bench" gpt2 "$data" "$tmp/docs.bin" "$threads" \
       "$mode" "$repeat" | sed 's/"kiri"/"kiri gpt2"/' >> "$out"
-    OMP_NUM_THREADS=$threads "$build/bench/tokenizer_bench" "$data/llama3" "$data" "$tmp/docs.bin" \
+    OMP_NUM_THREADS=$threads "$build/benchmarks/tokenizer_bench" "$data/llama3" "$data" "$tmp/docs.bin" \
       "$threads" "$mode" "$repeat" | sed 's/"kiri"/"kiri llama3"/' >> "$out"
   done
   input=$tmp/docs.bin

@@ -15,7 +15,7 @@ lines and the run folder's records:
   load      -> the checkpoint is loaded: "resumed from"
   step      -> the first step after the restart is printed
 
-  bench/restart_time.py [KIRI] [REPEATS]
+  benchmarks/restart_time.py [KIRI] [REPEATS]
 """
 import json
 import os

@@ -1,7 +1,7 @@
 // Times a 256 MiB f32 all_reduce (MPI_Iallreduce) with glibc tuned by
 // MpiRuntime (large blocks stay mapped) or untuned (MPI initialised before
 // MpiRuntime, so it leaves malloc alone), and counts the page faults.
-// Run: mpirun -n 2 build/bench/comm/comm_buffers tuned|untuned
+// Run: mpirun -n 2 build/benchmarks/comm/comm_buffers tuned|untuned
 #include <mpi.h>
 #include <sys/resource.h>
 

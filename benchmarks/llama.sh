@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The Llama training benchmark (docs/performance.md, "Llama"): kiri and PyTorch on the same
 # Llama, batch and threads, side by side in one run, fp32 and bf16.
-#   bash bench/llama.sh [BUILD_DIR]
+#   bash benchmarks/llama.sh [BUILD_DIR]
 # Configs (kiri bench --config, src/kiri/bench/bench.cpp): tiny-llama (tiny's size) and
 # smollm-135M (SmolLM-135M's shape). fp32 at 1 and 2 threads (kiri bench, which also times
 # the step's GEMMs alone); bf16 at 1 thread (kiri bench --dtypes: fp32 and bf16 interleaved
 # round by round; PyTorch under torch.autocast(bfloat16)). PyTorch is Debian's 1.13
-# (/usr/bin/python3, OpenBLAS through bench/torch_env.sh) and, when $TORCH_VENV/bin/python
+# (/usr/bin/python3, OpenBLAS through benchmarks/torch_env.sh) and, when $TORCH_VENV/bin/python
 # imports torch (e.g. python3 -m venv /work/venv && /work/venv/bin/pip install torch), the
 # current PyTorch too. Raw JSON lines in $BENCH_OUT/llama.jsonl. BENCH_CONFIGS, BENCH_STEPS and
 # BENCH_ROUNDS narrow a run.
@@ -21,7 +21,7 @@ results="$out/llama.jsonl"
 : > "$results"
 
 pythons=()
-if /usr/bin/python3 -c 'import torch' 2>/dev/null && env_sh=$(bash "$root/bench/torch_env.sh"); then
+if /usr/bin/python3 -c 'import torch' 2>/dev/null && env_sh=$(bash "$root/benchmarks/torch_env.sh"); then
   pythons+=(/usr/bin/python3)
 else
   echo "bench: Debian's PyTorch missing (apt-get install python3-torch libopenblas0-openmp)" >&2
@@ -39,10 +39,10 @@ run_torch() {  # config threads dtype
   for py in "${pythons[@]}"; do
     # Debian's torch on the OpenMP OpenBLAS (torch_env.sh); the wheel brings its own BLAS.
     if [ "$py" = /usr/bin/python3 ]; then
-      (eval "$env_sh" && OMP_NUM_THREADS=$2 "$py" "$root/bench/torch_llama.py" --config "$1" \
+      (eval "$env_sh" && OMP_NUM_THREADS=$2 "$py" "$root/benchmarks/torch_llama.py" --config "$1" \
         $args --threads "$2" --dtype "$3" --steps "$steps" --warmup-steps 2 2>/dev/null)
     else
-      OMP_NUM_THREADS=$2 "$py" "$root/bench/torch_llama.py" --config "$1" $args \
+      OMP_NUM_THREADS=$2 "$py" "$root/benchmarks/torch_llama.py" --config "$1" $args \
         --threads "$2" --dtype "$3" --steps "$steps" --warmup-steps 2 2>/dev/null
     fi >> "$results" || echo "bench: $py failed on $1" >&2
   done
