@@ -10,6 +10,7 @@
 #include "kiri/base/timer.h"
 #include "kiri/bench/ddp_bench.h"
 #include "kiri/comm/self.h"
+#include "kiri/kernels/cpu/gemm_rate.h"
 #include "kiri/kernels/cpu/ops.h"
 
 namespace kiri::bench {
@@ -74,23 +75,12 @@ std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int rep
 
 double measure_gemm_flops(int64_t n, int threads, int reps) {
   Threads use(std::max(1, threads));
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  const double best = best_seconds(reps, [&] {
-    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  });
-  return 2.0 * static_cast<double>(n) * n * n / best;
+  return kernels::measure_gemm_flops(n, reps);
 }
 
 double measure_gemm_bf16_flops(int64_t n, int threads, int reps) {
   Threads use(std::max(1, threads));
-  // bf16 0.5 and 0.25 (the high halves of the fp32 values).
-  std::vector<uint16_t> a(n * n, 0x3F00), b(n * n, 0x3E80);
-  std::vector<float> c(n * n);
-  const double best = best_seconds(reps, [&] {
-    kernels::gemm_lowp(DType::kBF16, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                       c.data(), DType::kF32, n);
-  });
-  return 2.0 * static_cast<double>(n) * n * n / best;
+  return kernels::measure_gemm_bf16_flops(n, reps);
 }
 
 CorePeaks measure_core_peaks() {

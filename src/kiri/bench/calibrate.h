@@ -12,7 +12,7 @@
 namespace kiri::bench {
 
 // FLOP/s of an n x n x n fp32 GEMM (oneDNN sgemm) on `threads` OpenMP threads: the best of
-// `reps` after a warm-up.
+// `reps` after a warm-up (kernels::measure_gemm_flops on that many threads).
 double measure_gemm_flops(int64_t n, int threads, int reps = 5);
 // The same for bf16 A and B into fp32 C through kernels::gemm_lowp, on the path training
 // takes (kernels::gemm_lowp_path: oneDNN's bf16 matmul with AMX, else widened to fp32).

@@ -17,7 +17,7 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/base/units.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/cpu/gemm_rate.h"
 
 namespace kiri::train {
 
@@ -234,15 +234,7 @@ double model_flops_utilization(double model_flops_per_s, double peak) {
 }
 
 double measure_gemm_flops_rate() {
-  const int64_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {
-    Timer t;
-    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    if (rep > 0) best = std::min(best, t.seconds());  // first one warms up
-  }
-  return 2.0 * n * n * n / best;
+  return kernels::measure_gemm_flops(1024, 3);
 }
 
 }  // namespace kiri::train
