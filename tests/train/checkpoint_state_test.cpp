@@ -139,15 +139,6 @@ TEST(CheckpointState, RefusesDeepNestingDuplicatesAndGarbageQuickly) {
                  {"holds a NUL byte at offset"});
 }
 
-TEST(CheckpointState, DuplicateKeysAreFoundWithTheirPath) {
-  EXPECT_EQ(json_duplicate_key("{\"a\": 1, \"b\": {\"c\": 1, \"c\": 2}}", false), "b.c");
-  EXPECT_EQ(json_duplicate_key("{\"a\": [{\"x\": 1}, {\"x\": 2}]}", false), "");
-  EXPECT_EQ(json_duplicate_key("{\"a\": [{\"x\": 1, \"x\": 2}]}", false), "a.x");
-  EXPECT_EQ(json_duplicate_key("{\"a\": 1, // c\n \"a\": 2}", true), "a");
-  EXPECT_EQ(json_duplicate_key("{\"a\": 1, \"b\": 2}", false), "");
-  EXPECT_EQ(json_duplicate_key("{not json", false), "");
-}
-
 // Issue 25: the global batch a resume keeps and the fingerprints it checks the data against.
 TEST(CheckpointState, ReadsTheGlobalBatchAndTheFingerprints) {
   const json prints = {{"tokenizer", {{"name", "byte"}, {"files", json::object()}}},

@@ -2,7 +2,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
-#include "kiri/config/json_guard.h"
+#include "kiri/base/json_guard.h"
 
 namespace kiri {
 

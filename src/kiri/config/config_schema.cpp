@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "kiri/base/file_read.h"
+#include "kiri/base/json_guard.h"
 #include "kiri/base/suggest.h"
 #include "kiri/base/units.h"
 #include "kiri/config/config_field.h"
 #include "kiri/config/config_file.h"
-#include "kiri/config/json_guard.h"
 #include "kiri/config/offload_config.h"
 
 namespace kiri {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiri/config/json_guard.h"  // json_duplicate_key
+#include "kiri/base/json_guard.h"  // json_duplicate_key
 #include "kiri/optim/loss_scaler.h"
 
 namespace kiri::train {

@@ -1,4 +1,4 @@
-#include "kiri/config/json_guard.h"
+#include "kiri/base/json_guard.h"
 
 #include <set>
 #include <vector>
