@@ -16,7 +16,7 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "kiri/train/hf_model.h"
+#include "kiri/ckpt/hf/hf_model.h"
 
 namespace {
 
@@ -61,12 +61,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   else
     write(index, all.substr(nul + 1));
   kiri::fuzz::refuse_by_name([&] {
-    const kiri::train::HfConfig c = kiri::train::read_hf_config(dir);
+    const kiri::ckpt::hf::HfConfig c = kiri::ckpt::hf::read_hf_config(dir);
     if (c.model.n_layer < 1 || c.model.n_embd < 1 || c.model.vocab_size < 1) __builtin_trap();
-    (void)kiri::train::model_folder_tokenizer(dir, c);
+    (void)kiri::ckpt::hf::model_folder_tokenizer(dir, c);
   });
   kiri::fuzz::refuse_by_name([&] {
-    kiri::train::HfWeights w = kiri::train::HfWeights::open(dir);
+    kiri::ckpt::hf::HfWeights w = kiri::ckpt::hf::HfWeights::open(dir);
     w.check_names({"transformer.wte.weight", "transformer.wpe.weight"});
     w.check_shape("transformer.wte.weight", kiri::Shape{2, 2});
     (void)w.path_of("transformer.wte.weight");

@@ -9,16 +9,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/local/local.h"
 #include "kiri/model/gpt.h"
 #include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_stream.h"
-#include "kiri/train/hf_model.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
+
+using namespace kiri::ckpt::hf;  // the HF model folders (ckpt/hf/)
 
 namespace fs = std::filesystem;
 

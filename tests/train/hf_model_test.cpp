@@ -8,13 +8,15 @@
 #include <mutex>
 
 #include "kiri/base/atomic_file.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/comm/local/local.h"
-#include "kiri/train/hf_model.h"
 #include "temp_dir.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
 namespace {
+
+using namespace kiri::ckpt::hf;  // the HF model folders (ckpt/hf/)
 
 using kiri::testing::error_of;
 std::string temp_dir(const std::string& name) {

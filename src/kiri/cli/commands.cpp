@@ -14,6 +14,7 @@
 #include "kiri/base/log.h"
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/init_from.h"
@@ -26,7 +27,6 @@
 #include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
-#include "kiri/train/hf_model.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
 
@@ -365,7 +365,7 @@ int cmd_sample(const std::vector<std::string>& argv) {
   Allocator allocator;
   model::GPT<float> model(cfg.model);
   nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
-  train::HfWeights file = train::HfWeights::open(dir);
+  ckpt::hf::HfWeights file = ckpt::hf::HfWeights::open(dir);
   std::vector<std::string> names;
   for (nn::Parameter* p : store.parameters()) names.push_back(p->name);
   file.check_names(names);

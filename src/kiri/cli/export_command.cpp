@@ -6,12 +6,12 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/train/checkpoint_state.h"
-#include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::cli {
@@ -44,8 +44,8 @@ int cmd_export(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, a.get("out").has_value(), "kiri export needs --out DIR");
   const std::string out = *a.get("out");
   const DType dtype = export_dtype(a.get("dtype").value_or("fp32"));
-  const int64_t shard = train::parse_max_shard_size(
-      a.get("max-shard-size").value_or(train::kDefaultMaxShardSize), "--max-shard-size");
+  const int64_t shard = ckpt::hf::parse_max_shard_size(
+      a.get("max-shard-size").value_or(ckpt::hf::kDefaultMaxShardSize), "--max-shard-size");
   check_out(out);
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
   const train::CheckpointState state = train::read_checkpoint_state(dir);
@@ -57,7 +57,7 @@ int cmd_export(const std::vector<std::string>& argv) {
   // The whole model in fp32, checked as a resume checks it, in the model's order.
   Allocator alloc;
   model::GPT<float> model(cfg.model);
-  train::HfWeights weights = train::HfWeights::open(dir);
+  ckpt::hf::HfWeights weights = ckpt::hf::HfWeights::open(dir);
   std::vector<std::string> names;
   for (nn::Parameter* p : model.parameters()) names.push_back(p->name);
   weights.check_names(names);
@@ -73,7 +73,8 @@ int cmd_export(const std::vector<std::string>& argv) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    train::write_hf_folder(tmp, cfg.model, *tokenizer, cfg.data.tokenizer, tensors, dtype, shard);
+    ckpt::hf::write_hf_folder(tmp, cfg.model, *tokenizer, cfg.data.tokenizer, tensors, dtype,
+                              shard);
     fs::rename(tmp, out);
   } catch (...) {
     std::error_code ec;

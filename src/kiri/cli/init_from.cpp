@@ -1,9 +1,9 @@
 #include "kiri/cli/init_from.h"
 
 #include "kiri/base/log.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/launch/world.h"
-#include "kiri/train/hf_model.h"
 
 namespace kiri::cli {
 
@@ -11,7 +11,7 @@ using nlohmann::json;
 
 kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
                                  const std::vector<std::pair<std::string, json>>& given) {
-  const train::HfConfig hf = train::read_hf_config(dir);
+  const ckpt::hf::HfConfig hf = ckpt::hf::read_hf_config(dir);
   kiri::RunConfig from = cfg;
   from.model = hf.model;
   bool tokenizer_given = false;
@@ -33,7 +33,7 @@ kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
                   "/config.json): give --set train.seq_len=", hf.model.block_size, " or less");
   const bool rank0 = launch::job_rank() <= 0;
   // Asked only when not given: a given data.tokenizer needs nothing of the folder's.
-  const std::string tokenizer = tokenizer_given ? "" : train::model_folder_tokenizer(dir, hf);
+  const std::string tokenizer = tokenizer_given ? "" : ckpt::hf::model_folder_tokenizer(dir, hf);
   if (!tokenizer.empty() && tokenizer != from.data.tokenizer) {
     if (rank0) log::info("--init-from: data.tokenizer = ", tokenizer, " (the model folder's)");
     from.data.tokenizer = tokenizer;

@@ -226,7 +226,7 @@ std::vector<Field> make_fields() {
       "Largest model file of a checkpoint, as transformers' save_pretrained reads it (5GB = "
       "5e9 bytes, 2GiB = 2^31): a bigger model is written as model-0000k-of-0000n.safetensors "
       "with model.safetensors.index.json (docs/checkpoints.md).",
-      // As train::parse_max_shard_size reads it (not called: the fuzz build's readers link
+      // As ckpt::hf::parse_max_shard_size reads it (not called: the fuzz build's readers link
       // no checkpoint code).
       [](const std::string& s) {
         KIRI_CHECK_KIND(kConfig, parse_bytes(s) > 0,

@@ -29,6 +29,7 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
 #include "kiri/train/checkpoint_async.h"
@@ -37,11 +38,11 @@
 #include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/faults.h"
 #include "kiri/train/fingerprint.h"
-#include "kiri/train/hf_model.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::train {
 
+namespace hf = ckpt::hf;
 using nlohmann::json;
 
 namespace {
@@ -174,19 +175,19 @@ void write_optimizer_file(const std::string& path, optim::AdamW& opt, model::Par
 // write_hf_folder's files in fp32, the weights streamed (rank 0).
 void write_model_folder(const std::string& dir, const RunConfig& cfg,
                         const data::Tokenizer& tokenizer, ModelStream& model, int64_t step) {
-  write_hf_weights_streaming(
+  hf::write_hf_weights_streaming(
       dir, model.specs(),
-      parse_max_shard_size(cfg.checkpoint.max_shard_size, "checkpoint.max_shard_size"),
+      hf::parse_max_shard_size(cfg.checkpoint.max_shard_size, "checkpoint.max_shard_size"),
       [&](size_t k, const ckpt::AppendBytes& append) {
         const Tensor& t = model.next(k);
         append(t.raw(), t.nbytes());
       },
       {{kStepMetadataKey, std::to_string(step)}});
   model.finish();
-  write_hf_tokenizer(dir, tokenizer, cfg.model.block_size);
+  hf::write_hf_tokenizer(dir, tokenizer, cfg.model.block_size);
   write_file_atomic(dir + "/config.json",
-                    hf_config_json(cfg.model, tokenizer.eot_token(), DType::kF32,
-                                   cfg.data.tokenizer, hf_bos_token(tokenizer))
+                    hf::hf_config_json(cfg.model, tokenizer.eot_token(), DType::kF32,
+                                       cfg.data.tokenizer, hf::hf_bos_token(tokenizer))
                             .dump(2) +
                         "\n");
 }
@@ -371,7 +372,7 @@ std::exception_ptr Trainer::stage_model(AsyncSaveJob& job) {
   job.writes_model = true;
   job.model_specs = model.specs();
   job.max_shard_bytes =
-      parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size");
+      hf::parse_max_shard_size(cfg_.checkpoint.max_shard_size, "checkpoint.max_shard_size");
   job.model = cfg_.model;
   job.tokenizer_name = cfg_.data.tokenizer;
   job.tokenizer = tokenizer_.get();
@@ -399,7 +400,7 @@ void Trainer::wait_for_checkpoint() {
 // Each rank reads the elements it holds, in pieces (a shard file only when one of them lies
 // in it), and drops each tensor's pages once read.
 void Trainer::load_model(const std::string& dir) {
-  HfWeights file = HfWeights::open(dir);
+  hf::HfWeights file = hf::HfWeights::open(dir);
   {
     std::vector<std::string> names;
     const model::GPT<float> whole(cfg_.model);

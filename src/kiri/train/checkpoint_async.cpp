@@ -11,12 +11,13 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/train/checkpoint_manifest.h"
-#include "kiri/train/hf_model.h"
 
 namespace kiri::train {
 
 namespace fs = std::filesystem;
+namespace hf = ckpt::hf;
 
 namespace {
 // How often rank 0's writer looks for the other ranks' files.
@@ -157,16 +158,16 @@ void AsyncCheckpointWriter::write_model_folder() {
   }
   const float* base = static_cast<const float*>(model_.raw());
   pause_for_test();
-  write_hf_weights_streaming(job_.tmp, job_.model_specs, job_.max_shard_bytes,
-                             [&](size_t k, const ckpt::AppendBytes& append) {
-                               if (cancel_) throw Cancelled{};
-                               append(base + offsets[k], job_.model_specs[k].nbytes());
-                             },
-                             {{kStepMetadataKey, std::to_string(job_.step)}});
-  write_hf_tokenizer(job_.tmp, *job_.tokenizer, job_.model.block_size);
+  hf::write_hf_weights_streaming(job_.tmp, job_.model_specs, job_.max_shard_bytes,
+                                 [&](size_t k, const ckpt::AppendBytes& append) {
+                                   if (cancel_) throw Cancelled{};
+                                   append(base + offsets[k], job_.model_specs[k].nbytes());
+                                 },
+                                 {{kStepMetadataKey, std::to_string(job_.step)}});
+  hf::write_hf_tokenizer(job_.tmp, *job_.tokenizer, job_.model.block_size);
   write_file_atomic(job_.tmp + "/config.json",
-                    hf_config_json(job_.model, job_.tokenizer->eot_token(), DType::kF32,
-                                   job_.tokenizer_name, hf_bos_token(*job_.tokenizer))
+                    hf::hf_config_json(job_.model, job_.tokenizer->eot_token(), DType::kF32,
+                                       job_.tokenizer_name, hf::hf_bos_token(*job_.tokenizer))
                             .dump(2) +
                         "\n");
 }

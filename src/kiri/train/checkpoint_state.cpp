@@ -1,12 +1,15 @@
 #include "kiri/train/checkpoint_state.h"
 
+#include <filesystem>
 #include <limits>
 
 #include "kiri/base/file_read.h"
+#include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/train/checkpoint_manifest.h"
 
 namespace kiri::train {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -137,6 +140,24 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
       read_small_file(path, kMaxStateBytes, ErrorKind::kCheckpoint, "checkpoint state"), path);
   verify_checkpoint_files(dir, state);
   return state;
+}
+
+std::string resolve_model_folder(const std::string& path) {
+  std::error_code ec;
+  KIRI_CHECK_KIND(kCheckpoint, fs::is_directory(path, ec), path, " is not a folder");
+  // A kiri step folder: its state.json's manifest vouches for config.json and the weights.
+  if (fs::exists(path + "/config.json", ec) && fs::exists(path + "/state.json", ec))
+    read_checkpoint_state(path);
+  if (fs::exists(path + "/config.json", ec)) return path;
+  if (fs::exists(path + "/latest", ec) || fs::exists(path + "/state.json", ec)) {
+    const std::string dir = ckpt::resolve_checkpoint(path);
+    read_checkpoint_state(dir);
+    KIRI_CHECK_KIND(kCheckpoint, fs::exists(dir + "/config.json", ec), dir,
+                    " has no config.json (a checkpoint of an older kiri): kiri export it first");
+    return dir;
+  }
+  KIRI_RAISE(kCheckpoint, path,
+             " holds no config.json: not a Hugging Face model folder nor a kiri checkpoint");
 }
 
 }  // namespace kiri::train

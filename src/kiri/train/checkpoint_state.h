@@ -51,4 +51,9 @@ CheckpointState parse_checkpoint_state(std::string_view text, const std::string&
 // (verify_checkpoint_files): every reader of a checkpoint goes through here.
 CheckpointState read_checkpoint_state(const std::string& dir);
 
+// --init-from's folder: a folder with config.json and weights (an HF model folder or a kiri
+// step folder), or a kiri checkpoint root (its `latest`). kCheckpoint naming the path
+// otherwise.
+std::string resolve_model_folder(const std::string& path);
+
 }  // namespace kiri::train

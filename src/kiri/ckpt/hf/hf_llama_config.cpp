@@ -1,4 +1,4 @@
-#include "kiri/train/hf_llama_config.h"
+#include "kiri/ckpt/hf/hf_llama_config.h"
 
 #include <cmath>
 #include <filesystem>
@@ -6,7 +6,7 @@
 
 #include "kiri/base/file_read.h"
 
-namespace kiri::train {
+namespace kiri::ckpt::hf {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -377,4 +377,4 @@ std::string model_folder_tokenizer(const std::string& dir, const HfConfig& confi
   return config.tokenizer;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt::hf

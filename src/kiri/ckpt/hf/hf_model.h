@@ -18,10 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/config/gpt_config.h"
 #include "kiri/data/tokenizer.h"
-#include "kiri/model/gpt.h"
+#include "kiri/tensor/tensor.h"
 
-namespace kiri::train {
+namespace kiri::ckpt::hf {
 
 // transformers' save_pretrained default (max_shard_size="5GB").
 inline constexpr const char* kDefaultMaxShardSize = "5GB";
@@ -141,9 +142,4 @@ class HfWeights {
   std::unique_ptr<ckpt::SafetensorsFile> head_open_;  // lm_head's file, for read_range's check
 };
 
-// --init-from's folder: a folder with config.json and weights (an HF model folder or a kiri
-// step folder), or a kiri checkpoint root (its `latest`). kCheckpoint naming the path
-// otherwise.
-std::string resolve_model_folder(const std::string& path);
-
-}  // namespace kiri::train
+}  // namespace kiri::ckpt::hf

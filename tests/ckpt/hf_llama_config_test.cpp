@@ -8,10 +8,10 @@
 #include <functional>
 
 #include "kiri/base/atomic_file.h"
-#include "kiri/train/hf_model.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "temp_dir.h"
 
-namespace kiri::train {
+namespace kiri::ckpt::hf {
 namespace {
 
 using kiri::testing::error_of;
@@ -292,4 +292,4 @@ TEST(HfLlamaConfig, KeysKiriDoesNotReadAreNamedUnlessBookkeeping) {
 }
 
 }  // namespace
-}  // namespace kiri::train
+}  // namespace kiri::ckpt::hf

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiri/train/hf_model.h"
+#include "kiri/ckpt/hf/hf_model.h"
 
-namespace kiri::train {
+namespace kiri::ckpt::hf {
 
 // Whether config.json `c` is a Llama's: model_type "llama", or no model_type and
 // LlamaForCausalLM among its architectures.
@@ -40,4 +40,4 @@ void check_config_keys(const nlohmann::json& c, const std::string& path,
 // out.tokenizer; kCheckpoint naming `path`, the key and its value for anything else.
 void read_kiri_block(const nlohmann::json& c, const std::string& path, HfConfig& out);
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt::hf

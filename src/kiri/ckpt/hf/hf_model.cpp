@@ -1,4 +1,4 @@
-#include "kiri/train/hf_model.h"
+#include "kiri/ckpt/hf/hf_model.h"
 
 #include <cmath>
 #include <cstdio>
@@ -8,11 +8,10 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/hf/hf_llama_config.h"
 #include "kiri/data/hf_tokenizer.h"
-#include "kiri/train/checkpoint_state.h"
-#include "kiri/train/hf_llama_config.h"
 
-namespace kiri::train {
+namespace kiri::ckpt::hf {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -485,22 +484,4 @@ void HfWeights::check_tied_head(const Tensor& embedding) {
     }
 }
 
-std::string resolve_model_folder(const std::string& path) {
-  std::error_code ec;
-  KIRI_CHECK_KIND(kCheckpoint, fs::is_directory(path, ec), path, " is not a folder");
-  // A kiri step folder: its state.json's manifest vouches for config.json and the weights.
-  if (fs::exists(path + "/config.json", ec) && fs::exists(path + "/state.json", ec))
-    read_checkpoint_state(path);
-  if (fs::exists(path + "/config.json", ec)) return path;
-  if (fs::exists(path + "/latest", ec) || fs::exists(path + "/state.json", ec)) {
-    const std::string dir = ckpt::resolve_checkpoint(path);
-    read_checkpoint_state(dir);
-    KIRI_CHECK_KIND(kCheckpoint, fs::exists(dir + "/config.json", ec), dir,
-                    " has no config.json (a checkpoint of an older kiri): kiri export it first");
-    return dir;
-  }
-  KIRI_RAISE(kCheckpoint, path,
-             " holds no config.json: not a Hugging Face model folder nor a kiri checkpoint");
-}
-
-}  // namespace kiri::train
+}  // namespace kiri::ckpt::hf

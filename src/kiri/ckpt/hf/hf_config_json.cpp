@@ -3,10 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/data/hf_tokenizer.h"
-#include "kiri/train/hf_model.h"
 
-namespace kiri::train {
+namespace kiri::ckpt::hf {
 
 using nlohmann::json;
 
@@ -113,4 +113,4 @@ json hf_config_json(const kiri::GPTConfig& m, int32_t eot, DType dtype,
   return c;
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt::hf
