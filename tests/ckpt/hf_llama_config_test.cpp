@@ -1,4 +1,4 @@
-// A Llama folder's config.json (hf_llama_config.h): what kiri writes reads back as the same
+// A Llama folder's config.json (llama_adapter.h): what kiri writes reads back as the same
 // model, LlamaConfig's defaults fill what is absent, and what kiri cannot build is a
 // kCheckpoint error naming the file, the key and its value.
 #include <gtest/gtest.h>

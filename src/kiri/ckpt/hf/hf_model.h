@@ -85,7 +85,7 @@ struct HfConfig {
   std::string tokenizer;           // the "kiri" block's data.tokenizer; "" when absent
   std::vector<std::string> notes;  // what kiri does differently (dropout), for the log
 };
-// Reads dir/config.json: a Llama's (model_type "llama"; hf_llama_config.h says what it
+// Reads dir/config.json: a Llama's (model_type "llama"; llama_adapter.h says what it
 // refuses), else a GPT-2's. kCheckpoint naming the key and value for what kiri's GPT-2 cannot
 // be: a model_type other than gpt2 and llama, layer_norm_epsilon != 1e-5, an activation other
 // than tanh GELU, n_inner != 4 n_embd, unscaled or layer-scaled attention, untied embeddings,

@@ -1,14 +1,13 @@
-#include "kiri/ckpt/hf/hf_llama_config.h"
+#include "kiri/ckpt/hf/llama_adapter.h"
 
 #include <cmath>
-#include <filesystem>
 #include <utility>
 
 #include "kiri/base/file_read.h"
+#include "kiri/ckpt/hf/hf_config.h"
 
 namespace kiri::ckpt::hf {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -162,115 +161,16 @@ void refuse_unsupported(const json& c, const std::string& path, const kiri::GPTC
 
 }  // namespace
 
-namespace {
-
-// What any config.json may hold that leaves the model's function unchanged: transformers'
-// bookkeeping, the special token ids, and generation defaults (generate()'s, not the
-// model's; kiri sample takes its own flags).
-constexpr const char* kBookkeeping[] = {"_name_or_path",
-                                        "_commit_hash",
-                                        "_attn_implementation_autoset",
-                                        "transformers_version",
-                                        "architectures",
-                                        "model_type",
-                                        "bos_token_id",
-                                        "eos_token_id",
-                                        "pad_token_id",
-                                        "sep_token_id",
-                                        "decoder_start_token_id",
-                                        "use_cache",
-                                        "initializer_range",
-                                        "output_attentions",
-                                        "output_hidden_states",
-                                        "return_dict",
-                                        "torchscript",
-                                        "use_bfloat16",
-                                        "tf_legacy_loss",
-                                        "id2label",
-                                        "label2id",
-                                        "problem_type",
-                                        "finetuning_task",
-                                        "tokenizer_class",
-                                        "prefix",
-                                        "task_specific_params",
-                                        "is_decoder",
-                                        "chunk_size_feed_forward",
-                                        "cross_attention_hidden_size",
-                                        "max_length",
-                                        "min_length",
-                                        "do_sample",
-                                        "early_stopping",
-                                        "num_beams",
-                                        "num_beam_groups",
-                                        "diversity_penalty",
-                                        "temperature",
-                                        "top_k",
-                                        "top_p",
-                                        "typical_p",
-                                        "repetition_penalty",
-                                        "length_penalty",
-                                        "no_repeat_ngram_size",
-                                        "encoder_no_repeat_ngram_size",
-                                        "bad_words_ids",
-                                        "num_return_sequences",
-                                        "output_scores",
-                                        "return_dict_in_generate",
-                                        "forced_bos_token_id",
-                                        "forced_eos_token_id",
-                                        "remove_invalid_values",
-                                        "exponential_decay_length_penalty",
-                                        "suppress_tokens",
-                                        "begin_suppress_tokens",
-                                        "kiri",
-                                        "dtype",
-                                        "torch_dtype"};
-
-// Keys that would make another kind of model unless they hold transformers' default.
-const std::pair<const char*, json> kDefaultOnly[] = {{"is_encoder_decoder", false},
-                                                     {"tie_encoder_decoder", false},
-                                                     {"add_cross_attention", false},
-                                                     {"pruned_heads", json::object()}};
-
-bool listed(const std::string& key, std::span<const char* const> keys) {
-  for (const char* k : keys)
-    if (key == k) return true;
-  return false;
+std::optional<std::string> LlamaAdapter::from_hf(const std::string& name) {
+  // The rotary frequencies older transformers saved with a Llama: a buffer, computed from
+  // config.json.
+  const std::string tail = ".rotary_emb.inv_freq";
+  if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+    return std::nullopt;
+  return name;
 }
 
-}  // namespace
-
-void check_config_keys(const json& c, const std::string& path, std::span<const char* const> read) {
-  for (const auto& [key, value] : c.items()) {
-    if (listed(key, read) || listed(key, kBookkeeping)) continue;
-    bool default_only = false;
-    for (const auto& [k, fallback] : kDefaultOnly)
-      if (key == k) {
-        default_only = true;
-        if (!value.is_null() && value != fallback)
-          refuse(path, key, value, str("kiri's models hold only the default, ", fallback.dump()));
-      }
-    if (!default_only)
-      refuse(path, key, value,
-             "kiri does not know this key, so it cannot build the model it describes "
-             "(docs/checkpoints.md lists the keys kiri reads)");
-  }
-  // torch_dtype (transformers 4) and dtype (5): the weights' dtype, which the files say
-  // again; a dtype kiri's reader has no conversion from is named here.
-  std::string seen;
-  for (const char* key : {"torch_dtype", "dtype"}) {
-    if (!c.contains(key) || c[key].is_null()) continue;
-    const json& v = c[key];
-    if (v != "float32" && v != "bfloat16" && v != "float16" && v != "auto")
-      refuse(path, key, v, "kiri reads float32, bfloat16 and float16 weights");
-    if (!seen.empty() && v != seen && v != "auto" && seen != "auto")
-      KIRI_RAISE(kCheckpoint, path, ": torch_dtype = \"", c["torch_dtype"].get<std::string>(),
-                 "\" contradicts dtype = \"", v.get<std::string>(),
-                 "\": transformers 4 reads the one, transformers 5 the other");
-    seen = v.get<std::string>();
-  }
-}
-
-bool is_llama_config(const json& c) {
+bool LlamaAdapter::is_config(const json& c) {
   if (c.contains("model_type")) return c["model_type"] == "llama";
   if (!c.contains("architectures") || !c["architectures"].is_array()) return false;
   for (const json& a : c["architectures"])
@@ -278,7 +178,7 @@ bool is_llama_config(const json& c) {
   return false;
 }
 
-HfConfig read_llama_config(const json& c, const std::string& path) {
+HfConfig LlamaAdapter::from_hf_config(const json& c, const std::string& path) {
   HfConfig out;
   kiri::GPTConfig& m = out.model;
   m.arch = kiri::Arch::kLlama;
@@ -333,48 +233,47 @@ HfConfig read_llama_config(const json& c, const std::string& path) {
   return out;
 }
 
-// The "kiri" block kiri writes: {"format_version": 1, "tokenizer": data.tokenizer}. A block
-// kiri did not write is named rather than ignored (its tokenizer would otherwise fall back
-// to the config's, and the error blame the vocabulary's size).
-void read_kiri_block(const json& c, const std::string& path, HfConfig& out) {
-  if (!c.contains("kiri")) return;
-  const json& k = c["kiri"];
-  KIRI_CHECK_KIND(kCheckpoint, k.is_object(), path, ": 'kiri' must be an object, got ",
-                  quote_bounded(k.dump(), 80));
-  for (const auto& [key, value] : k.items()) {
-    if (key == "format_version")
-      KIRI_CHECK_KIND(kCheckpoint, value == 1, path,
-                      ": kiri.format_version = ", quote_bounded(value.dump(), 80),
-                      " is not supported: this kiri reads format 1");
-    else if (key == "tokenizer")
-      KIRI_CHECK_KIND(kCheckpoint, value.is_string() && !value.get<std::string>().empty(), path,
-                      ": kiri.tokenizer = ", quote_bounded(value.dump(), 80),
-                      " is not a tokenizer: \"byte\", \"gpt2\" or the path of a Hugging Face "
-                      "tokenizer");
-    else
-      KIRI_RAISE(kCheckpoint, path, ": kiri.", quote_bounded(key, 80), " = ",
-                 quote_bounded(value.dump(), 80),
-                 " is not a key kiri writes (format_version, tokenizer)");
+// LlamaConfig's keys for kiri's llama (no biases, SiLU, no dropout). The rotary embedding in
+// both spellings, which say the same: transformers 4 reads rope_theta + rope_scaling, 5 reads
+// rope_scaling when it is not null and rope_parameters otherwise, and writes rope_parameters.
+json LlamaAdapter::to_hf_config(const kiri::GPTConfig& m, DType dtype) {
+  json scaling = nullptr;
+  json params = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
+  if (m.rope_scaling.type == kiri::RopeScaling::Type::kLlama3) {
+    scaling = {
+        {"rope_type", "llama3"},
+        {"factor", m.rope_scaling.factor},
+        {"low_freq_factor", m.rope_scaling.low_freq_factor},
+        {"high_freq_factor", m.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings}};
+    params = scaling;
+    params["rope_theta"] = m.rope_theta;
   }
-  if (k.contains("tokenizer")) out.tokenizer = k["tokenizer"].get<std::string>();
-}
-
-std::string model_folder_tokenizer(const std::string& dir, const HfConfig& config) {
-  if (config.tokenizer == "byte" || config.tokenizer == "gpt2") return config.tokenizer;
-  std::error_code ec;
-  if (fs::exists(dir + "/tokenizer.json", ec) ||
-      (fs::exists(dir + "/vocab.json", ec) && fs::exists(dir + "/merges.txt", ec)))
-    return dir;
-  if (config.tokenizer.empty()) return "";
-  // The path of the Hugging Face tokenizer the model was trained with, whose files the folder
-  // lacks: that path when it still holds them, else named.
-  KIRI_CHECK_KIND(
-      kCheckpoint, fs::exists(config.tokenizer, ec), dir, "/config.json: kiri.tokenizer = \"",
-      quote_bounded(config.tokenizer, 200),
-      "\" is neither \"byte\" nor \"gpt2\" nor an existing path, and the folder holds no "
-      "tokenizer files (tokenizer.json, or vocab.json + merges.txt): give "
-      "--set data.tokenizer= the tokenizer it was trained with");
-  return config.tokenizer;
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", m.n_embd},
+          {"intermediate_size", m.mlp_width()},
+          {"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"num_key_value_heads", m.kv_heads()},
+          {"head_dim", m.head_dim()},
+          {"max_position_embeddings", m.block_size},
+          {"vocab_size", m.vocab_size},
+          {"rms_norm_eps", m.rms_norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"rope_scaling", scaling},
+          {"rope_parameters", params},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"attention_dropout", 0.0},
+          {"initializer_range", 0.02},
+          {"pretraining_tp", 1},
+          {"tie_word_embeddings", m.tie_word_embeddings},
+          {"use_cache", true},
+          // transformers 4's name, which 5 reads too when there is no "dtype"; 5's own name
+          // would outlive a transformers 4 load and save in another dtype as a stale key.
+          {"torch_dtype", torch_dtype_name(dtype)}};
 }
 
 }  // namespace kiri::ckpt::hf
