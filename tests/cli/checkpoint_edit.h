@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiri/ckpt/checkpoint_manifest.h"
 #include "kiri/ckpt/safetensors.h"
-#include "kiri/train/checkpoint_manifest.h"
 
 namespace kiri::testing {
 
@@ -23,7 +23,7 @@ inline void reseal_checkpoint(const std::string& dir) {
   nlohmann::json state = nlohmann::json::parse(text.str());
   state.erase("checksum");
   state.erase("files");
-  kiri::train::write_checkpoint_state(dir, state.dump());
+  kiri::ckpt::write_checkpoint_state(dir, state.dump());
 }
 
 // Metadata without the checksum keys (save_safetensors with Checksums::kXxh3 writes new ones).

@@ -16,8 +16,8 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/base/atomic_file.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
 #include "kiri/ckpt/safetensors.h"
-#include "kiri/train/checkpoint_manifest.h"
 
 namespace {
 
@@ -250,7 +250,7 @@ TEST_P(Integrity, ANegativeSecondMomentIsNamedAtLoad) {
   json s = json::parse(read_text(ck + "/state.json"));
   s.erase("checksum");
   s.erase("files");
-  kiri::train::write_checkpoint_state(ck, s.dump());
+  kiri::ckpt::write_checkpoint_state(ck, s.dump());
   expect_named(dir, {"resume", "eval"},
                {opt + ": tensor exp_avg_sq holds a negative value (-0.25) at element 3 of ",
                 "a second moment is a mean of squares"});

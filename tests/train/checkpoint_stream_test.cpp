@@ -9,11 +9,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiri/ckpt/checkpoint_manifest.h"
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/local/local.h"
 #include "kiri/model/gpt.h"
-#include "kiri/train/checkpoint_manifest.h"
 #include "kiri/train/checkpoint_stream.h"
 #include "train_test_util.h"
 
@@ -94,8 +94,8 @@ void expect_streamed_files_equal_whole(comm::Communicator& world, const Layout& 
   ASSERT_EQ(ordered.size(), reference.parameters().size());
   fs::create_directories(root + "/whole");
   const auto files = write_hf_weights(root + "/whole", ordered, DType::kF32, 20'000,
-                                      {{kStepMetadataKey, "2"}});  // the step saved
-  ASSERT_GT(files.size(), 2u);                                     // shards and their index
+                                      {{ckpt::kStepMetadataKey, "2"}});  // the step saved
+  ASSERT_GT(files.size(), 2u);                                           // shards and their index
   for (const std::string& f : files)
     EXPECT_EQ(bytes_of(dir + "/" + f), bytes_of(root + "/whole/" + f)) << f;
   size_t in_dir = 0;

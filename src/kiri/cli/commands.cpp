@@ -14,6 +14,8 @@
 #include "kiri/base/log.h"
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
+#include "kiri/ckpt/checkpoint_state.h"
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
@@ -24,8 +26,6 @@
 #include "kiri/config/deepspeed_config.h"
 #include "kiri/data/corpus.h"
 #include "kiri/launch/world.h"
-#include "kiri/train/checkpoint_manifest.h"
-#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
@@ -72,7 +72,7 @@ kiri::RunConfig config_of(const Args& a, size_t max_positional) {
 // parallel.dp, the learning rates and the {run.dir} paths before their resolution).
 kiri::RunConfig checkpoint_config(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
-  const train::CheckpointState state = train::read_checkpoint_state(dir);
+  const ckpt::CheckpointState state = ckpt::read_checkpoint_state(dir);
   KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
   return config_from_json(state.config);
 }
@@ -146,7 +146,7 @@ std::string latest_checkpoint(const kiri::RunConfig& run) {
   const std::string& root = run.checkpoint.dir;
   if (root.empty()) return "";
   std::string note;
-  const std::string dir = train::find_resume_checkpoint(root, &note);
+  const std::string dir = ckpt::find_resume_checkpoint(root, &note);
   if (!note.empty() && log::rank() <= 0) log::warn("--resume auto: ", note);
   return dir;
 }
@@ -197,7 +197,7 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
                     ": drop --auto, or the layout keys (zero_optimization, "
                     "activation_checkpointing) from the DeepSpeed file");
   if (init) {
-    s.init_dir = train::resolve_model_folder(*init);
+    s.init_dir = ckpt::resolve_model_folder(*init);
     cfg = init_from_config(cfg, s.init_dir, config_entries(file, sets));
   }
   // The checkpoint to continue: --resume PATH, or --resume auto's find in the run folder.
@@ -208,7 +208,7 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
   if (!from.empty()) {
     cfg = resumed_config(from, given_keys(a, file, sets, deepspeed));
     s.saved = checkpoint_config(from);
-    s.saved_batch = train::read_checkpoint_state(from).global_batch;
+    s.saved_batch = ckpt::read_checkpoint_state(from).global_batch;
   }
   validate(cfg);
   return s;

@@ -6,12 +6,12 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/checkpoint_state.h"
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/config/config_schema.h"
-#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/trainer.h"
 
 namespace kiri::cli {
@@ -48,7 +48,7 @@ int cmd_export(const std::vector<std::string>& argv) {
       a.get("max-shard-size").value_or(ckpt::hf::kDefaultMaxShardSize), "--max-shard-size");
   check_out(out);
   const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
-  const train::CheckpointState state = train::read_checkpoint_state(dir);
+  const ckpt::CheckpointState state = ckpt::read_checkpoint_state(dir);
   KIRI_CHECK_KIND(kCheckpoint, state.config.is_object(), dir, "/state.json has no config");
   kiri::RunConfig cfg = config_from_json(state.config);
   auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));

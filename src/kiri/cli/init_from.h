@@ -11,7 +11,7 @@
 namespace kiri::cli {
 
 // `cfg` with model.* from dir/config.json (ckpt::hf::read_hf_config; dir from
-// train::resolve_model_folder). A model key in `given` (the file's and --set's keys) that
+// ckpt::resolve_model_folder). A model key in `given` (the file's and --set's keys) that
 // differs is a kConfig error naming both values, as is a train.seq_len past n_positions;
 // data.tokenizer, when not given, becomes the folder's (ckpt::hf::model_folder_tokenizer).
 kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,

@@ -20,11 +20,11 @@
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/log.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
+#include "kiri/ckpt/checkpoint_state.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/launch/attempt.h"
 #include "kiri/launch/status.h"
-#include "kiri/train/checkpoint_manifest.h"
-#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/run_dir.h"
 
 namespace kiri::launch {
@@ -114,10 +114,10 @@ Progress read_progress(const kiri::RunConfig& run) {
     try {
       // `latest`'s, or the newest complete one when a save was killed before `latest`.
       std::string note;
-      p.checkpoint = train::find_resume_checkpoint(root, &note);
+      p.checkpoint = ckpt::find_resume_checkpoint(root, &note);
       if (!note.empty()) say(note);
       if (p.checkpoint.empty()) return read_metrics_progress(run, p);
-      const train::CheckpointState s = train::read_checkpoint_state(p.checkpoint);
+      const ckpt::CheckpointState s = ckpt::read_checkpoint_state(p.checkpoint);
       p.checkpoint_step = s.step;
       if (s.layout.is_object()) {
         p.tp = s.layout.value("tp", 1);

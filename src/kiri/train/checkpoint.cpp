@@ -29,12 +29,12 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
+#include "kiri/ckpt/checkpoint_state.h"
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
 #include "kiri/train/checkpoint_async.h"
-#include "kiri/train/checkpoint_manifest.h"
-#include "kiri/train/checkpoint_state.h"
 #include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/faults.h"
 #include "kiri/train/fingerprint.h"
@@ -145,8 +145,8 @@ std::map<std::string, std::string> optimizer_metadata(optim::AdamW& opt,
         segs.push_back({s.param->name, g.global, g.length, g.state});
   return {{"optimizer", "adamw"},
           {"step", std::to_string(opt.step_count())},
-          {kStepMetadataKey, std::to_string(step)},
-          {kDataPositionMetadataKey, std::to_string(data_position)},
+          {ckpt::kStepMetadataKey, std::to_string(step)},
+          {ckpt::kDataPositionMetadataKey, std::to_string(data_position)},
           {"segments", segs.dump()}};
 }
 
@@ -182,7 +182,7 @@ void write_model_folder(const std::string& dir, const RunConfig& cfg,
         const Tensor& t = model.next(k);
         append(t.raw(), t.nbytes());
       },
-      {{kStepMetadataKey, std::to_string(step)}});
+      {{ckpt::kStepMetadataKey, std::to_string(step)}});
   model.finish();
   hf::write_hf_tokenizer(dir, tokenizer, cfg.model.block_size);
   write_file_atomic(dir + "/config.json",
@@ -211,7 +211,7 @@ void check_weights_finite(optim::AdamW& opt, int64_t step, int64_t piece, Alloca
 std::string Trainer::checkpoint_state_text(int writers) const {
   json files = json::array();
   for (int i = 0; i < writers; ++i) files.push_back(optimizer_file_name(i, writers));
-  json state = {{"format_version", kCheckpointFormatVersion},
+  json state = {{"format_version", ckpt::kCheckpointFormatVersion},
                 {"step", step_},
                 {"optimizer_step", optimizer_->step_count()},
                 {"optimizer_files", files},
@@ -267,7 +267,7 @@ std::string Trainer::save_checkpoint() {
   }
   write_model_folder(tmp, cfg_, *tokenizer_, model, step_);
   world_->barrier();  // every shard is on disk before rank 0 commits
-  write_checkpoint_state(tmp, checkpoint_state_text(writers));
+  ckpt::write_checkpoint_state(tmp, checkpoint_state_text(writers));
   const std::string done = ckpt::commit_checkpoint(root, step_, cfg_.checkpoint.keep_last);
   last_save_s_ = timer.seconds();
   world_->barrier();
@@ -467,7 +467,8 @@ void check_nonnegative(const Tensor& part, const std::string& path, int64_t firs
 // An optimizer file's own record of the step, optimizer step and data position (kiri's since
 // the checksums; an older file has only "step") against state.json's: a state.json edited,
 // or a file of another checkpoint, is named rather than believed.
-void check_optimizer_metadata(const ckpt::SafetensorsFile& file, const CheckpointState& state) {
+void check_optimizer_metadata(const ckpt::SafetensorsFile& file,
+                              const ckpt::CheckpointState& state) {
   const auto check = [&](const char* key, const std::string& want, const char* field) {
     const auto it = file.metadata().find(key);
     if (it == file.metadata().end()) return;
@@ -476,8 +477,8 @@ void check_optimizer_metadata(const ckpt::SafetensorsFile& file, const Checkpoin
                     ": state.json was edited, or the file is another checkpoint's");
   };
   check("step", std::to_string(state.optimizer_step), "optimizer_step");
-  check(kStepMetadataKey, std::to_string(state.step), "step");
-  check(kDataPositionMetadataKey, std::to_string(state.data_position), "data.position");
+  check(ckpt::kStepMetadataKey, std::to_string(state.step), "step");
+  check(ckpt::kDataPositionMetadataKey, std::to_string(state.data_position), "data.position");
 }
 
 // Elements [src, src + n) of the file's m and v into [dst, dst + n) of the optimizer's, in
@@ -500,8 +501,9 @@ void copy_states(const ckpt::SafetensorsFile& file, int64_t src, int64_t dst, in
 void Trainer::load_optimizer_states(const std::string& dir, const std::vector<std::string>& files) {
   // Parsed again, not verified again: read_checkpoint has checked the files of its manifest.
   const std::string where = dir + "/state.json";
-  const CheckpointState state = parse_checkpoint_state(
-      read_small_file(where, kMaxStateBytes, ErrorKind::kCheckpoint, "checkpoint state"), where);
+  const ckpt::CheckpointState state = ckpt::parse_checkpoint_state(
+      read_small_file(where, ckpt::kMaxStateBytes, ErrorKind::kCheckpoint, "checkpoint state"),
+      where);
   const auto& mine = optimizer_->segments();
   std::vector<int64_t> covered(mine.size(), 0), needed(mine.size(), 0);
   std::vector<std::vector<GlobalPiece>> pieces;
@@ -556,7 +558,7 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 void Trainer::read_checkpoint(const std::string& path) {
   const std::string dir = ckpt::resolve_checkpoint(path);
-  const CheckpointState state = read_checkpoint_state(dir);
+  const ckpt::CheckpointState state = ckpt::read_checkpoint_state(dir);
   if (is_rank0())  // rank 0 holds the fingerprints; run_agreed stops every rank on a change
     if (const std::string note = check_fingerprints(
             state.fingerprints, fingerprints_.at("tokenizer"), fingerprints_.at("data"), dir,
@@ -566,14 +568,16 @@ void Trainer::read_checkpoint(const std::string& path) {
   step_ = state.step;
   data_position_ = state.data_position;
   optimizer_->set_step_count(state.optimizer_step);
-  if (scaler_ && state.loss_scaler) scaler_->set_state(*state.loss_scaler);
+  if (scaler_ && state.loss_scaler)
+    scaler_->set_state({state.loss_scaler->scale, state.loss_scaler->clean_steps,
+                        state.loss_scaler->skipped_steps});
   load_model(dir);
   load_optimizer_states(dir, state.optimizer_files);
 }
 
 void Trainer::init_from(const std::string& path) {
   finish_update();
-  const std::string dir = resolve_model_folder(path);
+  const std::string dir = ckpt::resolve_model_folder(path);
   comm::run_agreed(*world_, [&] { load_model(dir); });
   optimizer_->write_back();
   parallel_->synchronize_parameters();

@@ -11,8 +11,8 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
 #include "kiri/ckpt/hf/hf_model.h"
-#include "kiri/train/checkpoint_manifest.h"
 
 namespace kiri::train {
 
@@ -163,7 +163,7 @@ void AsyncCheckpointWriter::write_model_folder() {
                                    if (cancel_) throw Cancelled{};
                                    append(base + offsets[k], job_.model_specs[k].nbytes());
                                  },
-                                 {{kStepMetadataKey, std::to_string(job_.step)}});
+                                 {{ckpt::kStepMetadataKey, std::to_string(job_.step)}});
   hf::write_hf_tokenizer(job_.tmp, *job_.tokenizer, job_.model.block_size);
   write_file_atomic(job_.tmp + "/config.json",
                     hf::hf_config_json(job_.model, job_.tokenizer->eot_token(), DType::kF32,
@@ -190,7 +190,7 @@ void AsyncCheckpointWriter::await_optimizer_files() {
 }
 
 void AsyncCheckpointWriter::commit() {
-  write_checkpoint_state(job_.tmp, job_.state_json);
+  ckpt::write_checkpoint_state(job_.tmp, job_.state_json);
   if (cancel_) throw Cancelled{};
   const std::string done = ckpt::commit_checkpoint(job_.root, job_.step, job_.keep_last);
   char times[160];

@@ -1,13 +1,13 @@
-#include "kiri/train/checkpoint_state.h"
+#include "kiri/ckpt/checkpoint_state.h"
 
 #include <filesystem>
 #include <limits>
 
 #include "kiri/base/file_read.h"
 #include "kiri/ckpt/checkpoint_dir.h"
-#include "kiri/train/checkpoint_manifest.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -53,7 +53,7 @@ std::vector<std::string> file_names(const json& j, const std::string& where) {
   return out;
 }
 
-optim::DynamicLossScaler::State loss_scaler_state(const json& ls, const std::string& where) {
+LossScalerState loss_scaler_state(const json& ls, const std::string& where) {
   KIRI_CHECK_KIND(kCheckpoint, ls.is_object(), where, ": loss_scaler must be an object, got ",
                   quote_bounded(ls.dump(), 80));
   const json& scale = member(ls, "scale", where + ": loss_scaler");
@@ -160,4 +160,4 @@ std::string resolve_model_folder(const std::string& path) {
              " holds no config.json: not a Hugging Face model folder nor a kiri checkpoint");
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt

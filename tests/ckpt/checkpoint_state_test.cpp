@@ -1,7 +1,7 @@
 // state.json parsed alone (parse_checkpoint_state): what kiri writes round-trips, and
 // every value it could not have written is a named kCheckpoint error, quickly and with
 // a bounded message.
-#include "kiri/train/checkpoint_state.h"
+#include "kiri/ckpt/checkpoint_state.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "kiri/base/error.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 namespace {
 
 using nlohmann::json;
@@ -161,4 +161,4 @@ TEST(CheckpointState, ReadsTheGlobalBatchAndTheFingerprints) {
 }
 
 }  // namespace
-}  // namespace kiri::train
+}  // namespace kiri::ckpt

@@ -1,4 +1,4 @@
-#include "kiri/train/checkpoint_manifest.h"
+#include "kiri/ckpt/checkpoint_manifest.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -235,4 +235,4 @@ std::string find_resume_checkpoint(const std::string& root, std::string* note) {
   KIRI_RAISE(kCheckpoint, "no complete checkpoint in ", root, ": ", why, defects);
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt

@@ -12,9 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/json_guard.h"  // json_duplicate_key
-#include "kiri/optim/loss_scaler.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 
 inline constexpr int kCheckpointFormatVersion = 2;
 // Nothing kiri writes nests deeper than 4 levels (config.parallel.*); 64 leaves room and
@@ -25,13 +24,21 @@ inline constexpr uint64_t kMaxStateBytes = uint64_t{64} << 20;
 // The largest step and optimizer step accepted (train.steps' own bound).
 inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 40;
 
+// The fp16 loss scaler's state (optim::DynamicLossScaler::State, field for field: the
+// trainer converts; the checkpoint layer does not link the optimizer).
+struct LossScalerState {
+  double scale;
+  int64_t clean_steps;
+  int64_t skipped_steps;
+};
+
 struct CheckpointState {
   int format_version = 0;
   int64_t step = 0;
   uint64_t data_position = 0;  // sequences consumed
   int64_t optimizer_step = 0;
   std::vector<std::string> optimizer_files;  // plain names in the step directory
-  std::optional<optim::DynamicLossScaler::State> loss_scaler;
+  std::optional<LossScalerState> loss_scaler;
   nlohmann::json layout;  // as written ({dp, tp, pp, zero_stage, ...}); null when absent
   nlohmann::json config;  // the run's config (an object), null when absent
   nlohmann::json files;   // the manifest (checkpoint_manifest.h), null in an older kiri's
@@ -56,4 +63,4 @@ CheckpointState read_checkpoint_state(const std::string& dir);
 // otherwise.
 std::string resolve_model_folder(const std::string& path);
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt

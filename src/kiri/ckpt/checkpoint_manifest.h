@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiri/train/checkpoint_state.h"
+#include "kiri/ckpt/checkpoint_state.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 
 // The metadata key of the training step in the safetensors files of a checkpoint.
 inline constexpr const char* kStepMetadataKey = "kiri.step";
@@ -41,4 +41,4 @@ void verify_checkpoint_files(const std::string& dir, const CheckpointState& stat
 // folder's defect when it holds only incomplete ones.
 std::string find_resume_checkpoint(const std::string& root, std::string* note);
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt
