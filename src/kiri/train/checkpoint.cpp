@@ -28,13 +28,13 @@
 #include "kiri/base/file_read.h"
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
+#include "kiri/ckpt/checkpoint_async.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/checkpoint_manifest.h"
 #include "kiri/ckpt/checkpoint_state.h"
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/comm/agree.h"
-#include "kiri/train/checkpoint_async.h"
 #include "kiri/train/checkpoint_stream.h"
 #include "kiri/train/faults.h"
 #include "kiri/train/fingerprint.h"
@@ -290,7 +290,7 @@ int Trainer::optimizer_file_index() const {
 std::string Trainer::stage_checkpoint(const Timer& timer) {
   const std::string& root = cfg_.checkpoint.dir;
   if (!async_) reserve_async_staging();
-  AsyncSaveJob job;
+  ckpt::AsyncSaveJob job;
   job.root = root;
   job.step = step_;
   job.tmp = ckpt::temp_dir(root, step_);
@@ -332,7 +332,7 @@ std::string Trainer::stage_checkpoint(const Timer& timer) {
 // Rank 0: the whole fp32 model into the staging buffer in the model's order, each parameter
 // checked as it lands; the first non-finite one's error is returned (raised once the ranks
 // agree), the stream finished regardless. The other ranks take their part in the stream.
-std::exception_ptr Trainer::stage_model(AsyncSaveJob& job) {
+std::exception_ptr Trainer::stage_model(ckpt::AsyncSaveJob& job) {
   ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
   // Plain data parallelism (stage 0, one stage, no tp): rank 0 holds every parameter whole and
   // the stream moves nothing between ranks, so the weights go straight into the staging.
@@ -382,7 +382,7 @@ std::exception_ptr Trainer::stage_model(AsyncSaveJob& job) {
 }
 
 void Trainer::reserve_async_staging() {
-  async_ = std::make_unique<AsyncCheckpointWriter>(allocator_);
+  async_ = std::make_unique<ckpt::AsyncCheckpointWriter>(allocator_);
   // Touched now (zeroed): the pages are faulted in at start, not in the first save's stall.
   if (writes_optimizer_states()) async_->states_staging(optimizer_->state_numel()).zero_();
   if (!is_rank0()) return;

@@ -11,6 +11,7 @@
 
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
+#include "kiri/ckpt/checkpoint_async.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/config/run_config.h"
 #include "kiri/data/dataset.h"
@@ -22,7 +23,6 @@
 #include "kiri/offload/swap_space.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/optim/loss_scaler.h"
-#include "kiri/train/checkpoint_async.h"
 #include "kiri/train/metrics.h"
 
 namespace kiri::train {
@@ -217,8 +217,8 @@ class Trainer {
   int optimizer_file_index() const;                      // this rank's, when it writes one
   std::string checkpoint_state_text(int writers) const;  // state.json
   std::string stage_checkpoint(const Timer& timer);      // save_checkpoint's async part
-  void reserve_async_staging();                       // the writer and its staging buffers, touched
-  std::exception_ptr stage_model(AsyncSaveJob& job);  // rank 0's model staging (collective)
+  void reserve_async_staging();  // the writer and its staging buffers, touched
+  std::exception_ptr stage_model(ckpt::AsyncSaveJob& job);  // rank 0's model staging (collective)
 
   RunConfig cfg_;
   std::string config_json_;
@@ -243,7 +243,7 @@ class Trainer {
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
   // checkpoint.async: the background writer and its staging buffers (allocator_'s, so
   // declared after it and destroyed first).
-  std::unique_ptr<AsyncCheckpointWriter> async_;
+  std::unique_ptr<ckpt::AsyncCheckpointWriter> async_;
   double last_save_s_ = 0, last_save_wait_s_ = 0;
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32
   Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32

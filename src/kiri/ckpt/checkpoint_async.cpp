@@ -1,4 +1,4 @@
-#include "kiri/train/checkpoint_async.h"
+#include "kiri/ckpt/checkpoint_async.h"
 
 #include <chrono>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include "kiri/ckpt/checkpoint_manifest.h"
 #include "kiri/ckpt/hf/hf_model.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 
 namespace fs = std::filesystem;
 namespace hf = ckpt::hf;
@@ -201,4 +201,4 @@ void AsyncCheckpointWriter::commit() {
   log::info("saved checkpoint ", done, " (", times, ")");
 }
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt

@@ -25,11 +25,11 @@
 #include "kiri/base/error.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/config/gpt_config.h"
 #include "kiri/data/tokenizer.h"
-#include "kiri/model/gpt.h"
 #include "kiri/tensor/tensor.h"
 
-namespace kiri::train {
+namespace kiri::ckpt {
 
 // What one rank's background thread writes for one save. Everything is a copy: the thread
 // reads nothing of the trainer's but the staging buffers and the tokenizer (const).
@@ -103,4 +103,4 @@ class AsyncCheckpointWriter {
 // rank 0 stops waiting for it: ".<file>.failed" holding the message.
 std::string failed_marker(const std::string& tmp, const std::string& file);
 
-}  // namespace kiri::train
+}  // namespace kiri::ckpt
