@@ -51,6 +51,38 @@ inline std::string fresh_temp_dir(const std::string& prefix, const std::string& 
   return p.string();
 }
 
+// An empty folder for the running test: <tmp>/kiri_<suite>_<name>_<pid>, removed at exit.
+inline std::string temp_dir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return fresh_temp_dir(std::string("kiri_") + (info ? info->test_suite_name() : "test"), name);
+}
+
+// A fresh folder removed with its contents when this object goes out of scope (a folder that
+// one test makes and drops, where temp_dir's last until the process exits).
+class TempDir {
+ public:
+  TempDir() : TempDir("dir" + std::to_string(count()++)) {}  // dir0, dir1, ...: distinct
+  explicit TempDir(const std::string& name) : path_(temp_dir(name)) {}
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& str() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::string operator/(const std::string& name) const { return file(name); }
+
+ private:
+  static int& count() {
+    static int n = 0;
+    return n;
+  }
+  std::string path_;
+};
+
 // The message of the kiri::Error that fn raised ("" when it raised none), its kind in *kind.
 inline std::string error_of(const std::function<void()>& fn, ErrorKind* kind = nullptr) {
   try {

@@ -12,6 +12,7 @@
 
 #include "kiri/comm/communicator.h"
 #include "kiri/train/trainer.h"
+#include "test_paths.h"
 
 namespace kiri::train {
 

@@ -15,9 +15,7 @@ namespace kiri::ckpt::hf {
 namespace {
 
 using kiri::testing::error_of;
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_hf_llama", name);
-}
+using kiri::testing::temp_dir;
 
 namespace fs = std::filesystem;
 using nlohmann::json;

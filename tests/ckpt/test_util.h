@@ -12,31 +12,13 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
+#include "temp_dir.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 
 namespace kiri::ckpt::testing {
 
-// A fresh directory under the system temp dir, removed with its contents
-// when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kiri_ckpt_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+using ::kiri::testing::TempDir;  // tests/temp_dir.h
 
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // Names of the entries in dir, sorted.
 inline std::vector<std::string> list_dir(const std::string& dir) {

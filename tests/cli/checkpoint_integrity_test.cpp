@@ -29,9 +29,7 @@ using nlohmann::json;
 constexpr const char* kOptimizer = "optimizer-00000-of-00001.safetensors";
 constexpr const char* kTensor = "transformer.h.0.mlp.c_fc.weight";
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_integrity", name);
-}
+using kiri::testing::temp_dir;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

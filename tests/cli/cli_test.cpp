@@ -11,6 +11,7 @@
 #include "cli/run_kiri.h"
 #include "kiri/cli/commands.h"
 #include "kiri/config/config_schema.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -23,9 +24,7 @@ Result kiri(const std::string& args, const std::string& env = "") {
   return run_kiri(args, env);
 }
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_cli_test", name);
-}
+using kiri::testing::temp_dir;
 
 void expect_error(const std::string& args, int code, const std::string& needle) {
   Result r = kiri(args);

@@ -83,8 +83,7 @@ std::vector<std::string> entries_starting(const std::string& folder, const std::
 class DataCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fresh_temp_dir("kiri_data_cli",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = kiri::testing::temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { fs::remove_all(dir); }
   void expect_refused(const Result& r, int code, std::initializer_list<std::string> needles) {

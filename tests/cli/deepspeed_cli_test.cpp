@@ -15,7 +15,6 @@
 
 namespace {
 
-using kiri::testing::fresh_temp_dir;
 using kiri::testing::Result;
 using kiri::testing::run_kiri;
 using nlohmann::json;
@@ -53,7 +52,7 @@ const char* kRunConfig = R"({
 })";
 
 TEST(DeepSpeedCli, ConfigPrintsTheResolvedConfig) {
-  const std::string dir = fresh_temp_dir("kiri_deepspeed", "config");
+  const std::string dir = kiri::testing::temp_dir("config");
   const std::string ds = write(dir, "ds.json", kRunConfig);
   const Result r = run_kiri("config --deepspeed " + ds + " --set train.seq_len=64");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -78,7 +77,7 @@ TEST(DeepSpeedCli, ConfigPrintsTheResolvedConfig) {
 // ZeRO-Infinity's keys print as kiri's offload.* keys; DeepSpeed's "cpu" (and kiri's own)
 // fails with the reason, exit code 2, before any work.
 TEST(DeepSpeedCli, OffloadKeysPrintAsKirisAndCpuIsRefusedWithItsReason) {
-  const std::string dir = fresh_temp_dir("kiri_deepspeed", "offload");
+  const std::string dir = kiri::testing::temp_dir("offload");
   const std::string nvme = write(dir, "nvme.json", R"({"zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true},
       "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}},
@@ -112,7 +111,7 @@ TEST(DeepSpeedCli, OffloadKeysPrintAsKirisAndCpuIsRefusedWithItsReason) {
 }
 
 TEST(DeepSpeedCli, AnUnsupportedKeyOrAContradictionFailsBeforeAnyWork) {
-  const std::string dir = fresh_temp_dir("kiri_deepspeed", "unsupported");
+  const std::string dir = kiri::testing::temp_dir("unsupported");
   const std::string ds =
       write(dir, "ds.json",
             R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme",
@@ -141,7 +140,7 @@ TEST(DeepSpeedCli, AnUnsupportedKeyOrAContradictionFailsBeforeAnyWork) {
 }
 
 TEST(DeepSpeedCli, TrainRunsTheDeepSpeedFilesBatchStageAndSchedule) {
-  const std::string dir = fresh_temp_dir("kiri_deepspeed", "train");
+  const std::string dir = kiri::testing::temp_dir("train");
   const std::string ds = write(dir, "ds.json", kRunConfig);
   const Result r =
       run_kiri("train --deepspeed " + ds +
@@ -176,7 +175,7 @@ TEST(DeepSpeedCli, TrainRunsTheDeepSpeedFilesBatchStageAndSchedule) {
 }
 
 TEST(DeepSpeedCli, TheBatchIsCheckedAgainstTheJobsWorld) {
-  const std::string dir = fresh_temp_dir("kiri_deepspeed", "world");
+  const std::string dir = kiri::testing::temp_dir("world");
   const std::string ds = write(dir, "ds.json",
                                R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
                                    "gradient_accumulation_steps": 2,

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 

@@ -23,7 +23,7 @@ using Reads = std::map<int64_t, std::multiset<uint64_t>>;  // step -> sample pos
 
 // Records the positions a trainer's ranks of tp index 0 read (tp ranks read the same rows).
 void observe(Trainer& t, Reads& reads, std::mutex& m) {
-  if (t.mesh().tp_index() != 0) return;
+  if (t.dims().tp_index() != 0) return;
   t.set_sample_observer([&t, &reads, &m](uint64_t first, int64_t n) {
     std::lock_guard<std::mutex> lock(m);
     for (int64_t i = 0; i < n; ++i) reads[t.step() + 1].insert(first + static_cast<uint64_t>(i));
@@ -32,7 +32,7 @@ void observe(Trainer& t, Reads& reads, std::mutex& m) {
 
 TEST(Elastic, FewerRanksContinueTheSampleStreamAndTheLosses) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_elastic", "shrink");
+  const std::string root = kiri::testing::temp_dir("shrink");
   RunConfig four = equivalence_config(1, 4, 32, 2);
   four.parallel.dp = 2;
   four.parallel.tp = 2;

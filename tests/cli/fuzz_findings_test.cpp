@@ -28,7 +28,7 @@ TEST(FuzzFindings, ConfigNumberBeyondDoubleIsAConfigError) {
     EXPECT_NE(e.message().find("1e400"), std::string::npos) << e.message();
   }
 
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_fuzz_findings", "number");
+  const std::string dir = kiri::testing::temp_dir("number");
   const std::string file = dir + "/big.json";
   std::ofstream(file) << text;
   const auto start = Clock::now();

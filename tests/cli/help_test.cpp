@@ -7,6 +7,7 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/cli/verbs.h"
+#include "test_paths.h"
 
 namespace {
 

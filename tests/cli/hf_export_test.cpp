@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -60,7 +61,7 @@ double loss_at(const std::string& metrics, int step) {
 class HfExport : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = kiri::testing::fresh_temp_dir("kiri_hf", "export");
+    dir_ = kiri::testing::temp_dir("export");
     const Result r =
         run_kiri("train" + model_args() + " --set train.steps=150 --set run.dir=" + dir_ +
                  "/run --set checkpoint.max_shard_size=100KB");
@@ -203,7 +204,7 @@ TEST_F(HfExport, BadRequestsAreNamedErrors) {
 
 // GPT-2's tokenizer: its files, under their Hugging Face names, and what AutoTokenizer reads.
 TEST(HfExportGpt2, CopiesTheTokenizerFiles) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_hf", "gpt2");
+  const std::string dir = kiri::testing::temp_dir("gpt2");
   const Result r = run_kiri(
       "train --set model.n_layer=1 --set model.n_head=1 --set model.n_embd=16"
       " --set model.block_size=16 --set train.seq_len=16 --set train.micro_batch=1"

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -151,7 +152,7 @@ struct Case {
 
 class HfLlama : public ::testing::TestWithParam<Case> {
  protected:
-  void SetUp() override { dir_ = kiri::testing::fresh_temp_dir("kiri_hf_llama", GetParam().name); }
+  void SetUp() override { dir_ = kiri::testing::temp_dir(GetParam().name); }
   void TearDown() override { fs::remove_all(dir_); }
   json config() const { return hf_config(GetParam().kv_heads, GetParam().tied, GetParam().llama3); }
   std::string dir_;
@@ -221,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(Attention, HfLlama,
 
 // What kiri cannot load from a Llama folder: the file, the key and the numbers, exit 1.
 TEST(HfLlamaFolder, BadFoldersAreNamedCheckpointErrors) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_hf_llama", "bad");
+  const std::string dir = kiri::testing::temp_dir("bad");
   const json c = hf_config(4, false, false);
   Result r = run_kiri("train" + kiri_sets(c) + kTrain +
                       " --set train.steps=1 --set run.dir=" + dir + "/run");

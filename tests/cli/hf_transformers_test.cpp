@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -162,8 +163,7 @@ struct Saved {
 class HfTransformers : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = kiri::testing::fresh_temp_dir(
-        "kiri_hf_transformers", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = kiri::testing::temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);

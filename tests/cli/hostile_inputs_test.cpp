@@ -61,7 +61,7 @@ const std::string kDeep = std::string(100000, '[') + std::string(100000, ']');
 class HostileInputs : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = kiri::testing::fresh_temp_dir("kiri_hostile", "suite");
+    root_ = kiri::testing::temp_dir("suite");
     const kiri::testing::Result r = kiri::testing::run_kiri(
         "train" + kTiny + " --set train.steps=2 --set run.dir=" + root_ + "/run");
     ASSERT_EQ(r.code, 0) << r.output;

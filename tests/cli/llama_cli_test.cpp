@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -53,7 +54,7 @@ std::vector<double> losses(const std::string& metrics) {
 }
 
 TEST(LlamaCli, TrainsCheckpointsAndExportsALlamaFolder) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_llama_cli", "folder");
+  const std::string dir = kiri::testing::temp_dir("folder");
   // The README's run: 20 steps of configs/llama-tiny.json from ln(257) = 5.55 nats a byte.
   Result r = run_kiri("train " + kConfig + " --set train.steps=20 --set train.eval_every=0" +
                       " --set run.dir=" + dir + "/run");

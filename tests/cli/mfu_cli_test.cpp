@@ -14,6 +14,7 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/model/gpt.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -32,7 +33,7 @@ double tiny_byte_flops_per_token() {
 }
 
 TEST(CliMfu, TrainUsesTheGivenPeakAndPrintsElapsedAndEta) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_mfu_cli_test", "train");
+  const std::string dir = kiri::testing::temp_dir("train");
   const std::string metrics = dir + "/m.jsonl";
   const Result r = run_kiri("train " + std::string(KIRI_SOURCE_DIR) +
                             "/configs/tiny-byte.json --set train.steps=3 --set train.warmup=1"
@@ -62,7 +63,7 @@ TEST(CliMfu, TrainUsesTheGivenPeakAndPrintsElapsedAndEta) {
 // while they run): every row's MFU is at most 1, and when the peak had to be raised the
 // warning says so and names --peak-flops. Timing: it loads the machine, so it runs alone.
 TEST(CliMfuTiming, AtMostOneWithTwoBusyLoopsOnTheCores) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_mfu_cli_test", "busy");
+  const std::string dir = kiri::testing::temp_dir("busy");
   const std::string metrics = dir + "/m.jsonl";
   std::vector<pid_t> loops;
   for (int i = 0; i < 2; ++i) {

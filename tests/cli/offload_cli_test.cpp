@@ -44,7 +44,7 @@ std::vector<double> losses(const std::string& metrics) {
 }
 
 TEST(OffloadCli, AKilledRunResumesExactlyIntoOffloadedState) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_offload_cli", "kill");
+  const std::string base = kiri::testing::temp_dir("kill");
   const std::string whole = base + "/whole", parts = base + "/parts";
   Result r = run_kiri("train" + offload_run(whole) + " --set train.steps=6");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -71,7 +71,7 @@ TEST(OffloadCli, AKilledRunResumesExactlyIntoOffloadedState) {
 // memory (the same global batch by accumulation), and on 2 ranks at ZeRO-1 with the
 // optimizer offloaded: the same next losses (1e-6 relative).
 TEST(OffloadCli, ACheckpointSavedWithOffloadResumesWithoutItAndOnAnotherLayout) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_offload_cli", "layouts");
+  const std::string base = kiri::testing::temp_dir("layouts");
   const std::string saved = base + "/saved";
   Result r = run_kiri("launch -n 2 --threads 1 -- train" + offload_run(saved, "fp32") +
                       " --set train.steps=5 --set checkpoint.every=3 --set parallel.zero_stage=3"

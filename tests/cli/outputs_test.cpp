@@ -24,6 +24,7 @@
 
 #include "cli/run_kiri.h"
 #include "kiri/train/run_dir.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -76,7 +77,7 @@ Timed in_tmpfs(const std::string& mnt, int size_kb, const std::string& script) {
 
 bool can_mount_tmpfs() {
   static const bool ok = [] {
-    const std::string d = kiri::testing::fresh_temp_dir("kiri_outputs", "probe");
+    const std::string d = kiri::testing::temp_dir("probe");
     return std::system(
                ("unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs " + d + "' >/dev/null 2>&1")
                    .c_str()) == 0;
@@ -126,7 +127,7 @@ std::vector<int64_t> complete_checkpoints(const std::string& root) {
 }
 
 TEST(Outputs, MetricsOnDevFullStopTheRunAtTheFirstStep) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_outputs", "devfull");
+  const std::string dir = kiri::testing::temp_dir("devfull");
   const Timed t = timed_kiri("train" + model_args() + " --set train.steps=5 --set run.dir=" + dir +
                              " --set log.metrics=/dev/full --set log.plot=" + dir + "/loss.png");
   EXPECT_EQ(t.r.code, 1) << t.r.output;
@@ -140,7 +141,7 @@ TEST(Outputs, MetricsOnDevFullStopTheRunAtTheFirstStep) {
 
 TEST(Outputs, MetricsOnAFullFilesystemStopTheRunKeepingWholeRows) {
   SKIP_WITHOUT_TMPFS();
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_outputs", "metrics");
+  const std::string base = kiri::testing::temp_dir("metrics");
   const std::string mnt = base + "/full", out = base + "/out";
   // One 4 KiB page: rows of ~480 bytes fit until one is cut short.
   const Timed t =
@@ -167,7 +168,7 @@ TEST(Outputs, MetricsOnAFullFilesystemStopTheRunKeepingWholeRows) {
 
 TEST(Outputs, APlotOnAFullFilesystemIsANamedErrorAfterTheRun) {
   SKIP_WITHOUT_TMPFS();
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_outputs", "plot");
+  const std::string base = kiri::testing::temp_dir("plot");
   const std::string mnt = base + "/full", out = base + "/out";
   const Timed t =
       kiri_on_full(mnt, 64, true,
@@ -184,7 +185,7 @@ TEST(Outputs, APlotOnAFullFilesystemIsANamedErrorAfterTheRun) {
 
 TEST(Outputs, ATraceOnAFullFilesystemIsANamedError) {
   SKIP_WITHOUT_TMPFS();
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_outputs", "trace");
+  const std::string base = kiri::testing::temp_dir("trace");
   const std::string mnt = base + "/full", out = base + "/out";
   const Timed t =
       kiri_on_full(mnt, 64, true,
@@ -199,7 +200,7 @@ TEST(Outputs, ATraceOnAFullFilesystemIsANamedError) {
 
 TEST(Outputs, TheConfigCopyOnAFullFilesystemStopsTheRunBeforeItsFirstStep) {
   SKIP_WITHOUT_TMPFS();
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_outputs", "config");
+  const std::string base = kiri::testing::temp_dir("config");
   const std::string mnt = base + "/full", out = base + "/out";
   const Timed t = kiri_on_full(
       mnt, 64, true, "train" + model_args() + " --set train.steps=2 --set run.dir=" + mnt + "/run",
@@ -214,7 +215,7 @@ TEST(Outputs, TheConfigCopyOnAFullFilesystemStopsTheRunBeforeItsFirstStep) {
 
 TEST(Outputs, ACheckpointOnAFullFilesystemIsANamedErrorAndThePreviousOneStays) {
   SKIP_WITHOUT_TMPFS();
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_outputs", "ckpt");
+  const std::string base = kiri::testing::temp_dir("ckpt");
   const std::string mnt = base + "/full", out = base + "/out";
   // Room for the step-2 checkpoint (~424 KiB), not for a second one.
   const Timed t =
@@ -282,7 +283,7 @@ int exit_code_of(pid_t pid) {
 }
 
 TEST(RunFolderLock, ASecondRunInAFolderInUseFailsAtStartAndTheFirstCompletes) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_outputs", "two_runs") + "/run";
+  const std::string dir = kiri::testing::temp_dir("two_runs") + "/run";
   const std::string args = "train" + model_args() + " --set train.steps=60 --set run.dir=" + dir;
   const pid_t first = spawn_kiri(args, dir + ".first.log");
   ASSERT_TRUE(wait_for([&] { return lock_holder(dir) == first; }));
@@ -311,7 +312,7 @@ TEST(RunFolderLock, ASecondRunInAFolderInUseFailsAtStartAndTheFirstCompletes) {
 }
 
 TEST(RunFolderLock, ALockFileLeftByAKilledRunDoesNotBlockItsResume) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_outputs", "killed") + "/run";
+  const std::string dir = kiri::testing::temp_dir("killed") + "/run";
   const pid_t killed = spawn_kiri(
       "train" + model_args() + " --set train.steps=100000 --set run.dir=" + dir, dir + ".log");
   ASSERT_TRUE(wait_for([&] { return fs::exists(dir + "/checkpoints/latest"); }));
@@ -336,7 +337,7 @@ TEST(RunFolderLock, ALockFileLeftByAKilledRunDoesNotBlockItsResume) {
 }
 
 TEST(RunFolderLock, OverwriteTakesTheLockBeforeRemovingAnything) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_outputs", "overwrite") + "/run";
+  const std::string dir = kiri::testing::temp_dir("overwrite") + "/run";
   ASSERT_EQ(timed_kiri("train" + model_args() + " --set train.steps=2 --set run.dir=" + dir).r.code,
             0);
   kiri::train::RunLock held;
@@ -351,7 +352,7 @@ TEST(RunFolderLock, OverwriteTakesTheLockBeforeRemovingAnything) {
 }
 
 TEST(RunFolderLock, EveryRankStopsAtOnceWhenRankZeroCannotLock) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_outputs", "ranks") + "/run";
+  const std::string dir = kiri::testing::temp_dir("ranks") + "/run";
   kiri::train::RunLock held;
   held.acquire(dir);
   const Timed t = timed_kiri("launch -n 2 -- train" + model_args() +

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -21,9 +22,7 @@ Result kiri(const std::string& args, const std::string& env = "") {
   return kiri::testing::run_kiri(args, env + " ASAN_OPTIONS=detect_leaks=0");
 }
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_plan_auto_test", name);
-}
+using kiri::testing::temp_dir;
 
 // 3.2 M parameters (4 x 256, byte vocabulary), 2 x 32 tokens per rank: the fp32 model states
 // (49.5 MiB under DDP: 12.4 parameters + 12.4 gradients + 24.7 optimizer states) dominate.

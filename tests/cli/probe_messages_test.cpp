@@ -36,7 +36,7 @@ TEST(ProbeMessages, EmptyPathFlagsAreNamed) {
 
 // A loop of symbolic links among the inputs is named with its path, in a folder or given.
 TEST(ProbeMessages, SymlinkLoopInDataInputIsNamed) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_probe_messages", "loop");
+  const std::string dir = kiri::testing::temp_dir("loop");
   fs::create_directories(dir + "/docs");
   std::ofstream(dir + "/docs/a.txt") << "Call me Ishmael. Some years ago, never mind how long.\n";
   fs::create_symlink(dir + "/docs/b", dir + "/docs/loop");
@@ -52,7 +52,7 @@ TEST(ProbeMessages, SymlinkLoopInDataInputIsNamed) {
 
 // A DeepSpeed key holding a NUL is printed whole, escaped as JSON writes it.
 TEST(ProbeMessages, DeepSpeedKeyWithANulIsPrintedEscaped) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_probe_messages", "nul");
+  const std::string dir = kiri::testing::temp_dir("nul");
   std::ofstream(dir + "/ds.json") << R"({"gradient\u0000clipping": 1.0})";
   const Result r = run_kiri("train --deepspeed " + dir + "/ds.json --dry-run");
   EXPECT_EQ(r.code, 2) << r.output;

@@ -15,6 +15,7 @@
 #include "cli/run_kiri.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/tensor/allocator.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -39,9 +40,7 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_rank_failure", name);
-}
+using kiri::testing::temp_dir;
 
 // A tiny byte-level run in `dir` (checkpoints in dir/ck); the default 300 s collective
 // timeout, so that a prompt end shows the failure did not wait for it.

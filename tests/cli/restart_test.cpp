@@ -24,6 +24,7 @@
 #include "cli/run_kiri.h"
 #include "kiri/base/error.h"
 #include "kiri/cli/commands.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -37,9 +38,7 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_restart", name);
-}
+using kiri::testing::temp_dir;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

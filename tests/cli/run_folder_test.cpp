@@ -16,6 +16,7 @@
 #include "cli/run_kiri.h"
 #include "kiri/data/gpt2_tokenizer.h"
 #include "kiri/train/run_dir.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ bool has(const Result& r, const std::string& needle) {
 }
 
 std::string moby_dick(size_t from, size_t n) {
-  std::ifstream in(KIRI_TEST_DATA_DIR "/moby-dick.txt", std::ios::binary);
+  std::ifstream in(std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt", std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return text.substr(from, n);
 }
@@ -83,7 +84,7 @@ std::string tiny_tokenizer_json(const std::vector<std::string>& merges) {
 }
 
 TEST(RunFolder, AFreshRunRefusesAUsedFolderAndOverwriteStartsOver) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_run_folder", "used") + "/run";
+  const std::string dir = kiri::testing::temp_dir("used") + "/run";
   Result r = run_kiri("train" + run_in(dir) + " --set train.steps=2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir + "/config.json"));
@@ -116,7 +117,7 @@ TEST(RunFolder, AFreshRunRefusesAUsedFolderAndOverwriteStartsOver) {
 // at 2 and 4; metrics rows 1..5) and continued by a bare --resume: the shape comes from
 // state.json, row 5 of the killed attempt is dropped, and steps 1..6 have the same losses.
 TEST(RunFolder, ABareResumeContinuesANonDefaultShapeExactly) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_run_folder", "resume");
+  const std::string base = kiri::testing::temp_dir("resume");
   const std::string whole = base + "/whole", parts = base + "/parts";
   Result r = run_kiri("train" + run_in(whole) + " --set train.steps=6");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -151,7 +152,7 @@ TEST(RunFolder, ABareResumeContinuesANonDefaultShapeExactly) {
 }
 
 TEST(RunFolder, ResumeAutoStartsFreshThenContinues) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_run_folder", "auto") + "/run";
+  const std::string dir = kiri::testing::temp_dir("auto") + "/run";
   Result r = run_kiri("train" + run_in(dir) + " --set train.steps=2 --resume auto");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(has(r, "--resume auto: no checkpoint in " + dir + "/checkpoints: starting fresh"))
@@ -165,7 +166,7 @@ TEST(RunFolder, ResumeAutoStartsFreshThenContinues) {
 
 // kiri launch -n 2 -- train with parallel.dp unset runs dp 2, and rescales the rates.
 TEST(RunFolder, LaunchInfersDpAndScalesTheLearningRate) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_run_folder", "launch") + "/run";
+  const std::string dir = kiri::testing::temp_dir("launch") + "/run";
   Result r = run_kiri("launch -n 2 --threads 1 -- train" + run_in(dir) +
                           " --set train.steps=1 --set train.lr_scaling=linear"
                           " --set train.base_batch=2 --set train.lr=1e-3 --set train.min_lr=1e-4"
@@ -183,7 +184,7 @@ TEST(RunFolder, LaunchInfersDpAndScalesTheLearningRate) {
 // overrides (n_layer 3 -> 2, gpt2 -> byte): the same command with --resume auto continues;
 // only a value that really differs from the checkpoint's is an error, naming its source.
 TEST(RunFolder, TheStartCommandWithAFileAndSetOverridesResumes) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_run_folder", "same_command");
+  const std::string base = kiri::testing::temp_dir("same_command");
   const std::string dir = base + "/run", file = base + "/run.json", other = base + "/other.json";
   std::ofstream(file) << R"({"model": {"n_layer": 3}, "data": {"tokenizer": "gpt2"}})";
   std::ofstream(other) << R"({"model": {"n_layer": 3}})";
@@ -209,7 +210,7 @@ TEST(RunFolder, TheStartCommandWithAFileAndSetOverridesResumes) {
 // resumed on 2 ranks keeps 256 tokens per step by train.grad_accum 2, and says so; 3 ranks
 // cannot keep 8 sequences exactly: refused with the numbers and the --global-batch to give.
 TEST(RunFolder, AResumeOnHalfTheRanksKeepsTheGlobalBatch) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_run_folder", "half") + "/run";
+  const std::string dir = kiri::testing::temp_dir("half") + "/run";
   Result r = run_kiri("launch -n 4 --threads 1 -- train" + run_in(dir) +
                       " --set model.n_layer=1 --set train.steps=2");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -239,7 +240,7 @@ TEST(RunFolder, AResumeOnHalfTheRanksKeepsTheGlobalBatch) {
 // Issue 25 (6e): `kiri data` run again into the run's data.dir (the same size of text, other
 // bytes) is refused on resume by name; --accept-data-change continues, and says so.
 TEST(RunFolder, AResumeRefusesDataChangedUnderTheSamePath) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_run_folder", "data_change");
+  const std::string base = kiri::testing::temp_dir("data_change");
   const std::string dir = base + "/run", text = base + "/text.txt", shards = base + "/shards";
   std::ofstream(text) << moby_dick(0, 20000);
   Result r = run_kiri("data " + text + " --out " + shards + " --tokenizer byte");
@@ -270,7 +271,7 @@ TEST(RunFolder, AResumeRefusesDataChangedUnderTheSamePath) {
 // Issue 25 (6e): a tokenizer.json edited in place (a merge added) is refused on resume by
 // name, against the hash state.json recorded.
 TEST(RunFolder, AResumeRefusesATokenizerChangedUnderTheSamePath) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_run_folder", "tokenizer_change");
+  const std::string base = kiri::testing::temp_dir("tokenizer_change");
   const std::string dir = base + "/run", text = base + "/text.txt", tok = base + "/tokenizer.json";
   std::ofstream(text) << moby_dick(0, 20000);
   std::ofstream(tok) << tiny_tokenizer_json({"a b"});
@@ -293,7 +294,7 @@ TEST(RunFolder, AResumeRefusesATokenizerChangedUnderTheSamePath) {
 // than 10 epochs in one step, are config errors before the first step (they were an OOM kill
 // at 12 GB, and hours without a line).
 TEST(RunFolder, ABatchBeyondTheDataIsAConfigErrorBeforeTheFirstStep) {
-  const std::string base = kiri::testing::fresh_temp_dir("kiri_run_folder", "limits");
+  const std::string base = kiri::testing::temp_dir("limits");
   Result r = run_kiri("train" + run_in(base + "/a") +
                       " --set train.micro_batch=100000 --set train.steps=1");
   EXPECT_EQ(r.code, 2) << r.output;

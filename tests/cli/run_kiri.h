@@ -8,6 +8,7 @@
 #include <string>
 
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace kiri::testing {
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/run_kiri.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -19,12 +20,12 @@ std::string read(const std::string& path) {
 }
 
 TEST(CliHfTokenizer, DataPreparesShardsWithLlama3sTokenizerJson) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_cli", "hf_tokenizer");
+  const std::string dir = kiri::testing::temp_dir("hf_tokenizer");
   {
     std::ofstream out(dir + "/text.txt");
-    out << read(KIRI_TEST_DATA_DIR "/moby-dick.txt").substr(0, 20000);
+    out << read(std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt").substr(0, 20000);
   }
-  const std::string llama3 = KIRI_TEST_DATA_DIR "/llama3";
+  const std::string llama3 = std::string(KIRI_TEST_DATA_DIR) + "/llama3";
   auto r = run_kiri("data " + dir + "/text.txt --out " + dir + "/out --tokenizer " + llama3);
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string manifest = read(dir + "/out/corpus.json");

@@ -13,6 +13,7 @@
 #include "kiri/base/error.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/config/deepspeed_config.h"
+#include "test_paths.h"
 
 namespace {
 

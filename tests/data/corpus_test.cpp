@@ -12,6 +12,7 @@
 #include "data/test_util.h"
 #include "kiri/data/shard.h"
 #include "kiri/data/staged_dir.h"
+#include "test_paths.h"
 
 namespace kiri::data {
 namespace {
@@ -51,7 +52,7 @@ TEST(Corpus, SplitsTheLastFractionIntoValidation) {
 
 TEST(Corpus, PreparesMobyDickWithGpt2) {
   testing::TempDir dir;
-  const std::string text_path = KIRI_TEST_DATA_DIR "/moby-dick.txt";
+  const std::string text_path = std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt";
   const PreparedCorpus c = prepare_corpus(text_path, testing::gpt2(), dir.str(), 0.1);
   EXPECT_EQ(c.train_tokens + c.val_tokens, 295189u);
   EXPECT_EQ(c.val_tokens, 29519u);

@@ -8,28 +8,14 @@
 #include <string>
 
 #include "kiri/base/error.h"
+#include "temp_dir.h"
 #include "kiri/data/gpt2_tokenizer.h"
+#include "test_paths.h"
 
 namespace kiri::data::testing {
 
-// A fresh, empty folder for one test, removed when it goes out of scope.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            (std::string("kiri_data_") + info->test_suite_name() + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
+using ::kiri::testing::TempDir;  // tests/temp_dir.h
 
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_text(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -43,8 +29,8 @@ inline std::string read_text(const std::string& path) {
 
 // Loaded once: parsing encoder.json and vocab.bpe takes a noticeable moment.
 inline const Gpt2Tokenizer& gpt2() {
-  static const Gpt2Tokenizer tokenizer(KIRI_TEST_DATA_DIR "/gpt2/encoder.json",
-                                       KIRI_TEST_DATA_DIR "/gpt2/vocab.bpe");
+  static const Gpt2Tokenizer tokenizer(std::string(KIRI_TEST_DATA_DIR) + "/gpt2/encoder.json",
+                                       std::string(KIRI_TEST_DATA_DIR) + "/gpt2/vocab.bpe");
   return tokenizer;
 }
 

@@ -13,6 +13,7 @@
 #include "kiri/base/timer.h"
 #include "kiri/data/hf_tokenizer.h"
 #include "kiri/data/tokenizer.h"
+#include "test_paths.h"
 
 namespace kiri::data {
 namespace {

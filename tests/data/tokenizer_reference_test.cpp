@@ -10,6 +10,7 @@
 
 #include "data/test_util.h"
 #include "kiri/data/tokenizer.h"
+#include "test_paths.h"
 
 namespace kiri::data {
 namespace {

@@ -6,6 +6,7 @@
 #include "data/test_util.h"
 #include "kiri/base/timer.h"
 #include "kiri/data/gpt2_tokenizer.h"
+#include "test_paths.h"
 
 namespace kiri::data {
 namespace {
@@ -37,7 +38,7 @@ TEST(MakeTokenizer, RefusesUnknownNameAndMissingFiles) {
 TEST(Gpt2Tokenizer, RefusesMalformedFiles) {
   testing::TempDir dir;
   const std::string enc = dir.file("encoder.json"), bpe = dir.file("vocab.bpe");
-  const std::string real_bpe = KIRI_TEST_DATA_DIR "/gpt2/vocab.bpe";
+  const std::string real_bpe = std::string(KIRI_TEST_DATA_DIR) + "/gpt2/vocab.bpe";
   testing::write_text(enc, "{\"a\": 0,");
   expect_error([&] { Gpt2Tokenizer(enc, real_bpe); }, ErrorKind::kData, {enc, "JSON"});
   testing::write_text(enc, "{\"a\": 0, \"b\": 5}");
@@ -45,7 +46,7 @@ TEST(Gpt2Tokenizer, RefusesMalformedFiles) {
   testing::write_text(enc, "{\"a\": 0}");  // lacks the other 255 bytes
   expect_error([&] { Gpt2Tokenizer(enc, real_bpe); }, ErrorKind::kData, {enc, "byte"});
 
-  const std::string real_enc = KIRI_TEST_DATA_DIR "/gpt2/encoder.json";
+  const std::string real_enc = std::string(KIRI_TEST_DATA_DIR) + "/gpt2/encoder.json";
   testing::write_text(bpe, "#version: 0.2\nĠ t\nĠt he he\n");
   expect_error([&] { Gpt2Tokenizer(real_enc, bpe); }, ErrorKind::kData, {bpe, "line 3"});
   testing::write_text(bpe, "#version: 0.2\nĠ t\nĠ zzzq\n");
@@ -133,7 +134,7 @@ TEST(Gpt2Tokenizer, LongPiecesStayFast) {
 // count and an FNV-1a hash of their little-endian u32 bytes).
 TEST(Gpt2Tokenizer, EncodesMobyDickExactlyAndFast) {
   const auto& tok = gpt2();
-  const std::string text = testing::read_text(KIRI_TEST_DATA_DIR "/moby-dick.txt");
+  const std::string text = testing::read_text(std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt");
   ASSERT_EQ(text.size(), 1220986u);
   Timer timer;
   const Ids ids = tok.encode(text);
@@ -155,7 +156,7 @@ TEST(Gpt2Tokenizer, EncodesMobyDickExactlyAndFast) {
 TEST(Gpt2Tokenizer, ResultDoesNotDependOnThreadCount) {
   const auto& tok = gpt2();
   const std::string text =
-      testing::read_text(KIRI_TEST_DATA_DIR "/moby-dick.txt").substr(0, 300000);
+      testing::read_text(std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt").substr(0, 300000);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const Ids one = tok.encode(text);

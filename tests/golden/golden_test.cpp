@@ -35,6 +35,7 @@
 #include "kiri/kernels/cpu/peak.h"
 #include "temp_dir.h"
 #include "train_test_util.h"
+#include "test_paths.h"
 
 namespace kiri::train {
 namespace {
@@ -135,7 +136,7 @@ RunConfig base_config(kiri::Arch arch, const std::string& scratch) {
 
 // One case on threads: per step, loss and gradient norm (rank 0's); per rank, its memory.
 json run_case(const GoldenCase& k, kiri::Arch arch) {
-  const std::string scratch = kiri::testing::fresh_temp_dir("kiri_golden", k.name);
+  const std::string scratch = kiri::testing::temp_dir(k.name);
   RunConfig c = base_config(arch, scratch);
   for (const std::string& s : k.sets) kiri::apply_set(c, s);
   json steps = json::array(), memory = json::array();

@@ -30,7 +30,7 @@ TEST(Restart, TheRestartCommandResumesTheLatestCheckpoint) {
 
 // Open MPI's form: "name slots=N", '#' comments, a host named once per slot adds up.
 TEST(Restart, TheHostfileGivesEachHostItsSlots) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_launch", "hostfile");
+  const std::string dir = kiri::testing::temp_dir("hostfile");
   std::ofstream(dir + "/h") << "# two hosts\na slots=2\nb\nb\n";
   const auto hosts = kiri::launch::parse_hostfile(dir + "/h");
   ASSERT_EQ(hosts.size(), 2u);

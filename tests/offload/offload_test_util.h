@@ -16,18 +16,7 @@
 
 namespace kiri::testing {
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& name) : path_(fresh_temp_dir("kiri_offload", name)) {}
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
 
- private:
-  std::string path_;
-};
 
 // `type` (tmpfs, ramfs) mounted on a fresh folder; ok() is false, with why(), where
 // this process may not mount (not root, or a container without CAP_SYS_ADMIN).

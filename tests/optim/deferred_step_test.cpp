@@ -26,9 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const char* name) {
-  return kiri::testing::fresh_temp_dir(name, "dir");
-}
+using kiri::testing::temp_dir;
 
 offload::SwapOptions swap_options(const std::string& dir) {
   offload::SwapOptions so;

@@ -130,7 +130,7 @@ void sequence_parallel_bytes(comm::Communicator& world, LayoutCase k) {
     LayoutCase c = k;
     c.sequence_parallel = sp;
     Trainer t(layout_config(c, 1, k.tp, 1, 2, k.microbatches), world);
-    comm::Communicator& tp = t.mesh().tp();
+    comm::Communicator& tp = t.dims().tp();
     tp.reset_stats();
     const StepMetrics m = t.train_step();
     int64_t bytes = 0;

@@ -24,6 +24,7 @@
 #include "kiri/plan/memory.h"
 #include "kiri/plan/time.h"
 #include "kiri/train/trainer.h"
+#include "test_paths.h"
 
 namespace kiri::train {
 namespace {
@@ -184,7 +185,7 @@ Measured measure(Communicator& world, const Case& k, const Shape& s, int timed_s
   r.nvme_params = st.nvme_of(Category::kParameters);
   r.nvme_grads = st.nvme_of(Category::kGradients);
   r.nvme_optim = st.nvme_of(Category::kOptimizerStates);
-  r.predicted = plan::rank_memory_exact(p.model, p.layout, t.mesh().pp_index(), p.facts);
+  r.predicted = plan::rank_memory_exact(p.model, p.layout, t.dims().pp_index(), p.facts);
   return r;
 }
 

@@ -40,9 +40,9 @@ void all_reduce_mappings(Communicator& tp) {
   const int P = tp.size();
   for (DType dt : {DType::kF32, DType::kBF16}) {
     Tensor grad = small_rank_valued({kRows, kCols}, tp.rank(), dt);
-    copy_to_region_backward(tp, grad);  // f: sum of the gradients
+    CopyToRegion::backward(tp, grad);  // f: sum of the gradients
     Tensor x = small_rank_valued({3, 7}, tp.rank(), dt);
-    reduce_from_region_forward(tp, x);  // g: sum of the partial outputs
+    ReduceFromRegion::forward(tp, x);  // g: sum of the partial outputs
     for (int64_t i = 0; i < grad.numel(); ++i)
       EXPECT_EQ(grad.item(i), rank_sum(P) * (i % 16 + 1)) << dtype_name(dt);
     for (int64_t i = 0; i < x.numel(); ++i)
@@ -58,13 +58,13 @@ void gather_from_sequence(Communicator& tp) {
   Tensor local = empty({rows, kCols}), full = empty({kRows, kCols});
   for (int64_t k = 0; k < rows; ++k)
     for (int64_t c = 0; c < kCols; ++c) local.data<float>()[k * kCols + c] = 1000 * r + 10 * k + c;
-  gather_from_sequence_forward(tp, local, full);
+  GatherFromSequence::forward(tp, local, full);
   for (int64_t n = 0; n < kRows; ++n)
     for (int64_t c = 0; c < kCols; ++c)
       EXPECT_EQ(full.item(n * kCols + c), 1000 * (n / rows) + 10 * (n % rows) + c);
   // Backward: dfull_s = (s + 1) (i + 1), so dlocal_r = P (P + 1) / 2 (r rows kCols + i + 1).
   Tensor dfull = rank_valued({kRows, kCols}, r), dlocal = empty({rows, kCols});
-  gather_from_sequence_backward(tp, dfull, dlocal);
+  GatherFromSequence::backward(tp, dfull, dlocal);
   for (int64_t i = 0; i < dlocal.numel(); ++i)
     EXPECT_EQ(dlocal.item(i), rank_sum(P) * (r * rows * kCols + i + 1));
 }
@@ -75,13 +75,13 @@ void reduce_scatter_to_sequence(Communicator& tp) {
   const int64_t rows = kRows / P;
   // Forward: full_s = (s + 1) (i + 1) reduces to block r of P (P + 1) / 2 (i + 1).
   Tensor full = rank_valued({kRows, kCols}, r), local = empty({rows, kCols});
-  reduce_scatter_to_sequence_forward(tp, full, local);
+  ReduceScatterToSequence::forward(tp, full, local);
   for (int64_t i = 0; i < local.numel(); ++i)
     EXPECT_EQ(local.item(i), rank_sum(P) * (r * rows * kCols + i + 1));
   // Backward: dlocal_r = 100 r + i stacks in rank order.
   Tensor dlocal = empty({rows, kCols}), dfull = empty({kRows, kCols});
   for (int64_t i = 0; i < dlocal.numel(); ++i) dlocal.data<float>()[i] = 100 * r + i;
-  reduce_scatter_to_sequence_backward(tp, dlocal, dfull);
+  ReduceScatterToSequence::backward(tp, dlocal, dfull);
   const int64_t per = rows * kCols;
   for (int64_t j = 0; j < dfull.numel(); ++j) EXPECT_EQ(dfull.item(j), 100 * (j / per) + j % per);
 }
@@ -92,7 +92,7 @@ KIRI_TP_TESTS(TpMappings, ReduceScatterToSequence, reduce_scatter_to_sequence)
 void sequence_errors(Communicator& tp) {
   Tensor full = empty({6, kCols}), local = empty({2, kCols});
   try {
-    gather_from_sequence_forward(tp, local, full);
+    GatherFromSequence::forward(tp, local, full);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
@@ -102,7 +102,7 @@ void sequence_errors(Communicator& tp) {
   }
   Tensor full8 = empty({kRows, kCols}), wrong = empty({3, kCols});
   try {
-    reduce_scatter_to_sequence_forward(tp, full8, wrong);
+    ReduceScatterToSequence::forward(tp, full8, wrong);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);

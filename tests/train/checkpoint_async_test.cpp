@@ -65,7 +65,7 @@ struct Layout {
 // the same, state.json's but for the config's checkpoint keys (and its checksum over them).
 void expect_async_equals_sync(int ranks, const Layout& k, const std::string& name) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_async", name);
+  const std::string root = kiri::testing::temp_dir(name);
   comm::run_local(ranks, [&](comm::Communicator& world) {
     for (const bool async : {false, true}) {
       RunConfig c = async_config(root + (async ? "/async" : "/sync"));
@@ -123,7 +123,7 @@ TEST(CheckpointAsync, FilesEqualTheSynchronousSavesOnEveryLayout) {
 // ones for every save.
 TEST(CheckpointAsync, StagingIsCountedInBuffersAndReused) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_async", "staging");
+  const std::string root = kiri::testing::temp_dir("staging");
   auto buffers = [](Trainer& t) {
     return t.allocator().stats().current[static_cast<int>(Category::kBuffers)];
   };
@@ -151,7 +151,7 @@ TEST(CheckpointAsync, StagingIsCountedInBuffersAndReused) {
 // until its file is in the temporary directory, `latest` still names the previous save.
 TEST(CheckpointAsync, LatestMovesOnlyOnceEveryRanksFileIsThere) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_async", "latest");
+  const std::string root = kiri::testing::temp_dir("latest");
   ScopedFault slow("slowsave:1:800");
   comm::run_local(2, [&](comm::Communicator& world) {
     RunConfig c = async_config(root);
@@ -184,7 +184,7 @@ TEST(CheckpointAsync, LatestMovesOnlyOnceEveryRanksFileIsThere) {
 // committed, though its writer slept 300 ms before each file.
 TEST(CheckpointAsync, ASaveWaitsForThePreviousOne) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_async", "wait");
+  const std::string root = kiri::testing::temp_dir("wait");
   ScopedFault slow("slowsave:0:300");
   Trainer t(async_config(root));
   t.train_step();
@@ -201,7 +201,7 @@ TEST(CheckpointAsync, ASaveWaitsForThePreviousOne) {
 // next step raises the I/O error naming the save, and the previous checkpoint loads.
 TEST(CheckpointAsync, AFailedWriteIsAnErrorAtTheNextStepAndThePreviousCheckpointStays) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_async", "fail");
+  const std::string root = kiri::testing::temp_dir("fail");
   ScopedFault slow("slowsave:0:400");
   Trainer t(async_config(root));
   t.train_step();
@@ -244,7 +244,7 @@ TEST(CheckpointAsync, AFailedWriteIsAnErrorAtTheNextStepAndThePreviousCheckpoint
 // committed, step 2 goes.
 TEST(CheckpointAsync, KeepLastRemovesAnOldCheckpointOnlyAfterTheNewOneIsCommitted) {
   omp_set_num_threads(1);
-  const std::string root = kiri::testing::fresh_temp_dir("kiri_async", "keep");
+  const std::string root = kiri::testing::temp_dir("keep");
   RunConfig c = async_config(root);
   c.checkpoint.keep_last = 2;
   Trainer t(c);

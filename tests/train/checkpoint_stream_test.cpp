@@ -68,10 +68,10 @@ void expect_streamed_files_equal_whole(comm::Communicator& world, const Layout& 
   t.train_step();
   const std::string dir = t.save_checkpoint();
   // The optimizer file of this rank, written again from its whole states.
-  const parallel::ParallelDims& mesh = t.mesh();
+  const parallel::ParallelDims& dims = t.dims();
   const int per_stage = k.zero_stage == 0 ? 1 : k.dp;
-  if (mesh.dp_index() < per_stage) {
-    const int index = (mesh.pp_index() * k.tp + mesh.tp_index()) * per_stage + mesh.dp_index();
+  if (dims.dp_index() < per_stage) {
+    const int index = (dims.pp_index() * k.tp + dims.tp_index()) * per_stage + dims.dp_index();
     char name[64];
     std::snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", index,
                   per_stage * k.pp * k.tp);

@@ -81,7 +81,7 @@ TEST(Fingerprint, AChangedSplitIsRefusedByNameOrAcceptedWithANote) {
 }
 
 TEST(Fingerprint, ATokenizerFileIsComparedWithTheRecordOrTheCheckpointsCopy) {
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_fingerprint", "tokenizer");
+  const std::string dir = kiri::testing::temp_dir("tokenizer");
   const std::string file = dir + "/tokenizer.json", ckpt = dir + "/step_2";
   std::filesystem::create_directories(ckpt);
   std::ofstream(file) << R"({"model": "one"})";

@@ -19,9 +19,7 @@ namespace {
 using namespace kiri::ckpt::hf;  // the HF model folders (ckpt/hf/)
 
 using kiri::testing::error_of;
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_hf", name);
-}
+using kiri::testing::temp_dir;
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -150,7 +150,7 @@ void expect_tokens_are_the_samples_read(const TokenLayout& k) {
                            std::to_string(k.pp) + "m" + std::to_string(k.microbatches) + "a" +
                            std::to_string(k.grad_accum);
   SCOPED_TRACE(name);
-  const std::string dir = kiri::testing::fresh_temp_dir("kiri_tokens", name);
+  const std::string dir = kiri::testing::temp_dir(name);
   const int ranks = k.dp * k.tp * k.pp, steps = 2;
   const double peak = 1e12;  // given: MFU checked exactly
   RunConfig c = byte_test_config(4, 2, 32, 2);

@@ -25,9 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_outputs_test", name);
-}
+using kiri::testing::temp_dir;
 
 StepMetrics row(int64_t step, int64_t total) {
   StepMetrics m;

@@ -25,9 +25,7 @@ namespace fs = std::filesystem;
 
 using kiri::testing::error_of;
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_run_dir_test", name);
-}
+using kiri::testing::temp_dir;
 
 std::vector<nlohmann::json> metrics_rows(const std::string& path) {
   std::vector<nlohmann::json> rows;
@@ -92,7 +90,7 @@ TEST(LayoutInference, InferredDpOnTwoRanksEqualsAnExplicitDp2) {
       c.parallel.dp = explicit_dp;
       Trainer t(c, world);
       EXPECT_EQ(t.config().parallel.dp, 2);
-      EXPECT_EQ(t.mesh().shape().dp, 2);
+      EXPECT_EQ(t.dims().shape().dp, 2);
       std::vector<double> mine;
       for (int s = 0; s < 4; ++s) mine.push_back(t.train_step().loss);
       std::lock_guard<std::mutex> lock(mu);

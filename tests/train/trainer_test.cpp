@@ -10,15 +10,14 @@
 #include "kiri/data/stats.h"
 #include "kiri/kernels/cpu/ops.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace kiri::train {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
-  return kiri::testing::fresh_temp_dir("kiri_train_test", name);
-}
+using kiri::testing::temp_dir;
 
 // A small byte-level model on the Moby-Dick corpus.
 RunConfig small_config(const std::string& dir) {

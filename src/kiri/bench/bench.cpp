@@ -164,10 +164,10 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   {
     // One process: the 1x1x1 layout, stage 0 (no communication).
     std::unique_ptr<comm::Communicator> self = comm::self_communicator();
-    parallel::ParallelDims mesh(*self, {1, 1, 1});
+    parallel::ParallelDims dims(*self, {1, 1, 1});
     Allocator allocator;
     model::GPT<float> model(spec.model);
-    model::ParallelGPT pm(model, mesh, {}, allocator);
+    model::ParallelGPT pm(model, dims, {}, allocator);
     optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{},
                      allocator, pm.norm_groups());
     opt.initialize(spec.init_seed);

@@ -70,11 +70,11 @@ void naive_sync(comm::Communicator& world, nn::ParameterStore& store, Allocator&
 ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec& spec,
                                       const model::ParallelOptions& options) {
   ParallelStepTimes out;
-  parallel::ParallelDims mesh(world, {world.size(), 1, 1});
+  parallel::ParallelDims dims(world, {world.size(), 1, 1});
   const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
   Allocator alloc;
   model::GPT<float> model(spec.model);
-  model::ParallelGPT pm(model, mesh, options, alloc);
+  model::ParallelGPT pm(model, dims, options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{}, alloc,
                    pm.norm_groups());
   opt.initialize(spec.init_seed);
@@ -89,7 +89,7 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   const int total = spec.warmup_steps + spec.steps;
   for (int s = 0; s < total; ++s) {
     world.barrier();
-    if (s == total - 1) mesh.dp().reset_stats();
+    if (s == total - 1) dims.dp().reset_stats();
     Timer t;
     const double bs = step.run(ctx, data.x, data.y, settings).backward_s;
     const double st = t.seconds();
@@ -100,7 +100,7 @@ ParallelStepTimes time_parallel_steps(comm::Communicator& world, const BenchSpec
   }
   out.peak = alloc.stats();
   for (int k = 0; k < comm::kNumOpKinds; ++k)
-    out.last_step_sent[k] = mesh.dp().stats(static_cast<comm::OpKind>(k)).bytes_sent;
+    out.last_step_sent[k] = dims.dp().stats(static_cast<comm::OpKind>(k)).bytes_sent;
   return out;
 }
 
@@ -108,14 +108,14 @@ DdpBenchResult run_ddp_bench(comm::Communicator& world, const BenchSpec& spec) {
   DdpBenchResult r;
   r.ranks = world.size();
   const double weight = 1.0 / double(spec.batch * spec.seq * world.size());
-  parallel::ParallelDims mesh(world, {world.size(), 1, 1});
+  parallel::ParallelDims dims(world, {world.size(), 1, 1});
   std::vector<double> step, bwd, bwd_sync, ar, naive;
   {
     // Backward alone and naive DP on a replica without hooks.
     Replica plain(spec, world.rank());
     nn::Context ctx{plain.alloc};
     // The same reductions DDP does, with nothing to hide them behind.
-    parallel::DistributedDataParallel ddp(plain.store, mesh.dp(), {}, plain.alloc);
+    parallel::DistributedDataParallel ddp(plain.store, dims.dp(), {}, plain.alloc);
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       plain.store.zero_grad();
       plain.model.forward(ctx, plain.x, plain.y, weight);

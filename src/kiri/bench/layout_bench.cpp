@@ -109,7 +109,7 @@ void add_busy(const Tracer& tracer, const std::vector<std::pair<int64_t, int64_t
 }
 
 // spec.warmup_steps + spec.steps full training steps of one mesh layout:
-// the mesh split from world, this rank's chunks (make_gpt_chunks), the
+// the ParallelDims split from world, this rank's chunks (make_gpt_chunks), the
 // ParallelGPT, AdamW, and micro_batch x m rows of random tokens per dp rank
 // (the same on the tp and pp ranks of one dp index).
 MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const MeshLayout& l) {
@@ -125,15 +125,15 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   world.barrier();
   Tracer tracer(world.rank());            // right after a barrier: the ranks' epochs agree
   tracer.set_enabled(false);              // the timed steps only
-  ScopedTracer on_world(world, &tracer);  // split() passes it on to the mesh's groups
-  parallel::ParallelDims mesh(world, l.shape);
-  for (comm::Communicator* c : {&mesh.dp(), &mesh.tp(), &mesh.pp()}) c->set_tracer(&tracer);
+  ScopedTracer on_world(world, &tracer);  // split() passes it on to the ParallelDims' groups
+  parallel::ParallelDims dims(world, l.shape);
+  for (comm::Communicator* c : {&dims.dp(), &dims.tp(), &dims.pp()}) c->set_tracer(&tracer);
   Allocator alloc;
   std::vector<std::unique_ptr<model::GPT<float>>> owned = model::make_gpt_chunks(
-      cfg, l.shape.pp, mesh.pp_index(), po, spec.seq, &mesh.tp(), l.sequence_parallel);
+      cfg, l.shape.pp, dims.pp_index(), po, spec.seq, &dims.tp(), l.sequence_parallel);
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : owned) chunks.push_back(c.get());
-  model::ParallelGPT pm(chunks, mesh, l.options, alloc);
+  model::ParallelGPT pm(chunks, dims, l.options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{}, alloc,
                    pm.norm_groups());
   opt.initialize(spec.init_seed);
@@ -141,7 +141,7 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   const int64_t rows = l.micro_batch * po.microbatches;
   Tensor x = Tensor::empty({rows, spec.seq}, DType::kI32, Category::kBuffers, alloc);
   Tensor y = Tensor::empty({rows, spec.seq}, DType::kI32, Category::kBuffers, alloc);
-  Rng rng(spec.data_seed + static_cast<uint64_t>(mesh.dp_index()));
+  Rng rng(spec.data_seed + static_cast<uint64_t>(dims.dp_index()));
   fill_random_tokens(rng, cfg.vocab_size, x, y);
   train::StepSettings settings;
   settings.lr = spec.lr;
@@ -179,8 +179,8 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   add_busy(tracer, windows, out);
   out.peak_total = alloc.stats().peak_allocated;
   for (int c = 0; c < kNumCategories; ++c) out.peak_bytes[c] = alloc.stats().peak[c];
-  out.stage = mesh.pp_index();
-  out.stage_first = mesh.dp_index() == 0 && mesh.tp_index() == 0;
+  out.stage = dims.pp_index();
+  out.stage_first = dims.dp_index() == 0 && dims.tp_index() == 0;
   if (out.pipeline.runs > 0)
     out.stage_step_compute_s.push_back(out.pipeline.compute_s / double(out.step_s.size()));
   world.barrier();  // no rank tears its groups down while a peer still uses them

@@ -102,17 +102,17 @@ void check_finite(const Tensor& t, const std::string& what) {
 
 int Trainer::optimizer_writers_per_stage() const {
   return parallel_->zero_stage() == 0                 ? 1
-         : parallel_->options().shard_group_size == 0 ? mesh_->shape().dp
+         : parallel_->options().shard_group_size == 0 ? dims_->shape().dp
                                                       : parallel_->options().shard_group_size;
 }
 
 bool Trainer::writes_optimizer_states() const {
-  return mesh_->dp_index() < optimizer_writers_per_stage();
+  return dims_->dp_index() < optimizer_writers_per_stage();
 }
 
 std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
   finish_update();
-  ModelStream stream(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  ModelStream stream(cfg_, *optimizer_, *parallel_, *dims_, allocator_);
   if (!is_rank0()) {
     stream.run();
     return {};
@@ -216,9 +216,9 @@ std::string Trainer::checkpoint_state_text(int writers) const {
                 {"optimizer_step", optimizer_->step_count()},
                 {"optimizer_files", files},
                 {"layout",
-                 {{"dp", mesh_->shape().dp},
-                  {"tp", mesh_->shape().tp},
-                  {"pp", mesh_->shape().pp},
+                 {{"dp", dims_->shape().dp},
+                  {"tp", dims_->shape().tp},
+                  {"pp", dims_->shape().pp},
                   {"zero_stage", parallel_->zero_stage()},
                   {"shard_group_size", parallel_->options().shard_group_size},
                   {"dtype", dtype_name(compute_dtype())}}},
@@ -255,10 +255,10 @@ std::string Trainer::save_checkpoint() {
   const int writers = optimizer_writers();
   if (writes_optimizer_states())
     write_optimizer_file(tmp + "/" + optimizer_file_name(optimizer_file_index(), writers),
-                         *optimizer_, *parallel_, mesh_->tp_index(), step_, data_position_, piece,
+                         *optimizer_, *parallel_, dims_->tp_index(), step_, data_position_, piece,
                          allocator_);
   // The model, one parameter at a time into rank 0's files (collective under sharding).
-  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  ModelStream model(cfg_, *optimizer_, *parallel_, *dims_, allocator_);
   if (!is_rank0()) {
     model.run();
     world_->barrier();  // every shard is on disk before rank 0 commits
@@ -275,13 +275,13 @@ std::string Trainer::save_checkpoint() {
 }
 
 int Trainer::optimizer_writers() const {
-  return optimizer_writers_per_stage() * mesh_->shape().pp * mesh_->shape().tp;
+  return optimizer_writers_per_stage() * dims_->shape().pp * dims_->shape().tp;
 }
 
 int Trainer::optimizer_file_index() const {
-  return (mesh_->pp_index() * mesh_->shape().tp + mesh_->tp_index()) *
+  return (dims_->pp_index() * dims_->shape().tp + dims_->tp_index()) *
              optimizer_writers_per_stage() +
-         mesh_->dp_index();
+         dims_->dp_index();
 }
 
 // checkpoint.async: copies what this rank writes into the staging buffers (rank 0 gathers
@@ -309,7 +309,7 @@ std::string Trainer::stage_checkpoint(const Timer& timer) {
       });
     job.optimizer_file = optimizer_file_name(optimizer_file_index(), optimizer_writers());
     job.optimizer_metadata =
-        optimizer_metadata(*optimizer_, *parallel_, mesh_->tp_index(), step_, data_position_);
+        optimizer_metadata(*optimizer_, *parallel_, dims_->tp_index(), step_, data_position_);
     job.state_numel = n;
   }
   const std::exception_ptr bad = stage_model(job);
@@ -333,10 +333,10 @@ std::string Trainer::stage_checkpoint(const Timer& timer) {
 // checked as it lands; the first non-finite one's error is returned (raised once the ranks
 // agree), the stream finished regardless. The other ranks take their part in the stream.
 std::exception_ptr Trainer::stage_model(ckpt::AsyncSaveJob& job) {
-  ModelStream model(cfg_, *optimizer_, *parallel_, *mesh_, allocator_);
+  ModelStream model(cfg_, *optimizer_, *parallel_, *dims_, allocator_);
   // Plain data parallelism (stage 0, one stage, no tp): rank 0 holds every parameter whole and
   // the stream moves nothing between ranks, so the weights go straight into the staging.
-  const bool whole = !parallel_->sharded() && mesh_->shape().tp == 1 && mesh_->shape().pp == 1;
+  const bool whole = !parallel_->sharded() && dims_->shape().tp == 1 && dims_->shape().pp == 1;
   if (!is_rank0()) {
     if (!whole) model.run();
     return nullptr;

@@ -56,13 +56,13 @@ void read_weights(optim::AdamW& opt, size_t i, Tensor& dst, int64_t piece) {
 }  // namespace
 
 LocalParams::LocalParams(optim::AdamW& optimizer, model::ParallelGPT& parallel,
-                         parallel::ParallelDims& mesh, Allocator& allocator, int64_t piece)
+                         parallel::ParallelDims& dims, Allocator& allocator, int64_t piece)
     : optimizer_(optimizer),
       parallel_(parallel),
-      mesh_(mesh),
+      dims_(dims),
       allocator_(allocator),
       piece_(piece),
-      keep_(mesh.dp_index() == 0) {}
+      keep_(dims.dp_index() == 0) {}
 
 bool LocalParams::load_item() {
   pending_.clear();
@@ -110,23 +110,23 @@ bool LocalParams::next(nn::Parameter** p, Tensor* value) {
   auto& [param, t] = pending_[at_++];
   *p = param;
   *value = t;
-  if (mesh_.shape().tp > 1) {
-    assembled_ = assemble_tp(mesh_.tp(), *param, t, allocator_);
-    *value = mesh_.tp_index() == 0 ? assembled_ : Tensor();
+  if (dims_.shape().tp > 1) {
+    assembled_ = assemble_tp(dims_.tp(), *param, t, allocator_);
+    *value = dims_.tp_index() == 0 ? assembled_ : Tensor();
   }
   return true;
 }
 
 ModelStream::ModelStream(const RunConfig& cfg, optim::AdamW& optimizer,
-                         model::ParallelGPT& parallel, parallel::ParallelDims& mesh,
+                         model::ParallelGPT& parallel, parallel::ParallelDims& dims,
                          Allocator& allocator)
-    : tags_(mesh.shape().pp, 0),
-      mesh_(mesh),
+    : tags_(dims.shape().pp, 0),
+      dims_(dims),
       allocator_(allocator),
-      local_(optimizer, parallel, mesh, allocator, checkpoint_piece_elements(cfg.checkpoint)) {
+      local_(optimizer, parallel, dims, allocator, checkpoint_piece_elements(cfg.checkpoint)) {
   // Which stage holds each parameter: the chunks each stage builds (no values: a module's
   // parameters are bound to storage only by a ParameterStore).
-  const int pp = mesh.shape().pp;
+  const int pp = dims.shape().pp;
   std::map<std::string, int> stage_of;
   for (int s = 0; s < pp; ++s)
     for (const auto& c :
@@ -152,7 +152,7 @@ const Tensor& ModelStream::next(size_t k) {
   if (s != 0) {
     received_ = Tensor::empty(spec.shape, DType::kF32, Category::kBuffers, allocator_);
     Tensor flat = received_.view({received_.numel()});
-    mesh_.pp().recv(flat, s, tags_[s]++);
+    dims_.pp().recv(flat, s, tags_[s]++);
     return received_;
   }
   nn::Parameter* p = nullptr;
@@ -175,14 +175,14 @@ void ModelStream::finish() {
 }
 
 void ModelStream::run() {
-  const bool sender = mesh_.pp_index() != 0 && mesh_.dp_index() == 0 && mesh_.tp_index() == 0;
+  const bool sender = dims_.pp_index() != 0 && dims_.dp_index() == 0 && dims_.tp_index() == 0;
   nn::Parameter* p = nullptr;
   Tensor t;
   int tag = 0;
   while (local_.next(&p, &t)) {
     if (!sender) continue;
     Tensor flat = t.view({t.numel()});
-    mesh_.pp().send(flat, 0, tag++);
+    dims_.pp().send(flat, 0, tag++);
   }
 }
 

@@ -38,7 +38,7 @@ void check_finite_piece(const Tensor& t, const std::string& what, int64_t first,
 // tensors. The last stage's copy of the tied embedding is left out.
 class LocalParams {
  public:
-  LocalParams(optim::AdamW& optimizer, model::ParallelGPT& parallel, parallel::ParallelDims& mesh,
+  LocalParams(optim::AdamW& optimizer, model::ParallelGPT& parallel, parallel::ParallelDims& dims,
               Allocator& allocator, int64_t piece);
   // False at the end; else *p and *value (valid until the next call).
   bool next(nn::Parameter** p, Tensor* value);
@@ -48,7 +48,7 @@ class LocalParams {
 
   optim::AdamW& optimizer_;
   model::ParallelGPT& parallel_;
-  parallel::ParallelDims& mesh_;
+  parallel::ParallelDims& dims_;
   Allocator& allocator_;
   int64_t piece_;
   bool keep_;        // dp rank 0 of the stage: the gathered values are kept
@@ -66,7 +66,7 @@ class LocalParams {
 class ModelStream {
  public:
   ModelStream(const RunConfig& cfg, optim::AdamW& optimizer, model::ParallelGPT& parallel,
-              parallel::ParallelDims& mesh, Allocator& allocator);
+              parallel::ParallelDims& dims, Allocator& allocator);
   // Name, F32 and the whole shape of every parameter, in order.
   const std::vector<ckpt::TensorSpec>& specs() const { return specs_; }
   // Rank 0: parameter k (k counting up from 0), valid until the next call.
@@ -81,7 +81,7 @@ class ModelStream {
   std::vector<ckpt::TensorSpec> specs_;
   std::vector<int> stage_;  // of each spec: the pipeline stage that holds it
   std::vector<int> tags_;   // per stage: the next message's tag
-  parallel::ParallelDims& mesh_;
+  parallel::ParallelDims& dims_;
   Allocator& allocator_;
   LocalParams local_;
   size_t next_ = 0;

@@ -238,14 +238,14 @@ void Trainer::fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& st
 
 StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
-  const int64_t dp = mesh_->shape().dp, rank = mesh_->dp_index();
+  const int64_t dp = dims_->shape().dp, rank = dims_->dp_index();
   peak_flops();  // measured once, outside the step's time and trace
   for (comm::Communicator* c : parallel_->communicators()) c->reset_stats();
   Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
                          Tracer::Lane::kStep);
   // A failed background save is named at the step after it (checkpoint_async.h).
   if (async_) async_->rethrow_failure();
-  model::Pipeline* pipeline = mesh_->shape().pp > 1 ? parallel_->pipeline() : nullptr;
+  model::Pipeline* pipeline = dims_->shape().pp > 1 ? parallel_->pipeline() : nullptr;
   const model::PipelineStats pipeline_before =
       pipeline ? pipeline->stats() : model::PipelineStats{};
   Timer timer;
@@ -276,9 +276,9 @@ StepMetrics Trainer::train_step() {
   // The loss of the global batch, for reporting (after the timed step).
   Tensor loss = Tensor::empty({1}, DType::kF64, Category::kBuffers, allocator_);
   loss.data<double>()[0] = out.loss_sum;
-  if (mesh_->shape().pp > 1)
-    mesh_->pp().all_reduce(loss, comm::ReduceOp::kSum);  // the last stage's
-  mesh_->dp().all_reduce(loss, comm::ReduceOp::kSum);
+  if (dims_->shape().pp > 1)
+    dims_->pp().all_reduce(loss, comm::ReduceOp::kSum);  // the last stage's
+  dims_->dp().all_reduce(loss, comm::ReduceOp::kSum);
   StepMetrics m = make_metrics(loss.data<double>()[0] * settings.loss_weight, settings.lr,
                                out.grad_norm, seconds);
   m.skipped = out.skipped;
@@ -343,7 +343,7 @@ double Trainer::evaluate(int64_t n_batches) {
   Tracer::Span eval_span(tracer_.get(), "evaluate", "step", Tracer::Lane::kStep);
   parallel_->finish_update();
   nn::Context ctx{allocator_, /*training=*/false};
-  const int64_t b = cfg_.train.micro_batch, dp = mesh_->shape().dp, rank = mesh_->dp_index();
+  const int64_t b = cfg_.train.micro_batch, dp = dims_->shape().dp, rank = dims_->dp_index();
   n_batches = std::min<int64_t>(n_batches, (val_stream_->num_samples() + b - 1) / b);
   // Batch i is evaluated by dp rank i % dp; the sums meet in one all-reduce. Every rank
   // runs the same number of forwards (ZeRO-3's forward all-gathers over dp): a rank past
@@ -354,17 +354,17 @@ double Trainer::evaluate(int64_t n_batches) {
     fill_batch(eval_inputs_, eval_targets_, *val_stream_,
                i < n_batches ? static_cast<uint64_t>(i * b) : 0, true);
     // One stage: a compute span here; a pipeline records its own forwards.
-    Tracer::Span span(mesh_->shape().pp > 1 ? nullptr : tracer_.get(), "eval forward", "compute");
+    Tracer::Span span(dims_->shape().pp > 1 ? nullptr : tracer_.get(), "eval forward", "compute");
     const double loss = parallel_->forward_only(ctx, eval_inputs_, eval_targets_);
     if (i >= n_batches) continue;
     sums.data<double>()[0] += loss;
     sums.data<double>()[1] += static_cast<double>(eval_inputs_.numel());
   }
-  if (mesh_->shape().pp > 1) {  // only the last stage has the loss; every stage counted the tokens
-    sums.data<double>()[1] /= mesh_->shape().pp;
-    mesh_->pp().all_reduce(sums, comm::ReduceOp::kSum);
+  if (dims_->shape().pp > 1) {  // only the last stage has the loss; every stage counted the tokens
+    sums.data<double>()[1] /= dims_->shape().pp;
+    dims_->pp().all_reduce(sums, comm::ReduceOp::kSum);
   }
-  mesh_->dp().all_reduce(sums, comm::ReduceOp::kSum);
+  dims_->dp().all_reduce(sums, comm::ReduceOp::kSum);
   return sums.data<double>()[0] / sums.data<double>()[1];
 }
 
@@ -396,7 +396,7 @@ void Trainer::run_steps() {
               cfg_.model.vocab_size, "); data: ", train_stream_->num_samples(), " train / ",
               val_stream_->num_samples(), " val samples of ", t.seq_len, " tokens (",
               tokenizer_->name(), ")");
-    log::info("layout: ", mesh_->shape().str(), " on ", world_->size(),
+    log::info("layout: ", dims_->shape().str(), " on ", world_->size(),
               " process(es); global_batch = micro_batch x microbatches x dp x grad_accum = ",
               t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
               t.grad_accum, " = ", global_batch(cfg_), " sequences of ", t.seq_len, " tokens (",

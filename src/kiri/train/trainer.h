@@ -145,7 +145,7 @@ class Trainer {
   // offload.optimizer = nvme: this rank's swap files (else nullptr).
   offload::SwapSpace* swap_space() { return swap_.get(); }
   Allocator& allocator() { return allocator_; }
-  parallel::ParallelDims& mesh() { return *mesh_; }
+  parallel::ParallelDims& dims() { return *dims_; }
   model::ParallelGPT& parallel_model() {
     finish_update();
     return *parallel_;
@@ -181,7 +181,7 @@ class Trainer {
   void install_oom_advice();  // the advisor on the allocator, once the vocabulary is known
   data::Dataset open_data();  // rank 0 prepares and checks the shards, then the others map them
   void start_tracer();        // log.trace: this rank's tracer on the world
-  void build_mesh();
+  void build_dims();
   // The layout of the config as the model takes it (model::parallel_options).
   model::ParallelOptions parallel_options() const;
   // This rank's chunks, the swap space when offloading, and the ParallelGPT over them.
@@ -229,7 +229,7 @@ class Trainer {
   bool trace_written_ = false;
   Allocator allocator_;
   OomAdvisor advisor_;
-  std::unique_ptr<parallel::ParallelDims> mesh_;
+  std::unique_ptr<parallel::ParallelDims> dims_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
   // offload.optimizer = nvme: this rank's swap files; outlives the sharding engine and the

@@ -59,7 +59,7 @@ void Trainer::build() {
   val_stream_ =
       std::make_unique<data::SampleStream>(std::move(ds.val), cfg_.train.seq_len, cfg_.train.seed);
   check_batch_against_data(cfg_, train_stream_->num_samples(), data_dir);
-  build_mesh();
+  build_dims();
   build_model(parallel_options());
   build_optimizer();
   // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
@@ -137,14 +137,14 @@ void Trainer::start_tracer() {
   if (cfg_.log.trace.empty()) return;
   // Right after a barrier: the ranks' epochs agree to within its skew.
   tracer_ = std::make_unique<Tracer>(world_->rank());
-  world_->set_tracer(tracer_.get());  // split() passes it on to the mesh's groups
+  world_->set_tracer(tracer_.get());  // split() passes it on to the ParallelDims' groups
 }
 
-void Trainer::build_mesh() {
-  mesh_ = std::make_unique<parallel::ParallelDims>(
+void Trainer::build_dims() {
+  dims_ = std::make_unique<parallel::ParallelDims>(
       *world_, parallel::MeshShape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp});
   if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
-    for (comm::Communicator* c : {&mesh_->dp(), &mesh_->tp(), &mesh_->pp()})
+    for (comm::Communicator* c : {&dims_->dp(), &dims_->tp(), &dims_->pp()})
       c->set_tracer(tracer_.get());
 }
 
@@ -154,10 +154,10 @@ model::ParallelOptions Trainer::parallel_options() const {
 }
 
 void Trainer::build_model(model::ParallelOptions po) {
-  const int pp = mesh_->shape().pp;
+  const int pp = dims_->shape().pp;
   chunks_ =
-      model::make_gpt_chunks(cfg_.model, pp, mesh_->pp_index(), po.pipeline, cfg_.train.seq_len,
-                             &mesh_->tp(), cfg_.parallel.sequence_parallel);
+      model::make_gpt_chunks(cfg_.model, pp, dims_->pp_index(), po.pipeline, cfg_.train.seq_len,
+                             &dims_->tp(), cfg_.parallel.sequence_parallel);
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
   check_model_states_fit();
@@ -166,7 +166,7 @@ void Trainer::build_model(model::ParallelOptions po) {
   const Offload offload = offload_spec(cfg_.offload);
   if (offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();
   if (offload.gradients == OffloadTier::kNvme) po.grad_swap = swap_.get();
-  parallel_ = std::make_unique<model::ParallelGPT>(chunks, *mesh_, po, allocator_);
+  parallel_ = std::make_unique<model::ParallelGPT>(chunks, *dims_, po, allocator_);
 }
 
 void Trainer::build_optimizer() {
