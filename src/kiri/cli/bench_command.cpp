@@ -166,6 +166,102 @@ int dtype_bench(const Args& a) {
 // rank, pp N micro-batches of 8/m rows. Then 1F1B again with the vocabulary
 // cut to 512 tokens (stages of about equal cost; not comparable in tokens/s).
 // One JSON line per layout from rank 0.
+// The layouts kiri bench --layouts times on n ranks: one process, dp n, tp n, and pp n under
+// both schedules at 1-8 micro-batches, then with a vocabulary small enough for equal stages.
+std::vector<bench::MeshLayout> bench_layouts(int n, int64_t global_rows) {
+  if (n == 1) return {{"1x1x1", {1, 1, 1}, {}, global_rows}};
+  KIRI_CHECK_KIND(kConfig, global_rows % n == 0, "bench --layouts: ", n,
+                  " ranks do not divide the global batch of ", global_rows, " sequences");
+  std::vector<bench::MeshLayout> layouts;
+  layouts.push_back({"dp" + std::to_string(n), {n, 1, 1}, {}, global_rows / n});
+  layouts.push_back({"tp" + std::to_string(n), {1, n, 1}, {}, global_rows});
+  for (auto kind : {kiri::PipelineSchedule::k1F1B, kiri::PipelineSchedule::kGpipe})
+    for (int m : {1, 2, 4, 8}) {
+      model::ParallelOptions po;
+      po.pipeline.schedule = kind;
+      po.pipeline.microbatches = m;
+      layouts.push_back({"pp" + std::to_string(n) + "-" + kiri::name(kind) + "-m" +
+                             std::to_string(m),
+                         {1, 1, n},
+                         po,
+                         global_rows / m});
+    }
+  // The same pipeline with a 512-token vocabulary, whose LM head no longer
+  // outweighs the blocks: stages of about equal cost, the formula's case.
+  for (int m : {1, 2, 4, 8}) {
+    model::ParallelOptions po;
+    po.pipeline.microbatches = m;
+    layouts.push_back({"pp" + std::to_string(n) + "-1f1b-m" + std::to_string(m) + "-vocab512",
+                       {1, 1, n},
+                       po,
+                       global_rows / m,
+                       512});
+  }
+  return layouts;
+}
+
+double rounded4(double v) { return std::round(v * 1e4) / 1e4; }
+
+// The pipeline's columns of one result row: the measured bubble against the formula's, and
+// the stages the partition chose with their share of the FLOPs per token.
+void add_pipeline_columns(nlohmann::json& j, const bench::BenchSpec& spec,
+                          const bench::MeshLayoutResult& r) {
+  const bench::MeshLayout& l = r.layout;
+  j["bubble"] = rounded4(r.bubble);
+  j["bubble_formula"] = rounded4(r.bubble_formula);
+  j["bubble_unequal_stages"] = rounded4(r.bubble_unequal);
+  j["stage_compute_s"] = r.stage_compute_s;
+  namespace pp = parallel::pp;
+  const auto costs = pp::gpt_layer_costs(
+      static_cast<int>(spec.model.n_embd), static_cast<int>(spec.model.n_head),
+      static_cast<int>(l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size),
+      static_cast<int>(spec.seq));
+  const auto parts = pp::partition_layers(static_cast<int>(spec.model.n_layer), l.shape.pp, costs);
+  j["stages"] = pp::describe(parts);
+  std::vector<double> share = pp::stage_costs(parts, costs);
+  double total = 0;
+  for (double c : share) total += c;
+  for (double& c : share) c = rounded4(c / total);
+  j["stage_flops_share"] = share;  // what the partition balanced: FLOPs per token
+}
+
+// One JSON row of kiri bench --layouts.
+nlohmann::json layout_row(const bench::BenchSpec& spec, const bench::MeshLayoutResult& r,
+                          int ranks, int rounds, bool check_collectives) {
+  const bench::MeshLayout& l = r.layout;
+  nlohmann::json by_op = nlohmann::json::object(), by_group = nlohmann::json::object();
+  for (const auto& [k, v] : r.comm_share_by_op) by_op[k] = rounded4(v);
+  for (const auto& [k, v] : r.comm_share_by_group) by_group[k] = rounded4(v);
+  nlohmann::json j = {
+      {"impl", "kiri-layout"},
+      {"config", spec.name},
+      {"layout", l.name},
+      {"ranks", ranks},
+      {"threads", omp_get_max_threads()},
+      {"dp", l.shape.dp},
+      {"tp", l.shape.tp},
+      {"pp", l.shape.pp},
+      {"schedule", l.shape.pp > 1 ? kiri::name(l.options.pipeline.schedule) : "none"},
+      {"microbatches", l.options.pipeline.microbatches},
+      {"micro_batch", l.micro_batch},
+      {"vocab_size", l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size},
+      {"seq_len", spec.seq},
+      {"tokens_per_step", r.tokens_per_step},
+      {"rounds", rounds},
+      {"timed_steps", r.timed_steps},
+      {"step_s", r.step_s},
+      {"tokens_per_s", r.tokens_per_s},
+      {"compute_share", rounded4(r.compute_share)},
+      {"exposed_comm_share", rounded4(r.exposed_comm_share)},
+      {"idle_share", rounded4(r.idle_share)},
+      {"comm_share", by_op},
+      {"comm_share_by_group", by_group},
+      {"peak_mib", double(r.peak_total) / (1 << 20)},
+      {"check_collectives", check_collectives}};
+  if (r.bubble >= 0) add_pipeline_columns(j, spec, r);
+  return j;
+}
+
 int mesh_layout_bench(const Args& a) {
   launch::World world = launch::make_world();
   comm::Options o = world.comm->options();
@@ -174,98 +270,16 @@ int mesh_layout_bench(const Args& a) {
   const bench::BenchSpec spec = layout_spec(a, 5);
   const int rounds = static_cast<int>(a.get_int("rounds", 3));
   const int n = world.comm->size();
-  constexpr int64_t kGlobalRows = 8;
-  std::vector<bench::MeshLayout> layouts;
-  if (n == 1) {
-    omp_set_num_threads(static_cast<int>(a.get_int("threads", 1)));
-    layouts.push_back({"1x1x1", {1, 1, 1}, {}, kGlobalRows});
-  } else {
-    KIRI_CHECK_KIND(kConfig, kGlobalRows % n == 0, "bench --layouts: ", n,
-                    " ranks do not divide the global batch of ", kGlobalRows, " sequences");
-    layouts.push_back({"dp" + std::to_string(n), {n, 1, 1}, {}, kGlobalRows / n});
-    layouts.push_back({"tp" + std::to_string(n), {1, n, 1}, {}, kGlobalRows});
-    for (auto kind : {kiri::PipelineSchedule::k1F1B, kiri::PipelineSchedule::kGpipe})
-      for (int m : {1, 2, 4, 8}) {
-        model::ParallelOptions po;
-        po.pipeline.schedule = kind;
-        po.pipeline.microbatches = m;
-        layouts.push_back(
-            {"pp" + std::to_string(n) + "-" + kiri::name(kind) + "-m" + std::to_string(m),
-             {1, 1, n},
-             po,
-             kGlobalRows / m});
-      }
-    // The same pipeline with a 512-token vocabulary, whose LM head no longer
-    // outweighs the blocks: stages of about equal cost, the formula's case.
-    for (int m : {1, 2, 4, 8}) {
-      model::ParallelOptions po;
-      po.pipeline.microbatches = m;
-      layouts.push_back({"pp" + std::to_string(n) + "-1f1b-m" + std::to_string(m) + "-vocab512",
-                         {1, 1, n},
-                         po,
-                         kGlobalRows / m,
-                         512});
-    }
-  }
+  if (n == 1) omp_set_num_threads(static_cast<int>(a.get_int("threads", 1)));
+  std::vector<bench::MeshLayout> layouts = bench_layouts(n, 8);
   if (const auto only = a.get("only")) {  // --only NAME: that layout alone
     std::erase_if(layouts, [&](const bench::MeshLayout& l) { return l.name != *only; });
     KIRI_CHECK_KIND(kConfig, !layouts.empty(), "bench --layouts: no layout named ", *only);
   }
   auto results = bench::run_mesh_layout_bench(*world.comm, spec, layouts, rounds);
   if (world.comm->rank() != 0) return 0;
-  for (const bench::MeshLayoutResult& r : results) {
-    const bench::MeshLayout& l = r.layout;
-    auto rounded = [](double v) { return std::round(v * 1e4) / 1e4; };
-    nlohmann::json by_op = nlohmann::json::object(), by_group = nlohmann::json::object();
-    for (const auto& [k, v] : r.comm_share_by_op) by_op[k] = rounded(v);
-    for (const auto& [k, v] : r.comm_share_by_group) by_group[k] = rounded(v);
-    nlohmann::json j = {
-        {"impl", "kiri-layout"},
-        {"config", spec.name},
-        {"layout", l.name},
-        {"ranks", n},
-        {"threads", omp_get_max_threads()},
-        {"dp", l.shape.dp},
-        {"tp", l.shape.tp},
-        {"pp", l.shape.pp},
-        {"schedule", l.shape.pp > 1 ? kiri::name(l.options.pipeline.schedule) : "none"},
-        {"microbatches", l.options.pipeline.microbatches},
-        {"micro_batch", l.micro_batch},
-        {"vocab_size", l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size},
-        {"seq_len", spec.seq},
-        {"tokens_per_step", r.tokens_per_step},
-        {"rounds", rounds},
-        {"timed_steps", r.timed_steps},
-        {"step_s", r.step_s},
-        {"tokens_per_s", r.tokens_per_s},
-        {"compute_share", rounded(r.compute_share)},
-        {"exposed_comm_share", rounded(r.exposed_comm_share)},
-        {"idle_share", rounded(r.idle_share)},
-        {"comm_share", by_op},
-        {"comm_share_by_group", by_group},
-        {"peak_mib", double(r.peak_total) / (1 << 20)},
-        {"check_collectives", o.check_collectives}};
-    if (r.bubble >= 0) {
-      j["bubble"] = rounded(r.bubble);
-      j["bubble_formula"] = rounded(r.bubble_formula);
-      j["bubble_unequal_stages"] = rounded(r.bubble_unequal);
-      j["stage_compute_s"] = r.stage_compute_s;
-      namespace pp = parallel::pp;
-      const auto costs = pp::gpt_layer_costs(
-          static_cast<int>(spec.model.n_embd), static_cast<int>(spec.model.n_head),
-          static_cast<int>(l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size),
-          static_cast<int>(spec.seq));
-      const auto parts =
-          pp::partition_layers(static_cast<int>(spec.model.n_layer), l.shape.pp, costs);
-      j["stages"] = pp::describe(parts);
-      std::vector<double> share = pp::stage_costs(parts, costs);
-      double total = 0;
-      for (double c : share) total += c;
-      for (double& c : share) c = rounded(c / total);
-      j["stage_flops_share"] = share;  // what the partition balanced: FLOPs per token
-    }
-    std::cout << j.dump() << std::endl;
-  }
+  for (const bench::MeshLayoutResult& r : results)
+    std::cout << layout_row(spec, r, n, rounds, o.check_collectives).dump() << std::endl;
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/plan_config.h"
+#include "kiri/cli/plan_json.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/launch/world.h"
@@ -33,24 +34,6 @@ namespace {
 
 using nlohmann::json;
 
-json nullable(bool valid, double x) {
-  return valid ? json(x) : json(nullptr);
-}
-
-json memory_json(const plan::MemoryBreakdown& m) {
-  return {{"parameters", m.parameters},
-          {"gradients", m.gradients},
-          {"optimizer_states", m.optimizer_states},
-          {"activations", m.activations},
-          {"buffers", m.buffers},
-          {"total", m.total()},
-          {"nvme",
-           {{"parameters", m.nvme.parameters},
-            {"gradients", m.nvme.gradients},
-            {"optimizer_states", m.nvme.optimizer_states},
-            {"total", m.nvme.total()}}}};
-}
-
 // "a,b" -> {"a", "b"}; "" -> {}.
 std::vector<std::string> comma_list(const std::string& s) {
   std::vector<std::string> out;
@@ -60,116 +43,6 @@ std::vector<std::string> comma_list(const std::string& s) {
     at = comma + 1;
   }
   return out;
-}
-
-json layout_json(const plan::Layout& l) {
-  return {{"dp", l.dp},
-          {"tp", l.tp},
-          {"pp", l.pp},
-          {"zero_stage", l.zero_stage},
-          {"shard_group_size", l.shard_size()},
-          {"dtype", plan::name(l.dtype)},
-          {"activation_checkpointing", plan::name(l.activation_checkpointing)},
-          {"recompute_modules",
-           l.activation_checkpointing == plan::Recompute::kSelective ? kiri::name(l.modules) : ""},
-          {"sequence_parallel", l.sequence_parallel},
-          {"schedule", plan::name(l.schedule)},
-          {"virtual_stages", l.virtual_stages},
-          {"micro_batch", l.micro_batch},
-          {"global_batch", l.global_batch},
-          {"microbatches", l.step_microbatches()},
-          {"seq_len", l.seq_len},
-          {"wrap_blocks", l.wrap_blocks},
-          {"overlap_dp", l.overlap_dp},
-          {"activations", plan::name(l.form)},
-          {"offload",
-           {{"optimizer", plan::name(l.offload.optimizer)},
-            {"parameters", plan::name(l.offload.parameters)},
-            {"gradients", plan::name(l.offload.gradients)},
-            {"buffer_count", l.offload.buffer_count},
-            {"buffer_bytes", l.offload.buffer_bytes},
-            {"block_size", l.offload.block_size},
-            {"queue_depth", l.offload.queue_depth}}}};
-}
-
-json evaluation_json(const plan::Evaluation& e) {
-  const plan::TimeBreakdown& t = e.time;
-  const bool ok = t.estimated;
-  json stages = json::array();
-  for (const auto& s : e.memory.stages) stages.push_back(memory_json(s));
-  return {{"layout", layout_json(e.layout)},
-          {"stage", e.memory.stage},
-          {"memory", memory_json(e.memory.memory)},
-          {"memory_capacity", e.capacity},
-          {"layer_activations", e.layer_activations},
-          {"stages", stages},
-          {"fits", e.fits},
-          {"flops_per_step", nullable(ok, t.flops_per_step)},
-          {"model_flops_per_step", nullable(ok, t.model_flops_per_step)},
-          {"step_time_s", nullable(ok, t.step_s)},
-          {"tokens_per_s", nullable(ok, t.tokens_per_s)},
-          {"tflops_per_device", nullable(ok, t.tflops_per_device)},
-          {"mfu", nullable(ok, t.mfu)},
-          {"time",
-           {{"compute_s", nullable(ok, t.compute_s)},
-            {"stage_s", ok ? json(t.stage_s) : json(nullptr)},
-            {"optimizer_s", nullable(ok, t.optimizer_s)},
-            {"bubble_s", nullable(ok, t.bubble_s)},
-            {"bubble_fraction", nullable(ok, t.bubble_fraction)},
-            {"tp_comm_s", nullable(ok, t.tp_comm_s)},
-            {"pp_comm_s", nullable(ok, t.pp_comm_s)},
-            {"dp_comm_s", nullable(ok, t.dp_comm_s)},
-            {"dp_comm_total_s", nullable(ok, t.dp_comm_total_s)},
-            {"disk_read_bytes", nullable(ok, t.disk_read_bytes)},
-            {"disk_write_bytes", nullable(ok, t.disk_write_bytes)},
-            {"disk_read_s", nullable(ok, t.disk_read_s)},
-            {"disk_write_s", nullable(ok, t.disk_write_s)},
-            {"io_exposed_s", nullable(ok, t.io_exposed_s)}}}};
-}
-
-json model_json(const plan::ModelSpec& m) {
-  json j = {{"name", m.name}, {"params", m.total_params()}};
-  if (!m.params_only()) {
-    j["arch"] = m.arch == kiri::Arch::kLlama ? "llama" : "gpt2";
-    j["layers"] = m.n_layer;
-    j["hidden"] = m.hidden;
-    j["heads"] = m.heads;
-    j["kv_heads"] = m.kv_head_count();
-    j["vocab"] = m.vocab;
-    j["tie_word_embeddings"] = m.tie_word_embeddings;
-    j["ffn"] = m.ffn_width();
-    j["context"] = m.max_seq;
-  }
-  return j;
-}
-
-json cluster_json(const plan::ClusterSpec& c) {
-  return {{"name", c.name},
-          {"device", c.device},
-          {"devices_per_node", c.devices_per_node},
-          {"nodes", c.nodes},
-          {"memory_bytes", c.memory_bytes},
-          {"flops_fp32", c.flops_fp32},
-          {"flops_16bit", c.flops_16bit},
-          {"flops_fp16", plan::peak_flops(c, plan::Precision::kFp16)},
-          {"efficiency", c.efficiency},
-          {"sustained_16bit", plan::sustained_flops(c, plan::Precision::kBf16)},
-          {"memory_bandwidth", c.memory_bandwidth},
-          {"comm_overlaps_compute", c.comm_overlaps_compute},
-          {"non_gemm",
-           {{"logit_s", c.non_gemm.logit_s},
-            {"activation_s", c.non_gemm.activation_s},
-            {"optimizer_s", c.non_gemm.optimizer_s},
-            {"gradient_s", c.non_gemm.gradient_s}}},
-          {"intra", {{"bandwidth", c.intra.bandwidth}, {"latency", c.intra.latency}}},
-          {"inter", {{"bandwidth", c.inter.bandwidth}, {"latency", c.inter.latency}}},
-          {"disk",
-           {{"read_bandwidth", c.disk.read_bandwidth},
-            {"write_bandwidth", c.disk.write_bandwidth},
-            {"measured", c.disk.measured}}},
-          {"source", c.source.empty() ? json(nullptr) : json(c.source)},
-          {"measured", c.measured},
-          {"assumed", c.assumed}};
 }
 
 int positive_int(const Args& a, const std::string& opt, int64_t fallback) {
@@ -334,10 +207,8 @@ void measure_disk(const offload::IoOptions& io, plan::Calibration& c) {
   c.disk.write_bytes_per_s = d.write_bytes_per_s;
 }
 
-// kiri plan --calibrate [--out FILE]: measure, fit, store (docs/planner.md, "Calibration").
-int calibrate(const Args& a) {
-  launch::World world = launch::make_world();
-  comm::Communicator& w = *world.comm;
+// Every measurement of kiri plan --calibrate, on every rank of w at once (the disk on rank 0).
+plan::Calibration measure_calibration(const Args& a, comm::Communicator& w) {
   const bool rank0 = w.rank() == 0;
   plan::Calibration c;
   const offload::IoOptions io = disk_io(a, c);
@@ -401,14 +272,16 @@ int calibrate(const Args& a) {
   c.latency = c.link_method == "all_reduce" ? std::max(link.latency, 1e-9) : 0.0;
   if (rank0) measure_disk(io, c);
   w.barrier();
-  if (!rank0) return 0;
-  const std::string out = a.get("out").value_or(plan::default_calibration_path());
-  plan::save_calibration(c, out);
+  return c;
+}
+
+// What kiri plan --calibrate measured, as it prints it after writing `out`.
+void print_calibration(const plan::Calibration& c, int ranks, const std::string& out) {
   std::printf("calibration of %s (%d hardware threads, %s of memory)\n", c.host.c_str(), c.cores,
               plan::gib(c.memory_bytes).c_str());
   std::printf("  fp32 GEMM %lld^3: %s on 1 thread%s, %s on %d threads\n",
               static_cast<long long>(c.gemm_n), si(c.gemm_flops_1_thread, "FLOP/s").c_str(),
-              w.size() > 1 ? str(" (per rank, ", w.size(), " ranks at once)").c_str() : "",
+              ranks > 1 ? str(" (per rank, ", ranks, " ranks at once)").c_str() : "",
               si(c.gemm_flops_all_threads, "FLOP/s").c_str(), c.threads);
   std::printf("  bf16 GEMM %lld^3 (%s): %s on 1 thread, %.2fx fp32's\n",
               static_cast<long long>(c.gemm_n), c.gemm_bf16_path.c_str(),
@@ -445,6 +318,16 @@ int calibrate(const Args& a) {
               si(c.disk.read_bytes_per_s, "B/s").c_str());
   std::printf("wrote %s (the this-machine cluster preset reads %s)\n", out.c_str(),
               plan::default_calibration_path().c_str());
+}
+
+// kiri plan --calibrate [--out FILE]: measure, fit, store (docs/planner.md, "Calibration").
+int calibrate(const Args& a) {
+  launch::World world = launch::make_world();
+  const plan::Calibration c = measure_calibration(a, *world.comm);
+  if (world.comm->rank() != 0) return 0;
+  const std::string out = a.get("out").value_or(plan::default_calibration_path());
+  plan::save_calibration(c, out);
+  print_calibration(c, world.comm->size(), out);
   return 0;
 }
 
@@ -483,21 +366,8 @@ int plan_config_layout(const Args& a, plan::ClusterSpec cluster) {
   return print_layout(a, p.model, cluster, plan::evaluate(p.model, base, cluster));
 }
 
-}  // namespace
-
-int cmd_plan(const std::vector<std::string>& argv) {
-  Args a(argv, verb_spec("plan"));
-  if (a.flag("calibrate")) {
-    KIRI_CHECK_KIND(kConfig, a.positional().empty(),
-                    "kiri plan --calibrate takes only options (--out, --offload-path, ...)");
-    return calibrate(a);
-  }
-  KIRI_CHECK_KIND(kConfig, !a.get("out"), "--out goes with --calibrate");
-  plan::ClusterSpec cluster = plan::cluster_preset(a.get("cluster").value_or("a100-80g-nvlink"));
-  override_cluster(a, cluster);
-  if (plan_has_config(a)) return plan_config_layout(a, cluster);
-  const plan::ModelSpec model = model_of(a);
-
+// The one layout that kiri plan's flags describe, but for its degrees and global batch.
+plan::Layout flags_layout(const Args& a, const plan::ModelSpec& model) {
   plan::Layout base;
   base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
   base.activation_checkpointing =
@@ -518,35 +388,15 @@ int cmd_plan(const std::vector<std::string>& argv) {
   base.offload = offload_of(a);
   KIRI_CHECK_KIND(kConfig, !a.flag("no-offload") || !base.offload.any(),
                   "--no-offload contradicts --offload-optimizer/--offload-parameters nvme");
+  return base;
+}
 
-  const bool layout_mode = a.get("dp") || a.get("tp") || a.get("pp") || a.get("zero-stage");
-  int world = 0;
-  if (layout_mode) {
-    base.dp = positive_int(a, "dp", 1);
-    base.tp = positive_int(a, "tp", 1);
-    base.pp = positive_int(a, "pp", 1);
-    base.zero_stage = static_cast<int>(a.get_int("zero-stage", 0));
-    world = base.world();
-    KIRI_CHECK_KIND(kConfig, !a.get("gpus") || a.get_int("gpus", 0) == world, "--gpus ",
-                    a.get_int("gpus", 0), " is not dp x tp x pp = ", world);
-  } else {
-    world =
-        positive_int(a, "gpus", int64_t{positive_int(a, "nodes", 1)} * cluster.devices_per_node);
-  }
-  cluster.nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
-  base.global_batch = global_batch_of(a, base.micro_batch * (layout_mode ? base.dp : world));
-  const size_t top = static_cast<size_t>(positive_int(a, "top", 10));
-
-  if (layout_mode) return print_layout(a, model, cluster, plan::evaluate(model, base, cluster));
-
-  // The table mode enumerates dp/tp/pp/ZeRO/recomputation itself.
-  KIRI_CHECK_KIND(
-      kConfig, !a.get("activation-checkpointing") && !a.get("schedule") && !a.get("virtual-stages"),
-      "--activation-checkpointing, --schedule and --virtual-stages describe one "
-      "layout: give "
-      "--dp/--tp/--pp/--zero-stage too (without them kiri plan enumerates them)");
-  plan::PlanRequest request{model, cluster, world, base};
-  request.offload_if_needed = !a.flag("no-offload");
+// Table mode's output: the best `top` layouts and the recommendation, as text or JSON.
+int print_table(const Args& a, const plan::PlanRequest& request, size_t top) {
+  const plan::ModelSpec& model = request.model;
+  const plan::ClusterSpec& cluster = request.cluster;
+  const plan::Layout& base = request.base;
+  const int world = request.world;
   const std::vector<plan::Evaluation> candidates = plan::enumerate_layouts(request);
   const plan::Recommendation rec = plan::recommend(request, candidates);
   if (a.flag("json")) {
@@ -586,6 +436,54 @@ int cmd_plan(const std::vector<std::string>& argv) {
             << rec.message << "\n";
   for (const std::string& r : rec.reasons) std::cout << "  - " << r << "\n";
   return 0;
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& argv) {
+  Args a(argv, verb_spec("plan"));
+  if (a.flag("calibrate")) {
+    KIRI_CHECK_KIND(kConfig, a.positional().empty(),
+                    "kiri plan --calibrate takes only options (--out, --offload-path, ...)");
+    return calibrate(a);
+  }
+  KIRI_CHECK_KIND(kConfig, !a.get("out"), "--out goes with --calibrate");
+  plan::ClusterSpec cluster = plan::cluster_preset(a.get("cluster").value_or("a100-80g-nvlink"));
+  override_cluster(a, cluster);
+  if (plan_has_config(a)) return plan_config_layout(a, cluster);
+  const plan::ModelSpec model = model_of(a);
+
+  plan::Layout base = flags_layout(a, model);
+
+  const bool layout_mode = a.get("dp") || a.get("tp") || a.get("pp") || a.get("zero-stage");
+  int world = 0;
+  if (layout_mode) {
+    base.dp = positive_int(a, "dp", 1);
+    base.tp = positive_int(a, "tp", 1);
+    base.pp = positive_int(a, "pp", 1);
+    base.zero_stage = static_cast<int>(a.get_int("zero-stage", 0));
+    world = base.world();
+    KIRI_CHECK_KIND(kConfig, !a.get("gpus") || a.get_int("gpus", 0) == world, "--gpus ",
+                    a.get_int("gpus", 0), " is not dp x tp x pp = ", world);
+  } else {
+    world =
+        positive_int(a, "gpus", int64_t{positive_int(a, "nodes", 1)} * cluster.devices_per_node);
+  }
+  cluster.nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
+  base.global_batch = global_batch_of(a, base.micro_batch * (layout_mode ? base.dp : world));
+  const size_t top = static_cast<size_t>(positive_int(a, "top", 10));
+
+  if (layout_mode) return print_layout(a, model, cluster, plan::evaluate(model, base, cluster));
+
+  // The table mode enumerates dp/tp/pp/ZeRO/recomputation itself.
+  KIRI_CHECK_KIND(
+      kConfig, !a.get("activation-checkpointing") && !a.get("schedule") && !a.get("virtual-stages"),
+      "--activation-checkpointing, --schedule and --virtual-stages describe one "
+      "layout: give "
+      "--dp/--tp/--pp/--zero-stage too (without them kiri plan enumerates them)");
+  plan::PlanRequest request{model, cluster, world, base};
+  request.offload_if_needed = !a.flag("no-offload");
+  return print_table(a, request, top);
 }
 
 }  // namespace kiri::cli

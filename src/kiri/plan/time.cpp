@@ -222,6 +222,54 @@ void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
                    std::max(0.0, under_compute_io - forward_backward_s);
 }
 
+// Data parallelism's communication: all of it (dp_comm_total_s), and what backward does not
+// hide (dp_comm_s). DDP all-reduces bucket by bucket under backward; ZeRO reduce-scatters (and
+// all-gathers) unit by unit, the replicas of hybrid sharding all-reduce their shards.
+void dp_comm(const ModelSpec& model, const Layout& l, const ClusterSpec& c, int64_t stage_layers,
+             double t_max, const StepFlops& f, TimeBreakdown& t) {
+  const double md = static_cast<double>(l.step_microbatches());
+  double psi = 0;
+  for (int s = 0; s < l.pp; ++s) psi = std::max(psi, stage_params(model, l.tp, l.pp, s));
+  const double grads = psi * value_bytes(l.dtype);
+  const int n = l.shard_size();
+  const Link link = group_link(c, int64_t{l.dp} * l.tp);
+  const double units = std::ceil(static_cast<double>(stage_layers) / l.wrap_blocks) + 2;
+  const double buckets = std::max(1.0, std::ceil(grads / (25.0 * 1024 * 1024)));
+  // Latency counts: one collective per bucket (DDP) or per unit (ZeRO).
+  auto rs = [&](double bytes) {
+    return reduce_scatter_seconds(bytes, n, link) + (units - 1) * (n - 1) * link.latency;
+  };
+  auto ag = rs;
+  const double replicas = n < l.dp ? allreduce_seconds(grads / n, l.dp / n, link) : 0;
+  double overlappable = 0, exposed = 0, window = 0;
+  const double per_mb = t_max;
+  const double backward_share = (f.executed - f.model / 3) / f.executed;
+  switch (l.zero_stage) {
+    case 0:
+      overlappable =
+          allreduce_seconds(grads, l.dp, link) + (buckets - 1) * 2 * (l.dp - 1) * link.latency;
+      window = per_mb * backward_share;
+      break;
+    case 1:
+      overlappable = rs(grads) + replicas;
+      exposed = ag(grads);
+      window = per_mb * backward_share;
+      break;
+    case 2:
+      overlappable = md * (rs(grads) + replicas);
+      exposed = ag(grads);
+      window = md * t_max * backward_share;
+      break;
+    default:
+      overlappable = md * (2 * ag(grads) + rs(grads) + replicas);
+      window = md * t_max;
+      break;
+  }
+  t.dp_comm_total_s = overlappable + exposed;
+  const bool overlap = l.overlap_dp && c.comm_overlaps_compute;
+  t.dp_comm_s = overlap ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
+}
+
 }  // namespace
 
 TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
@@ -279,48 +327,7 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     t.pp_comm_s = 2.0 * static_cast<double>(m) * v *
                   p2p_seconds(act / cut, group_link(c, int64_t{l.dp} * l.tp * l.pp));
   }
-  if (l.dp > 1) {
-    double psi = 0;
-    for (int s = 0; s < l.pp; ++s) psi = std::max(psi, stage_params(model, l.tp, l.pp, s));
-    const double grads = psi * value_bytes(l.dtype);
-    const int n = l.shard_size();
-    const Link link = group_link(c, int64_t{l.dp} * l.tp);
-    const double units = std::ceil(static_cast<double>(stage_layers) / l.wrap_blocks) + 2;
-    const double buckets = std::max(1.0, std::ceil(grads / (25.0 * 1024 * 1024)));
-    // Latency counts: one collective per bucket (DDP) or per unit (ZeRO).
-    auto rs = [&](double bytes) {
-      return reduce_scatter_seconds(bytes, n, link) + (units - 1) * (n - 1) * link.latency;
-    };
-    auto ag = rs;
-    const double replicas = n < l.dp ? allreduce_seconds(grads / n, l.dp / n, link) : 0;
-    double overlappable = 0, exposed = 0, window = 0;
-    const double per_mb = t_max;
-    const double backward_share = (f.executed - f.model / 3) / f.executed;
-    switch (l.zero_stage) {
-      case 0:
-        overlappable =
-            allreduce_seconds(grads, l.dp, link) + (buckets - 1) * 2 * (l.dp - 1) * link.latency;
-        window = per_mb * backward_share;
-        break;
-      case 1:
-        overlappable = rs(grads) + replicas;
-        exposed = ag(grads);
-        window = per_mb * backward_share;
-        break;
-      case 2:
-        overlappable = md * (rs(grads) + replicas);
-        exposed = ag(grads);
-        window = md * t_max * backward_share;
-        break;
-      default:
-        overlappable = md * (2 * ag(grads) + rs(grads) + replicas);
-        window = md * t_max;
-        break;
-    }
-    t.dp_comm_total_s = overlappable + exposed;
-    const bool overlap = l.overlap_dp && c.comm_overlaps_compute;
-    t.dp_comm_s = overlap ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
-  }
+  if (l.dp > 1) dp_comm(model, l, c, stage_layers, t_max, f, t);
   // Forward is a third of the model FLOPs (6 N per token); recomputation adds to the rest.
   offload_io(model, l, c, md * t_max, t_max * (f.model / 3) / f.executed, t);
   t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s + t.io_exposed_s;

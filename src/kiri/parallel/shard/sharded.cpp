@@ -61,7 +61,17 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
   const DType d = options.dtype;
   KIRI_CHECK(d == DType::kF32 || d == DType::kBF16 || d == DType::kF16,
              "sharded parameters are F32, BF16 or F16, got ", dtype_name(d));
-  const int n = shard_group.size(), rank = shard_group.rank();
+  const int64_t full_total = build_units(groups, units);
+  runtime_.resize(units_.size());
+  allocate_state(full_total);
+  build_segments();
+}
+
+// The units in order, each padded to a multiple of the shard group's size; returns the total
+// of the padded units (the whole flat buffer's size).
+int64_t ShardedDataParallel::build_units(const std::vector<std::vector<nn::Parameter*>>& groups,
+                                         const std::vector<std::vector<int>>& units) {
+  const int n = shard_group_.size();
   unit_of_group_.assign(groups.size(), -1);
   int expected = 0;
   int64_t full_total = 0;
@@ -89,8 +99,15 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
   }
   KIRI_CHECK(expected == static_cast<int>(groups.size()), "wrap policy covers ", expected, " of ",
              groups.size(), " parameter groups");
-  runtime_.resize(units_.size());
+  return full_total;
+}
 
+// The flat buffers the stage keeps whole (parameters below stage 3, gradients below stage 2),
+// the shards it keeps of the rest, or their swap files when they are offloaded.
+void ShardedDataParallel::allocate_state(int64_t full_total) {
+  const ShardOptions& options = options_;
+  const DType d = options.dtype;
+  Allocator& allocator = allocator_;
   const bool full_params = options.stage < 3, full_grads = options.stage < 2;
   KIRI_CHECK_KIND(kConfig, !options.param_swap || options.stage == 3,
                   "offload.parameters = nvme needs ZeRO stage 3 (this run shards with stage ",
@@ -122,7 +139,16 @@ ShardedDataParallel::ShardedDataParallel(std::vector<std::vector<nn::Parameter*>
         name, std::max<int64_t>(units_[k].shard, 1) * static_cast<int64_t>(dtype_size(d)),
         Category::kGradients));
   }
+}
 
+// Each parameter's view into the whole buffers, and the segments of this rank's shard that
+// the optimizer steps: where each lies in the shard, and its value and gradient views.
+void ShardedDataParallel::build_segments() {
+  const bool full_params = options_.stage < 3, full_grads = options_.stage < 2;
+  const bool offloaded = options_.param_swap != nullptr;
+  const bool grads_offloaded = options_.grad_swap != nullptr;
+  const DType d = options_.dtype;
+  const int64_t rank = shard_group_.rank();
   for (const ShardUnit& u : units_) {
     unit_segments_.emplace_back(segments_.size(), segments_.size());
     const int64_t lo = rank * u.shard, hi = lo + u.shard;

@@ -139,6 +139,11 @@ class ShardedDataParallel {
   void all_gather_unit(int unit, const Tensor& shard, Tensor& full);
 
  private:
+  int64_t build_units(const std::vector<std::vector<nn::Parameter*>>& groups,
+                      const std::vector<std::vector<int>>& units);
+  void allocate_state(int64_t full_total);
+  void build_segments();
+
   struct Runtime;
   void read_shard(int unit);          // parameter offload: starts reading a unit's shard
   void gather(int unit);              // starts the all-gather of a unit's parameters (stage 3)
