@@ -274,7 +274,7 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   if (hg != last) call(group_hooks_.after_forward, last);
   if (sequence_parallel_) {  // the LM head and the loss take every row
     Tensor full = nn::activation(ctx, {xf.dim(0) * tp_size(), xf.dim(1)}, dtype_of<T>());
-    parallel::tp::gather_from_sequence_forward(*tp_, xf, full);  // [N, C]
+    parallel::tp::GatherFromSequence::forward(*tp_, xf, full);  // [N, C]
     xf = full;
   }
   const int64_t n = xf.dim(0);
@@ -384,10 +384,10 @@ Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
   // all-gather's backward).
   if (sequence_parallel_) {
     Tensor local = nn::activation(ctx, {local_rows(n), c}, dtype_of<T>());  // [N/P, C]
-    parallel::tp::gather_from_sequence_backward(*tp_, dxf, local);
+    parallel::tp::GatherFromSequence::backward(*tp_, dxf, local);
     dxf = local;
   } else if (tp_) {
-    parallel::tp::copy_to_region_backward(*tp_, dxf);
+    parallel::tp::CopyToRegion::backward(*tp_, dxf);
   }
   if (hook_) {
     if (!tied()) hook_({lm_head_});
@@ -430,7 +430,7 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
   if (!part_.first) return dx;
   if (sequence_parallel_) {  // the embedding's reduce-scatter, backward: every row on every rank
     Tensor full = nn::activation(ctx, {n, c}, dtype_of<T>());  // [N, C]
-    parallel::tp::reduce_scatter_to_sequence_backward(*tp_, dx, full);
+    parallel::tp::ReduceScatterToSequence::backward(*tp_, dx, full);
     dx = full;
   }
   if (!part_.last || head_group() != 0) call(group_hooks_.before_backward, 0);

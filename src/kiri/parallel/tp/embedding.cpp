@@ -82,14 +82,14 @@ void vocab_parallel_lookup(comm::Communicator& tp, Tensor& out, const Tensor& to
 void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& out, const Tensor& tokens,
                                       const Tensor& wte_local, int64_t vocab_start) {
   vocab_parallel_lookup(tp, out, tokens, wte_local, vocab_start);
-  reduce_from_region_forward(tp, out);  // g: one non-zero term per row
+  ReduceFromRegion::forward(tp, out);  // g: one non-zero term per row
 }
 
 void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& full, const Tensor& tokens,
                                       const Tensor& wte_local, int64_t vocab_start, Tensor& local) {
   vocab_parallel_lookup(tp, full, tokens, wte_local, vocab_start);
   const Tensor rows = full.view({full.dim(0) * full.dim(1), full.dim(2)});  // [N, C]
-  reduce_scatter_to_sequence_forward(tp, rows, local);  // one non-zero term per row
+  ReduceScatterToSequence::forward(tp, rows, local);  // one non-zero term per row
 }
 
 void vocab_parallel_embedding_backward(Tensor& dwte_local, const Tensor& dout, const Tensor& tokens,

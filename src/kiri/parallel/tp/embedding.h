@@ -29,7 +29,7 @@ namespace kiri::parallel::tp {
 void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& out, const Tensor& tokens,
                                       const Tensor& wte_local, int64_t vocab_start);
 // Sequence parallel (Megatron's VocabParallelEmbedding with --sequence-parallel): the sum is
-// reduce-scattered instead (reduce_scatter_to_sequence_forward), local [N/P, C] = block
+// reduce-scattered instead (ReduceScatterToSequence::forward), local [N/P, C] = block
 // tp.rank() of the rows of wte[tokens]; full [B,T,C] F32 is the lookup's scratch. Its backward
 // takes the rows' gradient all-gathered (the reduce-scatter's backward) and is the one above.
 void vocab_parallel_embedding_forward(comm::Communicator& tp, Tensor& full, const Tensor& tokens,

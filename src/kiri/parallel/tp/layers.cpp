@@ -21,7 +21,7 @@ Tensor ColumnParallelInput<T>::region(nn::Context& ctx, const Tensor& x, const T
   Tensor full = x;  // [N, C]
   if (tp_.split_sequence()) {
     full = nn::activation(ctx, {x.dim(0) * tp_.size(), x.dim(1)}, dtype_of<T>());  // [N, C]
-    gather_from_sequence_forward(*tp_.group, x, full);
+    GatherFromSequence::forward(*tp_.group, x, full);
   }
   return nn::gemm_input<T>(ctx, full, weight);  // [N, C]
 }
@@ -49,12 +49,12 @@ template <typename T>
 void ColumnParallelInput<T>::finish_backward(nn::Context& ctx, Tensor& target, Tensor& dx) const {
   if (!tp_.on()) return;  // the layers accumulated into dx itself
   if (!tp_.split_sequence()) {
-    copy_to_region_backward(*tp_.group, target);
+    CopyToRegion::backward(*tp_.group, target);
     k::residual_forward<T>(dx, dx, target);
     return;
   }
   Tensor local = nn::activation(ctx, dx.shape(), dtype_of<T>());  // [N/P, C]
-  gather_from_sequence_backward(*tp_.group, target, local);
+  GatherFromSequence::backward(*tp_.group, target, local);
   k::residual_forward<T>(dx, dx, local);
 }
 
@@ -134,10 +134,10 @@ Tensor RowParallelLinear<T>::forward(nn::Context& ctx, const Tensor& x) {
   if (!tp_.on()) return y;
   if (tp_.split_sequence()) {
     Tensor local = nn::activation(ctx, {tp_.local_rows(y.dim(0)), out}, dtype_of<T>());
-    reduce_scatter_to_sequence_forward(*tp_.group, y, local);  // [N/P, out]
+    ReduceScatterToSequence::forward(*tp_.group, y, local);  // [N/P, out]
     y = local;
   } else {
-    reduce_from_region_forward(*tp_.group, y);
+    ReduceFromRegion::forward(*tp_.group, y);
   }
   if (!bias_) return y;
   const Tensor b = nn::detail::compute_copy<T>(ctx, bias_->value);  // [out]
@@ -162,7 +162,7 @@ void RowParallelLinear<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& 
     return;
   }
   Tensor full = nn::activation(ctx, {x.dim(0), dy.dim(1)}, dtype_of<T>());  // [N, out]
-  reduce_scatter_to_sequence_backward(*tp_.group, dy, full);
+  ReduceScatterToSequence::backward(*tp_.group, dy, full);
   nn::linear_grads<T>(ctx, dx, *weight_, bias_, full, x, layout_);
 }
 
@@ -198,7 +198,7 @@ void SequenceParallelGrads::run(nn::Context& ctx, const std::function<void()>& b
     const Restore restore{params_, grads};
     backward();
   }
-  copy_to_region_backward(*tp_.group, sum);
+  CopyToRegion::backward(*tp_.group, sum);
   at = 0;
   for (nn::Parameter* p : params_) {
     k::add_into(p->grad, sum.flat_range(at, p->numel()));

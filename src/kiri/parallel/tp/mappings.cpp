@@ -31,37 +31,44 @@ std::pair<Tensor, Tensor> sequence_views(comm::Communicator& tp, const Tensor& f
   return {full.view({full.numel()}), local.view({local.numel()})};
 }
 
+// A group of one: the output is the input.
+bool bypass(comm::Communicator& tp, const Tensor& in, Tensor& out) {
+  if (tp.size() != 1) return false;
+  if (in.raw() != out.raw()) out.copy_from(in);
+  return true;
+}
+
 }  // namespace
 
-void copy_to_region_backward(comm::Communicator& tp, Tensor& grad) {
+void CopyToRegion::backward(comm::Communicator& tp, Tensor& grad) {
   check_float(grad, "copy_to_region_backward", "grad");
-  tp.all_reduce(grad, comm::ReduceOp::kSum);
+  if (tp.size() > 1) tp.all_reduce(grad, comm::ReduceOp::kSum);
 }
 
-void reduce_from_region_forward(comm::Communicator& tp, Tensor& x) {
+void ReduceFromRegion::forward(comm::Communicator& tp, Tensor& x) {
   check_float(x, "reduce_from_region_forward", "x");
-  tp.all_reduce(x, comm::ReduceOp::kSum);
+  if (tp.size() > 1) tp.all_reduce(x, comm::ReduceOp::kSum);
 }
 
-void gather_from_sequence_forward(comm::Communicator& tp, const Tensor& local, Tensor& full) {
+void GatherFromSequence::forward(comm::Communicator& tp, const Tensor& local, Tensor& full) {
   auto [f, l] = sequence_views(tp, full, local, "gather_from_sequence_forward");
-  tp.all_gather(l, f);
+  if (!bypass(tp, l, f)) tp.all_gather(l, f);
 }
 
-void gather_from_sequence_backward(comm::Communicator& tp, const Tensor& dfull, Tensor& dlocal) {
+void GatherFromSequence::backward(comm::Communicator& tp, const Tensor& dfull, Tensor& dlocal) {
   auto [f, l] = sequence_views(tp, dfull, dlocal, "gather_from_sequence_backward");
-  tp.reduce_scatter(f, l, comm::ReduceOp::kSum);
+  if (!bypass(tp, f, l)) tp.reduce_scatter(f, l, comm::ReduceOp::kSum);
 }
 
-void reduce_scatter_to_sequence_forward(comm::Communicator& tp, const Tensor& full, Tensor& local) {
+void ReduceScatterToSequence::forward(comm::Communicator& tp, const Tensor& full, Tensor& local) {
   auto [f, l] = sequence_views(tp, full, local, "reduce_scatter_to_sequence_forward");
-  tp.reduce_scatter(f, l, comm::ReduceOp::kSum);
+  if (!bypass(tp, f, l)) tp.reduce_scatter(f, l, comm::ReduceOp::kSum);
 }
 
-void reduce_scatter_to_sequence_backward(comm::Communicator& tp, const Tensor& dlocal,
-                                         Tensor& dfull) {
+void ReduceScatterToSequence::backward(comm::Communicator& tp, const Tensor& dlocal,
+                                       Tensor& dfull) {
   auto [f, l] = sequence_views(tp, dfull, dlocal, "reduce_scatter_to_sequence_backward");
-  tp.all_gather(l, f);
+  if (!bypass(tp, l, f)) tp.all_gather(l, f);
 }
 
 }  // namespace kiri::parallel::tp

@@ -23,30 +23,46 @@
 //        forward   local_r = sum_s full_s[block r]              reduce-scatter sum
 //        backward  dfull = [dlocal_0; ...; dlocal_{P-1}]        all-gather
 //
-// The identity halves need no call. Tensors are contiguous, F32, BF16 or F16
-// (16-bit sums are taken in f32, see communicator.h); [N, ...] shapes split
-// on the first dimension, N from divide() (kConfig naming the numbers when
-// P does not divide it). Unlike the kernels' backward passes these write
-// their outputs (a collective's result), they do not accumulate into them.
+// Each mapping is one type holding its forward and its conjugate backward, as Megatron's
+// autograd functions are; the identity halves are there too, so that a layer's forward and
+// backward name the same type. A group of one rank bypasses every collective (the halves
+// that write an output copy their input into it).
+//
+// Tensors are contiguous, F32, BF16 or F16 (16-bit sums are taken in f32, see
+// communicator.h); [N, ...] shapes split on the first dimension, N from divide() (kConfig
+// naming the numbers when P does not divide it). Unlike the kernels' backward passes these
+// write their outputs (a collective's result), they do not accumulate into them.
 #include "kiri/comm/communicator.h"
 #include "kiri/tensor/tensor.h"
 
 namespace kiri::parallel::tp {
 
-// f, backward: grad = sum over tp ranks of grad, in place.
-void copy_to_region_backward(comm::Communicator& tp, Tensor& grad);
-// g, forward: x = sum over tp ranks of x, in place.
-void reduce_from_region_forward(comm::Communicator& tp, Tensor& x);
+// f: enters a column-parallel region.
+struct CopyToRegion {
+  static void forward(comm::Communicator&, Tensor&) {}  // y = x on every rank
+  static void backward(comm::Communicator& tp, Tensor& grad);  // grad = sum over ranks, in place
+};
 
-// full [N, ...] = the ranks' local [N/P, ...] stacked in rank order.
-void gather_from_sequence_forward(comm::Communicator& tp, const Tensor& local, Tensor& full);
-// dlocal [N/P, ...] = block `rank` of the sum over ranks of dfull [N, ...].
-void gather_from_sequence_backward(comm::Communicator& tp, const Tensor& dfull, Tensor& dlocal);
+// g: leaves a row-parallel region.
+struct ReduceFromRegion {
+  static void forward(comm::Communicator& tp, Tensor& x);  // x = sum over ranks, in place
+  static void backward(comm::Communicator&, Tensor&) {}    // dx = dy on every rank
+};
 
-// local [N/P, ...] = block `rank` of the sum over ranks of full [N, ...].
-void reduce_scatter_to_sequence_forward(comm::Communicator& tp, const Tensor& full, Tensor& local);
-// dfull [N, ...] = the ranks' dlocal [N/P, ...] stacked in rank order.
-void reduce_scatter_to_sequence_backward(comm::Communicator& tp, const Tensor& dlocal,
-                                         Tensor& dfull);
+// Sequence parallelism entering a tensor-parallel region: the rows gathered.
+struct GatherFromSequence {
+  // full [N, ...] = the ranks' local [N/P, ...] stacked in rank order.
+  static void forward(comm::Communicator& tp, const Tensor& local, Tensor& full);
+  // dlocal [N/P, ...] = block `rank` of the sum over ranks of dfull [N, ...].
+  static void backward(comm::Communicator& tp, const Tensor& dfull, Tensor& dlocal);
+};
+
+// Sequence parallelism leaving a tensor-parallel region: the partial sums reduce-scattered.
+struct ReduceScatterToSequence {
+  // local [N/P, ...] = block `rank` of the sum over ranks of full [N, ...].
+  static void forward(comm::Communicator& tp, const Tensor& full, Tensor& local);
+  // dfull [N, ...] = the ranks' dlocal [N/P, ...] stacked in rank order.
+  static void backward(comm::Communicator& tp, const Tensor& dlocal, Tensor& dfull);
+};
 
 }  // namespace kiri::parallel::tp
