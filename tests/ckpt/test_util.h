@@ -12,13 +12,12 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/error.h"
-#include "temp_dir.h"
 #include "kiri/ckpt/checkpoint_dir.h"
+#include "temp_dir.h"
 
 namespace kiri::ckpt::testing {
 
 using ::kiri::testing::TempDir;  // tests/temp_dir.h
-
 
 // Names of the entries in dir, sorted.
 inline std::vector<std::string> list_dir(const std::string& dir) {

@@ -8,14 +8,13 @@
 #include <string>
 
 #include "kiri/base/error.h"
-#include "temp_dir.h"
 #include "kiri/data/gpt2_tokenizer.h"
+#include "temp_dir.h"
 #include "test_paths.h"
 
 namespace kiri::data::testing {
 
 using ::kiri::testing::TempDir;  // tests/temp_dir.h
-
 
 inline void write_text(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

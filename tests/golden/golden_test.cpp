@@ -34,8 +34,8 @@
 #include "kiri/config/config_schema.h"
 #include "kiri/kernels/cpu/peak.h"
 #include "temp_dir.h"
-#include "train_test_util.h"
 #include "test_paths.h"
+#include "train_test_util.h"
 
 namespace kiri::train {
 namespace {

@@ -16,8 +16,6 @@
 
 namespace kiri::testing {
 
-
-
 // `type` (tmpfs, ramfs) mounted on a fresh folder; ok() is false, with why(), where
 // this process may not mount (not root, or a container without CAP_SYS_ADMIN).
 class ScopedMount {

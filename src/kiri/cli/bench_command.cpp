@@ -180,11 +180,11 @@ std::vector<bench::MeshLayout> bench_layouts(int n, int64_t global_rows) {
       model::ParallelOptions po;
       po.pipeline.schedule = kind;
       po.pipeline.microbatches = m;
-      layouts.push_back({"pp" + std::to_string(n) + "-" + kiri::name(kind) + "-m" +
-                             std::to_string(m),
-                         {1, 1, n},
-                         po,
-                         global_rows / m});
+      layouts.push_back(
+          {"pp" + std::to_string(n) + "-" + kiri::name(kind) + "-m" + std::to_string(m),
+           {1, 1, n},
+           po,
+           global_rows / m});
     }
   // The same pipeline with a 512-token vocabulary, whose LM head no longer
   // outweighs the blocks: stages of about equal cost, the formula's case.
@@ -200,7 +200,9 @@ std::vector<bench::MeshLayout> bench_layouts(int n, int64_t global_rows) {
   return layouts;
 }
 
-double rounded4(double v) { return std::round(v * 1e4) / 1e4; }
+double rounded4(double v) {
+  return std::round(v * 1e4) / 1e4;
+}
 
 // The pipeline's columns of one result row: the measured bubble against the formula's, and
 // the stages the partition chose with their share of the FLOPs per token.
@@ -212,10 +214,10 @@ void add_pipeline_columns(nlohmann::json& j, const bench::BenchSpec& spec,
   j["bubble_unequal_stages"] = rounded4(r.bubble_unequal);
   j["stage_compute_s"] = r.stage_compute_s;
   namespace pp = parallel::pp;
-  const auto costs = pp::gpt_layer_costs(
-      static_cast<int>(spec.model.n_embd), static_cast<int>(spec.model.n_head),
-      static_cast<int>(l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size),
-      static_cast<int>(spec.seq));
+  const auto costs =
+      pp::gpt_layer_costs(static_cast<int>(spec.model.n_embd), static_cast<int>(spec.model.n_head),
+                          static_cast<int>(l.vocab_size > 0 ? l.vocab_size : spec.model.vocab_size),
+                          static_cast<int>(spec.seq));
   const auto parts = pp::partition_layers(static_cast<int>(spec.model.n_layer), l.shape.pp, costs);
   j["stages"] = pp::describe(parts);
   std::vector<double> share = pp::stage_costs(parts, costs);
@@ -226,8 +228,8 @@ void add_pipeline_columns(nlohmann::json& j, const bench::BenchSpec& spec,
 }
 
 // One JSON row of kiri bench --layouts.
-nlohmann::json layout_row(const bench::BenchSpec& spec, const bench::MeshLayoutResult& r,
-                          int ranks, int rounds, bool check_collectives) {
+nlohmann::json layout_row(const bench::BenchSpec& spec, const bench::MeshLayoutResult& r, int ranks,
+                          int rounds, bool check_collectives) {
   const bench::MeshLayout& l = r.layout;
   nlohmann::json by_op = nlohmann::json::object(), by_group = nlohmann::json::object();
   for (const auto& [k, v] : r.comm_share_by_op) by_op[k] = rounded4(v);

@@ -65,6 +65,13 @@ void AllocatorCore::add_tier_bytes(Tier tier, Category category, int64_t delta) 
   stats_.nvme[static_cast<int>(category)] += delta;
 }
 
+AllocatorCore::AllocatorCore(Device device) : memory_(device_memory(device)) {}
+
+void AllocatorCore::check_device() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_->check();
+}
+
 AllocatorCore::~AllocatorCore() {
   release_cache_locked();
 }
@@ -107,7 +114,7 @@ void* AllocatorCore::allocate(size_t bytes, Category category) {
     KIRI_RAISE(kOutOfMemory, msg);
   }
   const size_t rounded = round_size(bytes);
-  auto [p, block] = take_cached(rounded);
+  auto [p, block] = memory_->caches() ? take_cached(rounded) : std::pair<void*, size_t>{};
   if (p) {
     ++stats_.cache_hits;
   } else {
@@ -117,7 +124,7 @@ void* AllocatorCore::allocate(size_t bytes, Category category) {
       release_smaller_than(rounded);
     block = rounded;
     // Blocks of whole pages are page-aligned, as O_DIRECT needs (offload's buffers).
-    p = std::aligned_alloc(block % 4096 == 0 ? 4096 : 64, block);
+    p = memory_->allocate(block, bytes, block % 4096 == 0 ? 4096 : 64, category_name(category));
     if (!p)
       KIRI_RAISE(kOutOfMemory, "the operating system refused ", format_bytes(block), " for ",
                  category_name(category), "\n", stats_.breakdown());
@@ -144,7 +151,12 @@ void AllocatorCore::deallocate(void* ptr, size_t bytes, Category category) noexc
                category_name(category), "): a tensor outlived its allocator");
     return;
   }
-  cache_.emplace(it->second, ptr);
+  if (memory_->caches()) {
+    cache_.emplace(it->second, ptr);
+  } else {
+    memory_->free(ptr, it->second);
+    stats_.reserved -= static_cast<int64_t>(it->second);
+  }
   in_use_.erase(it);
   stats_.current[static_cast<int>(category)] -= static_cast<int64_t>(bytes);
   stats_.allocated -= static_cast<int64_t>(bytes);
@@ -162,7 +174,7 @@ void AllocatorCore::release_cache() {
 
 void AllocatorCore::release_cache_locked() {
   for (auto& [size, p] : cache_) {
-    std::free(p);
+    memory_->free(p, size);
     stats_.reserved -= static_cast<int64_t>(size);
   }
   cache_.clear();
@@ -183,7 +195,7 @@ void AllocatorCore::release_smaller_than(size_t rounded) {
   for (auto it = cache_.begin(); it != end && smaller < rounded; ++it) smaller += it->first;
   if (smaller < rounded) return;
   for (auto it = cache_.begin(); it != end; ++it) {
-    std::free(it->second);
+    memory_->free(it->second, it->first);
     stats_.reserved -= static_cast<int64_t>(it->first);
   }
   cache_.erase(cache_.begin(), end);

@@ -23,6 +23,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "kiri/tensor/device.h"
+
 namespace kiri {
 
 enum class Category { kParameters, kGradients, kOptimizerStates, kActivations, kBuffers, kOther };
@@ -69,7 +71,7 @@ class AllocatorCore {
   // the cut that would fit). Gets the stats, the category and size requested.
   using OomAdvice = std::function<std::string(const MemoryStats&, Category, int64_t)>;
 
-  AllocatorCore() = default;
+  explicit AllocatorCore(Device device = Device::kHost);
   ~AllocatorCore();
   AllocatorCore(const AllocatorCore&) = delete;
   AllocatorCore& operator=(const AllocatorCore&) = delete;
@@ -91,6 +93,10 @@ class AllocatorCore {
   void release_cache();
   void reset_peaks();
   MemoryStats stats() const;
+  Device device() const { return memory_->device(); }
+  // Raises kInternal naming the first damage the device's memory found (the checked
+  // device's guards); nothing on the host.
+  void check_device() const;
 
  private:
   static size_t round_size(size_t bytes);
@@ -106,12 +112,14 @@ class AllocatorCore {
   int64_t high_water_ = 0;                    // the most ever reserved (reset_peaks keeps it)
   std::unordered_map<void*, size_t> in_use_;  // live block -> its size
   OomAdvice advice_;
+  std::unique_ptr<DeviceMemory> memory_;
 };
 
 class Allocator {
  public:
   using OomAdvice = AllocatorCore::OomAdvice;
-  Allocator() : core_(std::make_shared<AllocatorCore>()) {}
+  explicit Allocator(Device device = Device::kHost)
+      : core_(std::make_shared<AllocatorCore>(device)) {}
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
@@ -127,6 +135,8 @@ class Allocator {
   void release_cache() { core_->release_cache(); }
   void reset_peaks() { core_->reset_peaks(); }
   MemoryStats stats() const { return core_->stats(); }
+  Device device() const { return core_->device(); }
+  void check_device() const { core_->check_device(); }
   const std::shared_ptr<AllocatorCore>& core() const { return core_; }
 
  private:

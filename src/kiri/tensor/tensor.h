@@ -26,6 +26,8 @@ class Storage {
   size_t bytes() const { return bytes_; }
   Category category() const { return category_; }
   bool owned() const { return allocator_ != nullptr; }
+  // Where the bytes live: the allocator's device; borrowed memory is the host's.
+  Device device() const { return allocator_ ? allocator_->device() : Device::kHost; }
 
  private:
   std::shared_ptr<AllocatorCore> allocator_;  // null when borrowed
@@ -51,6 +53,7 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   Category category() const { return storage_ ? storage_->category() : Category::kOther; }
+  Device device() const { return storage_ ? storage_->device() : Device::kHost; }
 
   void* raw() const {
     return static_cast<char*>(storage_->data()) +

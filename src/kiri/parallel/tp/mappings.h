@@ -39,7 +39,7 @@ namespace kiri::parallel::tp {
 
 // f: enters a column-parallel region.
 struct CopyToRegion {
-  static void forward(comm::Communicator&, Tensor&) {}  // y = x on every rank
+  static void forward(comm::Communicator&, Tensor&) {}         // y = x on every rank
   static void backward(comm::Communicator& tp, Tensor& grad);  // grad = sum over ranks, in place
 };
 
