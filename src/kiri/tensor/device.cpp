@@ -32,7 +32,7 @@ class HostMemory final : public DeviceMemory {
   void free(void* p, size_t) noexcept override { std::free(p); }
 };
 
-// [guard: kGuard bytes][the `used` bytes, poisoned][guard: to the end of block + kGuard]
+// [guard: kGuard bytes][the `used` bytes, poisoned][guard: past the block, to a page boundary]
 class CheckedMemory final : public DeviceMemory {
  public:
   static constexpr size_t kGuard = 4096;  // keeps the caller's block aligned to a page
@@ -44,13 +44,16 @@ class CheckedMemory final : public DeviceMemory {
   void* allocate(size_t block, size_t used, size_t alignment, const char* what) override {
     KIRI_CHECK(alignment <= kGuard && used <= block, "checked device: alignment ", alignment,
                " or ", used, " bytes of a block of ", block);
-    auto* base = static_cast<unsigned char*>(std::aligned_alloc(kGuard, block + 2 * kGuard));
+    // aligned_alloc takes a multiple of the alignment: the tail guard runs to the next page.
+    const size_t total = kGuard + (block + kGuard - 1) / kGuard * kGuard + kGuard;
+    auto* base = static_cast<unsigned char*>(std::aligned_alloc(kGuard, total));
     if (!base) return nullptr;
+    const size_t tail = total - kGuard - used;
     std::memset(base, kGuardByte, kGuard);
     std::memset(base + kGuard, kPoison, used);
-    std::memset(base + kGuard + used, kGuardByte, block - used + kGuard);
+    std::memset(base + kGuard + used, kGuardByte, tail);
     std::lock_guard<std::mutex> lock(mutex_);
-    live_[base + kGuard] = {block, used, what};
+    live_[base + kGuard] = {used, tail, what};
     return base + kGuard;
   }
 
@@ -73,7 +76,7 @@ class CheckedMemory final : public DeviceMemory {
 
  private:
   struct Block {
-    size_t block, used;
+    size_t used, tail;  // the bytes asked for, and the guard after them
     const char* what;
   };
 
@@ -86,7 +89,7 @@ class CheckedMemory final : public DeviceMemory {
   // Records (and logs, once per block) a guard that was written: a write before the block
   // or past the bytes asked for.
   void note_damage(unsigned char* user, Block& b) const {
-    const size_t tail = b.block - b.used + kGuard;
+    const size_t tail = b.tail;
     const size_t before = first_changed(user - kGuard, kGuard);
     const size_t after = first_changed(user + b.used, tail);
     if ((before == kGuard && after == tail) || b.what == nullptr) return;
