@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kiri/base/best_of.h"
 #include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/bench/ddp_bench.h"
@@ -25,17 +26,6 @@ struct Threads {
   ~Threads() { omp_set_num_threads(saved); }
 };
 
-// The best of reps timed calls after a warm-up one.
-template <typename F>
-double best_seconds(int reps, F&& f) {
-  double best = 1e30;
-  for (int rep = 0; rep <= reps; ++rep) {
-    Timer t;
-    f();
-    if (rep > 0) best = std::min(best, t.seconds());
-  }
-  return best;
-}
 }  // namespace
 
 std::vector<TimedSize> measure_all_reduce(comm::Communicator& world,

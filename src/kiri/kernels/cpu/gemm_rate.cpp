@@ -3,24 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiri/base/best_of.h"
 #include "kiri/base/timer.h"
 #include "kiri/kernels/cpu/ops.h"
 
 namespace kiri::kernels {
-
-namespace {
-// The best of reps timed calls after a warm-up one.
-template <typename F>
-double best_seconds(int reps, F&& f) {
-  double best = 1e30;
-  for (int rep = 0; rep <= reps; ++rep) {
-    Timer t;
-    f();
-    if (rep > 0) best = std::min(best, t.seconds());
-  }
-  return best;
-}
-}  // namespace
 
 double measure_gemm_flops(int64_t n, int reps) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
