@@ -17,7 +17,6 @@
 namespace kiri::ckpt {
 
 namespace fs = std::filesystem;
-namespace hf = ckpt::hf;
 
 namespace {
 // How often rank 0's writer looks for the other ranks' files.
