@@ -5,10 +5,6 @@
 #include <type_traits>
 
 #include "kiri/kernels/cpu/ops.h"
-#include "kiri/parallel/tp/cross_entropy.h"
-#include "kiri/parallel/tp/embedding.h"
-#include "kiri/parallel/tp/mappings.h"
-#include "kiri/parallel/tp/utils.h"
 
 namespace kiri::model {
 
@@ -122,10 +118,9 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool seq
     : nn::Module(""),
       cfg_(cfg),
       part_(part),
-      tp_(tp && tp->size() > 1 ? tp : nullptr),
-      sequence_parallel_(sequence_parallel) {
+      tp_{tp && tp->size() > 1 ? tp : nullptr, sequence_parallel} {
   cfg.validate();
-  cfg.validate_tensor_parallel(tp_size(), sequence_parallel);
+  cfg.validate_tensor_parallel(tp_.size(), sequence_parallel);
   if (part_.end_block < 0) part_.end_block = cfg.n_layer;
   KIRI_CHECK_KIND(kConfig,
                   0 <= part_.first_block && part_.first_block <= part_.end_block &&
@@ -134,11 +129,11 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool seq
                   ") of model.n_layer = ", cfg.n_layer);
   // The token table and an untied head: [V, C], vocab parallel under tp (rows
   // [start, start + V/p) of the vocabulary padded to a multiple of p).
-  const int p = tp_size();
-  const int64_t rows = tp_ ? parallel::tp::pad_vocab(cfg.vocab_size, p) / p : cfg.vocab_size;
-  vocab_start_ = tp_ ? rows * tp_->rank() : 0;
-  const Shape local{rows, cfg.n_embd}, full{cfg.vocab_size, cfg.n_embd};
-  const nn::TpSplit cut = tp_ ? nn::TpSplit{0, p, tp_->rank(), 1} : nn::TpSplit{};
+  const parallel::tp::VocabRows vocab = parallel::tp::vocab_rows(tp_, cfg.vocab_size);
+  embedding_ = parallel::tp::VocabParallelEmbedding<T>(tp_, vocab.start);
+  vocab_head_ = parallel::tp::VocabParallelHead<T>(tp_, vocab.start, cfg.vocab_size);
+  const Shape local{vocab.rows, cfg.n_embd}, full{cfg.vocab_size, cfg.n_embd};
+  const nn::TpSplit cut = vocab.cut;
   if (part_.first || (part_.last && tied()))
     wte_ = &add_parameter(cfg.token_embedding_name(), local, true,
                           {nn::InitKind::kNormal, kInitStd}, full, cut);
@@ -215,55 +210,6 @@ void GPT<T>::set_selective_recompute(const SelectiveRecompute& r) {
 }
 
 template <typename T>
-Tensor GPT<T>::lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf) {
-  // v: this rank's rows of the vocabulary (all of it without tensor parallelism).
-  const Tensor& w = head().value;  // [V, C]
-  const int64_t n = xf.dim(0), c = cfg_.n_embd, v = w.dim(0);
-  Tensor logits = nn::activation(ctx, {n, v}, dtype_of<T>());  // [N, V]
-  if constexpr (std::is_same_v<T, float>) {
-    const DType pd = w.dtype();
-    if (pd != DType::kF32) {  // 16-bit parameters: a 16-bit GEMM on a 16-bit copy of xf
-      Tensor xl = nn::activation(ctx, {n, c}, pd);  // [N, C]
-      k::convert(xl, xf);
-      k::gemm_lowp(pd, false, true, n, v, c, 1.0f, xl.raw(), c, w.raw(), c, 0.0f, logits.raw(),
-                   DType::kF32, v);
-      if (saved_xf) *saved_xf = xl;
-      return logits;
-    }
-  }
-  k::gemm<T>(false, true, n, v, c, T(1), xf.data<T>(), c, w.data<T>(), c, T(0), logits.data<T>(),
-             v);
-  if (saved_xf) *saved_xf = xf;
-  return logits;
-}
-
-template <typename T>
-void GPT<T>::lm_head_backward(nn::Context& ctx, Tensor dlogits, const Tensor& xf, Tensor& dxf) {
-  // logits = xf @ head^T: dxf += dlogits @ head; dhead += dlogits^T @ xf
-  const int64_t n = dlogits.dim(0), v = dlogits.dim(1), c = cfg_.n_embd;
-  nn::Parameter& w = head();
-  if constexpr (std::is_same_v<T, float>) {
-    const DType pd = xf.dtype();
-    if (pd != DType::kF32) {
-      Tensor dl = nn::activation(ctx, {n, v}, pd);  // [N, V] 16-bit copy of dlogits
-      k::convert(dl, dlogits);
-      dlogits = Tensor();  // the fp32 [N, V] is the largest buffer: free it before the GEMMs
-      k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, w.value.raw(), c, 1.0f, dxf.raw(),
-                   DType::kF32, c);
-      ctx.progress();
-      k::gemm_lowp(pd, true, false, v, c, n, 1.0f, dl.raw(), v, xf.raw(), c, 1.0f, w.grad.raw(), pd,
-                   c);
-      return;
-    }
-  }
-  k::gemm<T>(false, false, n, c, v, T(1), dlogits.data<T>(), v, w.value.data<T>(), c, T(1),
-             dxf.data<T>(), c);
-  ctx.progress();
-  k::gemm<T>(true, false, v, c, n, T(1), dlogits.data<T>(), v, xf.data<T>(), c, T(1),
-             w.grad.data<T>(), c);
-}
-
-template <typename T>
 double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& targets,
                             double loss_weight) {
   // The final norm, the LM head and the fused softmax cross-entropy. The head
@@ -272,24 +218,15 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   call(group_hooks_.before_forward, last);
   Tensor xf = norm_f_->forward(ctx, x);  // [N, C] (sequence parallel: [N/P, C])
   if (hg != last) call(group_hooks_.after_forward, last);
-  if (sequence_parallel_) {  // the LM head and the loss take every row
-    Tensor full = nn::activation(ctx, {xf.dim(0) * tp_size(), xf.dim(1)}, dtype_of<T>());
-    parallel::tp::GatherFromSequence::forward(*tp_, xf, full);  // [N, C]
-    xf = full;
-  }
+  xf = vocab_head_.every_row(ctx, xf);  // the LM head and the loss take every row: [N, C]
   const int64_t n = xf.dim(0);
   State st;
-  Tensor logits = lm_head_forward(ctx, xf, ctx.training ? &st.xf : nullptr);  // [N, V]
+  Tensor logits = vocab_head_.logits(ctx, xf, head().value, ctx.training ? &st.xf : nullptr);
   call(group_hooks_.after_forward, hg);
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
-  if constexpr (std::is_same_v<T, float>) {
-    if (tp_)  // the vocab-parallel cross-entropy: 3 all-reduces of [N], no full logits
-      parallel::tp::vocab_parallel_cross_entropy_forward(
-          *tp_, losses, lse, logits, flat_targets, vocab_start_, cfg_.vocab_size, ctx.allocator);
-  }
-  if (!tp_) k::softmax_xent_forward<T>(losses, lse, logits, flat_targets);
+  vocab_head_.loss_forward(ctx, losses, lse, logits, flat_targets);
   double sum = 0;
   const T* l = losses.data<T>();  // ignored targets have loss 0
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(l[i]);
@@ -315,8 +252,9 @@ Tensor GPT<T>::forward_part(nn::Context& ctx, const Tensor& tokens, const Tensor
   Tensor x = input;
   if (part_.first) {
     call(group_hooks_.before_forward, 0);
-    x = embed(ctx, tokens);                            // [N, C] or [N/P, C]
-    if (!tied()) call(group_hooks_.after_forward, 0);  // the head does not come back to wte
+    x = embedding_.forward(ctx, tokens, wte_->value,
+                           wpe_ ? wpe_->value : Tensor());  // [N or N/P, C]
+    if (!tied()) call(group_hooks_.after_forward, 0);       // the head does not come back to wte
   } else {
     KIRI_CHECK(x.defined() && x.shape() == Shape({rows, c}),
                "a model part after the first takes its input [", rows, ", ", c, "]");
@@ -368,33 +306,18 @@ Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
   call(group_hooks_.before_backward, hg);
   Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   dloss.fill_(st.loss_weight);
-  if constexpr (std::is_same_v<T, float>) {
-    if (tp_)
-      parallel::tp::vocab_parallel_cross_entropy_backward(st.logits, st.lse, st.targets, dloss,
-                                                          vocab_start_, cfg_.vocab_size);
-  }
-  if (!tp_) k::softmax_xent_backward<T>(st.logits, st.lse, st.targets, dloss);
-  Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
+  vocab_head_.loss_backward(st.logits, st.lse, st.targets, dloss);  // logits -> dlogits
+  Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());    // [N, C]
   st.lse = Tensor();
-  lm_head_backward(ctx, std::move(st.logits), st.xf, dxf);  // logits held dlogits [N, V]
+  vocab_head_.logits_backward(ctx, std::move(st.logits), st.xf, head(), dxf);
   st.logits = st.xf = Tensor();
-  // Each rank's dxf sums over its vocabulary rows only (xf was replicated:
-  // Megatron's f backward).
-  // Sequence parallel: reduce-scattered instead, to this rank's rows (the
-  // all-gather's backward).
-  if (sequence_parallel_) {
-    Tensor local = nn::activation(ctx, {local_rows(n), c}, dtype_of<T>());  // [N/P, C]
-    parallel::tp::GatherFromSequence::backward(*tp_, dxf, local);
-    dxf = local;
-  } else if (tp_) {
-    parallel::tp::CopyToRegion::backward(*tp_, dxf);
-  }
+  dxf = vocab_head_.input_grad(ctx, std::move(dxf));  // [N, C] or [N/P, C]
   if (hook_) {
     if (!tied()) hook_({lm_head_});
     // The tied head's copy of wte is complete in a last part that is not the
-    // first; with the token rows deferred, so is the whole model's wte (untied:
-    // its dense part has nothing more to come).
-    if (part_.first ? defer_embedding_grad_ : tied()) hook_({wte_});
+    // first; with the token rows sent to a sink, so is the whole model's wte
+    // (untied: its dense part has nothing more to come).
+    if (part_.first ? static_cast<bool>(token_sink_) : tied()) hook_({wte_});
   }
   Tensor dx = nn::activation_zeros(ctx, dxf.shape(), dtype_of<T>());  // [N, C] or [N/P, C]
   if (hg != last) call(group_hooks_.before_backward, last);
@@ -428,22 +351,17 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
     if (hook_) hook_(blocks_[i]->parameters());
   }
   if (!part_.first) return dx;
-  if (sequence_parallel_) {  // the embedding's reduce-scatter, backward: every row on every rank
-    Tensor full = nn::activation(ctx, {n, c}, dtype_of<T>());  // [N, C]
-    parallel::tp::ReduceScatterToSequence::backward(*tp_, dx, full);
-    dx = full;
-  }
+  dx = embedding_.every_row_grad(ctx, dx, n);  // [N, C]
   if (!part_.last || head_group() != 0) call(group_hooks_.before_backward, 0);
   if (wpe_) {
     Tensor dx3 = dx.view({b, t, c});
     k::position_embedding_backward<T>(wpe_->grad, dx3);
   }
-  if (defer_embedding_grad_) {
-    deferred_tokens_ = st.tokens.view({n});
-    deferred_dx_ = dx;
+  if (token_sink_) {
+    token_sink_(st.tokens.view({n}), dx);
     if (hook_ && wpe_) hook_({wpe_});
   } else {
-    embed_backward(dx, st.tokens.view({n}));
+    add_token_embedding_grad(st.tokens.view({n}), dx);
     if (hook_) hook_(embedding_parameters());
   }
   call(group_hooks_.after_backward, 0);
@@ -451,68 +369,13 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
 }
 
 template <typename T>
-Tensor GPT<T>::embed(nn::Context& ctx, const Tensor& tokens) {
-  const int64_t b = tokens.dim(0), t = tokens.dim(1), c = cfg_.n_embd;
-  Tensor x = nn::activation(ctx, {b, t, c}, dtype_of<T>());  // [B,T,C]
-  if constexpr (std::is_same_v<T, float>) {
-    if (tp_) {  // each rank looks up its rows, one collective sums them; then + wpe
-      Tensor rows = x.view({b * t, c});  // [N, C]
-      int64_t first = 0;                 // the micro-batch's row that rows[0] is
-      if (sequence_parallel_) {
-        rows = nn::activation(ctx, {local_rows(b * t), c}, DType::kF32);  // [N/P, C]
-        parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_,
-                                                       rows);
-        first = rows.dim(0) * tp_->rank();
-      } else {
-        parallel::tp::vocab_parallel_embedding_forward(*tp_, x, tokens, wte_->value, vocab_start_);
-      }
-      if (wpe_) add_positions(ctx, rows, first, t);
-      return rows;
-    }
-  }
-  if (wpe_)
-    k::embedding_forward<T>(x, tokens, wte_->value, wpe_->value);
-  else
-    k::token_embedding_forward<T>(x, tokens, wte_->value);
-  return x.view({b * t, c});
-}
-
-template <typename T>
-void GPT<T>::add_positions(nn::Context& ctx, Tensor& rows, int64_t first, int64_t seq) {
-  Tensor wpe = wpe_->value;  // [block_size, C]
-  if (wpe.dtype() != DType::kF32) {
-    wpe = Tensor::empty(wpe_->value.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
-    k::convert(wpe, wpe_->value);
-  }
-  const int64_t n = rows.dim(0), c = rows.dim(1);
-  float* xd = rows.data<float>();
-  const float* pd = wpe.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const float* pos = pd + ((first + i) % seq) * c;
-    for (int64_t j = 0; j < c; ++j) xd[i * c + j] += pos[j];
-  }
-}
-
-template <typename T>
-void GPT<T>::embed_backward(const Tensor& dx, const Tensor& tokens) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (tp_) {
-      Tensor g = wte_->grad;
-      parallel::tp::vocab_parallel_embedding_backward(g, dx, tokens, vocab_start_);
-      return;
-    }
-  }
-  add_token_embedding_grad(tokens, dx);
-}
-
-template <typename T>
 void GPT<T>::add_token_embedding_grad(const Tensor& tokens, const Tensor& dx) {
-  k::token_embedding_backward<T>(wte_->grad, dx, tokens);
+  embedding_.token_backward(wte_->grad, dx, tokens);
 }
 
 template <typename T>
 Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
-  KIRI_CHECK(whole() && !tp_, "sampling runs the whole model on one rank");
+  KIRI_CHECK(whole() && !tp_.on(), "sampling runs the whole model on one rank");
   KIRI_CHECK(tokens.rank() == 2 && tokens.dim(0) == 1, "sampling takes tokens [1, T], got ",
              tokens.shape().str());
   const bool training = ctx.training;
@@ -520,7 +383,7 @@ Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
   const int64_t t = tokens.dim(1), c = cfg_.n_embd;
   const int last = num_groups() - 1, hg = head_group();
   call(group_hooks_.before_forward, 0);
-  Tensor x = embed(ctx, tokens);  // [T, C]
+  Tensor x = embedding_.forward(ctx, tokens, wte_->value, wpe_ ? wpe_->value : Tensor());
   if (hg != 0) call(group_hooks_.after_forward, 0);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     call(group_hooks_.before_forward, static_cast<int>(i) + 1);
@@ -530,7 +393,8 @@ Tensor GPT<T>::next_token_logits(nn::Context& ctx, const Tensor& tokens) {
   call(group_hooks_.before_forward, last);
   Tensor xf = norm_f_->forward(ctx, x);
   if (hg != last) call(group_hooks_.after_forward, last);
-  Tensor logits = lm_head_forward(ctx, xf.flat_range((t - 1) * c, c).view({1, c}), nullptr);
+  Tensor logits =
+      vocab_head_.logits(ctx, xf.flat_range((t - 1) * c, c).view({1, c}), head().value, nullptr);
   call(group_hooks_.after_forward, hg);
   ctx.training = training;
   return logits.view({cfg_.vocab_size});

@@ -20,6 +20,7 @@
 #include "kiri/model/layers.h"
 #include "kiri/nn/layers.h"
 #include "kiri/nn/llama_layers.h"
+#include "kiri/parallel/tp/vocab_parallel.h"
 
 namespace kiri::model {
 
@@ -118,19 +119,18 @@ class GPT : public nn::Module {
 
   // Called during backward each time a group of parameters has its final
   // gradient (the LM head right after it ran: the untied lm_head, or the tied
-  // wte when the token-embedding gradient is deferred; then the final norm,
+  // wte when the token rows go to a sink; then the final norm,
   // each block from the last, the embeddings), so data parallelism can start
   // their reduction while backward goes on.
   using GradReadyHook = std::function<void(const std::vector<nn::Parameter*>&)>;
   void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
-  // When set, backward leaves the token-embedding part of wte's gradient out
-  // and keeps its rows (tokens [N], dx [N, C]): a few MB that data
-  // parallelism all-gathers instead of waiting for the V x C gradient at the
-  // very end of backward. add_token_embedding_grad() adds such rows.
-  void set_defer_token_embedding_grad(bool defer) { defer_embedding_grad_ = defer; }
-  const Tensor& deferred_tokens() const { return deferred_tokens_; }
-  const Tensor& deferred_dx() const { return deferred_dx_; }
-  void clear_deferred() { deferred_tokens_ = deferred_dx_ = Tensor(); }
+  // When set, backward hands the token embedding's gradient rows (tokens [N]
+  // I32, dx [N, C]) to the sink instead of adding them into wte's gradient:
+  // data parallelism all-gathers those few MB instead of waiting for the
+  // V x C gradient at the very end of backward. add_token_embedding_grad()
+  // adds such rows (this rank's vocabulary rows of them).
+  using TokenGradSink = std::function<void(const Tensor& tokens, const Tensor& dx)>;
+  void set_token_grad_sink(TokenGradSink sink) { token_sink_ = std::move(sink); }
   void add_token_embedding_grad(const Tensor& tokens, const Tensor& dx);
   nn::Parameter& wte() { return *wte_; }
   bool has_wte() const { return wte_ != nullptr; }
@@ -164,11 +164,6 @@ class GPT : public nn::Module {
   void set_selective_recompute(const SelectiveRecompute& r);
 
  private:
-  // logits [N, V] = xf [N, C] @ head^T; the LM head's 16-bit path returns its
-  // 16-bit copy of xf in *saved_xf (else xf itself) for backward.
-  Tensor lm_head_forward(nn::Context& ctx, const Tensor& xf, Tensor* saved_xf);
-  // Takes dlogits by value so that the 16-bit path can free the fp32 one early.
-  void lm_head_backward(nn::Context& ctx, Tensor dlogits, const Tensor& xf, Tensor& dxf);
   double loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& targets, double loss_weight);
   struct State;
   // The last part's backward through the loss, the LM head and the final norm:
@@ -178,13 +173,7 @@ class GPT : public nn::Module {
     if (hook) hook(group);
   }
 
-  int tp_size() const { return tp_ ? tp_->size() : 1; }
-  parallel::tp::TensorParallel tensor_parallel() const { return {tp_, sequence_parallel_}; }
-  // The rows [N, C] (sequence parallel: this rank's [N/P, C]) of wte[tokens] (+ wpe, GPT-2).
-  Tensor embed(nn::Context& ctx, const Tensor& tokens);
-  // rows[i] += wpe[(first + i) % seq]: the positions of rows first, first + 1, ...
-  void add_positions(nn::Context& ctx, Tensor& rows, int64_t first, int64_t seq);
-  void embed_backward(const Tensor& dx, const Tensor& tokens);  // the token-embedding part
+  const parallel::tp::TensorParallel& tensor_parallel() const { return tp_; }
   // The LM head's weight [V, C] (wte when tied) and the group that holds it.
   nn::Parameter& head() { return tied() ? *wte_ : *lm_head_; }
   int head_group() const { return tied() && part_.first ? 0 : num_groups() - 1; }
@@ -192,9 +181,10 @@ class GPT : public nn::Module {
 
   GPTConfig cfg_;
   GPTPart part_;
-  comm::Communicator* tp_ = nullptr;
-  bool sequence_parallel_ = false;
-  int64_t vocab_start_ = 0;                    // this rank's first row of the (padded) vocabulary
+  parallel::tp::TensorParallel tp_;  // the blocks' cut and the residual stream's rows
+  // Both ends of the vocabulary, cut by its rows over tp (parallel/tp/vocab_parallel.h).
+  parallel::tp::VocabParallelEmbedding<T> embedding_;
+  parallel::tp::VocabParallelHead<T> vocab_head_;
   nn::Parameter* wte_ = nullptr;               // [V, C] on the first part, and the last when tied
   nn::Parameter* wpe_ = nullptr;               // [block_size, C] on the first part (GPT-2)
   nn::Parameter* lm_head_ = nullptr;           // [V, C] on the last part when untied
@@ -212,8 +202,7 @@ class GPT : public nn::Module {
   nn::Saved<State> saved_;
   GradReadyHook hook_;
   GroupHooks group_hooks_;
-  bool defer_embedding_grad_ = false;
-  Tensor deferred_tokens_, deferred_dx_;  // [N] I32, [N, C]
+  TokenGradSink token_sink_;
 };
 
 }  // namespace kiri::model

@@ -135,7 +135,11 @@ void ParallelGPT::apply_ddp(Allocator& allocator) {
   ddp_ = std::make_unique<parallel::DistributedDataParallel>(*store_, dp, options_.ddp, allocator);
   if (chunks_.size() == 1 && chunks_[0]->whole()) {
     // (Under tensor parallelism the rows of wte are split: no deferral.)
-    model().set_defer_token_embedding_grad(dims_.shape().tp == 1);
+    if (dims_.shape().tp == 1)
+      model().set_token_grad_sink([this](const Tensor& tokens, const Tensor& dx) {
+        token_rows_ = tokens;
+        token_dx_ = dx;
+      });
     model().set_grad_ready_hook(
         [this](const std::vector<nn::Parameter*>& ready) { ddp_->on_grads_ready(ready); });
   }
@@ -374,17 +378,17 @@ void ParallelGPT::end_micro_batch() {
     return;
   }
   if (!ddp_) return;
-  if (!model().deferred_tokens().defined()) {  // nothing deferred (tensor parallelism)
+  if (!token_rows_.defined()) {  // nothing deferred (tensor parallelism)
     if (last_) ddp_->finalize_grads({});
     return;
   }
   if (!last_) {
     // Accumulating: this micro-batch's token-embedding rows stay local.
-    model().add_token_embedding_grad(model().deferred_tokens(), model().deferred_dx());
+    model().add_token_embedding_grad(token_rows_, token_dx_);
   } else {
-    ddp_->finalize_grads({{&model().wte(), model().deferred_tokens(), model().deferred_dx()}});
+    ddp_->finalize_grads({{&model().wte(), token_rows_, token_dx_}});
   }
-  model().clear_deferred();
+  token_rows_ = token_dx_ = Tensor();
 }
 
 void ParallelGPT::sync_tied_embedding() {

@@ -163,6 +163,9 @@ class ParallelGPT {
   bool last_ = true;
   std::unique_ptr<nn::ParameterStore> store_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  // DDP without tensor parallelism: the micro-batch's token-embedding gradient rows, which the
+  // model hands over (GPT::set_token_grad_sink) instead of adding them into wte's gradient.
+  Tensor token_rows_, token_dx_;                   // [N] I32, [N, C]
   comm::Communicator* embedding_group_ = nullptr;  // the dims' (tied head, pp > 1)
   std::unique_ptr<parallel::ShardedDataParallel> sharded_;
   std::unique_ptr<Pipeline> pipeline_;
