@@ -18,6 +18,17 @@ void for_each_piece(int64_t total, int64_t piece, const std::function<void(int64
   for (int64_t b = 0; b < total; b += piece) fn(b, std::min(piece, total - b));
 }
 
+std::vector<GlobalPiece> global_pieces(const nn::ParameterSegment& s) {
+  std::vector<GlobalPiece> out;
+  for (const nn::ElementRun& r : nn::element_runs(*s.param)) {
+    const int64_t lo = std::max(r.local, s.begin);
+    const int64_t hi = std::min(r.local + r.length, s.begin + s.numel());
+    if (lo < hi)
+      out.push_back({r.global + (lo - r.local), hi - lo, s.state_offset + (lo - s.begin)});
+  }
+  return out;
+}
+
 void check_finite_piece(const Tensor& t, const std::string& what, int64_t first, int64_t total) {
   KIRI_CHECK_KIND(kCheckpoint, t.dtype() == DType::kF32, what, " is ", dtype_name(t.dtype()),
                   ", expected F32");

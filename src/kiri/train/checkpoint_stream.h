@@ -26,6 +26,14 @@ int64_t checkpoint_piece_elements(const CheckpointConfig& cfg);
 // Calls fn(begin, n) for consecutive pieces [begin, begin + n) of [0, total), n <= piece.
 void for_each_piece(int64_t total, int64_t piece, const std::function<void(int64_t, int64_t)>& fn);
 
+// A segment's elements as runs of the whole parameter: `length` elements from `global` whose
+// optimizer state starts at `state` (the coordinates an optimizer file's segments are in, so
+// that a save and a resume on another layout agree on them).
+struct GlobalPiece {
+  int64_t global, length, state;
+};
+std::vector<GlobalPiece> global_pieces(const nn::ParameterSegment& s);
+
 // check_finite of a piece: `t` holds elements [first, first + t.numel()) of a tensor of
 // `total` elements, and the message names the element in the whole tensor.
 void check_finite_piece(const Tensor& t, const std::string& what, int64_t first, int64_t total);

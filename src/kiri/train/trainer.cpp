@@ -183,9 +183,9 @@ double Trainer::peak_flops() {
 Trainer::~Trainer() {
   // A save in flight completes, unless an error is unwinding the trainer: then it is cancelled
   // (the writer's destructor), leaving its temporary directory as a killed save would.
-  if (async_ && std::uncaught_exceptions() == 0) {
+  if (checkpoints_ && std::uncaught_exceptions() == 0) {
     try {
-      async_->wait();
+      checkpoints_->wait();
     } catch (const std::exception& e) {
       log::warn(e.what());
     }
@@ -212,6 +212,26 @@ void Trainer::write_trace() {
 
 DType Trainer::compute_dtype() const {
   return model::dtype_of(cfg_.train.dtype);
+}
+
+std::string Trainer::save_checkpoint() {
+  return checkpoints_->save(step_, data_position_);
+}
+
+void Trainer::wait_for_checkpoint() {
+  checkpoints_->wait();
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  checkpoints_->load(path, step_, data_position_);
+}
+
+void Trainer::init_from(const std::string& path) {
+  checkpoints_->init_from(path);
+}
+
+std::vector<std::pair<std::string, Tensor>> Trainer::gather_model() {
+  return checkpoints_->gather_model();
 }
 
 nn::ParameterStore& Trainer::store() {
@@ -244,7 +264,7 @@ StepMetrics Trainer::train_step() {
   Tracer::Span step_span(tracer_.get(), "step " + std::to_string(step_ + 1), "step",
                          Tracer::Lane::kStep);
   // A failed background save is named at the step after it (checkpoint_async.h).
-  if (async_) async_->rethrow_failure();
+  checkpoints_->rethrow_failure();
   model::Pipeline* pipeline = dims_->shape().pp > 1 ? parallel_->pipeline() : nullptr;
   const model::PipelineStats pipeline_before =
       pipeline ? pipeline->stats() : model::PipelineStats{};
@@ -448,7 +468,7 @@ void Trainer::run_steps() {
       const std::string dir = save_checkpoint();
       // An asynchronous save logs itself once committed (checkpoint_async.h).
       if (rank0 && !cfg_.checkpoint.async)
-        log::info("saved checkpoint ", dir, " in ", seconds_text(last_save_s_));
+        log::info("saved checkpoint ", dir, " in ", seconds_text(last_save_seconds()));
     }
   }
   wait_for_checkpoint();  // the last save is committed before the run ends

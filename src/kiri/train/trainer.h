@@ -1,17 +1,13 @@
 #pragma once
 // The training loop of one process: data, model, optimizer, metrics and
 // checkpoints, configured by a RunConfig. `kiri train` is Trainer::run().
-#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "kiri/base/timer.h"
 #include "kiri/base/trace.h"
-#include "kiri/ckpt/checkpoint_async.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/config/run_config.h"
 #include "kiri/data/dataset.h"
@@ -23,6 +19,7 @@
 #include "kiri/offload/swap_space.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/optim/loss_scaler.h"
+#include "kiri/train/checkpoint_manager.h"
 #include "kiri/train/metrics.h"
 
 namespace kiri::train {
@@ -55,10 +52,6 @@ std::string trace_path_for_rank(const std::string& path, int rank, int world_siz
 using OomAdvisor =
     std::function<std::string(const RunConfig& cfg, int world_size, const MemoryStats& stats,
                               Category category, int64_t bytes)>;
-
-// kCheckpoint unless `t` (F32) holds only finite values: names `what`, the first bad
-// element and its value. Checkpoint loading runs it on every tensor it reads.
-void check_finite(const Tensor& t, const std::string& what);
 
 class Trainer {
  public:
@@ -99,6 +92,7 @@ class Trainer {
   // "MFU against a peak of ... (mfu_gemm)", for the start-up log.
   std::string describe_peak();
 
+  // Checkpoints are the CheckpointManager's (checkpoint_manager.h); these forward to it.
   // Writes <checkpoint.dir>/step_N atomically and returns its path. With checkpoint.async
   // it returns once this rank's part is staged; a background thread writes the files and
   // rank 0's commits the directory (checkpoint_async.h). Either way it first waits for the
@@ -108,8 +102,8 @@ class Trainer {
   void wait_for_checkpoint();
   // The seconds the last save_checkpoint held this rank: the whole save, or with
   // checkpoint.async the staging copy (and the wait for the previous save, also given alone).
-  double last_save_seconds() const { return last_save_s_; }
-  double last_save_wait_seconds() const { return last_save_wait_s_; }
+  double last_save_seconds() const { return checkpoints_->last_save_seconds(); }
+  double last_save_wait_seconds() const { return checkpoints_->last_save_wait_seconds(); }
   // Restores parameters, optimizer state, step and data position. Collective: every rank
   // reads its part, then all agree, so that a failure on any rank raises
   // comm::AgreedError (that rank's error) on every rank. Refuses non-finite values.
@@ -121,7 +115,7 @@ class Trainer {
   void init_from(const std::string& path);
   // --accept-data-change: load_checkpoint continues on a tokenizer or data that changed
   // since the checkpoint was saved (logged), instead of refusing it (fingerprint.h).
-  void accept_data_change(bool accept) { accept_data_change_ = accept; }
+  void accept_data_change(bool accept) { checkpoints_->accept_data_change(accept); }
 
   int64_t step() const { return step_; }
   // Called with (first position, count) for each block of training samples this rank reads
@@ -179,8 +173,10 @@ class Trainer {
   // data.tokenizer; model.vocab_size resolved from it (and kept in config_json_).
   void load_tokenizer();
   void install_oom_advice();  // the advisor on the allocator, once the vocabulary is known
-  data::Dataset open_data();  // rank 0 prepares and checks the shards, then the others map them
-  void start_tracer();        // log.trace: this rank's tracer on the world
+  // Rank 0 prepares and checks the shards, then the others map them; rank 0 sets
+  // `fingerprints` ({"tokenizer": ..., "data": ...}, fingerprint.h) for the checkpoints.
+  data::Dataset open_data(nlohmann::json& fingerprints);
+  void start_tracer();  // log.trace: this rank's tracer on the world
   void build_dims();
   // The layout of the config as the model takes it (model::parallel_options).
   model::ParallelOptions parallel_options() const;
@@ -207,18 +203,6 @@ class Trainer {
   void count_nonfinite(const StepMetrics& m, int64_t& count) const;
   void build_detaching_tracer();  // build(); on failure unsets the world's tracer
   void add_comm_stats(StepMetrics& m);
-  void read_checkpoint(const std::string& path);  // this rank's part of load_checkpoint
-  void load_model(const std::string& dir);        // a model folder's weights (hf_model.h)
-  void load_optimizer_states(const std::string& dir, const std::vector<std::string>& files);
-  // Whether this rank writes its optimizer states (one copy per shard).
-  bool writes_optimizer_states() const;
-  int optimizer_writers_per_stage() const;
-  int optimizer_writers() const;                         // optimizer files per checkpoint
-  int optimizer_file_index() const;                      // this rank's, when it writes one
-  std::string checkpoint_state_text(int writers) const;  // state.json
-  std::string stage_checkpoint(const Timer& timer);      // save_checkpoint's async part
-  void reserve_async_staging();  // the writer and its staging buffers, touched
-  std::exception_ptr stage_model(ckpt::AsyncSaveJob& job);  // rank 0's model staging (collective)
 
   RunConfig cfg_;
   std::string config_json_;
@@ -241,10 +225,10 @@ class Trainer {
   std::unique_ptr<model::ParallelGPT> parallel_;
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<optim::DynamicLossScaler> scaler_;
-  // checkpoint.async: the background writer and its staging buffers (allocator_'s, so
-  // declared after it and destroyed first).
-  std::unique_ptr<ckpt::AsyncCheckpointWriter> async_;
-  double last_save_s_ = 0, last_save_wait_s_ = 0;
+  // Built with the optimizer; it holds the async writer's staging buffers (allocator_'s) and
+  // references to the tokenizer, model and optimizer, so it is declared after them and
+  // destroyed first.
+  std::unique_ptr<CheckpointManager> checkpoints_;
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32
   Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32
   int64_t step_ = 0;
@@ -256,9 +240,6 @@ class Trainer {
   double gemm_flops_ = 0;         // the fp32 GEMM rate measured at start, per rank
   bool mfu_warned_ = false;
   std::function<void(uint64_t, int64_t)> sample_observer_;
-  // Rank 0: {"tokenizer": ..., "data": ...} of this run (fingerprint.h), for state.json.
-  nlohmann::json fingerprints_;
-  bool accept_data_change_ = false;
 };
 
 }  // namespace kiri::train

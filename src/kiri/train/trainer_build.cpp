@@ -51,7 +51,8 @@ void Trainer::build() {
   if (!cfg_.train.mem_limit.empty()) allocator_.set_limit(parse_bytes(cfg_.train.mem_limit));
   load_tokenizer();
   install_oom_advice();
-  data::Dataset ds = open_data();
+  json fingerprints;  // rank 0's, for the checkpoints
+  data::Dataset ds = open_data(fingerprints);
   const std::string data_dir = ds.dir;
   start_tracer();
   train_stream_ = std::make_unique<data::SampleStream>(std::move(ds.train), cfg_.train.seq_len,
@@ -62,10 +63,14 @@ void Trainer::build() {
   build_dims();
   build_model(parallel_options());
   build_optimizer();
-  // checkpoint.async: the staging buffers from the start (in `buffers`), so that the first
-  // save's stall is a copy like every later one's, not the kernel faulting in its pages.
-  if (cfg_.checkpoint.async && !cfg_.checkpoint.dir.empty()) reserve_async_staging();
+  // Here, before the loss scaler and the batches: with checkpoint.async it reserves its
+  // staging buffers at once, in the order the trainer always allocated them.
+  checkpoints_ = std::make_unique<CheckpointManager>(
+      CheckpointParts{cfg_, config_json_, *world_, allocator_, *dims_, *parallel_, *optimizer_,
+                      *tokenizer_},
+      std::move(fingerprints));
   build_loss_scaler();
+  checkpoints_->set_loss_scaler(scaler_.get());
   allocate_buffers();
   gemm_flops_ = measure_gemm_flops_rate();
 }
@@ -112,7 +117,7 @@ void Trainer::install_oom_advice() {
   });
 }
 
-data::Dataset Trainer::open_data() {
+data::Dataset Trainer::open_data(json& fingerprints) {
   // Rank 0 tokenizes the corpus once and checks every token; the others then map the
   // checked shards and read only their own samples.
   const int64_t vocab = cfg_.model.vocab_size, seq_len = cfg_.train.seq_len;
@@ -122,8 +127,8 @@ data::Dataset Trainer::open_data() {
     shard_dir = prepare_corpus_shards(cfg_.data, *tokenizer_);
     ds = open_run_dataset(shard_dir, cfg_.data, tokenizer_->name(), vocab, seq_len, true);
     // After the check above, which verified the shards' checksums that this hash stands on.
-    fingerprints_ = {{"tokenizer", tokenizer_fingerprint(*tokenizer_)},
-                     {"data", data_fingerprint(ds)}};
+    fingerprints = {{"tokenizer", tokenizer_fingerprint(*tokenizer_)},
+                    {"data", data_fingerprint(ds)}};
   }
   world_->barrier();
   if (world_->rank() != 0) {
