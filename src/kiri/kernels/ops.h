@@ -1,7 +1,13 @@
 #pragma once
-// CPU kernels: each op is a <op>_forward / <op>_backward pair on tensor views,
-// templated on the scalar (float for training, double for the
-// finite-difference gradient checks). Conventions, as in llm.c:
+// The kernels' front, device-neutral: every layer above kernels/ calls these and nothing
+// under kernels/cpu/. Each op takes the tensors (or, for the raw GEMMs, the pointers) the
+// caller has and dispatches on the tensors' device (ops.cpp): kHost and kChecked are host
+// memory and go to the CPU backend (kernels/cpu, namespace kernels::cpu); another device
+// is an error naming it until its backend folder exists.
+//
+// Each op is a <op>_forward / <op>_backward pair on tensor views, templated on the scalar
+// (float for training, double for the finite-difference gradient checks). Conventions, as
+// in llm.c:
 //  - shapes are read from the tensors and checked; the comment on each
 //    argument gives the shape (N = number of rows, e.g. B*T);
 //  - every backward ACCUMULATES (+=) into its d-prefixed outputs, so the
@@ -13,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kiri/kernels/params.h"
 #include "kiri/tensor/tensor.h"
 
 namespace kiri::kernels {
@@ -37,8 +44,8 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 // kViaF32: A and B widened to fp32 in panels (thread-local scratch of at most
 // ~32 MB per calling thread) and gemm<float>. kAuto: kOneDnnMatmul where the
 // CPU has AMX, else kViaF32, which is twice as fast without AMX (vdpbf16ps
-// has half the FLOP rate of fp32 FMA; docs/performance.md).
-enum class LowpGemmImpl { kAuto, kOneDnnMatmul, kViaF32 };
+// has half the FLOP rate of fp32 FMA; docs/performance.md). (LowpGemmImpl
+// lives in params.h, shared with the backends.)
 // The setting is global to the process. Until set_gemm_lowp_impl is called it
 // comes from the environment variable KIRI_GEMM_LOWP (auto | onednn |
 // via_f32; unset or empty means auto), read once; any other value makes
@@ -181,14 +188,6 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& gate, const Tenso
 // sequence):  out[i] = x[i] cos - x[i+h] sin,  out[i+h] = x[i+h] cos + x[i] sin.
 // This is what HF checkpoints' q/k weights expect (Meta's files pair columns
 // 2i, 2i+1 instead: their rows are permuted on conversion).
-struct RopeParams {
-  double theta = 10000.0;  // rope_theta
-  // Llama 3's rope_scaling (rope_type "llama3"): long wavelengths slowed by
-  // `factor`, short ones kept, the band between interpolated.
-  bool llama3 = false;
-  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
-  double original_max_position_embeddings = 8192;
-};
 // inv_freq[i] = theta^(-2i / hs) for i < hs / 2, then scaled as `p` says (in double).
 std::vector<double> rope_inv_freq(int64_t head_dim, const RopeParams& p);
 // cos, sin [P, h] of T's dtype: cos(t * inv_freq[i]) and sin(...) for positions
@@ -247,15 +246,6 @@ void softmax_xent_backward(Tensor& logits_to_dlogits, const Tensor& lse, const T
                            const Tensor& dloss);
 
 // ---- AdamW (fp32 states) ---------------------------------------------------
-struct AdamWParams {
-  float lr = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
-  int64_t step = 1;           // 1-based, for bias correction
-  float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, loss scale)
-};
 // param, m, v: same numel, F32 (param is the fp32 master copy). grad: same
 // numel, F32, BF16 or F16 (widened on the fly). lowp_param, when given: BF16
 // or F16 of the same numel, set to the updated param rounded (the copy the
@@ -266,5 +256,40 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
 // Sum of squares of the elements (F32, F64, BF16 or F16), accumulated in
 // double (for grad-norm clipping).
 double sum_of_squares(const Tensor& x);
+
+// ---- Vocabulary-parallel pieces (tensor parallelism, parallel/tp) -------------
+// A rank holds a slice of the vocabulary: `logits_local` [N, cols] F32 whose first `real`
+// columns are real (the rest padding) and start at vocabulary index `start`; targets and
+// tokens are I32. parallel/tp checks the arguments and runs the collectives between these.
+// max[N] = the row max over the real columns (-inf when none); target_logit[N] = the
+// target's logit where this slice holds it (targets < 0 and others: 0). Both F32.
+void vocab_slice_max_and_target(Tensor& max, Tensor& target_logit, const Tensor& logits_local,
+                                const Tensor& targets, int64_t real, int64_t start);
+// sum[N] (F64) = sum over the real columns of exp(logits - max[i]).
+void vocab_slice_sum_exp(Tensor& sum, const Tensor& logits_local, const Tensor& max, int64_t real);
+// With the reduced max in lse and target logit in losses: lse[i] = max + log(sum[i]),
+// losses[i] = lse[i] - target logit (0 where the target is < 0).
+void vocab_slice_finish_loss(Tensor& losses, Tensor& lse, const Tensor& sum, const Tensor& targets);
+// logits_to_dlogits_local [N, cols] overwritten with (softmax - onehot) * dloss[i] on the
+// real columns, 0 on the padding and on rows whose target is < 0.
+void vocab_slice_xent_backward(Tensor& logits_to_dlogits_local, const Tensor& lse,
+                               const Tensor& targets, const Tensor& dloss, int64_t real,
+                               int64_t start);
+// rows [n, C] F32 = wte_local [Vl, C] (F32, BF16 or F16) row tokens[i] - start, widened;
+// zeros for tokens outside the slice (n = tokens.numel()).
+void vocab_slice_embedding_lookup(Tensor& rows, const Tensor& tokens, const Tensor& wte_local,
+                                  int64_t start);
+// dwte_local [Vl, C] row tokens[i] - start += dout [M, C] row i for the tokens in the
+// slice, in order of i (a 16-bit row rounded once per addition).
+void vocab_slice_embedding_backward(Tensor& dwte_local, const Tensor& dout, const Tensor& tokens,
+                                    int64_t start);
+
+// ---- Small row ops (model/gpt) ------------------------------------------------
+// The sum of x's elements (T's dtype) in order, accumulated in double: the mean loss.
+template <typename T>
+double sum_in_order(const Tensor& x);
+// rows [n, C] F32 += row (first + i) % seq of pos_table [>= seq, C] F32, for each row i:
+// the position embedding of a sequence shard whose first row is at position `first`.
+void add_position_rows(Tensor& rows, const Tensor& pos_table, int64_t first, int64_t seq);
 
 }  // namespace kiri::kernels

@@ -6,14 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "kiri/kernels/params.h"
 #include "kiri/tensor/dtype.h"
 
 namespace kiri::kernels {
-
-struct CorePeak {
-  double flops = 0;         // FLOP/s of one core (an FMA counts 2)
-  std::string instruction;  // what reached it, e.g. "avx512 vfmadd231ps"
-};
 
 // Measures one core now (uncached), on the calling thread: the best of
 // `repeats` short runs (~0.1 ms each) after a warm-up. Per dtype, the fastest

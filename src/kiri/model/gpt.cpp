@@ -4,7 +4,7 @@
 #include <string>
 #include <type_traits>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/parallel/tp/cross_entropy.h"
 #include "kiri/parallel/tp/embedding.h"
 #include "kiri/parallel/tp/mappings.h"
@@ -290,9 +290,7 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
           *tp_, losses, lse, logits, flat_targets, vocab_start_, cfg_.vocab_size, ctx.allocator);
   }
   if (!tp_) k::softmax_xent_forward<T>(losses, lse, logits, flat_targets);
-  double sum = 0;
-  const T* l = losses.data<T>();  // ignored targets have loss 0
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(l[i]);
+  const double sum = k::sum_in_order<T>(losses);  // ignored targets have loss 0
   if (ctx.training) {
     st.targets = flat_targets;
     st.logits = logits;
@@ -484,13 +482,7 @@ void GPT<T>::add_positions(nn::Context& ctx, Tensor& rows, int64_t first, int64_
     wpe = Tensor::empty(wpe_->value.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
     k::convert(wpe, wpe_->value);
   }
-  const int64_t n = rows.dim(0), c = rows.dim(1);
-  float* xd = rows.data<float>();
-  const float* pd = wpe.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const float* pos = pd + ((first + i) % seq) * c;
-    for (int64_t j = 0; j < c; ++j) xd[i * c + j] += pos[j];
-  }
+  k::add_position_rows(rows, wpe, first, seq);
 }
 
 template <typename T>
