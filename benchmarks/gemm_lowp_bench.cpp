@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kiri/base/rng.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/tensor/dtype.h"
 
 namespace {

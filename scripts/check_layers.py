@@ -6,6 +6,9 @@ The table's first column names a layer (its folder under src/kiri; `kernels/cpu`
 and the layers L links, directly or through them; anything else (an include that runs back
 up, or sideways to a layer L does not link) is named with its file and line, and the exit
 code is 1. A folder of src/kiri that the table lacks fails too, so the table stays whole.
+A backend folder is private to its layer: no file outside src/kiri/kernels includes
+kiri/kernels/cpu/ (the others call the front, kernels/ops.h, which dispatches on the device;
+docs/design.md), so a new backend is a folder beside cpu/ and no caller changes.
 
     python3 scripts/check_layers.py [--root DIR]   # DIR: the checkout (default: this one)
 """
@@ -15,6 +18,9 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"kiri/([^/"]+)/')
+# Folders that only their own layer may include: {include prefix: the layer's folder}.
+PRIVATE = {"kernels/cpu/": "kernels"}
+PRIVATE_INCLUDE = re.compile(r'^\s*#\s*include\s+"kiri/([^"]+)"')
 
 
 def read_table(design):
@@ -79,6 +85,12 @@ def main():
                 may = ", ".join(sorted(allowed[layer] - {layer})) or "no other layer"
                 problems.append(f"{path.relative_to(root)}:{number} includes kiri/{m.group(1)}/: "
                                 f"layer {layer} may include only {may} (docs/design.md)")
+            p = PRIVATE_INCLUDE.match(line)
+            for prefix, owner in PRIVATE.items():
+                if p and p.group(1).startswith(prefix) and layer != owner:
+                    problems.append(f"{path.relative_to(root)}:{number} includes kiri/{prefix}: "
+                                    f"only {owner} may; call the front kiri/{owner}/ops.h "
+                                    f"(docs/design.md)")
     for p in problems:
         print(p)
     if problems:

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::test {
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kiri/kernels/cpu/peak.h"
+#include "kiri/kernels/peak.h"
 
 namespace kiri::bench {
 namespace {

@@ -32,7 +32,7 @@
 #include "kiri/base/hash.h"
 #include "kiri/comm/local/local.h"
 #include "kiri/config/config_schema.h"
-#include "kiri/kernels/cpu/peak.h"
+#include "kiri/kernels/peak.h"
 #include "temp_dir.h"
 #include "test_paths.h"
 #include "train_test_util.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kernels/test_util.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri {
 namespace {

@@ -14,7 +14,7 @@
 #include "gemm_lowp_paths.h"
 #include "kernels/test_util.h"
 #include "kiri/base/error.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/tensor/dtype.h"
 
 namespace kiri {

@@ -18,7 +18,7 @@
 #include "kernels/test_util.h"
 #include "kiri/base/error.h"
 #include "kiri/base/rng.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/tensor/dtype.h"
 
 namespace kiri {

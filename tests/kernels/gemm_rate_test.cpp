@@ -1,6 +1,6 @@
-// The GEMM rates (kernels/cpu/gemm_rate.h), the one measurement behind kiri train's
+// The GEMM rates (kernels/gemm_rate.h), the one measurement behind kiri train's
 // mfu_gemm, kiri bench's GEMM rate and kiri plan --calibrate's.
-#include "kiri/kernels/cpu/gemm_rate.h"
+#include "kiri/kernels/gemm_rate.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 
 #include "kernels/test_util.h"
 #include "kiri/base/error.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri {
 namespace {

@@ -1,6 +1,6 @@
-// The FMA peak (kernels/cpu/peak.h): stable across measurements, per dtype
+// The FMA peak (kernels/peak.h): stable across measurements, per dtype
 // never below fp32, and peak_flops = the core's peak x threads.
-#include "kiri/kernels/cpu/peak.h"
+#include "kiri/kernels/peak.h"
 
 #include <gtest/gtest.h>
 

@@ -81,5 +81,28 @@ TEST(Device, TheHostDeviceCachesAndChecksNothing) {
   EXPECT_EQ(internal_error_of(a), "");
 }
 
+TEST(Device, CopiesBetweenDevicesGoThroughOneFunction) {
+  Allocator host, checked(Device::kChecked);
+  Tensor a = Tensor::empty({3}, DType::kF32, Category::kOther, host);
+  for (int i = 0; i < 3; ++i) a.data<float>()[i] = static_cast<float>(i) + 0.25f;
+  Tensor b = Tensor::empty({3}, DType::kF32, Category::kOther, checked);
+  b.copy_from(a);  // same dtype: copy_bytes from the host to the checked device
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b.data<float>()[i], a.data<float>()[i]);
+  float back[3] = {};
+  copy_bytes(back, Device::kHost, b.raw(), b.device(), b.nbytes());
+  EXPECT_EQ(std::memcmp(back, a.raw(), sizeof back), 0);
+  EXPECT_TRUE(host_addressable(Device::kHost) && host_addressable(Device::kChecked));
+  try {  // a device whose memory the CPU cannot reach: named, not copied
+    copy_bytes(back, static_cast<Device>(9), a.raw(), Device::kHost, 4);
+    ADD_FAILURE() << "a copy to an unknown device passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInternal);
+    EXPECT_EQ(e.message(),
+              "copy of 4 bytes from device host to device ?: no copy between these "
+              "devices");
+  }
+  checked.check_device();
+}
+
 }  // namespace
 }  // namespace kiri

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "kiri/base/error.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/parallel/tp/cross_entropy.h"
 #include "kiri/parallel/tp/utils.h"
 #include "tp/tp_util.h"

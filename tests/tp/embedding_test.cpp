@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kiri/base/error.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/parallel/tp/embedding.h"
 #include "kiri/parallel/tp/utils.h"
 #include "tp/tp_util.h"

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <string>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/nn/module.h"
 #include "kiri/nn/parameter.h"
 #include "kiri/parallel/tp/vocab_parallel.h"

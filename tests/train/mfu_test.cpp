@@ -15,7 +15,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/comm/local/local.h"
-#include "kiri/kernels/cpu/peak.h"
+#include "kiri/kernels/peak.h"
 #include "kiri/train/metrics.h"
 #include "kiri/train/trainer.h"
 #include "temp_dir.h"

@@ -8,7 +8,7 @@
 #include "kiri/data/sample_stream.h"
 #include "kiri/data/shard.h"
 #include "kiri/data/stats.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "temp_dir.h"
 #include "test_paths.h"
 

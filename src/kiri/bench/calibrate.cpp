@@ -11,8 +11,8 @@
 #include "kiri/base/timer.h"
 #include "kiri/bench/ddp_bench.h"
 #include "kiri/comm/self.h"
-#include "kiri/kernels/cpu/gemm_rate.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/gemm_rate.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::bench {
 

@@ -7,7 +7,7 @@
 
 #include "kiri/bench/bench.h"
 #include "kiri/comm/communicator.h"
-#include "kiri/kernels/cpu/peak.h"
+#include "kiri/kernels/peak.h"
 
 namespace kiri::bench {
 

@@ -427,7 +427,7 @@ void SafetensorsFile::read_into(const std::string& name, Tensor& dst) const {
                dtype_name(dst.dtype()), " ", dst.shape().str(), ", found ", dtype_name(i.dtype),
                " ", i.shape.str());
   verify(name);
-  if (dst.nbytes() > 0) std::memcpy(dst.raw(), data_of(i), dst.nbytes());
+  copy_bytes(dst.raw(), dst.device(), data_of(i), Device::kHost, dst.nbytes());
 }
 
 void SafetensorsFile::read_into_converting(const std::string& name, Tensor& dst) const {
@@ -463,7 +463,7 @@ void SafetensorsFile::read_range(const std::string& name, int64_t first, Tensor&
   const size_t size = dtype_size(i.dtype), bytes = static_cast<size_t>(n) * size;
   const char* src = data_of(i) + static_cast<size_t>(first) * size;
   if (i.dtype == dst.dtype()) {
-    std::memcpy(dst.raw(), src, bytes);
+    copy_bytes(dst.raw(), dst.device(), src, Device::kHost, bytes);
     return;
   }
   std::shared_ptr<char[]> staged;  // copy_from reads through typed pointers

@@ -16,7 +16,7 @@
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/launch/world.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"

@@ -22,7 +22,7 @@
 #include "kiri/cli/plan_config.h"
 #include "kiri/cli/plan_json.h"
 #include "kiri/cli/verbs.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/launch/world.h"
 #include "kiri/offload/disk_bench.h"
 #include "kiri/plan/calibration.h"

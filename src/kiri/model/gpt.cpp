@@ -4,7 +4,7 @@
 #include <string>
 #include <type_traits>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::model {
 
@@ -227,9 +227,7 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
   vocab_head_.loss_forward(ctx, losses, lse, logits, flat_targets);
-  double sum = 0;
-  const T* l = losses.data<T>();  // ignored targets have loss 0
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(l[i]);
+  const double sum = k::sum_in_order<T>(losses);  // ignored targets have loss 0
   if (ctx.training) {
     st.targets = flat_targets;
     st.logits = logits;

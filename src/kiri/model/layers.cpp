@@ -1,6 +1,6 @@
 #include "kiri/model/layers.h"
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::model {
 

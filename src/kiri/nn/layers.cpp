@@ -4,7 +4,7 @@
 
 #include <type_traits>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/nn/mixed.h"
 
 namespace kiri::nn {

@@ -5,7 +5,7 @@
 // (model/llama_layers.h).
 #include <memory>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/nn/layers.h"
 
 namespace kiri::nn {

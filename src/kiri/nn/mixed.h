@@ -5,7 +5,7 @@
 // through fp32 scratch.
 #include <type_traits>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/nn/module.h"
 
 namespace kiri::nn::detail {

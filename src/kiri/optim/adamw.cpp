@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::optim {
 

@@ -21,6 +21,17 @@ const char* device_name(Device device) {
   return "?";
 }
 
+bool host_addressable(Device device) {
+  return device == Device::kHost || device == Device::kChecked;
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  KIRI_CHECK_KIND(kInternal, host_addressable(dst_device) && host_addressable(src_device),
+                  "copy of ", bytes, " bytes from device ", device_name(src_device), " to device ",
+                  device_name(dst_device), ": no copy between these devices");
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
 namespace {
 
 class HostMemory final : public DeviceMemory {

@@ -37,4 +37,14 @@ class DeviceMemory {
 
 std::unique_ptr<DeviceMemory> device_memory(Device device);
 
+// Whether the CPU can read and write the device's memory directly (kHost and kChecked: both
+// host RAM). Code that touches a tensor's bytes itself asks this first.
+bool host_addressable(Device device);
+
+// The one copy between devices: `bytes` bytes from `src` (memory of src_device) to `dst`
+// (memory of dst_device); the two may overlap. Every host<->device copy of tensor bytes
+// goes through here, so a device with its own memory adds its copy in this one place. Today
+// both devices are host RAM (a memmove); any other pair is a kInternal error naming them.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
 }  // namespace kiri

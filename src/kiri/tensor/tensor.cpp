@@ -134,9 +134,13 @@ void Tensor::copy_from(const Tensor& src) {
              " into ", numel(), " elements ", shape_.str());
   if (numel() == 0) return;
   if (src.dtype() == dtype_) {
-    std::memmove(raw(), src.raw(), nbytes());
+    copy_bytes(raw(), device(), src.raw(), src.device(), nbytes());
     return;
   }
+  // The conversions below read and write the elements on the CPU.
+  KIRI_CHECK_KIND(kInternal, host_addressable(device()) && host_addressable(src.device()),
+                  "converting copy from device ", device_name(src.device()), " to device ",
+                  device_name(device()), ": the CPU cannot reach their memory");
   const int64_t n = numel();
   const void* s = src.raw();
   void* d = raw();

@@ -17,7 +17,7 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/base/units.h"
-#include "kiri/kernels/cpu/gemm_rate.h"
+#include "kiri/kernels/gemm_rate.h"
 
 namespace kiri::train {
 

@@ -105,7 +105,7 @@ class MetricsWriter {
 // FLOP/s of one 1024^3 fp32 GEMM (oneDNN sgemm) on the current OpenMP
 // threads, the best of 3 after a warm-up (kernels::measure_gemm_flops, the
 // measurement kiri plan --calibrate stores too): mfu_gemm's denominator. A
-// sustained rate, not a peak (kernels/cpu/peak.h).
+// sustained rate, not a peak (kernels/peak.h).
 double measure_gemm_flops_rate();
 
 }  // namespace kiri::train

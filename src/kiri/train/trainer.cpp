@@ -16,7 +16,7 @@
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
-#include "kiri/kernels/cpu/peak.h"
+#include "kiri/kernels/peak.h"
 #include "kiri/plot/plot.h"
 #include "kiri/train/faults.h"
 #include "kiri/train/run_dir.h"

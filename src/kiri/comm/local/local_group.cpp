@@ -181,7 +181,8 @@ std::string execute_slot(const GroupInfo& info, LocalGroup& g, LocalSlot& s) {
     case OpKind::kBroadcast:
       for (int r = 0; r < n; ++r)
         if (r != sig.root && sig.count > 0)
-          std::memcpy(s.in[r].raw(), s.in[sig.root].raw(), sig.count * elem);
+          copy_bytes(s.in[r].raw(), s.in[r].device(), s.in[sig.root].raw(), s.in[sig.root].device(),
+                     sig.count * elem);
       break;
     default:  // barrier: meeting is all it does
       break;

@@ -176,7 +176,8 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, 
     return MPI_Ireduce_scatter(in.raw(), dst, raw->counts.data(), type, mop, c, r);
   };
   w->finish = [raw, out, op, n = size()] {
-    if (!raw->scratch.empty()) std::memcpy(out.raw(), raw->scratch.data(), out.nbytes());
+    if (!raw->scratch.empty())
+      copy_bytes(out.raw(), out.device(), raw->scratch.data(), Device::kHost, out.nbytes());
     if (op == ReduceOp::kAvg) divide(out, n);
   };
   return submit(w);

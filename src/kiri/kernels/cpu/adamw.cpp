@@ -9,7 +9,7 @@
 #include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 
@@ -140,4 +140,4 @@ double sum_of_squares(const Tensor& x) {
   return sum_of_squares_impl(x.data<double>(), x.numel());
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

@@ -17,7 +17,7 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/kernels/cpu/vmath.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_tensor;
@@ -303,4 +303,4 @@ template void gqa_attention_backward<double>(Tensor&, Tensor&, Tensor&, const Te
                                              const Tensor&, const Tensor&, const Tensor&,
                                              const Tensor&, const Tensor&, int, int, Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

@@ -8,7 +8,7 @@
 #include "kiri/base/error.h"
 #include "kiri/tensor/tensor.h"
 
-namespace kiri::kernels::detail {
+namespace kiri::kernels::cpu::detail {
 
 // Below this many elements of work a loop runs on one thread: waking the team
 // costs more than it saves (and far more when the cores are oversubscribed).
@@ -107,4 +107,4 @@ void add_column_sums(T* dst, int64_t N, int64_t C, const Term& term) {
   }
 }
 
-}  // namespace kiri::kernels::detail
+}  // namespace kiri::kernels::cpu::detail

@@ -12,7 +12,7 @@
 #include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 namespace detail {
 namespace {
 
@@ -188,4 +188,4 @@ bool all_finite(const Tensor& x) {
   return ok;
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

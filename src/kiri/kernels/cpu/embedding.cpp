@@ -7,7 +7,7 @@
 #include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_tensor;
@@ -243,4 +243,4 @@ template void token_embedding_backward<double>(Tensor&, const Tensor&, const Ten
 template void token_embedding_forward<float>(Tensor&, const Tensor&, const Tensor&);
 template void token_embedding_forward<double>(Tensor&, const Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

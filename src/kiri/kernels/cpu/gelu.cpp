@@ -8,7 +8,7 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/kernels/cpu/vmath.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::exp_fast;
@@ -69,4 +69,4 @@ template void gelu_forward<double>(Tensor&, const Tensor&);
 template void gelu_backward<float>(Tensor&, const Tensor&, const Tensor&);
 template void gelu_backward<double>(Tensor&, const Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

@@ -11,7 +11,7 @@
 #include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 template <>
 void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -43,4 +43,4 @@ void gemm<double>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, d
               C, static_cast<int>(ldc));
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

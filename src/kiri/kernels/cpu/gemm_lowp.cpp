@@ -17,7 +17,7 @@
 #include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 namespace {
 
 using detail::LowpGemmArgs;
@@ -245,4 +245,4 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
             ldc);
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

@@ -5,7 +5,7 @@
 
 #include "kiri/tensor/dtype.h"
 
-namespace kiri::kernels::detail {
+namespace kiri::kernels::cpu::detail {
 
 // gemm_lowp's arguments, already checked (M, N, K > 0).
 struct LowpGemmArgs {
@@ -31,4 +31,4 @@ bool gemm_lowp_onednn(const LowpGemmArgs& g);
 // "" when it has none on this CPU. Computed once per dtype.
 const std::string& onednn_lowp_kernel(DType ab);
 
-}  // namespace kiri::kernels::detail
+}  // namespace kiri::kernels::cpu::detail

@@ -22,7 +22,7 @@
 #include "kiri/base/error.h"
 #include "kiri/kernels/cpu/gemm_lowp.h"
 
-namespace kiri::kernels::detail {
+namespace kiri::kernels::cpu::detail {
 namespace {
 
 using dnnl::memory;
@@ -223,4 +223,4 @@ bool gemm_lowp_onednn(const LowpGemmArgs& g) {
   }
 }
 
-}  // namespace kiri::kernels::detail
+}  // namespace kiri::kernels::cpu::detail

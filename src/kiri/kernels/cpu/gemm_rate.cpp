@@ -7,7 +7,7 @@
 #include "kiri/base/timer.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 double measure_gemm_flops(int64_t n, int reps) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
@@ -28,4 +28,4 @@ double measure_gemm_bf16_flops(int64_t n, int reps) {
   return 2.0 * static_cast<double>(n) * n * n / best;
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

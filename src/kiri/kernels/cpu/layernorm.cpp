@@ -6,7 +6,7 @@
 #include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_matrix;
@@ -144,4 +144,4 @@ template void layernorm_backward<float>(Tensor&, Tensor&, Tensor&, const Tensor&
 template void layernorm_backward<double>(Tensor&, Tensor&, Tensor&, const Tensor&, const Tensor&,
                                          const Tensor&, const Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

@@ -11,7 +11,7 @@
 #include "kiri/kernels/cpu/lowp.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_matrix;
@@ -237,4 +237,4 @@ template void linear_nt_backward<float>(Tensor&, Tensor&, const Tensor&, const T
 template void linear_nt_backward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                          const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

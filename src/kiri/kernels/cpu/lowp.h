@@ -8,7 +8,7 @@
 #include "kiri/tensor/dtype.h"
 #include "kiri/tensor/tensor.h"
 
-namespace kiri::kernels::detail {
+namespace kiri::kernels::cpu::detail {
 
 inline bool is_lowp(DType d) {
   return d == DType::kBF16 || d == DType::kF16;
@@ -31,4 +31,4 @@ void add_f32_into(void* dst, DType dd, const float* src, int64_t n);
 // F32, BF16 or F16, else an error naming the op and the argument.
 void check_float_dtype(const Tensor& t, const char* op, const char* name);
 
-}  // namespace kiri::kernels::detail
+}  // namespace kiri::kernels::cpu::detail

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #endif
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 namespace {
 
@@ -358,4 +358,4 @@ std::string peak_cpu_features() {
   return s.empty() ? "none" : s;
 }
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

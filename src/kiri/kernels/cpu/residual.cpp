@@ -4,7 +4,7 @@
 #include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_tensor;
@@ -53,4 +53,4 @@ template void residual_forward<double>(Tensor&, const Tensor&, const Tensor&);
 template void residual_backward<float>(Tensor&, Tensor&, const Tensor&);
 template void residual_backward<double>(Tensor&, Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

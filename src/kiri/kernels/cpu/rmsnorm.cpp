@@ -7,7 +7,7 @@
 #include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_matrix;
@@ -95,4 +95,4 @@ template void rmsnorm_backward<float>(Tensor&, Tensor&, const Tensor&, const Ten
 template void rmsnorm_backward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                        const Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

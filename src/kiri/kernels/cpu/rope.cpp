@@ -7,7 +7,7 @@
 #include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/ops.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 
@@ -130,4 +130,4 @@ template void rope_forward<double>(Tensor&, const Tensor&, const Tensor&, const 
 template void rope_backward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void rope_backward<double>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

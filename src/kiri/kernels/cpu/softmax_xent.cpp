@@ -7,7 +7,7 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/kernels/cpu/vmath.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_per_row;
@@ -103,4 +103,4 @@ template void softmax_xent_forward<double>(Tensor&, Tensor&, const Tensor&, cons
 template void softmax_xent_backward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void softmax_xent_backward<double>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

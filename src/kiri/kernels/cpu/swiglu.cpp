@@ -7,7 +7,7 @@
 #include "kiri/kernels/cpu/ops.h"
 #include "kiri/kernels/cpu/vmath.h"
 
-namespace kiri::kernels {
+namespace kiri::kernels::cpu {
 
 using detail::check_dtype;
 using detail::check_tensor;
@@ -57,4 +57,4 @@ template void swiglu_backward<float>(Tensor&, Tensor&, const Tensor&, const Tens
 template void swiglu_backward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&);
 
-}  // namespace kiri::kernels
+}  // namespace kiri::kernels::cpu

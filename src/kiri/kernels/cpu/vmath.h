@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace kiri::kernels::detail {
+namespace kiri::kernels::cpu::detail {
 
 // exp(x) = 2^n * exp(r), n = round(x / ln2), |r| <= ln2/2, Cephes' expf
 // polynomial (~1 ulp). Results stay normal: x < -87 gives exactly 0, x > 88
@@ -34,4 +34,4 @@ inline double exp_fast(double x) {
   return std::exp(x);
 }
 
-}  // namespace kiri::kernels::detail
+}  // namespace kiri::kernels::cpu::detail

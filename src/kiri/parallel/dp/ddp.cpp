@@ -1,6 +1,6 @@
 #include "kiri/parallel/dp/ddp.h"
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::parallel {
 

@@ -5,7 +5,7 @@
 #include <deque>
 #include <iterator>
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 
 namespace kiri::parallel {
 

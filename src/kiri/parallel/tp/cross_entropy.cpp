@@ -1,18 +1,14 @@
 #include "kiri/parallel/tp/cross_entropy.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
-// exp_fast: the vectorisable expf of the one-process kernel (a libm call per element
-// made this loop 28% of a tp 2 step).
-#include "kiri/kernels/cpu/vmath.h"
+// The element loops are kernels (ops.h, vocab_slice_*); this file checks the arguments and
+// runs the collectives between them.
+#include "kiri/kernels/ops.h"
 
 namespace kiri::parallel::tp {
 
 namespace {
-
-constexpr int64_t kMinParallelWork = 1 << 15;  // as the CPU kernels
 
 // The local slice: N rows of V/P columns, the first `real` of them inside
 // the real vocabulary.
@@ -44,42 +40,6 @@ void check_row_tensor(const Tensor& t, int64_t N, const char* op, const char* na
              dtype_name(t.dtype()), ", expected ", N, " F32 values");
 }
 
-// Local partials: row max over the real columns (-inf when there are none)
-// and the target logit where this rank owns it (else 0).
-void local_max_and_target(float* max, float* z, const float* x, const int32_t* t, const Slice& s,
-                          int64_t start) {
-#pragma omp parallel for schedule(static) if (s.N * s.cols > kMinParallelWork)
-  for (int64_t i = 0; i < s.N; ++i) {
-    const float* xi = x + i * s.cols;
-    float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < s.real; ++j) m = xi[j] > m ? xi[j] : m;
-    max[i] = m;
-    const int64_t j = t[i] - start;
-    z[i] = t[i] >= 0 && j >= 0 && j < s.real ? xi[j] : 0.0f;
-  }
-}
-
-// sum[i] = sum over the real columns of exp(x[i, j] - m[i]): float sums of
-// blocks of kSumBlock terms, the block sums in double (as the kernel's row_lse).
-void local_sum_exp(double* sum, const float* x, const float* m, const Slice& s) {
-  constexpr int64_t kSumBlock = 1024;
-#pragma omp parallel for schedule(static) if (s.N * s.cols > kMinParallelWork)
-  for (int64_t i = 0; i < s.N; ++i) {
-    const float* xi = x + i * s.cols;
-    const float mi = m[i];
-    double total = 0;
-    for (int64_t b = 0; b < s.real; b += kSumBlock) {
-      const int64_t e = std::min(s.real, b + kSumBlock);
-      float part = 0;
-#pragma omp simd reduction(+ : part)
-      for (int64_t j = b; j < e; ++j) part += kernels::detail::exp_fast(xi[j] - mi);
-      total += static_cast<double>(part);
-    }
-    sum[i] = total;
-  }
-}
-
 }  // namespace
 
 void vocab_parallel_cross_entropy_forward(comm::Communicator& tp, Tensor& losses, Tensor& lse,
@@ -94,23 +54,16 @@ void vocab_parallel_cross_entropy_forward(comm::Communicator& tp, Tensor& losses
              ": vocab_start ", vocab_start, " and vocab_size ", vocab_size, " on tp rank ",
              tp.rank(), " of ", tp.size(), " with ", s.cols, " columns each, expected ",
              tp.rank() * s.cols, " and at most ", tp.size() * s.cols);
-  const float* x = logits_local.data<float>();  // [N, V/P]
-  const int32_t* t = targets.data<int32_t>();   // [N]
-  float* m = lse.data<float>();                 // [N]: the max, then lse
-  float* z = losses.data<float>();              // [N]: the target logit, then the loss
-  local_max_and_target(m, z, x, t, s, vocab_start);
+  // lse holds the max, then lse; losses the target logit, then the loss.
+  kernels::vocab_slice_max_and_target(lse, losses, logits_local, targets, s.real, vocab_start);
   comm::WorkHandle target = tp.all_reduce_async(losses, comm::ReduceOp::kSum);
   comm::WorkHandle max = tp.all_reduce_async(lse, comm::ReduceOp::kMax);
   max->wait();
   target->wait();
   Tensor sum = Tensor::empty({s.N}, DType::kF64, Category::kBuffers, scratch);
-  double* S = sum.data<double>();
-  local_sum_exp(S, x, m, s);
+  kernels::vocab_slice_sum_exp(sum, logits_local, lse, s.real);
   tp.all_reduce(sum, comm::ReduceOp::kSum);
-  for (int64_t i = 0; i < s.N; ++i) {
-    m[i] = m[i] + static_cast<float>(std::log(S[i]));
-    z[i] = t[i] < 0 ? 0.0f : m[i] - z[i];
-  }
+  kernels::vocab_slice_finish_loss(losses, lse, sum, targets);
 }
 
 void vocab_parallel_cross_entropy_backward(Tensor& logits_to_dlogits_local, const Tensor& lse,
@@ -120,24 +73,8 @@ void vocab_parallel_cross_entropy_backward(Tensor& logits_to_dlogits_local, cons
   const Slice s = check_slice(logits_to_dlogits_local, targets, vocab_start, vocab_size, op);
   check_row_tensor(lse, s.N, op, "lse");
   check_row_tensor(dloss, s.N, op, "dloss");
-  float* x = logits_to_dlogits_local.data<float>();  // [N, V/P] logits in, dlogits out
-  const int32_t* t = targets.data<int32_t>();        // [N]
-  const float* l = lse.data<float>();                // [N]
-  const float* dl = dloss.data<float>();             // [N]
-#pragma omp parallel for schedule(static) if (s.N * s.cols > kMinParallelWork)
-  for (int64_t i = 0; i < s.N; ++i) {
-    float* xi = x + i * s.cols;
-    if (t[i] < 0) {
-      std::fill(xi, xi + s.cols, 0.0f);
-      continue;
-    }
-    const float li = l[i], gi = dl[i];
-#pragma omp simd
-    for (int64_t j = 0; j < s.real; ++j) xi[j] = kernels::detail::exp_fast(xi[j] - li) * gi;
-    std::fill(xi + s.real, xi + s.cols, 0.0f);  // padding: probability 0
-    const int64_t j = t[i] - vocab_start;
-    if (j >= 0 && j < s.real) xi[j] -= gi;
-  }
+  kernels::vocab_slice_xent_backward(logits_to_dlogits_local, lse, targets, dloss, s.real,
+                                     vocab_start);
 }
 
 }  // namespace kiri::parallel::tp

@@ -1,6 +1,6 @@
 #include "kiri/parallel/tp/layers.h"
 
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/nn/mixed.h"
 #include "kiri/parallel/tp/mappings.h"
 #include "kiri/parallel/tp/utils.h"

@@ -3,7 +3,7 @@
 #include <type_traits>
 
 #include "kiri/base/error.h"
-#include "kiri/kernels/cpu/ops.h"
+#include "kiri/kernels/ops.h"
 #include "kiri/parallel/tp/cross_entropy.h"
 #include "kiri/parallel/tp/embedding.h"
 #include "kiri/parallel/tp/mappings.h"
@@ -65,13 +65,7 @@ void VocabParallelEmbedding<T>::add_positions(nn::Context& ctx, Tensor& rows, co
     pos = Tensor::empty(wpe.shape(), DType::kF32, Category::kBuffers, ctx.allocator);
     k::convert(pos, wpe);
   }
-  const int64_t n = rows.dim(0), c = rows.dim(1);
-  float* xd = rows.data<float>();
-  const float* pd = pos.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const float* p = pd + ((first + i) % seq) * c;
-    for (int64_t j = 0; j < c; ++j) xd[i * c + j] += p[j];
-  }
+  k::add_position_rows(rows, pos, first, seq);
 }
 
 template <typename T>
