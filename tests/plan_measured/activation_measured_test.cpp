@@ -87,7 +87,8 @@ struct Kept {
 // One training forward and backward of a `layers`-block model on this rank's tp group.
 Kept run_model(Communicator* tp, const ActCase& k, int layers) {
   Allocator alloc;
-  GPT<float> m(config(layers, k.llama), {}, tp, k.sp);
+  GPT<float> m(config(layers, k.llama));
+  m.apply_tp({tp, k.sp});
   m.set_activation_checkpointing(k.full ? 1 : 0);
   m.set_selective_recompute(k.sel);
   nn::ParameterStore store(m.parameters(), k.bf16 ? DType::kBF16 : DType::kF32, alloc);

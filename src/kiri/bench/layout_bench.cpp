@@ -129,11 +129,13 @@ MeshRun time_mesh_steps(comm::Communicator& world, const BenchSpec& spec, const 
   parallel::ParallelDims dims(world, l.shape);
   for (comm::Communicator* c : {&dims.dp(), &dims.tp(), &dims.pp()}) c->set_tracer(&tracer);
   Allocator alloc;
-  std::vector<std::unique_ptr<model::GPT<float>>> owned = model::make_gpt_chunks(
-      cfg, l.shape.pp, dims.pp_index(), po, spec.seq, &dims.tp(), l.sequence_parallel);
+  std::vector<std::unique_ptr<model::GPT<float>>> owned =
+      model::make_gpt_chunks(cfg, l.shape.pp, dims.pp_index(), po, spec.seq);
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : owned) chunks.push_back(c.get());
-  model::ParallelGPT pm(chunks, dims, l.options, alloc);
+  model::ParallelOptions options = l.options;
+  options.sequence_parallel = l.sequence_parallel;
+  model::ParallelGPT pm(chunks, dims, options, alloc);
   optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{}, alloc,
                    pm.norm_groups());
   opt.initialize(spec.init_seed);

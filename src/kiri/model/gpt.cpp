@@ -20,8 +20,8 @@ constexpr double kInitStd = 0.02;
 // model's parameter order (the order of the flat buffers: forward order).
 class LmHead final : public nn::Module {
  public:
-  LmHead(const Shape& shape, const Shape& full, nn::TpSplit tp) : nn::Module("lm_head") {
-    weight = &add_parameter("weight", shape, true, {nn::InitKind::kNormal, kInitStd}, full, tp);
+  explicit LmHead(const Shape& shape) : nn::Module("lm_head") {
+    weight = &add_parameter("weight", shape, true, {nn::InitKind::kNormal, kInitStd});
   }
   nn::Parameter* weight;
 };
@@ -29,30 +29,35 @@ class LmHead final : public nn::Module {
 }  // namespace
 
 template <typename T>
-Block<T>::Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParallel& tp,
-                std::shared_ptr<const nn::RopeTable> rope)
+Block<T>::Block(int index, const GPTConfig& cfg, std::shared_ptr<const nn::RopeTable> rope)
     : nn::Module((cfg.llama() ? "model.layers." : "transformer.h.") + std::to_string(index)) {
   const std::string& n = name();
   if (cfg.llama()) {
     norm_1_ =
         std::make_unique<nn::RmsNorm<T>>(n + ".input_layernorm", cfg.n_embd, cfg.rms_norm_eps);
     attn_ = std::make_unique<LlamaAttention<T>>(n + ".self_attn", cfg.n_embd, cfg.n_head,
-                                                cfg.kv_heads(), kInitStd, std::move(rope), tp);
+                                                cfg.kv_heads(), kInitStd, std::move(rope));
     norm_2_ = std::make_unique<nn::RmsNorm<T>>(n + ".post_attention_layernorm", cfg.n_embd,
                                                cfg.rms_norm_eps);
-    mlp_ = std::make_unique<SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd, tp);
+    mlp_ = std::make_unique<SwiGluMlp<T>>(n + ".mlp", cfg.n_embd, cfg.mlp_width(), kInitStd);
   } else {
     const double proj_std = kInitStd / std::sqrt(2.0 * cfg.n_layer);
     norm_1_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_1", cfg.n_embd);
     attn_ = std::make_unique<CausalSelfAttention<T>>(n + ".attn", cfg.n_embd, cfg.n_head, kInitStd,
-                                                     proj_std, tp);
+                                                     proj_std);
     norm_2_ = std::make_unique<nn::LayerNorm<T>>(n + ".ln_2", cfg.n_embd);
-    mlp_ = std::make_unique<Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std, tp);
+    mlp_ = std::make_unique<Mlp<T>>(n + ".mlp", cfg.n_embd, kInitStd, proj_std);
   }
   add_child(*norm_1_);
   add_child(*attn_);
   add_child(*norm_2_);
   add_child(*mlp_);
+}
+
+template <typename T>
+void Block<T>::apply_tp(const parallel::tp::TensorParallel& tp) {
+  dynamic_cast<BlockLayer<T>&>(*attn_).apply_tp(tp);
+  dynamic_cast<BlockLayer<T>&>(*mlp_).apply_tp(tp);
   std::vector<nn::Parameter*> norms = norm_1_->parameters();
   for (nn::Parameter* p : norm_2_->parameters()) norms.push_back(p);
   norm_grads_ = parallel::tp::SequenceParallelGrads(tp, std::move(norms), dtype_of<T>());
@@ -60,9 +65,9 @@ Block<T>::Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParal
 
 template <typename T>
 void Block<T>::set_selective_recompute(const SelectiveRecompute& r) {
-  dynamic_cast<SelectiveLayer<T>&>(*attn_).set_recompute(
+  dynamic_cast<BlockLayer<T>&>(*attn_).set_recompute(
       r, [this](nn::Context& ctx) { return norm_1_->recompute_output(ctx); });
-  dynamic_cast<SelectiveLayer<T>&>(*mlp_).set_recompute(
+  dynamic_cast<BlockLayer<T>&>(*mlp_).set_recompute(
       r, [this](nn::Context& ctx) { return norm_2_->recompute_output(ctx); });
 }
 
@@ -114,29 +119,24 @@ void Block<T>::backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
 }
 
 template <typename T>
-GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool sequence_parallel)
+GPT<T>::GPT(const GPTConfig& cfg, GPTPart part)
     : nn::Module(""),
       cfg_(cfg),
       part_(part),
-      tp_{tp && tp->size() > 1 ? tp : nullptr, sequence_parallel} {
+      embedding_(tp_, 0),
+      vocab_head_(tp_, 0, cfg.vocab_size) {
   cfg.validate();
-  cfg.validate_tensor_parallel(tp_.size(), sequence_parallel);
   if (part_.end_block < 0) part_.end_block = cfg.n_layer;
   KIRI_CHECK_KIND(kConfig,
                   0 <= part_.first_block && part_.first_block <= part_.end_block &&
                       part_.end_block <= cfg.n_layer,
                   "a model part takes blocks [", part_.first_block, ", ", part_.end_block,
                   ") of model.n_layer = ", cfg.n_layer);
-  // The token table and an untied head: [V, C], vocab parallel under tp (rows
-  // [start, start + V/p) of the vocabulary padded to a multiple of p).
-  const parallel::tp::VocabRows vocab = parallel::tp::vocab_rows(tp_, cfg.vocab_size);
-  embedding_ = parallel::tp::VocabParallelEmbedding<T>(tp_, vocab.start);
-  vocab_head_ = parallel::tp::VocabParallelHead<T>(tp_, vocab.start, cfg.vocab_size);
-  const Shape local{vocab.rows, cfg.n_embd}, full{cfg.vocab_size, cfg.n_embd};
-  const nn::TpSplit cut = vocab.cut;
+  // The token table and an untied head: [V, C] (apply_tp cuts them by vocabulary rows).
+  const Shape table{cfg.vocab_size, cfg.n_embd};
   if (part_.first || (part_.last && tied()))
-    wte_ = &add_parameter(cfg.token_embedding_name(), local, true,
-                          {nn::InitKind::kNormal, kInitStd}, full, cut);
+    wte_ =
+        &add_parameter(cfg.token_embedding_name(), table, true, {nn::InitKind::kNormal, kInitStd});
   if (part_.first && !cfg.llama())
     wpe_ = &add_parameter("transformer.wpe.weight", {cfg.block_size, cfg.n_embd}, true,
                           {nn::InitKind::kNormal, kInitStd});
@@ -151,7 +151,7 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool seq
     rope_ = std::make_shared<nn::RopeTable>(cfg.block_size, cfg.head_dim(), rp, dtype_of<T>());
   }
   for (int i = part_.first_block; i < part_.end_block; ++i) {
-    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, tensor_parallel(), rope_));
+    blocks_.push_back(std::make_unique<Block<T>>(i, cfg, rope_));
     add_child(*blocks_.back());
   }
   if (part_.last) {
@@ -160,15 +160,29 @@ GPT<T>::GPT(const GPTConfig& cfg, GPTPart part, comm::Communicator* tp, bool seq
     else
       norm_f_ = std::make_unique<nn::LayerNorm<T>>("transformer.ln_f", cfg.n_embd);
     add_child(*norm_f_);
-    norm_f_grads_ = parallel::tp::SequenceParallelGrads(tensor_parallel(), norm_f_->parameters(),
-                                                        dtype_of<T>());
     if (!tied()) {
-      auto head = std::make_unique<LmHead>(local, full, cut);
+      auto head = std::make_unique<LmHead>(table);
       lm_head_ = head->weight;
       head_module_ = std::move(head);
       add_child(*head_module_);
     }
   }
+}
+
+template <typename T>
+void GPT<T>::apply_tp(const parallel::tp::TensorParallel& tp) {
+  tp_ = {tp.on() ? tp.group : nullptr, tp.sequence_parallel};
+  cfg_.validate_tensor_parallel(tp_.size(), tp_.sequence_parallel);
+  // Both vocabulary tables: rows [start, start + V/P) of the vocabulary padded to a multiple
+  // of P.
+  const parallel::tp::VocabRows vocab = parallel::tp::vocab_rows(tp_, cfg_.vocab_size);
+  embedding_ = parallel::tp::VocabParallelEmbedding<T>(tp_, vocab.start);
+  vocab_head_ = parallel::tp::VocabParallelHead<T>(tp_, vocab.start, cfg_.vocab_size);
+  if (wte_) parallel::tp::cut_parameter_rows(*wte_, vocab.rows, vocab.cut);
+  for (auto& block : blocks_) block->apply_tp(tp_);
+  if (norm_f_)
+    norm_f_grads_ = parallel::tp::SequenceParallelGrads(tp_, norm_f_->parameters(), dtype_of<T>());
+  if (lm_head_) parallel::tp::cut_parameter_rows(*lm_head_, vocab.rows, vocab.cut);
 }
 
 template <typename T>

@@ -27,10 +27,11 @@ namespace kiri::model {
 template <typename T>
 class Block : public nn::Module {
  public:
-  // tp: the tensor-parallel group (attention by heads, MLP by columns; model/layers.h).
-  // rope: the model's rotary table (llama), else nullptr.
-  Block(int index, const GPTConfig& cfg, const parallel::tp::TensorParallel& tp = {},
-        std::shared_ptr<const nn::RopeTable> rope = nullptr);
+  // rope: the model's rotary table (llama), else nullptr. Built whole; apply_tp cuts it.
+  Block(int index, const GPTConfig& cfg, std::shared_ptr<const nn::RopeTable> rope = nullptr);
+  // Tensor parallelism (attention by heads, MLP by columns; model/layers.h), before the
+  // parameters are bound; under sequence parallelism the norms' gradients are summed over tp.
+  void apply_tp(const parallel::tp::TensorParallel& tp);
   // x: [B*T, C] -> [B*T, C]
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
   // dy: [B*T, C]; accumulates the gradient of the block's input into dx.
@@ -79,16 +80,21 @@ struct GPTPart {
 template <typename T>
 class GPT : public nn::Module {
  public:
-  // tp: the tensor-parallel group, or nullptr. With p > 1 ranks, each
-  // block's attention and MLP are split Megatron-style (model/layers.h), and
-  // the token embedding and the LM head by vocabulary rows (the vocabulary
-  // padded to a multiple of p): the full logits never exist on one rank.
-  // sequence_parallel (needs p > 1): the residual stream, the norms and the
-  // stage boundaries hold this rank's rows of each micro-batch only, [N/P, C]
-  // (model/layers.h); the embedding reduce-scatters into them and the final
-  // norm's output is all-gathered for the LM head and the loss.
-  explicit GPT(const GPTConfig& cfg, GPTPart part = {}, comm::Communicator* tp = nullptr,
-               bool sequence_parallel = false);
+  // The whole model, or one part of it: its parameters are shapes until a
+  // ParameterStore binds them, so the cuts can still change them
+  // (model/parallelize.h applies them).
+  explicit GPT(const GPTConfig& cfg, GPTPart part = {});
+  // Tensor parallelism, applied by parallelize's apply_tp before the parameters
+  // are bound (kInternal after). With P > 1 ranks each block's attention and MLP
+  // are split Megatron-style (model/layers.h), and the token embedding and the
+  // LM head by vocabulary rows (the vocabulary padded to a multiple of P): the
+  // full logits never exist on one rank. Under sequence parallelism (needs
+  // P > 1) the residual stream, the norms and the stage boundaries hold this
+  // rank's rows of each micro-batch only, [N/P, C]; the embedding
+  // reduce-scatters into them and the final norm's output is all-gathered for
+  // the LM head and the loss. kConfig naming the numbers for a layout the
+  // model's shape does not split.
+  void apply_tp(const parallel::tp::TensorParallel& tp);
   const GPTConfig& config() const { return cfg_; }
   const GPTPart& part() const { return part_; }
   bool whole() const { return part_.first && part_.last; }
@@ -181,7 +187,7 @@ class GPT : public nn::Module {
 
   GPTConfig cfg_;
   GPTPart part_;
-  parallel::tp::TensorParallel tp_;  // the blocks' cut and the residual stream's rows
+  parallel::tp::TensorParallel tp_;  // the residual stream's rows (none until apply_tp)
   // Both ends of the vocabulary, cut by its rows over tp (parallel/tp/vocab_parallel.h).
   parallel::tp::VocabParallelEmbedding<T> embedding_;
   parallel::tp::VocabParallelHead<T> vocab_head_;

@@ -33,16 +33,22 @@ int query_heads_per_rank(int n_head, int n_kv_head, const TensorParallel& tp) {
 
 template <typename T>
 CausalSelfAttention<T>::CausalSelfAttention(const std::string& name, int64_t channels, int n_head,
-                                            double init_std, double proj_init_std,
-                                            const TensorParallel& tp)
+                                            double init_std, double proj_init_std)
     : nn::SequenceLayer<T>(name),
-      n_head_(heads_per_rank(n_head, tp)),
-      input_(tp),
-      c_attn_(this->child_name("c_attn"), channels, 3 * channels, init_std, tp, 3),
-      core_(n_head_),
-      c_proj_(this->child_name("c_proj"), channels, channels, proj_init_std, tp) {
+      n_head_(n_head),
+      c_attn_(this->child_name("c_attn"), channels, 3 * channels, init_std, 3),
+      core_(n_head),
+      c_proj_(this->child_name("c_proj"), channels, channels, proj_init_std) {
   this->add_child(c_attn_);
   this->add_child(c_proj_);
+}
+
+template <typename T>
+void CausalSelfAttention<T>::apply_tp(const TensorParallel& tp) {
+  core_ = nn::CausalAttentionCore<T>(heads_per_rank(n_head_, tp));
+  input_.apply_tp(tp);
+  c_attn_.apply_tp(tp);
+  c_proj_.apply_tp(tp);
 }
 
 template <typename T>
@@ -78,14 +84,19 @@ void CausalSelfAttention<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor
 }
 
 template <typename T>
-Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std,
-            const TensorParallel& tp)
+Mlp<T>::Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std)
     : nn::RowLayer<T>(name),
-      input_(tp),
-      c_fc_(this->child_name("c_fc"), channels, 4 * channels, init_std, tp),
-      c_proj_(this->child_name("c_proj"), 4 * channels, channels, proj_init_std, tp) {
+      c_fc_(this->child_name("c_fc"), channels, 4 * channels, init_std),
+      c_proj_(this->child_name("c_proj"), 4 * channels, channels, proj_init_std) {
   this->add_child(c_fc_);
   this->add_child(c_proj_);
+}
+
+template <typename T>
+void Mlp<T>::apply_tp(const TensorParallel& tp) {
+  input_.apply_tp(tp);
+  c_fc_.apply_tp(tp);
+  c_proj_.apply_tp(tp);
 }
 
 template <typename T>
@@ -129,19 +140,19 @@ void Mlp<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
 template <typename T>
 LlamaAttention<T>::LlamaAttention(const std::string& name, int64_t channels, int n_head,
                                   int n_kv_head, double init_std,
-                                  std::shared_ptr<const nn::RopeTable> rope,
-                                  const TensorParallel& tp)
+                                  std::shared_ptr<const nn::RopeTable> rope)
     : nn::SequenceLayer<T>(name),
+      n_head_(n_head),
+      n_kv_head_(n_kv_head),
       rope_(std::move(rope)),
-      input_(tp),
-      q_proj_(this->child_name("q_proj"), channels, channels, init_std, tp, 1,
+      q_proj_(this->child_name("q_proj"), channels, channels, init_std, 1,
               nn::LinearLayout::kOutInNoBias),
-      k_proj_(this->child_name("k_proj"), channels, channels / n_head * n_kv_head, init_std, tp, 1,
+      k_proj_(this->child_name("k_proj"), channels, channels / n_head * n_kv_head, init_std, 1,
               nn::LinearLayout::kOutInNoBias),
-      v_proj_(this->child_name("v_proj"), channels, channels / n_head * n_kv_head, init_std, tp, 1,
+      v_proj_(this->child_name("v_proj"), channels, channels / n_head * n_kv_head, init_std, 1,
               nn::LinearLayout::kOutInNoBias),
-      core_(query_heads_per_rank(n_head, n_kv_head, tp), n_kv_head / tp.size()),
-      o_proj_(this->child_name("o_proj"), channels, channels, init_std, tp,
+      core_(query_heads_per_rank(n_head, n_kv_head, TensorParallel{}), n_kv_head),
+      o_proj_(this->child_name("o_proj"), channels, channels, init_std,
               nn::LinearLayout::kOutInNoBias) {
   KIRI_CHECK(rope_ && rope_->cos().dim(1) * 2 == channels / n_head, this->name(),
              ": the rotary table does not fit heads of ", channels / n_head);
@@ -149,6 +160,17 @@ LlamaAttention<T>::LlamaAttention(const std::string& name, int64_t channels, int
   this->add_child(k_proj_);
   this->add_child(v_proj_);
   this->add_child(o_proj_);
+}
+
+template <typename T>
+void LlamaAttention<T>::apply_tp(const TensorParallel& tp) {
+  input_.apply_tp(tp);
+  q_proj_.apply_tp(tp);
+  k_proj_.apply_tp(tp);
+  v_proj_.apply_tp(tp);
+  core_ = nn::GqaAttentionCore<T>(query_heads_per_rank(n_head_, n_kv_head_, tp),
+                                  n_kv_head_ / tp.size());
+  o_proj_.apply_tp(tp);
 }
 
 template <typename T>
@@ -203,19 +225,25 @@ void LlamaAttention<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx)
 }
 
 template <typename T>
-SwiGluMlp<T>::SwiGluMlp(const std::string& name, int64_t channels, int64_t hidden, double init_std,
-                        const TensorParallel& tp)
+SwiGluMlp<T>::SwiGluMlp(const std::string& name, int64_t channels, int64_t hidden, double init_std)
     : nn::RowLayer<T>(name),
-      input_(tp),
-      gate_proj_(this->child_name("gate_proj"), channels, hidden, init_std, tp, 1,
+      gate_proj_(this->child_name("gate_proj"), channels, hidden, init_std, 1,
                  nn::LinearLayout::kOutInNoBias),
-      up_proj_(this->child_name("up_proj"), channels, hidden, init_std, tp, 1,
+      up_proj_(this->child_name("up_proj"), channels, hidden, init_std, 1,
                nn::LinearLayout::kOutInNoBias),
-      down_proj_(this->child_name("down_proj"), hidden, channels, init_std, tp,
+      down_proj_(this->child_name("down_proj"), hidden, channels, init_std,
                  nn::LinearLayout::kOutInNoBias) {
   this->add_child(gate_proj_);
   this->add_child(up_proj_);
   this->add_child(down_proj_);
+}
+
+template <typename T>
+void SwiGluMlp<T>::apply_tp(const TensorParallel& tp) {
+  input_.apply_tp(tp);
+  gate_proj_.apply_tp(tp);
+  up_proj_.apply_tp(tp);
+  down_proj_.apply_tp(tp);
 }
 
 template <typename T>

@@ -37,12 +37,15 @@ struct AttentionDims {
 // The modules: the one layout's (config/layout.h), which owns their names and their parser.
 using SelectiveRecompute = kiri::RecomputeModules;
 
-// An attention or MLP layer under selective recomputation: `input` gives the norm's output
-// again (used with `layernorm`).
+// An attention or MLP layer of a block, as parallelize cuts and checkpoints it after the model
+// is built: apply_tp cuts it over the tp group (before the parameters are bound; on one rank it
+// stays whole), and set_recompute turns selective recomputation on, where `input` gives the
+// norm's output again (used with `layernorm`).
 template <typename T>
-class SelectiveLayer {
+class BlockLayer {
  public:
-  virtual ~SelectiveLayer() = default;
+  virtual ~BlockLayer() = default;
+  virtual void apply_tp(const parallel::tp::TensorParallel& tp) = 0;
   virtual void set_recompute(const SelectiveRecompute& r,
                              typename parallel::tp::ColumnParallelInput<T>::Source input) = 0;
 };
@@ -51,17 +54,18 @@ class SelectiveLayer {
 // c_proj (C -> C). Tensor parallel over P ranks: c_attn column parallel by heads (its q, k and
 // v blocks each cut: n_head / P heads per rank), c_proj row parallel.
 template <typename T>
-class CausalSelfAttention final : public nn::SequenceLayer<T>, public SelectiveLayer<T> {
+class CausalSelfAttention final : public nn::SequenceLayer<T>, public BlockLayer<T> {
  public:
   CausalSelfAttention(const std::string& name, int64_t channels, int n_head, double init_std,
-                      double proj_init_std, const parallel::tp::TensorParallel& tp = {});
+                      double proj_init_std);
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void apply_tp(const parallel::tp::TensorParallel& tp) override;
   void set_recompute(const SelectiveRecompute& r,
                      typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
-  int n_head_;  // this rank's
+  int n_head_;  // the model's
   parallel::tp::ColumnParallelInput<T> input_;
   parallel::tp::ColumnParallelLinear<T> c_attn_;
   nn::CausalAttentionCore<T> core_;
@@ -71,12 +75,12 @@ class CausalSelfAttention final : public nn::SequenceLayer<T>, public SelectiveL
 
 // GPT-2's MLP: c_fc (C -> 4C, column parallel), GELU, c_proj (4C -> C, row parallel).
 template <typename T>
-class Mlp final : public nn::RowLayer<T>, public SelectiveLayer<T> {
+class Mlp final : public nn::RowLayer<T>, public BlockLayer<T> {
  public:
-  Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std,
-      const parallel::tp::TensorParallel& tp = {});
+  Mlp(const std::string& name, int64_t channels, double init_std, double proj_init_std);
   Tensor forward(nn::Context& ctx, const Tensor& x) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void apply_tp(const parallel::tp::TensorParallel& tp) override;
   void set_recompute(const SelectiveRecompute& r,
                      typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
@@ -95,17 +99,18 @@ class Mlp final : public nn::RowLayer<T>, public SelectiveLayer<T> {
 // n_kv_head / P key/value heads, one region: their partial input gradients summed and
 // reduced once), o_proj row parallel.
 template <typename T>
-class LlamaAttention final : public nn::SequenceLayer<T>, public SelectiveLayer<T> {
+class LlamaAttention final : public nn::SequenceLayer<T>, public BlockLayer<T> {
  public:
   LlamaAttention(const std::string& name, int64_t channels, int n_head, int n_kv_head,
-                 double init_std, std::shared_ptr<const nn::RopeTable> rope,
-                 const parallel::tp::TensorParallel& tp = {});
+                 double init_std, std::shared_ptr<const nn::RopeTable> rope);
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void apply_tp(const parallel::tp::TensorParallel& tp) override;
   void set_recompute(const SelectiveRecompute& r,
                      typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
+  int n_head_, n_kv_head_;  // the model's
   std::shared_ptr<const nn::RopeTable> rope_;
   parallel::tp::ColumnParallelInput<T> input_;
   parallel::tp::ColumnParallelLinear<T> q_proj_, k_proj_, v_proj_;
@@ -117,12 +122,12 @@ class LlamaAttention final : public nn::SequenceLayer<T>, public SelectiveLayer<
 // Llama's SwiGLU MLP: down_proj(silu(gate_proj(x)) * up_proj(x)), intermediate width `hidden`;
 // gate_proj and up_proj column parallel (one region), down_proj row parallel.
 template <typename T>
-class SwiGluMlp final : public nn::RowLayer<T>, public SelectiveLayer<T> {
+class SwiGluMlp final : public nn::RowLayer<T>, public BlockLayer<T> {
  public:
-  SwiGluMlp(const std::string& name, int64_t channels, int64_t hidden, double init_std,
-            const parallel::tp::TensorParallel& tp = {});
+  SwiGluMlp(const std::string& name, int64_t channels, int64_t hidden, double init_std);
   Tensor forward(nn::Context& ctx, const Tensor& x) override;
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) override;
+  void apply_tp(const parallel::tp::TensorParallel& tp) override;
   void set_recompute(const SelectiveRecompute& r,
                      typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 

@@ -11,11 +11,10 @@ namespace pp = parallel::pp;
 
 std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int stages,
                                                          int stage, const PipelineOptions& pipeline,
-                                                         int64_t seq_len, comm::Communicator* tp,
-                                                         bool sequence_parallel) {
+                                                         int64_t seq_len) {
   std::vector<std::unique_ptr<GPT<float>>> out;
   if (stages == 1 && pipeline.virtual_stages == 1) {
-    out.push_back(std::make_unique<GPT<float>>(cfg, GPTPart{}, tp, sequence_parallel));
+    out.push_back(std::make_unique<GPT<float>>(cfg, GPTPart{}));
     return out;
   }
   const int seq = static_cast<int>(seq_len);
@@ -30,8 +29,7 @@ std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, i
   for (size_t g = static_cast<size_t>(stage); g < parts.size(); g += static_cast<size_t>(stages)) {
     const pp::StageLayers& s = parts[g];
     out.push_back(std::make_unique<GPT<float>>(
-        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}, tp,
-        sequence_parallel));
+        cfg, GPTPart{s.first_block, s.end_block, s.has_embedding, s.has_head}));
   }
   return out;
 }
@@ -48,6 +46,7 @@ ParallelOptions parallel_options(const kiri::Layout& l, Precision dtype) {
   o.wrap_blocks = l.wrap_blocks;
   o.prefetch = l.prefetch;
   o.dtype = dtype_of(dtype);
+  o.sequence_parallel = l.sequence_parallel;
   o.checkpoint_every = l.checkpoint_every();
   o.selective = l.recompute();  // selective: the layout's modules (none otherwise)
   o.pipeline.schedule = l.schedule;
@@ -87,16 +86,25 @@ ParallelGPT::ParallelGPT(std::vector<GPT<float>*> chunks, parallel::ParallelDims
                          const ParallelOptions& options, Allocator& allocator)
     : chunks_(std::move(chunks)), dims_(dims), options_(options) {
   KIRI_CHECK(!chunks_.empty(), "ParallelGPT needs the model or this rank's chunks of it");
+  // The cuts, in this order; the model's shape is checked against tp first.
+  apply_tp();
   kiri::validate_layout(options_layout(options, dims.shape()), {}, options_offload(options));
-  // The cuts, in this order. Tensor (and sequence) parallelism is already in the chunks'
-  // layers (make_gpt_chunks gave them the tp group).
   apply_pp();
   apply_ac();
+  if (options.before_allocate) options.before_allocate();
   if (options.zero_stage == 0)
     apply_ddp(allocator);
   else
     apply_zero(allocator);
   install_forward_hooks();
+}
+
+// Tensor parallelism (and sequence parallelism with it): each chunk's layers keep this rank's
+// part of their parameters (parallel/tp/layers.h, vocab_parallel.h). On one rank they stay whole
+// (the model's shape is still checked against the layout).
+void ParallelGPT::apply_tp() {
+  const parallel::tp::TensorParallel tp{&dims_.tp(), options_.sequence_parallel};
+  for (GPT<float>* c : chunks_) c->apply_tp(tp);
 }
 
 // Pipeline parallelism: the model arrives cut into this rank's chunks (make_gpt_chunks). With

@@ -1,10 +1,14 @@
 #pragma once
-// ParallelGPT: the one place where the cuts are applied to a GPT, as a short ordered list
-// (torchtitan's parallelize): apply_pp (the model arrives cut into this rank's chunks,
-// make_gpt_chunks), apply_ac (activation checkpointing), then apply_ddp (ZeRO stage 0: DDP
-// over a ParameterStore) or apply_zero (the sharding engine: ZeRO stages 1-3 / FSDP, hybrid
-// sharding). Tensor and sequence parallelism are in the chunks' layers (make_gpt_chunks gives
-// them the tp group). Every process group comes from ParallelDims (parallel/dims.h).
+// ParallelGPT: the one place where the cuts are applied to a built GPT, as a short ordered list
+// (torchtitan's parallelize): apply_tp (tensor and sequence parallelism: the layers keep this
+// rank's part of each parameter), apply_pp (the model arrives cut into this rank's chunks,
+// make_gpt_chunks; the pipeline and the tied embedding's group), apply_ac (activation
+// checkpointing), then apply_ddp (ZeRO stage 0: DDP over a ParameterStore) or apply_zero (the
+// sharding engine: ZeRO stages 1-3 / FSDP, hybrid sharding). The model is built as shapes only,
+// as torchtitan builds it on the meta device: its parameters are bound to memory by the last
+// step, so the cuts before it may still change them. Every process group comes from
+// ParallelDims (parallel/dims.h).
+#include <functional>
 #include <memory>
 
 #include "kiri/config/layout.h"
@@ -26,16 +30,20 @@ struct ParallelOptions {
   // Ranks that share one sharded copy; 0 = the whole dp group. Smaller
   // (dividing dp): hybrid sharding, replicas across the groups.
   int shard_group_size = 0;
-  int wrap_blocks = 1;           // transformer blocks per sharding unit
-  bool prefetch = true;          // stage 3: all-gather the next unit early
-  DType dtype = DType::kF32;     // parameters and gradients in compute (bf16/fp16: mixed precision)
-  int checkpoint_every = 0;      // activation checkpointing of every k-th block; 0: none
-  SelectiveRecompute selective;  // selective recomputation of every block (model/layers.h)
-  PipelineOptions pipeline;      // schedule, micro-batches, virtual stages (pp > 1)
+  int wrap_blocks = 1;        // transformer blocks per sharding unit
+  bool prefetch = true;       // stage 3: all-gather the next unit early
+  DType dtype = DType::kF32;  // parameters and gradients in compute (bf16/fp16: mixed precision)
+  bool sequence_parallel = false;  // with the dims' tp group (parallel.sequence_parallel)
+  int checkpoint_every = 0;        // activation checkpointing of every k-th block; 0: none
+  SelectiveRecompute selective;    // selective recomputation of every block (model/layers.h)
+  PipelineOptions pipeline;        // schedule, micro-batches, virtual stages (pp > 1)
   // Stage 3, offload.parameters = nvme: the swap space of the parameter shards.
   offload::SwapSpace* param_swap = nullptr;
   // Stages 2-3, offload.gradients: the swap space of the reduced gradient shards.
   offload::SwapSpace* grad_swap = nullptr;
+  // Called once the model is cut and before its states are allocated (the trainer refuses
+  // there, naming the bytes, a layout whose states exceed train.mem_limit).
+  std::function<void()> before_allocate;
 };
 
 // The tensors' dtype of the config's precision (train.dtype): fp32, bf16 or fp16.
@@ -49,13 +57,11 @@ ParallelOptions parallel_options(const kiri::Layout& layout, Precision dtype);
 
 // This rank's chunks of the model: the whole model without pipeline
 // parallelism; else the chunks of its pipeline stage, the layers balanced
-// by compute cost (embedding and LM head counted).
-// tp: the tensor-parallel group (nullptr or size 1: none); sequence_parallel: GPT's.
+// by compute cost (embedding and LM head counted). Whole layers: ParallelGPT's apply_tp cuts
+// them.
 std::vector<std::unique_ptr<GPT<float>>> make_gpt_chunks(const GPTConfig& cfg, int pp, int stage,
                                                          const PipelineOptions& pipeline,
-                                                         int64_t seq_len,
-                                                         comm::Communicator* tp = nullptr,
-                                                         bool sequence_parallel = false);
+                                                         int64_t seq_len);
 
 class ParallelGPT {
  public:
@@ -141,6 +147,7 @@ class ParallelGPT {
 
  private:
   // The cuts, applied by the constructor in this order.
+  void apply_tp();
   void apply_pp();
   void apply_ac();
   void apply_ddp(Allocator& allocator);

@@ -148,7 +148,8 @@ void Trainer::start_tracer() {
 void Trainer::build_dims() {
   dims_ = std::make_unique<parallel::ParallelDims>(
       *world_, parallel::MeshShape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp});
-  if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
+  dims_->hosts();  // collective over the world: every rank, here, before the model's groups
+  if (tracer_)     // explicitly too; ParallelGPT's groups split from these inherit it
     for (comm::Communicator* c : {&dims_->dp(), &dims_->tp(), &dims_->pp()})
       c->set_tracer(tracer_.get());
 }
@@ -161,12 +162,11 @@ model::ParallelOptions Trainer::parallel_options() const {
 void Trainer::build_model(model::ParallelOptions po) {
   const int pp = dims_->shape().pp;
   chunks_ =
-      model::make_gpt_chunks(cfg_.model, pp, dims_->pp_index(), po.pipeline, cfg_.train.seq_len,
-                             &dims_->tp(), cfg_.parallel.sequence_parallel);
+      model::make_gpt_chunks(cfg_.model, pp, dims_->pp_index(), po.pipeline, cfg_.train.seq_len);
   std::vector<model::GPT<float>*> chunks;
   for (auto& c : chunks_) chunks.push_back(c.get());
-  check_model_states_fit();
   open_swap_space();
+  po.before_allocate = [this] { check_model_states_fit(); };  // on the cut chunks
   // The layout's rules put the optimizer's states on NVMe first: swap_ is open.
   const Offload offload = offload_spec(cfg_.offload);
   if (offload.parameters == OffloadTier::kNvme) po.param_swap = swap_.get();

@@ -58,34 +58,53 @@ void ColumnParallelInput<T>::finish_backward(nn::Context& ctx, Tensor& target, T
   k::residual_forward<T>(dx, dx, local);
 }
 
-namespace {
-
-// A parameter of a linear layer's weight or bias: this rank's part `local` of `full`, cut at
-// dimension `dim` over tp (none without tensor parallelism).
-nn::TpSplit cut(const TensorParallel& tp, int dim, int blocks) {
-  return tp.on() ? nn::TpSplit{dim, tp.size(), tp.rank(), blocks} : nn::TpSplit{};
+void cut_parameter(nn::Parameter& p, const TensorParallel& tp, int dim, int blocks) {
+  if (!tp.on()) return;
+  KIRI_CHECK_KIND(kInternal, p.offset < 0 && !p.value.defined(), p.name,
+                  ": tensor parallelism is applied before the parameters are bound");
+  KIRI_CHECK_KIND(kInternal, p.tp.dim < 0, p.name, ": tensor parallelism is applied once");
+  const int parts = tp.size();
+  KIRI_CHECK(dim >= 0 && dim < static_cast<int>(p.shape.rank()), p.name, ": no dimension ", dim,
+             " to cut");
+  KIRI_CHECK_KIND(kConfig, p.shape[dim] % (int64_t{parts} * blocks) == 0, p.name, ": ",
+                  p.shape[dim], " (", blocks, " blocks) does not split over parallel.tp = ", parts);
+  p.full = p.shape;
+  p.shape[dim] /= parts;
+  p.tp = nn::TpSplit{dim, parts, tp.rank(), blocks};
 }
 
-}  // namespace
+void cut_parameter_rows(nn::Parameter& p, int64_t rows, const nn::TpSplit& cut) {
+  if (cut.dim < 0) return;
+  KIRI_CHECK_KIND(kInternal, p.offset < 0 && !p.value.defined(), p.name,
+                  ": tensor parallelism is applied before the parameters are bound");
+  KIRI_CHECK_KIND(kInternal, p.tp.dim < 0, p.name, ": tensor parallelism is applied once");
+  p.full = p.shape;
+  p.shape[0] = rows;
+  p.tp = cut;
+}
 
 template <typename T>
 ColumnParallelLinear<T>::ColumnParallelLinear(const std::string& name, int64_t in, int64_t out,
-                                              double init_std, const TensorParallel& tp, int blocks,
-                                              nn::LinearLayout layout)
-    : nn::Module(name), layout_(layout) {
-  const int p = tp.size();
-  KIRI_CHECK_KIND(kConfig, out % (int64_t{p} * blocks) == 0, name, ": ", out, " output columns (",
-                  blocks, " blocks) do not split over parallel.tp = ", p);
+                                              double init_std, int blocks, nn::LinearLayout layout)
+    : nn::Module(name), blocks_(blocks), layout_(layout) {
   const bool conv = layout == nn::LinearLayout::kConv1D;
   // element_runs cuts the rows of an [out, in] matrix in one piece per rank.
   KIRI_CHECK(conv || blocks == 1, name, ": an [out, in] weight is cut in one block");
-  const int out_dim = 1 - nn::linear_input_dim(layout);
-  weight_ = &add_parameter("weight", nn::linear_weight_shape(layout, in, out / p), true,
-                           {nn::InitKind::kNormal, init_std},
-                           nn::linear_weight_shape(layout, in, out), cut(tp, out_dim, blocks));
-  if (conv)
-    bias_ =
-        &add_parameter("bias", {out / p}, false, {nn::InitKind::kZeros}, {out}, cut(tp, 0, blocks));
+  weight_ = &add_parameter("weight", nn::linear_weight_shape(layout, in, out), true,
+                           {nn::InitKind::kNormal, init_std});
+  if (conv) bias_ = &add_parameter("bias", {out}, false, {nn::InitKind::kZeros});
+}
+
+template <typename T>
+void ColumnParallelLinear<T>::apply_tp(const TensorParallel& tp) {
+  const int p = tp.size();
+  KIRI_CHECK_KIND(kInternal, !tp.on() || weight_->tp.dim < 0, weight_->name,
+                  ": tensor parallelism is applied once");
+  const int64_t out = weight_->shape[1 - nn::linear_input_dim(layout_)];
+  KIRI_CHECK_KIND(kConfig, out % (int64_t{p} * blocks_) == 0, name(), ": ", out,
+                  " output columns (", blocks_, " blocks) do not split over parallel.tp = ", p);
+  cut_parameter(*weight_, tp, 1 - nn::linear_input_dim(layout_), blocks_);
+  if (bias_) cut_parameter(*bias_, tp, 0, blocks_);
 }
 
 template <typename T>
@@ -108,18 +127,24 @@ void ColumnParallelLinear<T>::backward(nn::Context& ctx, const Tensor& dy, const
 
 template <typename T>
 RowParallelLinear<T>::RowParallelLinear(const std::string& name, int64_t in, int64_t out,
-                                        double init_std, const TensorParallel& tp,
-                                        nn::LinearLayout layout)
-    : nn::Module(name), tp_(tp), layout_(layout) {
-  const int p = tp.size();
-  KIRI_CHECK_KIND(kConfig, in % p == 0, name, ": ", in,
-                  " input rows do not split over parallel.tp = ", p);
-  weight_ =
-      &add_parameter("weight", nn::linear_weight_shape(layout, in / p, out), true,
-                     {nn::InitKind::kNormal, init_std}, nn::linear_weight_shape(layout, in, out),
-                     cut(tp, nn::linear_input_dim(layout), 1));
+                                        double init_std, nn::LinearLayout layout)
+    : nn::Module(name), layout_(layout) {
+  weight_ = &add_parameter("weight", nn::linear_weight_shape(layout, in, out), true,
+                           {nn::InitKind::kNormal, init_std});
   if (layout == nn::LinearLayout::kConv1D)
     bias_ = &add_parameter("bias", {out}, false, {nn::InitKind::kZeros});
+}
+
+template <typename T>
+void RowParallelLinear<T>::apply_tp(const TensorParallel& tp) {
+  const int p = tp.size();
+  KIRI_CHECK_KIND(kInternal, !tp.on() || weight_->tp.dim < 0, weight_->name,
+                  ": tensor parallelism is applied once");
+  const int64_t in = weight_->shape[nn::linear_input_dim(layout_)];
+  KIRI_CHECK_KIND(kConfig, in % p == 0, name(), ": ", in,
+                  " input rows do not split over parallel.tp = ", p);
+  cut_parameter(*weight_, tp, nn::linear_input_dim(layout_));
+  tp_ = tp;
 }
 
 template <typename T>

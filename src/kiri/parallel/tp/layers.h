@@ -37,6 +37,17 @@ struct TensorParallel {
   int64_t local_rows(int64_t rows) const;
 };
 
+// Tensor parallelism is applied to a built model (model/parallelize.h's apply_tp), as torchtitan
+// parallelizes a model built on the meta device: the layers are constructed whole, and their
+// parameters exist only as shapes until a ParameterStore binds them. Cutting a parameter makes
+// `shape` this rank's part of `full` along `dim` (by `blocks` equal blocks, q | k | v, each cut
+// apart), so that counter-based initialisation gives every rank its slice of the one-process
+// values. kInternal once the parameter is bound or cut already; kConfig naming the numbers when
+// P does not divide the dimension. Nothing changes on one rank.
+void cut_parameter(nn::Parameter& p, const TensorParallel& tp, int dim, int blocks = 1);
+// The same for a [V, C] table cut by vocabulary rows (vocab_parallel.h's vocab_rows).
+void cut_parameter_rows(nn::Parameter& p, int64_t rows, const nn::TpSplit& cut);
+
 // The input of a column-parallel region, shared by the column-parallel layers that read it
 // (c_attn; c_fc; q, k and v; gate and up):
 //   tensor parallel      forward  X_region = X                (f: every rank has the whole X)
@@ -59,7 +70,8 @@ struct TensorParallel {
 template <typename T>
 class ColumnParallelInput {
  public:
-  explicit ColumnParallelInput(const TensorParallel& tp) : tp_(tp) {}
+  ColumnParallelInput() = default;  // one rank until apply_tp
+  void apply_tp(const TensorParallel& tp) { tp_ = tp; }
   // x again for ctx's micro-batch, [N, C] of T (sequence parallel: [N/P, C]); empty: keep.
   using Source = std::function<Tensor(nn::Context&)>;
   void set_source(Source source) { source_ = std::move(source); }
@@ -85,15 +97,17 @@ class ColumnParallelInput {
 // Y_r = X A_r + b_r: A [in, out] (in nn.Linear's layout its transpose) cut by output columns,
 // rank r holding A_r = columns [r*out/P, (r+1)*out/P) (with `blocks` > 1 each of that many
 // equal column blocks, q | k | v, is cut separately, so rank r holds its heads of each), b
-// likewise. X is the region's input (ColumnParallelInput); no communication.
+// likewise. X is the region's input (ColumnParallelInput); no communication. Constructed whole
+// (in, out); apply_tp cuts it.
 //   forward   Y_r [N, out/P] = X A_r + b_r
 //   backward  dX_partial += dY_r A_r^T,  dA_r += X^T dY_r,  db_r += sum over rows of dY_r
 template <typename T>
 class ColumnParallelLinear final : public nn::Module {
  public:
   ColumnParallelLinear(const std::string& name, int64_t in, int64_t out, double init_std,
-                       const TensorParallel& tp, int blocks = 1,
-                       nn::LinearLayout layout = nn::LinearLayout::kConv1D);
+                       int blocks = 1, nn::LinearLayout layout = nn::LinearLayout::kConv1D);
+  // Keeps this rank's output columns (before the parameters are bound).
+  void apply_tp(const TensorParallel& tp);
   Tensor forward(nn::Context& ctx, const Tensor& x_region);
   void backward(nn::Context& ctx, const Tensor& dy, const Tensor& x_region, Tensor& dx_partial);
   nn::Parameter& weight() { return *weight_; }
@@ -102,6 +116,7 @@ class ColumnParallelLinear final : public nn::Module {
  private:
   nn::Parameter* weight_;
   nn::Parameter* bias_ = nullptr;
+  int blocks_;
   nn::LinearLayout layout_;
 };
 
@@ -117,7 +132,9 @@ template <typename T>
 class RowParallelLinear final : public nn::Module {
  public:
   RowParallelLinear(const std::string& name, int64_t in, int64_t out, double init_std,
-                    const TensorParallel& tp, nn::LinearLayout layout = nn::LinearLayout::kConv1D);
+                    nn::LinearLayout layout = nn::LinearLayout::kConv1D);
+  // Keeps this rank's input rows and sums over tp (before the parameters are bound).
+  void apply_tp(const TensorParallel& tp);
   // Recompute on (selective recomputation's `mlp_act`): forward keeps no input; backward
   // takes it from its caller, computed again.
   void set_recompute_input(bool on) { recompute_input_ = on; }
