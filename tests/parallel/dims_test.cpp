@@ -123,6 +123,45 @@ TEST(ParallelDims, TheHostMapNumbersHostsInOrderOfFirstAppearance) {
   });
 }
 
+// 2 hosts x 2 ranks: ranks placed host by host keep tp (innermost) inside a host and dp across;
+// placed round robin, tp crosses hosts and is named.
+TEST(ParallelDims, TheHostSummarySaysWhichGroupsCrossHosts) {
+  std::mutex mu;
+  std::vector<std::string> summary(4), across(4), hybrid(4);
+  auto run = [&](const std::vector<uint64_t>& keys, MeshShape shape, int shard) {
+    comm::run_local(4, [&](comm::Communicator& world) {
+      ParallelDims d(world, shape, keys[static_cast<size_t>(world.rank())]);
+      d.hosts();
+      std::string a;
+      for (const std::string& g : d.groups_across_hosts(shard)) a += g + " ";
+      std::lock_guard<std::mutex> lock(mu);
+      summary[static_cast<size_t>(world.rank())] = d.host_summary(shard);
+      across[static_cast<size_t>(world.rank())] = a;
+    });
+  };
+  run({1, 1, 2, 2}, {2, 2, 1}, 0);
+  EXPECT_EQ(summary[0],
+            "2 hosts (host 0: ranks 0-1; host 1: ranks 2-3); tp inside hosts, dp across hosts");
+  EXPECT_EQ(across[3], "");
+  run({1, 2, 1, 2}, {2, 2, 1}, 0);
+  EXPECT_EQ(summary[0],
+            "2 hosts (host 0: ranks 0, 2; host 1: ranks 1, 3); tp across hosts, dp inside hosts");
+  EXPECT_EQ(across[1], "tp ");
+  // Hybrid sharding over dp 4 in shard groups of 2: inside hosts when placed host by host.
+  run({1, 1, 2, 2}, {4, 1, 1}, 2);
+  EXPECT_EQ(
+      summary[2],
+      "2 hosts (host 0: ranks 0-1; host 1: ranks 2-3); shard group inside hosts, dp across hosts");
+  run({1, 2, 1, 2}, {4, 1, 1}, 2);
+  EXPECT_EQ(across[0], "shard ");
+  // pp 2 across hosts, tp 2 inside.
+  run({1, 1, 2, 2}, {1, 2, 2}, 0);
+  EXPECT_EQ(summary[0],
+            "2 hosts (host 0: ranks 0-1; host 1: ranks 2-3); tp inside hosts, pp across hosts");
+  run({1, 1, 1, 1}, {4, 1, 1}, 0);
+  EXPECT_EQ(summary[0], "1 host (host 0: ranks 0-3)");
+}
+
 TEST(ParallelDims, ADegreeBelowOneOrAWrongWorldIsNamed) {
   comm::run_local(2, [&](comm::Communicator& world) {
     try {

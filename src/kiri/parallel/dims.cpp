@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "kiri/base/error.h"
@@ -13,10 +15,16 @@ namespace kiri::parallel {
 
 namespace {
 
+// A host is a hostname and a network namespace: the namespaces of one machine (containers,
+// or scripts/cluster.sh's hosts) are hosts of their own, as they are to Open MPI, which starts
+// one daemon in each and gives MPI_COMM_TYPE_SHARED one node per daemon.
 uint64_t hostname_key() {
   char name[256] = {0};
   if (::gethostname(name, sizeof name - 1) != 0) return 0;
-  return fnv1a64(std::string_view(name));
+  char ns[128] = {0};  // "net:[4026531840]"
+  const ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  const std::string key = std::string(name) + "/" + (n > 0 ? std::string(ns, size_t(n)) : "");
+  return fnv1a64(std::string_view(key));
 }
 
 }  // namespace
@@ -106,6 +114,105 @@ const HostMap& ParallelDims::hosts() {
     }
   hosts_ = std::move(h);
   return *hosts_;
+}
+
+namespace {
+
+// "0-1, 4" for ranks {0, 1, 4}.
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// Whether every group of `members` (the world ranks of the group of rank r) keeps to one host.
+bool inside_hosts(const HostMap& h, int world,
+                  const std::function<std::vector<int>(int)>& members) {
+  for (int r = 0; r < world; ++r)
+    for (int m : members(r))
+      if (h.host_of[static_cast<size_t>(m)] != h.host_of[static_cast<size_t>(r)]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> ParallelDims::groups_across_hosts(int shard_group) const {
+  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
+  const MeshShape s = shape_;
+  const int world = s.world();
+  std::vector<std::string> out;
+  if (s.tp > 1 && !inside_hosts(*hosts_, world, [&](int r) {
+        std::vector<int> m;
+        for (int t = 0; t < s.tp; ++t) m.push_back(r - r % s.tp + t);
+        return m;
+      }))
+    out.push_back("tp");
+  if (shard_group > 1 && shard_group < s.dp && !inside_hosts(*hosts_, world, [&](int r) {
+        // dp index d = (r / tp) % dp; its block of shard_group dp ranks at the same tp, pp place
+        const int d = (r / s.tp) % s.dp, first = d - d % shard_group;
+        std::vector<int> m;
+        for (int k = 0; k < shard_group; ++k) m.push_back(r + (first + k - d) * s.tp);
+        return m;
+      }))
+    out.push_back("shard");
+  return out;
+}
+
+std::string ParallelDims::host_summary(int shard_group) const {
+  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
+  const HostMap& h = *hosts_;
+  const int world = shape_.world();
+  std::vector<std::vector<int>> ranks(static_cast<size_t>(h.hosts));
+  for (int r = 0; r < world; ++r)
+    ranks[static_cast<size_t>(h.host_of[static_cast<size_t>(r)])].push_back(r);
+  std::string out = kiri::str(h.hosts, h.hosts == 1 ? " host (" : " hosts (");
+  for (int i = 0; i < h.hosts; ++i)
+    out += kiri::str(i ? "; " : "", "host ", i, ": ranks ",
+                     rank_ranges(ranks[static_cast<size_t>(i)]));
+  out += ")";
+  if (h.hosts == 1) return out;
+  const std::vector<std::string> across = groups_across_hosts(shard_group);
+  auto where = [&](const std::string& g) {
+    return std::find(across.begin(), across.end(), g) == across.end() ? " inside hosts"
+                                                                      : " across hosts";
+  };
+  std::vector<std::string> parts;
+  if (shape_.tp > 1) parts.push_back("tp" + std::string(where("tp")));
+  if (shard_group > 1 && shard_group < shape_.dp)
+    parts.push_back("shard group" + std::string(where("shard")));
+  // dp and pp groups: inside a host only when every member is on the rank's host.
+  const MeshShape s = shape_;
+  if (s.dp > 1)
+    parts.push_back(std::string("dp") + (inside_hosts(h, world,
+                                                      [&](int r) {
+                                                        std::vector<int> m;
+                                                        const int d = (r / s.tp) % s.dp;
+                                                        for (int k = 0; k < s.dp; ++k)
+                                                          m.push_back(r + (k - d) * s.tp);
+                                                        return m;
+                                                      })
+                                             ? " inside hosts"
+                                             : " across hosts"));
+  if (s.pp > 1)
+    parts.push_back(std::string("pp") + (inside_hosts(h, world,
+                                                      [&](int r) {
+                                                        std::vector<int> m;
+                                                        const int p = r / (s.dp * s.tp);
+                                                        for (int k = 0; k < s.pp; ++k)
+                                                          m.push_back(r + (k - p) * s.dp * s.tp);
+                                                        return m;
+                                                      })
+                                             ? " inside hosts"
+                                             : " across hosts"));
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "; ") + parts[i];
+  return out;
 }
 
 std::vector<comm::Communicator*> ParallelDims::groups() {

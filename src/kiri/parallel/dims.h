@@ -37,7 +37,7 @@ class ParallelDims {
  public:
   // Splits world into the dp, tp and pp groups (collective over world). `host_key` stands for
   // this rank's host in hosts() (tests give ranks on threads different hosts); by default the
-  // hash of its hostname.
+  // hash of its hostname and network namespace.
   ParallelDims(comm::Communicator& world, const MeshShape& shape,
                std::optional<uint64_t> host_key = std::nullopt);
   ~ParallelDims();
@@ -65,6 +65,13 @@ class ParallelDims {
   comm::Communicator* embedding_group();
   // Which ranks share a host (collective over the world on the first call).
   const HostMap& hosts();
+  // The host map in one line, after hosts(): "2 hosts (host 0: ranks 0-1; host 1: ranks 2-3);
+  // tp inside hosts, dp across hosts", naming each group of more than one rank (and hybrid
+  // sharding's shard group of `shard_group` dp ranks when it is one) inside or across hosts.
+  std::string host_summary(int shard_group = 0) const;
+  // The groups whose ranks should share a host (tp, hybrid sharding's shard group) but do not,
+  // e.g. {"tp"}: they run over the slower link between hosts.
+  std::vector<std::string> groups_across_hosts(int shard_group = 0) const;
 
   // Every group made so far, each once: world, dp, tp and pp when larger than one rank, then
   // the shard, replica and embedding groups when this rank has them.

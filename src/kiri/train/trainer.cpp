@@ -407,6 +407,20 @@ void Trainer::run() {
   }
 }
 
+// The host map (rank 0; ParallelDims::hosts() was made on every rank in build_dims), and a
+// warning for each group that ought to stay inside a host and does not.
+void Trainer::log_hosts() const {
+  if (world_->size() == 1) return;
+  const model::ParallelOptions& po = parallel_->options();
+  const int shard = po.zero_stage > 0 ? po.shard_group_size : 0;
+  log::info("hosts: ", dims_->host_summary(shard));
+  for (const std::string& g : dims_->groups_across_hosts(shard))
+    log::warn("the ", g == "tp" ? "tensor-parallel (tp)" : "hybrid sharding's shard",
+              " group spans hosts: its collectives, on every layer, cross the link between "
+              "hosts; place its ranks on one host (ranks per host a multiple of ",
+              g == "tp" ? "parallel.tp" : "parallel.shard_group_size", ")");
+}
+
 void Trainer::run_steps() {
   const TrainConfig& t = cfg_.train;
   const bool rank0 = is_rank0();
@@ -422,6 +436,7 @@ void Trainer::run_steps() {
               t.grad_accum, " = ", global_batch(cfg_), " sequences of ", t.seq_len, " tokens (",
               tokens_per_step(cfg_), " per step); ", describe_peak());
     const model::ParallelOptions& po = parallel_->options();
+    log_hosts();
     log::info("state: ZeRO stage ", po.zero_stage,
               po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
                                       : std::string(),

@@ -186,6 +186,7 @@ class Trainer {
   void build_loss_scaler();  // fp16 only
   void allocate_buffers();   // the training and evaluation batches
   void run_steps();          // run() but for keeping the swap files on an error
+  void log_hosts() const;    // the host map, on rank 0
   // Before the model states are allocated: kOutOfMemory when their bytes alone (a lower
   // bound: padding left out) exceed train.mem_limit, at once rather than after the
   // minutes of zero-filling that reaching the limit takes on a big model.
