@@ -242,4 +242,26 @@ TEST(Cli, LaunchBuildsTheMpirunCommand) {
   EXPECT_THROW(kiri::cli::launch_argv({"-n", "2"}), kiri::Error);
 }
 
+// --hosts a:2,b:2 (torchrun's and Open MPI's habit of naming hosts on the command line).
+TEST(Cli, LaunchTakesHostsOnTheCommandLine) {
+  std::string line;
+  for (auto& a : kiri::cli::launch_argv({"-n", "4", "--hosts", "a:2,b:2", "--", "train"}))
+    line += a + " ";
+  EXPECT_NE(line.find("mpirun -n 4 --host a:2,b:2 "), std::string::npos) << line;
+  auto error = [](std::vector<std::string> argv) {
+    return kiri::testing::error_of([&] { kiri::cli::launch_argv(argv); });
+  };
+  EXPECT_NE(error({"-n", "5", "--hosts", "a:2,b:2", "--", "train"})
+                .find("--hosts a:2,b:2 has 4 ranks for -n 5"),
+            std::string::npos);
+  EXPECT_NE(error({"-n", "2", "--hosts", "a:2,a:1", "--", "train"}).find("host a is named twice"),
+            std::string::npos);
+  EXPECT_NE(error({"-n", "2", "--hosts", "a:0", "--", "train"})
+                .find("host a has 0 ranks, not a count >= 1"),
+            std::string::npos);
+  EXPECT_NE(error({"-n", "2", "--hosts", "a:2", "--hostfile", "h", "--", "train"})
+                .find("give --hostfile or --hosts, not both"),
+            std::string::npos);
+}
+
 }  // namespace

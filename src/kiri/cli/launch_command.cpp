@@ -44,10 +44,19 @@ LaunchPlan parse_launch(const std::vector<std::string>& argv) {
                   p.n);
   if (a.get("threads")) p.threads = a.get_int("threads", 1);
   p.hostfile = a.get("hostfile");
+  p.hosts = a.get("hosts");
+  KIRI_CHECK_KIND(kConfig, !(p.hostfile && p.hosts), "give --hostfile or --hosts, not both");
+  if (p.hosts) {
+    int64_t slots = 0;
+    for (const launch::Host& h : launch::parse_hosts(*p.hosts)) slots += h.slots;
+    KIRI_CHECK_KIND(kConfig, slots >= p.n, "--hosts ", *p.hosts, " has ", slots, " ranks for -n ",
+                    p.n, ": name more hosts or more ranks per host");
+  }
   p.mpirun = a.get("mpirun").value_or("mpirun");
   p.launcher = a.get("launcher");
-  KIRI_CHECK_KIND(kConfig, !(p.launcher && (p.hostfile || a.get("mpirun"))),
-                  "--launcher replaces mpirun: give it, or --mpirun / --hostfile, not both");
+  KIRI_CHECK_KIND(kConfig, !(p.launcher && (p.hostfile || p.hosts || a.get("mpirun"))),
+                  "--launcher replaces mpirun: give it, or --mpirun / --hostfile / --hosts, not "
+                  "both");
   KIRI_CHECK_KIND(kConfig, !p.launcher || !launch::command_words(*p.launcher).empty(),
                   "--launcher needs a command, e.g. --launcher \"srun -n {n}\"");
   p.max_restarts = a.get_int("max-restarts", 0);

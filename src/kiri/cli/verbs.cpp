@@ -59,6 +59,8 @@ VerbSpec launch_verb() {
           {{"-n", K::kValue, "N", "", "the number of ranks (required)"},
            {"--np", K::kValue, "N", "", "the same as -n (mpirun's -np)"},
            {"--hostfile", K::kValue, "FILE", "one node", "mpirun's hostfile, for more nodes"},
+           {"--hosts", K::kValue, "H:N,...", "one node",
+            "the hosts and their ranks (a:2,b:2), instead of a hostfile"},
            {"--threads", K::kValue, "T", "cores / N", "OpenMP threads per rank"},
            {"--mpirun", K::kValue, "PATH", "mpirun", "the mpirun to start"},
            {"--launcher", K::kValue, "CMD", "mpirun",

@@ -46,7 +46,10 @@ std::vector<std::string> launcher_command(const LaunchPlan& p, int64_t ranks,
     }
   } else {
     out = {p.mpirun, "-n", std::to_string(ranks)};
-    if (hostfile) out.insert(out.end(), {"--hostfile", *hostfile});
+    if (hostfile)
+      out.insert(out.end(), {"--hostfile", *hostfile});
+    else if (p.hosts)
+      out.insert(out.end(), {"--host", *p.hosts});  // Open MPI's own form: a:2,b:2
     if (geteuid() == 0) out.push_back("--allow-run-as-root");
     // More ranks than cores is fine on a laptop (and in tests); binding would
     // pile them onto the same core.

@@ -13,6 +13,7 @@ namespace kiri::launch {
 struct LaunchPlan {
   int64_t n = 0;                        // -n: the ranks of the first attempt
   std::optional<std::string> hostfile;  // --hostfile
+  std::optional<std::string> hosts;     // --hosts a:2,b:2 (checked: launch/supervisor.h)
   std::optional<int64_t> threads;       // --threads; else cores / ranks
   std::string mpirun = "mpirun";        // --mpirun
   std::optional<std::string> launcher;  // --launcher "srun -n {n}": instead of mpirun

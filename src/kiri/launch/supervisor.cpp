@@ -229,6 +229,32 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
 
 }  // namespace
 
+std::vector<Host> parse_hosts(const std::string& text) {
+  std::vector<Host> hosts;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t colon = item.find(':');
+    Host h{item.substr(0, colon), 1};
+    KIRI_CHECK_KIND(kConfig, !h.name.empty(), "--hosts ", text,
+                    ": an empty host name (the form is host:ranks,host:ranks, e.g. a:2,b:2)");
+    if (colon != std::string::npos) {
+      const std::string v = item.substr(colon + 1);
+      KIRI_CHECK_KIND(kConfig,
+                      !v.empty() && v.find_first_not_of("0123456789") == v.npos && v.size() < 7 &&
+                          std::stoll(v) >= 1,
+                      "--hosts ", text, ": host ", h.name, " has ", v.empty() ? "no" : v,
+                      " ranks, not a count >= 1");
+      h.slots = std::stoll(v);
+    }
+    for (const Host& x : hosts)
+      KIRI_CHECK_KIND(kConfig, x.name != h.name, "--hosts ", text, ": host ", h.name,
+                      " is named twice");
+    hosts.push_back(h);
+  }
+  KIRI_CHECK_KIND(kConfig, !hosts.empty(), "--hosts names no host");
+  return hosts;
+}
+
 std::vector<Host> parse_hostfile(const std::string& path) {
   std::ifstream in(path);
   KIRI_CHECK_KIND(kConfig, in.good(), "cannot read the hostfile ", path);
@@ -340,12 +366,14 @@ Supervisor::Supervisor(const LaunchPlan& plan, const kiri::RunConfig& run)
   if (has_flag(plan.command, "--overwrite")) fs::remove(folder_ + "/attempts.jsonl");
   if (run_.checkpoint.dir.empty())
     say("checkpoint.dir is empty: a restart starts the run over from step 0");
-  hosts_ =
-      plan.hostfile ? parse_hostfile(*plan.hostfile) : std::vector<Host>{{"localhost", plan.n}};
+  hosts_ = plan.hostfile ? parse_hostfile(*plan.hostfile)
+           : plan.hosts  ? parse_hosts(*plan.hosts)
+                         : std::vector<Host>{{"localhost", plan.n}};
   int64_t slots = 0;
   for (const Host& h : hosts_) slots += h.slots;
   KIRI_CHECK_KIND(
-      kConfig, !plan.hostfile || slots >= plan.n, "the hostfile ", plan.hostfile.value_or(""),
+      kConfig, !(plan.hostfile || plan.hosts) || slots >= plan.n,
+      plan.hostfile ? "the hostfile " + *plan.hostfile : "--hosts " + plan.hosts.value_or(""),
       " has ", slots, " slots for -n ", plan.n,
       ": a supervised job maps one rank per slot, so that a failed rank names its host");
 }
@@ -374,7 +402,7 @@ std::optional<int> Supervisor::attempt(int k) {
   const std::string dir = str(folder_, "/attempt_", k);
   fs::create_directories(dir);
   std::optional<std::string> hostfile;
-  if (plan_.hostfile) {
+  if (plan_.hostfile || plan_.hosts) {  // the hosts that remain, one line each
     std::string text;
     for (const Host& h : hosts_) text += str(h.name, " slots=", h.slots, "\n");
     write_file_atomic(dir + "/hostfile", text);
@@ -478,7 +506,7 @@ int64_t Supervisor::exclude_and_resize(const Verdict& v, const Progress& p, json
         failed_hosts.insert(f.host);
         ++failed_slots;
       }
-    if (plan_.hostfile) {
+    if (plan_.hostfile || plan_.hosts) {
       for (const std::string& h : failed_hosts)
         if (++failures_of_[h] >= plan_.max_host_failures) excluded.push_back(h);
       std::erase_if(hosts_, [&](const Host& h) {

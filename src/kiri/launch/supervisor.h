@@ -18,6 +18,9 @@ struct Host {
   int64_t slots = 1;
 };
 std::vector<Host> parse_hostfile(const std::string& path);
+// kiri launch --hosts "a:2,b:2" (Open MPI's --host form; ":N" defaults to 1): the hosts in
+// order, kConfig naming an empty host, a repeated one or a bad count.
+std::vector<Host> parse_hosts(const std::string& text);
 
 // The command of a restart: `command` (train ...) without --overwrite, --resume and
 // --init-from, continuing from `checkpoint` (a step directory; "" when there is none yet);
