@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Every cut across hosts (docs/cluster.md): on a cluster of 2 network-namespace hosts made by
+# scripts/cluster.sh, `kiri launch --hostfile` runs the layouts below on 2 hosts x 1 rank and
+# 2 hosts x 2 ranks, and each run's loss and gradient norm at every step equal one process's
+# on the same data, seed and global batch (within the layout matrix's fp32 tolerance).
+# Exits 77 (skip) with the script's reason where namespaces cannot be made.
+#   tests/cluster/cluster_layouts_test.sh build/kiri
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+kiri=$(realpath "${1:?usage: cluster_layouts_test.sh KIRI_BINARY}")
+work=$(mktemp -d /tmp/kiri-cluster-layouts.XXXXXX)
+export KIRI_CLUSTER_DIR=$work/state
+name=kl7
+cluster() { bash "$root/scripts/cluster.sh" "$@"; }
+cleanup() {
+  cluster down --name "$name" > /dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+rc=0
+cluster up --name "$name" --subnet 10.231.7.0/24 --hosts 2 --ranks-per-host 2 --link 1gbit \
+  > "$work/up.log" 2>&1 || rc=$?
+if ((rc == 77)); then
+  cat "$work/up.log"
+  exit 77
+fi
+((rc == 0)) || {
+  cat "$work/up.log"
+  exit 1
+}
+state=$KIRI_CLUSTER_DIR/$name
+# shellcheck disable=SC1091
+source "$state/mpirun.env"
+sed 's/slots=2/slots=1/' "$state/hostfile" > "$work/hostfile1"  # 2 hosts x 1 rank
+
+# A tiny GPT-2 (or Llama) on bytes: 8 sequences per step on every layout.
+tiny() {
+  echo "--set data.tokenizer=byte --set model.n_layer=4 --set model.n_head=4" \
+    "--set model.n_embd=32 --set model.block_size=32 --set train.seq_len=32" \
+    "--set train.micro_batch=2 --set train.steps=4 --set train.warmup=1" \
+    "--set train.eval_every=0 --set train.eval_batches=1 --set checkpoint.every=0" \
+    "--set parallel.timeout_s=60 --global-batch 8 --set run.dir=$1"
+}
+
+# step loss grad_norm, one line per step, from a run's metrics.jsonl
+steps_of() {
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if "loss" in m and "step" in m:
+        print(m["step"], repr(m["loss"]), repr(m["grad_norm"]))' "$1/metrics.jsonl"
+}
+
+# Compares a run's steps with the reference's: relative 2e-5 on the loss, 2e-4 on the norm.
+compare() {
+  python3 - "$1" "$2" "$3" << 'EOF'
+import sys
+label, ref, got = sys.argv[1], sys.argv[2].splitlines(), sys.argv[3].splitlines()
+if len(ref) != len(got) or not ref:
+    sys.exit(f"{label}: {len(got)} steps against the reference's {len(ref)}")
+bad = []
+for r, g in zip(ref, got):
+    s, rl, rn = r.split(); _, gl, gn = g.split()
+    if abs(float(gl) - float(rl)) > 2e-5 * max(1.0, abs(float(rl))) or \
+       abs(float(gn) - float(rn)) > 2e-4 * max(1.0, abs(float(rn))):
+        bad.append(f"step {s}: loss {gl} vs {rl}, grad_norm {gn} vs {rn}")
+if bad:
+    sys.exit(f"{label}: differs from one process\n  " + "\n  ".join(bad))
+print(f"{label}: {len(got)} steps equal one process")
+EOF
+}
+
+failed=0
+# run ARCH LABEL HOSTFILE RANKS SETS...
+run() {
+  local arch=$1 label=$2 hostfile=$3 n=$4
+  shift 4
+  local dir=$work/$arch-$label
+  # shellcheck disable=SC2046
+  if ! timeout 300 "$kiri" launch -n "$n" --threads 1 --hostfile "$hostfile" -- \
+    train $(tiny "$dir") --set model.arch="$arch" "$@" > "$dir.log" 2>&1; then
+    echo "$arch $label: the run failed:"
+    tail -20 "$dir.log"
+    failed=1
+    return
+  fi
+  compare "$arch $label ($n ranks on 2 hosts)" "${ref[$arch]}" "$(steps_of "$dir")" || failed=1
+}
+
+declare -A ref
+for arch in gpt2 llama; do
+  # shellcheck disable=SC2046
+  OMP_NUM_THREADS=1 "$kiri" train $(tiny "$work/$arch-single") --set model.arch="$arch" \
+    > "$work/$arch-single.log" 2>&1 || {
+    tail -20 "$work/$arch-single.log"
+    exit 1
+  }
+  ref[$arch]=$(steps_of "$work/$arch-single")
+done
+
+# 2 hosts x 1 rank: every cut crosses the link.
+run gpt2 ddp "$work/hostfile1" 2 --set parallel.dp=2
+run gpt2 zero3 "$work/hostfile1" 2 --set parallel.dp=2 --set parallel.zero_stage=3
+run llama tp2_sp "$work/hostfile1" 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
+run gpt2 pp2_1f1b "$work/hostfile1" 2 --set parallel.pp=2 --set parallel.microbatches=2 \
+  --set parallel.schedule=1f1b
+# 2 hosts x 2 ranks: tp and the shard group inside a host, dp and pp across.
+run gpt2 hybrid "$state/hostfile" 4 --set parallel.dp=4 \
+  --set parallel.sharding_strategy=HYBRID_SHARD --set parallel.shard_group_size=2
+run gpt2 tp2_zero1 "$state/hostfile" 4 --set parallel.dp=2 --set parallel.tp=2 \
+  --set parallel.zero_stage=1
+run llama pp2_interleaved_tp2 "$state/hostfile" 4 --set parallel.pp=2 --set parallel.tp=2 \
+  --set parallel.microbatches=2 --set parallel.schedule=interleaved \
+  --set parallel.virtual_stages=2
+run gpt2 zero3_offload "$state/hostfile" 4 --set parallel.dp=4 --set parallel.zero_stage=3 \
+  --set offload.optimizer=nvme --set offload.parameters=nvme --set "offload.path=$work/swap" \
+  --set offload.block_size=4KiB --set offload.buffer_mb=0.0625
+exit "$failed"
