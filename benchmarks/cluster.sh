@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The seeds' network lessons on a cluster of network-namespace hosts (scripts/cluster.sh,
+# docs/cluster.md): each pair of layouts side by side in one run, at each link rate, as the
+# median step time of the last steps of a short `kiri train` (GPT-2, 4 layers x 256 wide,
+# byte vocabulary, T 128, 8 sequences per step). Prints a markdown table of step times and
+# ratios (docs/performance.md).
+#   benchmarks/cluster.sh build/kiri [RATE ...]     (default: 1gbit 200mbit 50mbit)
+# Needs root and network namespaces (exits 77 naming the reason otherwise). Every host shares
+# this machine's cores: 2 ranks per host on 2 cores oversubscribe them, so compute is slower
+# than the link would make it on real hosts; the ratios inside a row pair are what it shows.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+kiri=$(realpath "${1:?usage: benchmarks/cluster.sh KIRI_BINARY [RATE ...]}")
+shift
+rates=("$@")
+((${#rates[@]})) || rates=(1gbit 200mbit 50mbit)
+steps=${STEPS:-8}
+work=$(mktemp -d /tmp/kiri-cluster-bench.XXXXXX)
+export KIRI_CLUSTER_DIR=$work/state
+name=kb5
+cluster() { bash "$root/scripts/cluster.sh" "$@"; }
+cleanup() {
+  cluster down --name "$name" > /dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+model="--set data.tokenizer=byte --set model.n_layer=4 --set model.n_head=4 \
+--set model.n_embd=256 --set model.block_size=128 --set train.seq_len=128 \
+--set train.micro_batch=4 --set train.steps=$steps --set train.warmup=1 \
+--set train.eval_every=0 --set train.eval_batches=1 --set checkpoint.every=0 \
+--set parallel.timeout_s=300 --global-batch 8"
+
+# The median step time (s) of a run's steps after the first 3.
+median_step() {
+  python3 -c '
+import json, statistics, sys
+s = [json.loads(l)["step_s"] for l in open(sys.argv[1]) if "step_s" in l]
+print(f"{statistics.median(s[3:] or s):.4f}")' "$1/metrics.jsonl"
+}
+
+# step_time HOSTFILE RANKS LABEL SETS...: prints the median step time of that layout
+step_time() {
+  local hostfile=$1 n=$2 label=$3
+  shift 3
+  local dir=$work/run-$label
+  rm -rf "$dir"
+  # shellcheck disable=SC2086
+  if ! "$kiri" launch -n "$n" --threads 1 --hostfile "$hostfile" -- train $model \
+    --set run.dir="$dir" "$@" > "$dir.log" 2>&1; then
+    echo "benchmarks/cluster.sh: $label failed:" >&2
+    tail -20 "$dir.log" >&2
+    exit 1
+  fi
+  median_step "$dir"
+}
+
+# row RATE A_LABEL A_TIME B_LABEL B_TIME: one table row, B / A as the ratio
+row() {
+  python3 -c '
+import sys
+rate, a, ta, b, tb = sys.argv[1:]
+print(f"| {rate} | {a} | {float(ta):.3f} | {b} | {float(tb):.3f} | {float(tb)/float(ta):.2f}x |")' "$@"
+}
+
+echo "| link | A | A step (s) | B | B step (s) | B / A |"
+echo "|---|---|---|---|---|---|"
+for rate in "${rates[@]}"; do
+  rc=0
+  cluster up --name "$name" --subnet 10.231.5.0/24 --hosts 2 --ranks-per-host 2 --link "$rate" \
+    > "$work/up.log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    cat "$work/up.log" >&2
+    exit "$rc"
+  fi
+  state=$KIRI_CLUSTER_DIR/$name
+  # shellcheck disable=SC1091
+  source "$state/mpirun.env"
+  head -1 "$state/hostfile" > "$work/one_host"                             # 1 host x 2 ranks
+  sed 's/slots=2/slots=1/' "$state/hostfile" > "$work/two_hosts"           # 2 hosts x 1 rank
+  ddp=(--set parallel.dp=2)
+  a=$(step_time "$work/one_host" 2 ddp_in_host "${ddp[@]}")
+  a_in_host=$a
+  b=$(step_time "$work/two_hosts" 2 ddp_across "${ddp[@]}")
+  row "$rate" "DDP, 1 host x 2" "$a" "DDP, 2 hosts x 1" "$b"
+  a=$(step_time "$work/two_hosts" 2 zero2 --set parallel.dp=2 --set parallel.zero_stage=2)
+  b=$(step_time "$work/two_hosts" 2 zero3 --set parallel.dp=2 --set parallel.zero_stage=3)
+  row "$rate" "ZeRO-2, 2 hosts x 1" "$a" "ZeRO-3, 2 hosts x 1" "$b"
+  a=$(step_time "$state/hostfile" 4 hybrid --set parallel.dp=4 --set parallel.zero_stage=3 \
+    --set parallel.sharding_strategy=HYBRID_SHARD --set parallel.shard_group_size=2)
+  b=$(step_time "$state/hostfile" 4 zero3_all --set parallel.dp=4 --set parallel.zero_stage=3)
+  row "$rate" "hybrid (shard in host), 2 x 2" "$a" "ZeRO-3 over all, 2 x 2" "$b"
+  # The model's 12.6 MB of fp32 gradients in 1 MB buckets, reduced as backward makes them,
+  # against one bucket reduced after backward; the share of the all-reduce hidden under
+  # backward is (naive - DDP) / (naive - DDP in one host), the all-reduce's exposed time
+  # when nothing overlaps being naive's step less the in-host step.
+  local_ddp=$a_in_host
+  a=$(step_time "$work/two_hosts" 2 ddp_buckets "${ddp[@]}" --set parallel.bucket_mb=1)
+  b=$(step_time "$work/two_hosts" 2 naive "${ddp[@]}" --set parallel.bucket_mb=100000)
+  row "$rate" "DDP (1 MB buckets), 2 x 1" "$a" "naive DP (one bucket), 2 x 1" "$b"
+  python3 -c '
+import sys
+rate, a, b, local = sys.argv[1], *map(float, sys.argv[2:])
+print(f"| {rate} | DDP overlap: all-reduce hidden under backward | {(b - a) / (b - local):.0%} | "
+      f"exposed all-reduce without overlap | {b - local:.3f} | |")' "$rate" "$a" "$b" "$local_ddp"
+  a=$(step_time "$work/one_host" 2 tp_in_host --set parallel.tp=2)
+  b=$(step_time "$work/two_hosts" 2 tp_across --set parallel.tp=2)
+  row "$rate" "tp 2 in a host" "$a" "tp 2 across hosts" "$b"
+  cluster down --name "$name" > /dev/null
+done
