@@ -1,6 +1,7 @@
 #include "kiri/parallel/dims.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <set>
@@ -115,6 +116,18 @@ TEST(ParallelDims, TheHostMapNumbersHostsInOrderOfFirstAppearance) {
   EXPECT_EQ(seen[3].local_size, 3);
   EXPECT_EQ(seen[5].local_rank, 0);
   EXPECT_EQ(seen[5].local_size, 1);
+  // Each host's name is its first rank's hostname (threads: all this machine's).
+  char name[256] = {0};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  EXPECT_EQ(seen[0].names, (std::vector<std::string>(3, name)));
+  std::string by_host;
+  comm::run_local(6, [&](comm::Communicator& world) {
+    ParallelDims d(world, {6, 1, 1}, keys[static_cast<size_t>(world.rank())]);
+    d.hosts();
+    if (world.rank() == 0) by_host = d.ranks_by_host();
+  });
+  EXPECT_EQ(by_host,
+            std::string(name) + ": ranks 0-1; " + name + ": ranks 2-4; " + name + ": rank 5");
   // By default the hostname: ranks on threads share one host.
   comm::run_local(2, [&](comm::Communicator& world) {
     ParallelDims d(world, {2, 1, 1});

@@ -97,12 +97,25 @@ const HostMap& ParallelDims::hosts() {
   Tensor all = Tensor::empty({2 * world_.size()}, DType::kI32, Category::kOther, alloc);
   std::memcpy(mine.data<int32_t>(), &host_key_, sizeof host_key_);
   world_.all_gather(mine, all);
+  // And every rank's hostname, in 64 bytes (longer names are cut: they only label messages).
+  constexpr int kNameInts = 16;
+  Tensor my_name = Tensor::zeros({kNameInts}, DType::kI32, Category::kOther, alloc);
+  Tensor names = Tensor::empty({kNameInts * world_.size()}, DType::kI32, Category::kOther, alloc);
+  char name[4 * kNameInts] = {0};
+  if (::gethostname(name, sizeof name - 1) != 0) std::strcpy(name, "?");
+  std::memcpy(my_name.data<int32_t>(), name, sizeof name);
+  world_.all_gather(my_name, names);
   HostMap h;
   std::map<uint64_t, int> index;
   for (int r = 0; r < world_.size(); ++r) {
     uint64_t key = 0;
     std::memcpy(&key, all.data<int32_t>() + 2 * r, sizeof key);
-    h.host_of.push_back(index.emplace(key, static_cast<int>(index.size())).first->second);
+    const auto [it, added] = index.emplace(key, static_cast<int>(index.size()));
+    h.host_of.push_back(it->second);
+    if (added) {
+      const char* n = reinterpret_cast<const char*>(names.data<int32_t>() + kNameInts * r);
+      h.names.emplace_back(n, strnlen(n, 4 * kNameInts - 1));
+    }
   }
   h.hosts = static_cast<int>(index.size());
   const int host = h.host_of[static_cast<size_t>(world_.rank())];
@@ -162,6 +175,19 @@ std::vector<std::string> ParallelDims::groups_across_hosts(int shard_group) cons
         return m;
       }))
     out.push_back("shard");
+  return out;
+}
+
+std::string ParallelDims::ranks_by_host() const {
+  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
+  const HostMap& h = *hosts_;
+  std::vector<std::vector<int>> ranks(static_cast<size_t>(h.hosts));
+  for (size_t r = 0; r < h.host_of.size(); ++r)
+    ranks[static_cast<size_t>(h.host_of[r])].push_back(static_cast<int>(r));
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out += kiri::str(i ? "; " : "", h.names[i], ranks[i].size() == 1 ? ": rank " : ": ranks ",
+                     rank_ranges(ranks[i]));
   return out;
 }
 

@@ -29,8 +29,9 @@ struct MeshShape {
 struct HostMap {
   std::vector<int> host_of;  // [world]
   int hosts = 1;
-  int local_rank = 0;  // this rank's index among the ranks of its host
-  int local_size = 1;  // ranks on this rank's host
+  int local_rank = 0;              // this rank's index among the ranks of its host
+  int local_size = 1;              // ranks on this rank's host
+  std::vector<std::string> names;  // [hosts] each host's hostname (its first rank's)
 };
 
 class ParallelDims {
@@ -72,6 +73,9 @@ class ParallelDims {
   // The groups whose ranks should share a host (tp, hybrid sharding's shard group) but do not,
   // e.g. {"tp"}: they run over the slower link between hosts.
   std::vector<std::string> groups_across_hosts(int shard_group = 0) const;
+  // The ranks of each host by hostname, after hosts(): "kiri-h0: ranks 0-1; kiri-h1: ranks
+  // 2-3" (what a communication timeout adds, so that a missing rank names its host).
+  std::string ranks_by_host() const;
 
   // Every group made so far, each once: world, dp, tp and pp when larger than one rank, then
   // the shard, replica and embedding groups when this rank has them.

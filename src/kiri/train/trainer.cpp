@@ -399,6 +399,12 @@ std::string seconds_text(double s) {
 void Trainer::run() {
   try {
     run_steps();
+  } catch (const Error& e) {
+    if (swap_) swap_->keep_files(true);
+    // A rank that does not answer is named by its rank; across hosts, say where it runs.
+    if (e.kind() != ErrorKind::kCommTimeout || !dims_ || dims_->hosts().hosts == 1) throw;
+    throw Error(e.kind(), e.message() + "\nRanks by host: " + dims_->ranks_by_host(), __FILE__,
+                __LINE__);
   } catch (...) {
     // A run stopped by an error keeps its swap files (the state they hold may be the only
     // trace of what went wrong); a resume rewrites them from the checkpoint.
