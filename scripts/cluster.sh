@@ -381,23 +381,20 @@ cmd_shape() {
   echo "h$i: link $2"
 }
 
-cmd_cut() {
-  (($# == 1)) || die "usage: cut HOST"
+# cut / heal: the bridge side of a host's link down or up (its tbf shaping stays).
+set_link() {
+  local state=$1 said=$2
+  shift 2
+  (($# == 1)) || die "usage: $([[ $state == down ]] && echo cut || echo heal) HOST"
   load_state
   local i
   i=$(host_index "$1")
-  ip link set "$(port_name "$i")" down
-  echo "h$i: link cut"
+  ip link set "$(port_name "$i")" "$state"
+  echo "h$i: link $said"
 }
 
-cmd_heal() {
-  (($# == 1)) || die "usage: heal HOST"
-  load_state
-  local i
-  i=$(host_index "$1")
-  ip link set "$(port_name "$i")" up
-  echo "h$i: link up"
-}
+cmd_cut() { set_link down cut "$@"; }
+cmd_heal() { set_link up up "$@"; }
 
 # --- run: up, CMD, down, whatever happens to CMD ---
 
