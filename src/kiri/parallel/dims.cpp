@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <map>
 
 #include "kiri/base/error.h"
@@ -145,48 +144,46 @@ std::string rank_ranges(const std::vector<int>& ranks) {
   return out;
 }
 
-// Whether every group of `members` (the world ranks of the group of rank r) keeps to one host.
-bool inside_hosts(const HostMap& h, int world,
-                  const std::function<std::vector<int>(int)>& members) {
-  for (int r = 0; r < world; ++r)
-    for (int m : members(r))
-      if (h.host_of[static_cast<size_t>(m)] != h.host_of[static_cast<size_t>(r)]) return false;
+// Whether every group keeps to one host. In the mesh (rank = pp * dp * tp + dp * tp + tp
+// index) a group is `size` ranks `stride` apart (tp: 1, dp: tp, pp: dp * tp), and hybrid
+// sharding's shard group a block of `block` consecutive dp ranks of it (block = size
+// otherwise).
+bool inside_hosts(const HostMap& h, int stride, int size, int block) {
+  for (int r = 0; r < static_cast<int>(h.host_of.size()); ++r) {
+    const int i = (r / stride) % size, first = i - i % block;
+    for (int k = first; k < first + block; ++k)
+      if (h.host_of[static_cast<size_t>(r + (k - i) * stride)] != h.host_of[static_cast<size_t>(r)])
+        return false;
+  }
   return true;
+}
+
+// Each host's world ranks, ascending.
+std::vector<std::vector<int>> ranks_of_hosts(const HostMap& h) {
+  std::vector<std::vector<int>> ranks(static_cast<size_t>(h.hosts));
+  for (size_t r = 0; r < h.host_of.size(); ++r)
+    ranks[static_cast<size_t>(h.host_of[r])].push_back(static_cast<int>(r));
+  return ranks;
 }
 
 }  // namespace
 
 std::vector<std::string> ParallelDims::groups_across_hosts(int shard_group) const {
   KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
-  const MeshShape s = shape_;
-  const int world = s.world();
+  const MeshShape& s = shape_;
   std::vector<std::string> out;
-  if (s.tp > 1 && !inside_hosts(*hosts_, world, [&](int r) {
-        std::vector<int> m;
-        for (int t = 0; t < s.tp; ++t) m.push_back(r - r % s.tp + t);
-        return m;
-      }))
-    out.push_back("tp");
-  if (shard_group > 1 && shard_group < s.dp && !inside_hosts(*hosts_, world, [&](int r) {
-        // dp index d = (r / tp) % dp; its block of shard_group dp ranks at the same tp, pp place
-        const int d = (r / s.tp) % s.dp, first = d - d % shard_group;
-        std::vector<int> m;
-        for (int k = 0; k < shard_group; ++k) m.push_back(r + (first + k - d) * s.tp);
-        return m;
-      }))
+  if (s.tp > 1 && !inside_hosts(*hosts_, 1, s.tp, s.tp)) out.push_back("tp");
+  if (shard_group > 1 && shard_group < s.dp && !inside_hosts(*hosts_, s.tp, s.dp, shard_group))
     out.push_back("shard");
   return out;
 }
 
 std::string ParallelDims::ranks_by_host() const {
   KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
-  const HostMap& h = *hosts_;
-  std::vector<std::vector<int>> ranks(static_cast<size_t>(h.hosts));
-  for (size_t r = 0; r < h.host_of.size(); ++r)
-    ranks[static_cast<size_t>(h.host_of[r])].push_back(static_cast<int>(r));
+  const std::vector<std::vector<int>> ranks = ranks_of_hosts(*hosts_);
   std::string out;
   for (size_t i = 0; i < ranks.size(); ++i)
-    out += kiri::str(i ? "; " : "", h.names[i], ranks[i].size() == 1 ? ": rank " : ": ranks ",
+    out += kiri::str(i ? "; " : "", hosts_->names[i], ranks[i].size() == 1 ? ": rank " : ": ranks ",
                      rank_ranges(ranks[i]));
   return out;
 }
@@ -194,49 +191,22 @@ std::string ParallelDims::ranks_by_host() const {
 std::string ParallelDims::host_summary(int shard_group) const {
   KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
   const HostMap& h = *hosts_;
-  const int world = shape_.world();
-  std::vector<std::vector<int>> ranks(static_cast<size_t>(h.hosts));
-  for (int r = 0; r < world; ++r)
-    ranks[static_cast<size_t>(h.host_of[static_cast<size_t>(r)])].push_back(r);
+  const std::vector<std::vector<int>> ranks = ranks_of_hosts(h);
   std::string out = kiri::str(h.hosts, h.hosts == 1 ? " host (" : " hosts (");
-  for (int i = 0; i < h.hosts; ++i)
-    out += kiri::str(i ? "; " : "", "host ", i, ": ranks ",
-                     rank_ranges(ranks[static_cast<size_t>(i)]));
+  for (size_t i = 0; i < ranks.size(); ++i)
+    out += kiri::str(i ? "; " : "", "host ", i, ": ranks ", rank_ranges(ranks[i]));
   out += ")";
   if (h.hosts == 1) return out;
-  const std::vector<std::string> across = groups_across_hosts(shard_group);
-  auto where = [&](const std::string& g) {
-    return std::find(across.begin(), across.end(), g) == across.end() ? " inside hosts"
-                                                                      : " across hosts";
+  const MeshShape& s = shape_;
+  auto where = [&](int stride, int size, int block) {
+    return inside_hosts(h, stride, size, block) ? " inside hosts" : " across hosts";
   };
   std::vector<std::string> parts;
-  if (shape_.tp > 1) parts.push_back("tp" + std::string(where("tp")));
-  if (shard_group > 1 && shard_group < shape_.dp)
-    parts.push_back("shard group" + std::string(where("shard")));
-  // dp and pp groups: inside a host only when every member is on the rank's host.
-  const MeshShape s = shape_;
-  if (s.dp > 1)
-    parts.push_back(std::string("dp") + (inside_hosts(h, world,
-                                                      [&](int r) {
-                                                        std::vector<int> m;
-                                                        const int d = (r / s.tp) % s.dp;
-                                                        for (int k = 0; k < s.dp; ++k)
-                                                          m.push_back(r + (k - d) * s.tp);
-                                                        return m;
-                                                      })
-                                             ? " inside hosts"
-                                             : " across hosts"));
-  if (s.pp > 1)
-    parts.push_back(std::string("pp") + (inside_hosts(h, world,
-                                                      [&](int r) {
-                                                        std::vector<int> m;
-                                                        const int p = r / (s.dp * s.tp);
-                                                        for (int k = 0; k < s.pp; ++k)
-                                                          m.push_back(r + (k - p) * s.dp * s.tp);
-                                                        return m;
-                                                      })
-                                             ? " inside hosts"
-                                             : " across hosts"));
+  if (s.tp > 1) parts.push_back(str("tp", where(1, s.tp, s.tp)));
+  if (shard_group > 1 && shard_group < s.dp)
+    parts.push_back(str("shard group", where(s.tp, s.dp, shard_group)));
+  if (s.dp > 1) parts.push_back(str("dp", where(s.tp, s.dp, s.dp)));
+  if (s.pp > 1) parts.push_back(str("pp", where(s.dp * s.tp, s.pp, s.pp)));
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "; ") + parts[i];
   return out;
 }
