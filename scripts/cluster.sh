@@ -178,9 +178,14 @@ host_index() {
 # --- down: found by name, not only by the record, so that a SIGKILLed up is cleaned too ---
 
 cmd_down() {
-  local dir ns link
+  local dir ns link pids
   dir=$(state_dir)
   for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep -E "^$name-(h[0-9]+|probe)\$" || true); do
+    # What still runs on a host (a rank or an Open MPI daemon left by a job whose link was
+    # cut) would keep the namespace alive after `ip netns del`.
+    pids=$(ip netns pids "$ns" 2> /dev/null || true)
+    # shellcheck disable=SC2086
+    [[ -z $pids ]] || kill -KILL $pids 2> /dev/null || true
     ip netns del "$ns" 2> /dev/null || true
   done
   # Deleting a namespace deletes its veth end, and with it the bridge-side peer; these are

@@ -499,6 +499,9 @@ TEST(Restart, LaunchOptionsAreChecked) {
   EXPECT_EQ(p.max_restarts, 2);
   EXPECT_EQ(p.min_ranks, 2);
   EXPECT_TRUE(p.exclude_failed);
+  // A spare host may take the failed one's place: -n ranks again.
+  EXPECT_NO_THROW(parse_launch({"-n", "2", "--hosts", "a:1,b:1,c:1", "--max-restarts", "1",
+                                "--exclude-failed", "--", "train"}));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kiri/comm/hang_error.h"
+
 namespace kiri::comm::detail {
 namespace {
 
@@ -62,6 +64,21 @@ TEST(Diagnosis, NamesMissingThenLateRanksAndListsEachRanksOps) {
   m = diagnose_hang(c, reports);
   EXPECT_NE(m.find("Likely cause: rank 1 (world 3) never reached all_reduce #2"), std::string::npos)
       << m;
+}
+
+// The error carries the world ranks that did not answer, for the layers that know hosts.
+TEST(Diagnosis, TheHangErrorNamesTheWorldRanksThatDidNotAnswer) {
+  const OpRecord ar{2, OpKind::kAllReduce, 40, -1, false};
+  const std::vector<RankReport> reports = {RankReport{}, report({ar}), RankReport{}};
+  const HangContext c{group(3), "all_reduce #2 (10 x F32, sum)", 2, 1.0, 0.3, ""};
+  try {
+    raise_hang(c, reports, __FILE__, __LINE__);
+    FAIL() << "raise_hang returned";
+  } catch (const HangError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCommTimeout);
+    EXPECT_EQ(e.missing_world_ranks(), (std::vector<int>{1, 5}));  // ranks 0 and 2 of dp
+    EXPECT_EQ(e.message(), diagnose_hang(c, reports));
+  }
 }
 
 }  // namespace

@@ -2,10 +2,17 @@
 // hostfile's hosts. The supervised runs themselves are kiri's (tests/cli/restart_test.cpp).
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "kiri/launch/status.h"
 #include "kiri/launch/supervisor.h"
 #include "temp_dir.h"
 
@@ -36,6 +43,29 @@ TEST(Restart, TheHostfileGivesEachHostItsSlots) {
   ASSERT_EQ(hosts.size(), 2u);
   EXPECT_EQ(hosts[0].slots, 2);
   EXPECT_EQ(hosts[1].slots, 2);  // once per slot
+}
+
+// A rank that timed out asks whether it still reaches the launcher: a TCP connect to the
+// address mpirun gave it. Here a listening socket stands for mpirun; once closed, the port
+// refuses; without the variable (not mpirun) the answer is unknown.
+TEST(Restart, ARankTellsWhetherItReachesTheLauncher) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string uri =
+      "123.0;tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + ";tcp6://[::1]:1";
+  ::setenv("OMPI_MCA_orte_hnp_uri", uri.c_str(), 1);
+  EXPECT_EQ(kiri::launch::reaches_launcher(2), std::optional<bool>(true));
+  ::close(fd);
+  EXPECT_EQ(kiri::launch::reaches_launcher(2), std::optional<bool>(false));
+  ::unsetenv("OMPI_MCA_orte_hnp_uri");
+  EXPECT_EQ(kiri::launch::reaches_launcher(2), std::nullopt);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "kiri/config/config_schema.h"
 #include "kiri/config/deepspeed_config.h"
 #include "kiri/data/corpus.h"
+#include "kiri/launch/status.h"
 #include "kiri/launch/world.h"
 #include "kiri/train/generate.h"
 #include "kiri/train/run_dir.h"
@@ -317,6 +318,9 @@ int cmd_train(const std::vector<std::string>& argv) {
     if (rank0) log::info("resumed from ", from, " at step ", trainer.step());
   }
   trainer.run();
+  // Finished: said before MPI_Finalize, which waits for every host, so that kiri launch can
+  // tell a finished job from a lost one when a host's link goes down at the very end.
+  launch::record_launch_exit(0);
   return 0;
 }
 

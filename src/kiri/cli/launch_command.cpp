@@ -73,8 +73,12 @@ LaunchPlan parse_launch(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, !elastic || p.supervised(),
                   "--exclude-failed, --max-host-failures and --min-ranks decide how a job is "
                   "restarted: give --max-restarts N too");
-  KIRI_CHECK_KIND(kConfig, !p.exclude_failed || p.min_ranks < p.n,
-                  "--exclude-failed restarts on fewer ranks: give --min-ranks M below -n ", p.n);
+  // Without spare slots (a hostfile or --hosts may have some), a restart without the failed
+  // host has fewer ranks than -n.
+  KIRI_CHECK_KIND(kConfig, !p.exclude_failed || p.min_ranks < p.n || p.hostfile || p.hosts,
+                  "--exclude-failed restarts without the failed host: give --min-ranks M below "
+                  "-n ",
+                  p.n, ", or spare slots with --hostfile or --hosts");
   KIRI_CHECK_KIND(kConfig, !p.supervised() || p.command[0] == "train",
                   "kiri launch --max-restarts restarts `train` runs from their checkpoints, not `",
                   p.command[0], "`");

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "kiri/comm/agree.h"
+#include "kiri/comm/hang_error.h"
 #include "kiri/launch/status.h"
 #include "kiri/launch/world.h"
 
@@ -27,6 +29,8 @@ std::string rank_prefix(int rank) {
 // job before it prints the error itself and ends the job (the printing rank may be healthy,
 // the error this rank's alone).
 constexpr std::chrono::seconds kPrinterGrace{10};
+// How long a rank that timed out tries to reach the launcher's host.
+constexpr double kLauncherProbeS = 2;
 
 // Prints `text` if this rank is the printer, then ends an MPI job so that no rank waits for
 // this one: the printer aborts it (after the line is flushed), the others wait to be ended.
@@ -69,7 +73,18 @@ int report_error(const Error& e) {
   const bool printer = (agreed || same_on_every_rank(e.kind())) ? rank <= 0 : true;
   // Under kiri launch's supervisor: how this rank ended, for its decision to restart.
   launch::record_launch_error(error_kind_name(e.kind()), code, error_text(e, named, false));
-  print_and_end_job(error_text(e, named, verbose()), printer, code);
+  std::string text = error_text(e, named, verbose());
+  if (const auto* hang = dynamic_cast<const comm::HangError*>(&e);
+      hang && !hang->missing_world_ranks().empty()) {
+    // Ranks that do not answer: is it their host that is cut off, or this one?
+    const std::optional<bool> reached = launch::reaches_launcher(kLauncherProbeS);
+    launch::record_launch_unreachable(hang->missing_world_ranks(), reached);
+    if (reached == false)
+      text +=
+          "\nThis rank cannot reach the launcher's host either: the lost link is likely its "
+          "own host's.";
+  }
+  print_and_end_job(text, printer, code);
   return code;
 }
 

@@ -5,6 +5,8 @@
 #include <map>
 #include <optional>
 
+#include "kiri/comm/hang_error.h"
+
 namespace kiri::comm::detail {
 namespace {
 
@@ -138,6 +140,16 @@ std::string diagnose_hang(const HangContext& c, const std::vector<RankReport>& r
   for (int r = 0; r < static_cast<int>(reports.size()); ++r)
     s += "\n" + rank_line(g, r, reports[r], c.grace_s);
   return s;
+}
+
+void raise_hang(const HangContext& c, const std::vector<RankReport>& reports, const char* file,
+                int line) {
+  std::vector<int> missing;
+  for (size_t r = 0; r < reports.size(); ++r)
+    if (!reports[r].answered && r < c.group.world_ranks.size())
+      missing.push_back(c.group.world_ranks[r]);
+  std::sort(missing.begin(), missing.end());
+  throw HangError(diagnose_hang(c, reports), std::move(missing), file, line);
 }
 
 }  // namespace kiri::comm::detail

@@ -32,4 +32,8 @@ struct HangContext {
 // The kCommTimeout message: the likely cause, then one line per rank.
 std::string diagnose_hang(const HangContext& context, const std::vector<RankReport>& reports);
 
+// Throws the HangError of diagnose_hang's message, with the world ranks that did not answer.
+[[noreturn]] void raise_hang(const HangContext& context, const std::vector<RankReport>& reports,
+                             const char* file, int line);
+
 }  // namespace kiri::comm::detail

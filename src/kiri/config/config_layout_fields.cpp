@@ -72,6 +72,12 @@ void add_parallel_fields(std::vector<Field>& f) {
   f.push_back(float_field("parallel.timeout_s", KIRI_FIELD(parallel.timeout_s), 0.001, 1e7,
                           "Timeout of each collective in seconds: past it the rank stops with a "
                           "diagnosis naming the missing or divergent rank."));
+  f.push_back(int_field("parallel.link_probe_every", KIRI_FIELD(parallel.link_probe_every), 0,
+                        1 << 30,
+                        "Across hosts: every this many steps, the first rank of each host times "
+                        "a 1 MiB exchange with every other host's, and the progress line and "
+                        "metrics name a host whose link is slow (docs/cluster.md); 0 = never. "
+                        "One host: no effect."));
   f.push_back(bool_field("parallel.check_collectives", KIRI_FIELD(parallel.check_collectives),
                          "Before each collective, ranks agree on its kind and size, so a mismatch "
                          "is named instead of computing garbage (a small extra message each)."));

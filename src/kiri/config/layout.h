@@ -79,6 +79,7 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1;     // dp 0: inferred from the world (resolve_layout)
   double bucket_mb = 25;          // DDP gradient bucket size
   double timeout_s = 300;         // per collective; a rank that never arrives is named after it
+  int link_probe_every = 10;      // steps between probes of the links between hosts; 0 = none
   bool check_collectives = true;  // ranks agree on each collective's kind and size first
   // ZeRO stage (DeepSpeed's vocabulary) or sharding strategy (FSDP's); the strategy, when
   // set, decides: NO_SHARD = 0, SHARD_GRAD_OP = 2, FULL_SHARD = 3, HYBRID_SHARD = 3 within

@@ -26,6 +26,12 @@ namespace {
 
 // How long the ranks on this host may outlive the launcher before they are killed.
 constexpr double kGoneTimeoutS = 30;
+// After a rank has reported an error, how long the launcher may take to end the job (mpirun
+// aborts it within a second or two) before it is ended from here: across hosts, mpirun can
+// hang in the abort when one host's link is down and its daemon cannot be reached. Then
+// SIGTERM, and SIGKILL if that does not end it either.
+constexpr double kAbortGraceS = 8;
+constexpr double kTermGraceS = 3;
 constexpr int kPollMs = 100;
 
 // The supervisor's signal flag: a handler may only set it. Process-wide by nature.
@@ -47,6 +53,27 @@ char process_state(long pid) {
   if (!in || !std::getline(in, s)) return 0;
   const size_t close = s.rfind(')');
   return close != std::string::npos && close + 2 < s.size() ? s[close + 2] : 0;
+}
+
+bool has_record(const std::string& dir, int rank, const char* suffix) {
+  return ::access((dir + "/rank_" + std::to_string(rank) + "." + suffix).c_str(), F_OK) == 0;
+}
+
+// The first rank whose error record (rank_R.error) is in `dir`, or -1.
+int first_error(const std::string& dir, int ranks) {
+  for (int r = 0; r < ranks; ++r)
+    if (has_record(dir, r, "error")) return r;
+  return -1;
+}
+
+// Whether every rank recorded that it finished (rank_R.exit "0").
+bool all_finished(const std::string& dir, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream in(dir + "/rank_" + std::to_string(r) + ".exit");
+    int code = -1;
+    if (!(in >> code) || code != 0) return false;
+  }
+  return true;
 }
 
 bool alive(long pid) {
@@ -85,6 +112,45 @@ pid_t spawn(const std::vector<std::string>& command, const std::map<std::string,
   ::_exit(127);
 }
 
+// Ends a launcher that outlives a rank's error by kAbortGraceS (see there); poll() each round.
+struct StuckLauncher {
+  int error_rank_ = -1;
+  bool finished_ = false;  // every rank recorded its exit 0
+  bool termed_ = false, killed_ = false;
+  Timer since_check_, since_error_;
+  void poll(pid_t child, const std::string& status_dir, int ranks, AttemptResult& res);
+};
+
+void StuckLauncher::poll(pid_t child, const std::string& status_dir, int ranks,
+                         AttemptResult& res) {
+  if (error_rank_ < 0 && !finished_) {
+    if (since_check_.seconds() < 0.5) return;
+    since_check_.reset();
+    if ((error_rank_ = first_error(status_dir, ranks)) >= 0 ||
+        (finished_ = all_finished(status_dir, ranks)))
+      since_error_.reset();
+    return;
+  }
+  const double waited = since_error_.seconds();
+  if (!termed_ && waited > kAbortGraceS) {
+    const std::string what = finished_
+                                 ? std::string("every rank finished")
+                                 : "rank " + std::to_string(error_rank_) + " reported an error";
+    std::fprintf(stderr,
+                 "[kiri] launch: %s %.0f s ago and the launcher has not ended the job (a host "
+                 "it cannot reach?): ending it (SIGTERM)\n",
+                 what.c_str(), waited);
+    res.ranks_finished = finished_;
+    ::kill(child, SIGTERM);
+    termed_ = true;
+    res.launcher_ended = true;
+  } else if (termed_ && !killed_ && waited > kAbortGraceS + kTermGraceS) {
+    std::fprintf(stderr, "[kiri] launch: the launcher ignored SIGTERM: SIGKILL\n");
+    ::kill(child, SIGKILL);
+    killed_ = true;
+  }
+}
+
 }  // namespace
 
 bool stop_requested() {
@@ -110,6 +176,7 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
   bool exited = false, eof = false, forwarded = false;
   int status = 0;
   Timer since_exit;
+  StuckLauncher stuck;
   while (!(exited && (eof || since_exit.seconds() > 2))) {
     pollfd p{fds[0], POLLIN, 0};
     if (!eof && ::poll(&p, 1, kPollMs) > 0) {
@@ -138,6 +205,7 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
       const char st = process_state(pid);
       if (st == 'T' || st == 't') res.stopped.insert(r);
     }
+    if (!exited) stuck.poll(child, status_dir, ranks, res);
     if (g_stop && !forwarded) {
       ::kill(child, SIGTERM);  // the launcher ends its ranks
       forwarded = true;
@@ -150,6 +218,7 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
   }
   ::close(fds[0]);
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (res.launcher_ended && res.ranks_finished && !res.interrupted) res.exit_code = 0;
   res.seconds = timer.seconds();
   // The ranks on this host must be gone before the next attempt takes the run folder.
   Timer gone;

@@ -20,6 +20,9 @@ struct AttemptResult {
   double wait_gone_s = 0;    // from the launcher's exit until its ranks here were gone
   int killed_leftovers = 0;  // ranks still alive after the wait, ended with SIGKILL
   bool interrupted = false;  // this process was asked to stop (SIGTERM, SIGINT)
+  // The launcher outlived a rank's error by a grace period and was ended from here.
+  bool launcher_ended = false;
+  bool ranks_finished = false;  // ... when every rank had finished: the job succeeded
 };
 
 // Runs `command` (the launcher's argv) with `env` added to its environment; `status_dir`

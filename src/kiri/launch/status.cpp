@@ -1,8 +1,13 @@
 #include "kiri/launch/status.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +83,40 @@ void record_launch_error(const std::string& kind, int code, const std::string& t
   write_record(status_file("error"), str(kind, "\n", code, "\n", text, "\n"));
 }
 
+void record_launch_unreachable(const std::vector<int>& ranks, std::optional<bool> reached) {
+  std::string text = reached ? (*reached ? "1\n" : "0\n") : "-\n";
+  for (size_t i = 0; i < ranks.size(); ++i) text += str(i ? " " : "", ranks[i]);
+  write_record(status_file("unreachable"), text + "\n");
+}
+
+std::optional<bool> reaches_launcher(double timeout_s) {
+  const char* uri = std::getenv("OMPI_MCA_orte_hnp_uri");  // "JOBID.0;tcp://A.B.C.D:PORT;..."
+  if (!uri) return std::nullopt;
+  const std::string u = uri;
+  const size_t at = u.find("tcp://");
+  if (at == std::string::npos) return std::nullopt;
+  const size_t colon = u.find(':', at + 6), end = u.find_first_of(";,", at);
+  if (colon == std::string::npos) return std::nullopt;
+  const std::string host = u.substr(at + 6, colon - at - 6);
+  const int port = std::atoi(u.substr(colon + 1, end - colon - 1).c_str());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (port <= 0 || ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return std::nullopt;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    rc = ::poll(&p, 1, static_cast<int>(timeout_s * 1000));
+    int err = 0;
+    socklen_t len = sizeof err;
+    rc = rc == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 ? 0 : -1;
+  }
+  ::close(fd);
+  return rc == 0;
+}
+
 void record_launch_exit(int code) {
   write_record(status_file("exit"), str(code, "\n"));
 }
@@ -103,6 +142,13 @@ std::vector<RankOutcome> read_launch_status(const std::string& dir, int ranks) {
       o.error_kind = kind;
       o.error_code = std::atoi(code.c_str());
       o.error_text = text;
+    }
+    if (const std::string s = read_text(base.string() + ".unreachable"); !s.empty()) {
+      std::istringstream in(s);
+      std::string reached;
+      in >> reached;
+      if (reached == "0" || reached == "1") o.reached_launcher = reached == "1";
+      for (int x; in >> x;) o.unreachable.push_back(x);
     }
     o.terminated = !read_text(base.string() + ".term").empty();
     if (const std::string s = read_text(base.string() + ".exit"); !s.empty())

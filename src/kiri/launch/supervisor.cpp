@@ -167,6 +167,32 @@ struct Verdict {
   int code = 1;
 };
 
+// A communication timeout across hosts: ranks that did not answer are on a host that lost
+// its link, or their host is fine and the reporter's is the one cut off. A reporter that
+// could not reach the launcher's host either names its own host; one that could names the
+// hosts of the ranks it missed. Without an answer either way (not mpirun), nobody is blamed.
+template <typename Add>
+void add_unreachable(const std::vector<RankOutcome>& ranks, const std::vector<std::string>& host_of,
+                     Add add) {
+  auto host = [&](int r) { return host_of[static_cast<size_t>(r)]; };
+  std::set<std::string> reaching;  // hosts whose ranks reached the launcher
+  for (const RankOutcome& o : ranks)
+    if (o.reached_launcher == true) reaching.insert(host(o.rank));
+  for (const RankOutcome& o : ranks)
+    if (o.reached_launcher == false && !reaching.count(host(o.rank)))
+      add(o.rank, "lost its link: it reached neither the other hosts' ranks nor the launcher",
+          true);
+  for (const RankOutcome& o : ranks) {
+    if (o.reached_launcher != true) continue;
+    for (int r : o.unreachable)
+      if (r >= 0 && r < static_cast<int>(ranks.size()) && !reaching.count(host(r)))
+        add(r,
+            str("was unreachable from rank ", o.rank, " (", host(o.rank),
+                "): its host is lost or its link is down"),
+            true);
+  }
+}
+
 Verdict judge(const AttemptResult& a, const std::vector<RankOutcome>& ranks,
               const std::vector<std::string>& host_of) {
   Verdict v;
@@ -190,6 +216,7 @@ Verdict judge(const AttemptResult& a, const std::vector<RankOutcome>& ranks,
     add(a.noticed->first,
         str("was killed by signal ", a.noticed->second, " (", signal_name(a.noticed->second), ")"),
         true);
+  add_unreachable(ranks, host_of, add);
   for (const RankOutcome& o : ranks)
     if (o.vanished()) add(o.rank, "ended without a record: killed, or lost with its host", true);
   bool any_started = false;

@@ -188,6 +188,21 @@ std::string ParallelDims::ranks_by_host() const {
   return out;
 }
 
+std::string ParallelDims::hosts_of(const std::vector<int>& world_ranks) const {
+  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
+  std::vector<std::vector<int>> by_host(static_cast<size_t>(hosts_->hosts));
+  for (int r : world_ranks)
+    if (r >= 0 && r < static_cast<int>(hosts_->host_of.size()))
+      by_host[static_cast<size_t>(hosts_->host_of[static_cast<size_t>(r)])].push_back(r);
+  std::string out;
+  for (size_t i = 0; i < by_host.size(); ++i)
+    if (!by_host[i].empty())
+      out +=
+          kiri::str(out.empty() ? "" : ", ", hosts_->names[i],
+                    by_host[i].size() == 1 ? " (rank " : " (ranks ", rank_ranges(by_host[i]), ")");
+  return out;
+}
+
 std::string ParallelDims::host_summary(int shard_group) const {
   KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
   const HostMap& h = *hosts_;

@@ -76,6 +76,8 @@ class ParallelDims {
   // The ranks of each host by hostname, after hosts(): "kiri-h0: ranks 0-1; kiri-h1: ranks
   // 2-3" (what a communication timeout adds, so that a missing rank names its host).
   std::string ranks_by_host() const;
+  // The hosts of these world ranks, each with its ranks among them: "kc-h1 (ranks 2-3)".
+  std::string hosts_of(const std::vector<int>& world_ranks) const;
 
   // Every group made so far, each once: world, dp, tp and pp when larger than one rank, then
   // the shard, replica and embedding groups when this rank has them.

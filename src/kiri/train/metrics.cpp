@@ -67,6 +67,11 @@ std::string metrics_json_line(const StepMetrics& m) {
     j["loss_scale"] = *m.loss_scale;
     j["skipped_steps"] = m.skipped_steps;
   }
+  if (!m.link_bytes_per_s.empty()) {
+    nlohmann::json links = nlohmann::json::object();
+    for (const auto& [host, rate] : m.link_bytes_per_s) links[host] = rate;
+    j["links"] = {{"bytes_per_s", links}, {"slow_hosts", m.slow_hosts}};
+  }
   if (!m.comm.empty()) {
     nlohmann::json c = nlohmann::json::object();
     for (const auto& [kind, s] : m.comm)
@@ -106,6 +111,15 @@ std::string progress_line(const StepMetrics& m) {
     std::snprintf(buf, sizeof buf, " | scale %g | skipped %lld", *m.loss_scale,
                   static_cast<long long>(m.skipped_steps));
     s += buf;
+  }
+  if (!m.slow_hosts.empty()) {
+    double fastest = 0;
+    for (const auto& [host, rate] : m.link_bytes_per_s) fastest = std::max(fastest, rate);
+    s += " | slow link:";
+    for (const std::string& h : m.slow_hosts)
+      for (const auto& [host, rate] : m.link_bytes_per_s)
+        if (host == h) s += " " + h + " " + format_bytes(static_cast<int64_t>(rate)) + "/s";
+    s += " (fastest " + format_bytes(static_cast<int64_t>(fastest)) + "/s)";
   }
   if (m.skipped) s += " | step skipped (non-finite gradients)";
   if (m.val_loss) {

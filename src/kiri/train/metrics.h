@@ -38,6 +38,10 @@ struct StepMetrics {
   // seconds the step waited on that I/O (what the overlap did not hide). 0 without offload.
   int64_t offload_read_bytes = 0, offload_written_bytes = 0;
   double offload_wait_s = 0;
+  // Across hosts, on the steps of a link probe (parallel/link_probe.h; rank 0): each host's
+  // rate by hostname, and the hosts whose link is slow.
+  std::vector<std::pair<std::string, double>> link_bytes_per_s;
+  std::vector<std::string> slow_hosts;
   // Per operation kind, what this rank's communicators did in the step.
   std::vector<std::pair<std::string, comm::OpStats>> comm;
   // Pipeline parallelism: the share of the step's pipeline schedule in which

@@ -13,6 +13,7 @@
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
+#include "kiri/comm/hang_error.h"
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
 #include "kiri/data/shard.h"
@@ -401,16 +402,35 @@ void Trainer::run() {
     run_steps();
   } catch (const Error& e) {
     if (swap_) swap_->keep_files(true);
-    // A rank that does not answer is named by its rank; across hosts, say where it runs.
+    // A rank that does not answer is named by its rank; across hosts, say where it runs, and
+    // keep the ranks for kiri launch, which leaves a lost host out of a restart.
     if (e.kind() != ErrorKind::kCommTimeout || !dims_ || dims_->hosts().hosts == 1) throw;
-    throw Error(e.kind(), e.message() + "\nRanks by host: " + dims_->ranks_by_host(), __FILE__,
-                __LINE__);
+    const auto* hang = dynamic_cast<const comm::HangError*>(&e);
+    const std::vector<int> missing = hang ? hang->missing_world_ranks() : std::vector<int>{};
+    const parallel::HostMap& h = dims_->hosts();
+    std::string text = e.message();
+    if (!missing.empty())
+      text += str("\nUnreachable: ", dims_->hosts_of(missing),
+                  ": the host is lost, or its link to this rank's host (",
+                  h.names[static_cast<size_t>(h.host_of[static_cast<size_t>(world_->rank())])],
+                  ") is down");
+    throw comm::HangError(text + "\nRanks by host: " + dims_->ranks_by_host(), missing, __FILE__,
+                          __LINE__);
   } catch (...) {
     // A run stopped by an error keeps its swap files (the state they hold may be the only
     // trace of what went wrong); a resume rewrites them from the checkpoint.
     if (swap_) swap_->keep_files(true);
     throw;
   }
+}
+
+void Trainer::probe_links(StepMetrics& m) {
+  const parallel::LinkRates rates = link_probe_->measure();
+  if (!is_rank0()) return;
+  const parallel::HostMap& h = dims_->hosts();
+  for (size_t i = 0; i < rates.bytes_per_s.size(); ++i)
+    m.link_bytes_per_s.emplace_back(h.names[i], rates.bytes_per_s[i]);
+  for (int s : rates.slow) m.slow_hosts.push_back(h.names[static_cast<size_t>(s)]);
 }
 
 // The host map (rank 0; ParallelDims::hosts() was made on every rank in build_dims), and a
@@ -475,11 +495,12 @@ void Trainer::run_steps() {
       history.val_loss.push_back(*m.val_loss);
     }
     clock.mark(m, t.steps - step_);
+    if (link_probe_ && step_ % cfg_.parallel.link_probe_every == 0) probe_links(m);
     history.steps.push_back(double(step_));
     history.loss.push_back(m.loss);
     if (rank0) {
       metrics.write(m);
-      if (step_ % cfg_.log.every == 0 || last || m.val_loss)
+      if (step_ % cfg_.log.every == 0 || last || m.val_loss || !m.slow_hosts.empty())
         std::printf("%s\n", progress_line(m).c_str());
       std::fflush(stdout);
     }

@@ -19,6 +19,7 @@
 #include "kiri/offload/swap_space.h"
 #include "kiri/optim/adamw.h"
 #include "kiri/optim/loss_scaler.h"
+#include "kiri/parallel/link_probe.h"
 #include "kiri/train/checkpoint_manager.h"
 #include "kiri/train/metrics.h"
 
@@ -186,7 +187,8 @@ class Trainer {
   void build_loss_scaler();  // fp16 only
   void allocate_buffers();   // the training and evaluation batches
   void run_steps();          // run() but for keeping the swap files on an error
-  void log_hosts() const;    // the host map, on rank 0
+  void probe_links(StepMetrics& m);  // the link probe's rates and slow hosts into m (rank 0)
+  void log_hosts() const;            // the host map, on rank 0
   // Before the model states are allocated: kOutOfMemory when their bytes alone (a lower
   // bound: padding left out) exceed train.mem_limit, at once rather than after the
   // minutes of zero-filling that reaching the limit takes on a big model.
@@ -215,6 +217,8 @@ class Trainer {
   Allocator allocator_;
   OomAdvisor advisor_;
   std::unique_ptr<parallel::ParallelDims> dims_;
+  // Across hosts with parallel.link_probe_every > 0: names a host whose link is slow.
+  std::unique_ptr<parallel::LinkProbe> link_probe_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::SampleStream> train_stream_, val_stream_;
   // offload.optimizer = nvme: this rank's swap files; outlives the sharding engine and the

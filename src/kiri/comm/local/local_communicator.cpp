@@ -56,7 +56,7 @@ class LocalWork : public PollingWork {
       reports[r].activity = group_->world->activity(info_.world_ranks[r]);
     }
     HangContext context{info_, what_, seq_, waited_s, 0, hint()};
-    KIRI_RAISE(kCommTimeout, diagnose_hang(context, reports));
+    raise_hang(context, reports, __FILE__, __LINE__);
   }
   virtual std::string hint() { return ""; }
 

@@ -168,7 +168,7 @@ bool MpiCore::diagnose(MpiWork& w, double waited_s) {
                "), or it is stuck: see its operations below");
   HangContext context{info, w.what, w.seq, waited_s, std::chrono::duration<double>(grace).count(),
                       hint};
-  KIRI_RAISE(kCommTimeout, diagnose_hang(context, reports));
+  raise_hang(context, reports, __FILE__, __LINE__);
 }
 
 }  // namespace kiri::comm::detail

@@ -1,8 +1,11 @@
 #include "kiri/comm/mpi/mpi_runtime.h"
 
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -23,6 +26,9 @@ void keep_large_blocks_mapped() {
   if (mallopt(M_TRIM_THRESHOLD, INT_MAX) != 1) log::warn("mallopt(M_TRIM_THRESHOLD) refused");
 #endif
 }
+
+// How long a rank waits in MPI_Abort before it ends itself (end_mpi_job_after_error).
+constexpr std::chrono::seconds kAbortGrace{10};
 
 }  // namespace
 
@@ -74,6 +80,14 @@ void end_mpi_job_after_error(int code) {
   MPI_Initialized(&initialized);
   if (!initialized || detail::mpi_finalized()) return;
   if (mpi_job_running()) {
+    // MPI_Abort asks the launcher to end every rank, and can wait forever when the launcher
+    // cannot be reached (this host's link is down): this rank then ends itself.
+    std::thread([code] {
+      std::this_thread::sleep_for(kAbortGrace);
+      std::fprintf(stderr, "kiri: MPI_Abort did not end this rank within %lld s: exiting\n",
+                   static_cast<long long>(kAbortGrace.count()));
+      std::_Exit(code);
+    }).detach();
     MPI_Abort(MPI_COMM_WORLD, code);  // does not return
     return;
   }

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A lost link costs seconds (docs/cluster.md, "A lost link"): on 3 network-namespace hosts
+# of 1 rank each, a dp 2 run on hosts h0 and h1 under `kiri launch --max-restarts 1
+# --exclude-failed` has h1's link cut in the middle of a step. The job must end within its
+# timeout naming h1 as the host that lost its link, restart from the latest checkpoint on h0
+# and the spare h2, and finish with a model byte for byte equal to an uninterrupted run's.
+# Then a link cut and healed within the timeout: the step completes and the run finishes.
+# Last, a link slowed 10x mid-run: the progress line and metrics.jsonl name its host.
+# Exits 77 (skip) with the script's reason where namespaces cannot be made.
+#   tests/cluster/cluster_failure_test.sh build/kiri
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+kiri=$(realpath "${1:?usage: cluster_failure_test.sh KIRI_BINARY}")
+work=$(mktemp -d /tmp/kiri-cluster-failure.XXXXXX)
+export KIRI_CLUSTER_DIR=$work/state
+name=kf3
+cluster() { bash "$root/scripts/cluster.sh" "$@"; }
+cleanup() {
+  cluster down --name "$name" > /dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+rc=0
+cluster up --name "$name" --subnet 10.231.3.0/24 --hosts 3 --ranks-per-host 1 --link 1gbit \
+  > "$work/up.log" 2>&1 || rc=$?
+if ((rc == 77)); then
+  cat "$work/up.log"
+  exit 77
+fi
+((rc == 0)) || {
+  cat "$work/up.log"
+  exit 1
+}
+state=$KIRI_CLUSTER_DIR/$name
+# shellcheck disable=SC1091
+source "$state/mpirun.env"
+h0=10.231.3.10 h1=10.231.3.11 h2=10.231.3.12
+printf '%s slots=1\n' "$h0" "$h2" > "$work/hosts-ref"
+
+fail() {
+  echo "cluster_failure_test: $*" >&2
+  exit 1
+}
+
+# A tiny GPT-2 on bytes, dp 2; steps slow enough (about 0.05 s) to cut one in the middle.
+tiny() {
+  echo "--set data.tokenizer=byte --set model.n_layer=2 --set model.n_head=4" \
+    "--set model.n_embd=128 --set model.block_size=64 --set train.seq_len=64" \
+    "--set train.micro_batch=8 --set train.steps=$2 --set train.warmup=1" \
+    "--set train.eval_every=0 --set train.eval_batches=1 --set checkpoint.every=4" \
+    "--set parallel.timeout_s=$3 --global-batch ${4:-16} --set run.dir=$1"
+}
+last_step() {
+  python3 -c '
+import json, sys
+try:
+    s = [json.loads(l).get("step", 0) for l in open(sys.argv[1])]
+except OSError:
+    s = []
+print(max(s or [0]))' "$1/metrics.jsonl"
+}
+# wait_step RUN STEP SECONDS: until RUN's metrics reach STEP (RUN.log is its output)
+wait_step() {
+  local t=0
+  until (($(last_step "$1") >= $2)); do
+    sleep 0.2
+    t=$((t + 1))
+    ((t < $3 * 5)) || fail "step $2 not reached in $3 s:
+$(cat "$1.log")"
+  done
+}
+
+# 1. The uninterrupted reference: 40 steps on h0 and h2.
+# shellcheck disable=SC2046
+"$kiri" launch -n 2 --threads 1 --hostfile "$work/hosts-ref" -- train $(tiny "$work/ref" 40 20) \
+  > "$work/ref.log" 2>&1 || {
+  cat "$work/ref.log"
+  fail "the reference run failed"
+}
+
+# 2. The same run on h0 and h1 (h2 spare), h1's link cut after step 5.
+start=$(date +%s)
+# shellcheck disable=SC2046
+"$kiri" launch -n 2 --threads 1 --hostfile "$state/hostfile" --max-restarts 1 --exclude-failed \
+  -- train $(tiny "$work/run" 40 20) > "$work/run.log" 2>&1 &
+job=$!
+wait_step "$work/run" 5 120
+cluster cut h1 --name "$name" > /dev/null
+cut_at=$(date +%s)
+rc=0
+timeout 300 tail --pid=$job -f /dev/null || fail "the job did not end within 300 s:
+$(cat "$work/run.log")"
+wait $job || rc=$?
+cluster heal h1 --name "$name" > /dev/null
+# What the cut left on h1 (its Open MPI daemon lost its launcher): gone, as after a reboot.
+# shellcheck disable=SC2046
+kill -KILL $(ip netns pids "$name-h1") 2> /dev/null || true
+log=$(cat "$work/run.log")
+((rc == 0)) || fail "the restarted job failed (exit $rc):
+$log"
+grep -q "Unreachable: kf3-h1 (rank 1)" <<< "$log" || fail "no rank named h1 unreachable:
+$log"
+grep -q "rank 1 ($h1) lost its link" <<< "$log" || fail "the supervisor did not blame h1:
+$log"
+grep -q "restarting on 2 rank(s) without $h1 from" <<< "$log" || fail "no restart without h1:
+$log"
+grep -q "attempt 2 finished the run after 1 restart(s)" <<< "$log" || fail "no finish:
+$log"
+# The first attempt ended within the timeout (20 s), the diagnosis and the launcher's grace.
+ended=$(python3 -c '
+import json, sys
+print(int(json.loads(open(sys.argv[1]).readline())["ended_at"]))' "$work/run/launch/attempts.jsonl")
+echo "cluster_failure_test: cut at +$((cut_at - start)) s, attempt 1 ended $((ended - cut_at)) s later"
+((ended - cut_at <= 60)) || fail "attempt 1 ended $((ended - cut_at)) s after the cut (limit 60)"
+for f in model.safetensors optimizer-00000-of-00001.safetensors; do
+  cmp -s "$work/ref/checkpoints/step_00000040/$f" "$work/run/checkpoints/step_00000040/$f" ||
+    fail "$f of the restarted run differs from the uninterrupted run's"
+done
+grep -E "Unreachable|lost its link|\[kiri\] launch: (attempt|restarting|rank)" <<< "$log"
+echo "cluster_failure_test: cut, named, restarted without h1: the final model equals the reference"
+
+# 3. A cut healed within the timeout: the step waits, then completes (on h0 and h2: h1 may
+# still hold the first job's daemon, which lost its launcher while cut off).
+# shellcheck disable=SC2046
+"$kiri" launch -n 2 --threads 1 --hostfile "$work/hosts-ref" -- train $(tiny "$work/heal" 200 30) \
+  > "$work/heal.log" 2>&1 &
+job=$!
+wait_step "$work/heal" 3 120
+cluster cut h2 --name "$name" > /dev/null
+sleep 4
+cluster heal h2 --name "$name" > /dev/null
+rc=0
+timeout 120 tail --pid=$job -f /dev/null || fail "the healed job did not end within 120 s"
+wait $job || rc=$?
+((rc == 0)) || fail "the run with a healed cut failed (exit $rc):
+$(cat "$work/heal.log")"
+(($(last_step "$work/heal") == 200)) || fail "the healed run stopped at step $(last_step "$work/heal")"
+stall=$(python3 -c '
+import json, sys
+print(max(json.loads(l).get("step_s", 0) for l in open(sys.argv[1])))' "$work/heal/metrics.jsonl")
+python3 -c "import sys; sys.exit(0 if $stall >= 2 else 1)" ||
+  fail "no step waited out the cut (the longest took $stall s): it did not land mid-run"
+echo "cluster_failure_test: a cut healed within the timeout: one step waited $stall s, the run finished"
+
+# 4. h1's link slowed 10x after step 5 of a dp 3 run on all 3 hosts: the link probe (every 2
+# steps) names kf3-h1, and only after the slowdown; the run goes on to its last step.
+# shellcheck disable=SC2046
+"$kiri" launch -n 3 --threads 1 --hostfile "$state/hostfile" -- train $(tiny "$work/slow" 30 60 24) \
+  --set parallel.link_probe_every=2 > "$work/slow.log" 2>&1 &
+job=$!
+wait_step "$work/slow" 5 120
+cluster shape h1 100mbit --name "$name" > /dev/null
+rc=0
+timeout 300 tail --pid=$job -f /dev/null || fail "the slowed job did not end within 300 s:
+$(tail -30 "$work/slow.log")"
+wait $job || rc=$?
+((rc == 0)) || fail "the run with a slow link failed (exit $rc):
+$(cat "$work/slow.log")"
+python3 - "$work/slow/metrics.jsonl" << 'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+probes = [(r["step"], r["links"]["slow_hosts"]) for r in rows if "links" in r]
+if not probes or probes[0][1]:
+    sys.exit(f"cluster_failure_test: no probe, or a slow host before the slowdown: {probes}")
+named = [s for s, slow in probes if slow == ["kf3-h1"]]
+if not named or rows[-1]["step"] != 30:
+    sys.exit(f"cluster_failure_test: kf3-h1 never named alone as slow: {probes}")
+print(f"cluster_failure_test: slow link: kf3-h1 named from step {named[0]} on: {probes}")
+EOF
+grep -q "slow link: kf3-h1" "$work/slow.log" || fail "the progress line did not name kf3-h1:
+$(cat "$work/slow.log")"
