@@ -328,6 +328,38 @@ double clip_seconds(const Layout& l, const ClusterSpec& c) {
   return s;
 }
 
+// tp's collectives and pp's sends of one step (TimeBreakdown::tp_comm_s, pp_comm_s).
+void model_parallel_comm(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
+                         int64_t stage_layers, TimeBreakdown& t) {
+  const int64_t m = l.step_microbatches();
+  const double md = static_cast<double>(m);
+  const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
+  const double tokens_mb = static_cast<double>(l.micro_batch * l.seq_len);
+  const double act_bytes = l.form == ActivationForm::kKiri ? 4 : value_bytes(l.dtype);
+  const double act = tokens_mb * static_cast<double>(model.hidden) * act_bytes;
+  if (l.tp > 1) {
+    const double per_layer = l.activation_checkpointing == Recompute::kFull ? 6 : 4;
+    const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
+    t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp, 1));
+    // Sequence parallelism with layernorm recomputed: each region's input gathered again.
+    if (l.sequence_parallel && selective_modules(l).layernorm)
+      t.tp_comm_s += md * static_cast<double>(stage_layers) * 2 *
+                     all_gather_seconds(act, l.tp, group_link(c, l.tp, 1));
+  }
+  if (l.pp > 1) {
+    // Megatron's scatter-gather (the paper form): each tp rank sends its 1/tp of the
+    // activation, through its own NIC; without sequence parallelism the receiving stage
+    // all-gathers it over tp (with it, the 1/tp is the sequence shard the stage starts from).
+    // kiri sends the whole activation from every tp rank.
+    const bool scatter = l.form == ActivationForm::kPaper && l.tp > 1;
+    const Link link = group_link(c, l.pp, int64_t{l.dp} * l.tp);
+    double one = p2p_seconds(scatter ? act / l.tp : act, link);
+    if (scatter && !l.sequence_parallel)
+      one += all_gather_seconds(act, l.tp, group_link(c, l.tp, 1));
+    t.pp_comm_s = 2.0 * static_cast<double>(m) * v * one;
+  }
+}
+
 }  // namespace
 
 TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
@@ -372,30 +404,7 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     t.bubble_fraction = bubble_fraction(l.pp, m, v);
     t.bubble_s = v == 1 ? sum - t_max : md * t_max * bubble_overhead(l.pp, m, v);
   }
-  const double tokens_mb = static_cast<double>(l.micro_batch * l.seq_len);
-  const double act_bytes = l.form == ActivationForm::kKiri ? 4 : value_bytes(l.dtype);
-  const double act = tokens_mb * static_cast<double>(model.hidden) * act_bytes;
-  if (l.tp > 1) {
-    const double per_layer = l.activation_checkpointing == Recompute::kFull ? 6 : 4;
-    const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
-    t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp, 1));
-    // Sequence parallelism with layernorm recomputed: each region's input gathered again.
-    if (l.sequence_parallel && selective_modules(l).layernorm)
-      t.tp_comm_s += md * static_cast<double>(stage_layers) * 2 *
-                     all_gather_seconds(act, l.tp, group_link(c, l.tp, 1));
-  }
-  if (l.pp > 1) {
-    // Megatron's scatter-gather (the paper form): each tp rank sends its 1/tp of the
-    // activation, through its own NIC; without sequence parallelism the receiving stage
-    // all-gathers it over tp (with it, the 1/tp is the sequence shard the stage starts from).
-    // kiri sends the whole activation from every tp rank.
-    const bool scatter = l.form == ActivationForm::kPaper && l.tp > 1;
-    const Link link = group_link(c, l.pp, int64_t{l.dp} * l.tp);
-    double one = p2p_seconds(scatter ? act / l.tp : act, link);
-    if (scatter && !l.sequence_parallel)
-      one += all_gather_seconds(act, l.tp, group_link(c, l.tp, 1));
-    t.pp_comm_s = 2.0 * static_cast<double>(m) * v * one;
-  }
+  model_parallel_comm(model, l, c, stage_layers, t);
   if (l.dp > 1) dp_comm(model, l, c, stage_layers, t_max, f, t);
   t.clip_s = clip_seconds(l, c);
   t.overhead_s = c.step_overhead_s;
