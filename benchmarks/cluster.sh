@@ -3,7 +3,9 @@
 # docs/cluster.md): each pair of layouts side by side in one run, at each link rate, as the
 # median step time of the last steps of a short `kiri train` (GPT-2, 4 layers x 256 wide,
 # byte vocabulary, T 128, 8 sequences per step). Prints a markdown table of step times and
-# ratios (docs/performance.md).
+# ratios, each step beside the planner's prediction for the same layout and link
+# (benchmarks/cluster_plan.sh; its compute from `kiri plan --calibrate`'s file) and the
+# prediction's error (docs/performance.md).
 #   benchmarks/cluster.sh build/kiri [RATE ...]     (default: 1gbit 200mbit 50mbit)
 # Needs root and network namespaces (exits 77 naming the reason otherwise). Every host shares
 # this machine's cores: 2 ranks per host on 2 cores oversubscribe them, so compute is slower
@@ -58,16 +60,33 @@ step_time() {
   median_step "$dir"
 }
 
-# row RATE A_LABEL A_TIME B_LABEL B_TIME: one table row, B / A as the ratio
+# The planner's step for row label $2 at rate $1: with the link at the tc rate, and (-m) with
+# the link as kiri's all_reduce measured it across the hosts ($measured_link).
+predicted() { bash "$root/benchmarks/cluster_plan.sh" "$kiri" --row "$1" "$2"; }
+predicted_m() { CLUSTER_PLAN_LINK=$measured_link predicted "$@"; }
+
+# row RATE A_LABEL A_TIME A_ROW B_LABEL B_TIME B_ROW: one table row, each measured step
+# beside the predicted ones (and their errors): tc's rate / the measured link; B / A measured
+# and predicted (measured link).
 row() {
+  local pa pb ma mb
+  pa=$(predicted "$1" "$4")
+  pb=$(predicted "$1" "$7")
+  ma=$(predicted_m "$1" "$4")
+  mb=$(predicted_m "$1" "$7")
   python3 -c '
 import sys
-rate, a, ta, b, tb = sys.argv[1:]
-print(f"| {rate} | {a} | {float(ta):.3f} | {b} | {float(tb):.3f} | {float(tb)/float(ta):.2f}x |")' "$@"
+rate, a, ta, pa, ma, b, tb, pb, mb = sys.argv[1:]
+ta, pa, ma, tb, pb, mb = map(float, (ta, pa, ma, tb, pb, mb))
+err = lambda p, m: f"{p:.3f} ({(p - m) / m:+.0%})"
+print(f"| {rate} | {a} | {ta:.3f} | {err(pa, ta)} / {err(ma, ta)} | {b} | {tb:.3f} | "
+      f"{err(pb, tb)} / {err(mb, tb)} | {tb / ta:.2f}x | {mb / ma:.2f}x |")' \
+    "$1" "$2" "$3" "$pa" "$ma" "$5" "$6" "$pb" "$mb"
 }
 
-echo "| link | A | A step (s) | B | B step (s) | B / A |"
-echo "|---|---|---|---|---|---|"
+echo "| link | A | A step (s) | predicted: rate / link (error) | B | B step (s) |" \
+  "predicted: rate / link (error) | B / A | predicted B / A |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for rate in "${rates[@]}"; do
   rc=0
   cluster up --name "$name" --subnet 10.231.5.0/24 --hosts 2 --ranks-per-host 2 --link "$rate" \
@@ -81,18 +100,39 @@ for rate in "${rates[@]}"; do
   source "$state/mpirun.env"
   head -1 "$state/hostfile" > "$work/one_host"                             # 1 host x 2 ranks
   sed 's/slots=2/slots=1/' "$state/hostfile" > "$work/two_hosts"           # 2 hosts x 1 rank
+  # The link as kiri's own all_reduce sees it across the two hosts (kiri plan --calibrate, 4
+  # KiB to 16 MiB, median of 20 each): the planner's second prediction takes its latency and
+  # the bulk rate of its largest all-reduce, 2α + bytes/β on 2 ranks. (The calibration's
+  # least-squares fit weighs the small messages most, and those pass within tbf's burst, 5
+  # ms at the rate: at 1gbit it fitted 261 MB/s, twice the wire.)
+  if ! "$kiri" launch -n 2 --threads 1 --hostfile "$work/two_hosts" -- plan --calibrate \
+    --out "$work/link-$rate.json" --offload-path "$work/calibration" --disk-bytes 4MiB \
+    > "$work/link-$rate.log" 2>&1; then
+    echo "benchmarks/cluster.sh: measuring the link failed:" >&2
+    tail -20 "$work/link-$rate.log" >&2
+    exit 1
+  fi
+  measured_link=$(python3 -c '
+import json, sys
+link = json.load(open(sys.argv[1]))["link"]
+big = max(link["samples"], key=lambda s: s["bytes"])
+print(big["bytes"] / (big["seconds"] - 2 * link["latency"]), link["latency"])
+print(sys.argv[2] + ": all_reduce samples (bytes: s):", ", ".join(
+    "%.0f: %.6f" % (s["bytes"], s["seconds"]) for s in link["samples"]), file=sys.stderr)' \
+    "$work/link-$rate.json" "$rate")
+  echo "$rate: kiri's all_reduce across the hosts: $measured_link (bytes/s, s)" >&2
   ddp=(--set parallel.dp=2)
   a=$(step_time "$work/one_host" 2 ddp_in_host "${ddp[@]}")
   a_in_host=$a
   b=$(step_time "$work/two_hosts" 2 ddp_across "${ddp[@]}")
-  row "$rate" "DDP, 1 host x 2" "$a" "DDP, 2 hosts x 1" "$b"
+  row "$rate" "DDP, 1 host x 2" "$a" ddp_in_host "DDP, 2 hosts x 1" "$b" ddp_across
   a=$(step_time "$work/two_hosts" 2 zero2 --set parallel.dp=2 --set parallel.zero_stage=2)
   b=$(step_time "$work/two_hosts" 2 zero3 --set parallel.dp=2 --set parallel.zero_stage=3)
-  row "$rate" "ZeRO-2, 2 hosts x 1" "$a" "ZeRO-3, 2 hosts x 1" "$b"
+  row "$rate" "ZeRO-2, 2 hosts x 1" "$a" zero2 "ZeRO-3, 2 hosts x 1" "$b" zero3
   a=$(step_time "$state/hostfile" 4 hybrid --set parallel.dp=4 --set parallel.zero_stage=3 \
     --set parallel.sharding_strategy=HYBRID_SHARD --set parallel.shard_group_size=2)
   b=$(step_time "$state/hostfile" 4 zero3_all --set parallel.dp=4 --set parallel.zero_stage=3)
-  row "$rate" "hybrid (shard in host), 2 x 2" "$a" "ZeRO-3 over all, 2 x 2" "$b"
+  row "$rate" "hybrid (shard in host), 2 x 2" "$a" hybrid "ZeRO-3 over all, 2 x 2" "$b" zero3_all
   # The model's 12.6 MB of fp32 gradients in 1 MB buckets, reduced as backward makes them,
   # against one bucket reduced after backward; the share of the all-reduce hidden under
   # backward is (naive - DDP) / (naive - DDP in one host), the all-reduce's exposed time
@@ -100,14 +140,14 @@ for rate in "${rates[@]}"; do
   local_ddp=$a_in_host
   a=$(step_time "$work/two_hosts" 2 ddp_buckets "${ddp[@]}" --set parallel.bucket_mb=1)
   b=$(step_time "$work/two_hosts" 2 naive "${ddp[@]}" --set parallel.bucket_mb=100000)
-  row "$rate" "DDP (1 MB buckets), 2 x 1" "$a" "naive DP (one bucket), 2 x 1" "$b"
+  row "$rate" "DDP (1 MB buckets), 2 x 1" "$a" ddp_buckets "naive DP (one bucket), 2 x 1" "$b" naive
   python3 -c '
 import sys
 rate, a, b, local = sys.argv[1], *map(float, sys.argv[2:])
-print(f"| {rate} | DDP overlap: all-reduce hidden under backward | {(b - a) / (b - local):.0%} | "
-      f"exposed all-reduce without overlap | {b - local:.3f} | |")' "$rate" "$a" "$b" "$local_ddp"
+print(f"| {rate} | DDP overlap: all-reduce hidden under backward | {(b - a) / (b - local):.0%} | | "
+      f"exposed all-reduce without overlap | {b - local:.3f} | | | |")' "$rate" "$a" "$b" "$local_ddp"
   a=$(step_time "$work/one_host" 2 tp_in_host --set parallel.tp=2)
   b=$(step_time "$work/two_hosts" 2 tp_across --set parallel.tp=2)
-  row "$rate" "tp 2 in a host" "$a" "tp 2 across hosts" "$b"
+  row "$rate" "tp 2 in a host" "$a" tp_in_host "tp 2 across hosts" "$b" tp_across
   cluster down --name "$name" > /dev/null
 done

@@ -313,3 +313,58 @@ TEST(PlanCommand, RecomputeModules) {
 }
 
 }  // namespace
+
+// scripts/cluster.sh's namespace cluster in one line: hosts, ranks per host, one link per
+// host at tc's rate, the machine's 2 cores shared by every rank (docs/planner.md, "A cluster
+// of hosts"); and the new options' named errors.
+TEST(PlanCommand, DescribesANamespaceClusterInOneLine) {
+  const std::string tiny =
+      "--set data.tokenizer=byte --set model.n_layer=4 --set model.n_head=4 "
+      "--set model.n_embd=256 --set model.block_size=128 --set train.seq_len=128 "
+      "--set train.micro_batch=2 --global-batch 8 --set parallel.dp=4 "
+      "--set parallel.zero_stage=3 --cluster this-machine ";
+  const std::string hosts =
+      "--hosts 2 --ranks-per-host 2 --nics-per-node 1 --inter-bandwidth 1gbit "
+      "--inter-latency 100us --shared-cores 2 --step-overhead 5ms ";
+  const Result r = run(tiny + hosts + "--json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const auto& c = j["cluster"];
+  EXPECT_EQ(c["devices_per_node"], 2);
+  EXPECT_EQ(c["nodes"], 2);
+  EXPECT_EQ(c["nics_per_node"], 1);
+  EXPECT_EQ(c["shared_cores"], 2);
+  EXPECT_DOUBLE_EQ(c["inter"]["bandwidth"].get<double>(), 125e6);
+  EXPECT_DOUBLE_EQ(c["inter"]["latency"].get<double>(), 1e-4);
+  EXPECT_DOUBLE_EQ(c["step_overhead_s"].get<double>(), 5e-3);
+  EXPECT_DOUBLE_EQ(j["time"]["compute_slowdown"].get<double>(), 2);
+  EXPECT_DOUBLE_EQ(j["time"]["overhead_s"].get<double>(), 5e-3);
+  EXPECT_EQ(j["layout"]["attention"], "flash");
+  EXPECT_EQ(j["layout"]["grad_dtype"], "fp32");
+  // The same with --nodes / --gpus-per-node; either pair, not both.
+  const Result same = run(tiny +
+                          "--nodes 2 --gpus-per-node 2 --nics-per-node 1 --inter-bandwidth 125e6 "
+                          "--inter-latency 1e-4 --shared-cores 2 --step-overhead 0.005 --json");
+  ASSERT_EQ(same.code, 0) << same.output;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(same.output)["step_time_s"].get<double>(),
+                   j["step_time_s"].get<double>());
+  for (const std::string bad :
+       {"--hosts 2 --nodes 2", "--ranks-per-host 2 --gpus-per-node 2", "--inter-bandwidth 1gbits",
+        "--inter-latency 5parsecs", "--nics-per-node 0", "--shared-cores 0", "--attention standard",
+        "--grad-dtype bf16"}) {
+    const Result e = run(tiny + bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
+  }
+  const Result e = run(tiny + "--inter-bandwidth 1gbits");
+  EXPECT_NE(e.output.find("--inter-bandwidth"), std::string::npos) << e.output;
+  // The paper form's attention is said in the output.
+  const Result paper =
+      run("--model gpt2-350M --dp 2 --micro-batch 2 --global-batch 8 --activations paper "
+          "--attention flash --grad-dtype fp32");
+  ASSERT_EQ(paper.code, 0) << paper.output;
+  EXPECT_NE(paper.output.find("paper form, flash attention"), std::string::npos) << paper.output;
+  const Result table = run("--model gpt2-124M --gpus 2 --activations paper --top 1");
+  ASSERT_EQ(table.code, 0) << table.output;
+  EXPECT_NE(table.output.find("paper activations, standard attention"), std::string::npos)
+      << table.output;
+}

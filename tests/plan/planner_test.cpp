@@ -52,10 +52,13 @@ TEST(PlanRecommend, Llama7BOnEightA100sShards) {
   EXPECT_TRUE(l.zero_stage > 0 || l.tp > 1 || l.pp > 1) << l.str();
 }
 
-// GPT-3 on 64 nodes of 8 H100s: the states need sharding, but ZeRO over 512 ranks gathers
-// every one of 96 layers across InfiniBand; pipeline stages win: too many layers.
+// GPT-3 on 64 nodes of 8 H100s that share one 400 Gb/s NIC per node: the states need
+// sharding, but ZeRO over 512 ranks gathers every one of 96 layers through that NIC;
+// pipeline stages win: too many layers. (With the preset's NIC per device, ZeRO-3's gathers
+// leave a node through all 8 NICs, 400 GB/s, and sharding alone wins: below.)
 TEST(PlanRecommend, Gpt3On64H100NodesCutsTheLayers) {
-  const PlanRequest r = request("gpt3-175B", "h100-80g-nvlink-ib", 512);
+  PlanRequest r = request("gpt3-175B", "h100-80g-nvlink-ib", 512);
+  r.cluster.nics_per_node = 1;
   const std::vector<Evaluation> cs = enumerate_layouts(r);
   const Recommendation rec = recommend(r, cs);
   EXPECT_EQ(rec.bottleneck, "layers") << rec.message;
@@ -69,6 +72,14 @@ TEST(PlanRecommend, Gpt3On64H100NodesCutsTheLayers) {
       break;
     }
   EXPECT_NE(rec.message.find("too many for sharding alone"), std::string::npos) << rec.message;
+  // A NIC per device: the dp group's 8 members per node use 8 NICs, and ZeRO-3 over all 512
+  // ranks is the fastest layout.
+  r.cluster.nics_per_node = 0;
+  const Recommendation all_nics = recommend(r, enumerate_layouts(r));
+  EXPECT_EQ(all_nics.cut, "zero") << all_nics.message;
+  ASSERT_TRUE(all_nics.best.has_value());
+  EXPECT_EQ(all_nics.best->layout.pp, 1);
+  EXPECT_LT(all_nics.best->time.step_s, rec.best->time.step_s);
 }
 
 // The headline's cut is one the recommended layout makes, whatever the model and cluster.

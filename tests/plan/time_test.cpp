@@ -91,7 +91,9 @@ TEST(PlanTime, StepTimeAddsUpAndMfuIsBelowEfficiency) {
   l.global_batch = 32;
   const TimeBreakdown t = estimate_time(m, l, c);
   ASSERT_TRUE(t.estimated);
-  EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s);
+  EXPECT_DOUBLE_EQ(t.step_s, t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s +
+                                 t.clip_s + t.overhead_s);
+  EXPECT_GT(t.clip_s, 0);
   EXPECT_DOUBLE_EQ(t.bubble_fraction, 1.0 / 9);
   ASSERT_EQ(t.stage_s.size(), 2u);
   const double slow = std::max(t.stage_s[0], t.stage_s[1]);

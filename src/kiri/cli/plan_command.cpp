@@ -66,10 +66,34 @@ void override_cluster(const Args& a, plan::ClusterSpec& c) {
     c.memory_bytes = static_cast<double>(bytes);
     c.assumed.push_back(str("--memory ", *m, " (given)"));
   }
-  if (a.get("gpus-per-node")) {
-    c.devices_per_node = positive_int(a, "gpus-per-node", 1);
-    c.assumed.push_back(str("--gpus-per-node ", c.devices_per_node, " (given)"));
+  KIRI_CHECK_KIND(kConfig, !(a.get("gpus-per-node") && a.get("ranks-per-host")),
+                  "--ranks-per-host is --gpus-per-node: give one of them");
+  KIRI_CHECK_KIND(kConfig, !(a.get("nodes") && a.get("hosts")),
+                  "--hosts is --nodes: give one of them");
+  for (const char* opt : {"gpus-per-node", "ranks-per-host"}) {
+    if (!a.get(opt)) continue;
+    c.devices_per_node = positive_int(a, opt, 1);
+    c.assumed.push_back(str("--", opt, " ", c.devices_per_node, " (given)"));
   }
+  if (a.get("nics-per-node")) {
+    c.nics_per_node = positive_int(a, "nics-per-node", 1);
+    c.assumed.push_back(str("--nics-per-node ", c.nics_per_node, " (given)"));
+  }
+  if (a.get("shared-cores")) {
+    c.shared_cores = positive_int(a, "shared-cores", 1);
+    c.assumed.push_back(str("--shared-cores ", c.shared_cores, " (given)"));
+  }
+  // Link rates and times also as tc writes them (1gbit, 200mbit; 5ms, 20us).
+  auto link = [&](const char* opt, double& field, bool rate) {
+    if (!a.get(opt)) return;
+    field = rate ? plan::parse_link_rate(*a.get(opt), opt) : plan::parse_seconds(*a.get(opt), opt);
+    c.assumed.push_back(str("--", opt, " ", *a.get(opt), " (given)"));
+  };
+  link("intra-bandwidth", c.intra.bandwidth, true);
+  link("intra-latency", c.intra.latency, false);
+  link("inter-bandwidth", c.inter.bandwidth, true);
+  link("inter-latency", c.inter.latency, false);
+  link("step-overhead", c.step_overhead_s, false);
   auto number = [&](const char* opt, double& field, double max) {
     if (!a.get(opt)) return;
     const double v = a.get_double(opt, 0);
@@ -82,10 +106,6 @@ void override_cluster(const Args& a, plan::ClusterSpec& c) {
   number("flops", c.flops_16bit, kHuge);
   number("flops-fp32", c.flops_fp32, kHuge);
   number("efficiency", c.efficiency, 1.0);
-  number("intra-bandwidth", c.intra.bandwidth, kHuge);
-  number("intra-latency", c.intra.latency, 1.0);
-  number("inter-bandwidth", c.inter.bandwidth, kHuge);
-  number("inter-latency", c.inter.latency, 1.0);
   number("disk-read-bandwidth", c.disk.read_bandwidth, kHuge);
   number("disk-write-bandwidth", c.disk.write_bandwidth, kHuge);
   if (a.get("disk-read-bandwidth") || a.get("disk-write-bandwidth")) c.disk.measured = false;
@@ -353,13 +373,32 @@ int print_layout(const Args& a, const plan::ModelSpec& model, const plan::Cluste
   return 0;
 }
 
+// The options that are the planner's alone: the activation form and its attention, the
+// gradient buffers' type, overlap.
+void planner_options(const Args& a, plan::Layout& l) {
+  l.form = plan::parse_form(a.get("activations").value_or("kiri"));
+  l.overlap_dp = !a.flag("no-overlap");
+  if (auto att = a.get("attention")) {
+    l.paper_attention = plan::parse_attention(*att);
+    KIRI_CHECK_KIND(kConfig, l.form == plan::ActivationForm::kPaper || *att == "flash",
+                    "--attention ", *att,
+                    " goes with --activations paper: kiri's own attention keeps only the "
+                    "log-sum-exp (flash)");
+  }
+  if (auto g = a.get("grad-dtype")) {
+    const plan::Precision p = plan::parse_precision(*g);
+    KIRI_CHECK_KIND(kConfig, p == plan::Precision::kFp32 || p == l.dtype, "--grad-dtype ", *g,
+                    " must be fp32 or the dtype (", plan::name(l.dtype), ")");
+    l.fp32_grads = p == plan::Precision::kFp32;
+  }
+}
+
 // kiri plan CONFIG / --set: the config's layout (plan_config.h), with the options that are
-// the planner's alone (--activations, --no-overlap, --global-batch) on top.
+// the planner's alone (planner_options, --global-batch) on top.
 int plan_config_layout(const Args& a, plan::ClusterSpec cluster) {
   const ConfigPlan p = plan_of_config(a, cluster, [&] { return model_of(a); });
   plan::Layout base = p.layout;
-  base.form = plan::parse_form(a.get("activations").value_or("kiri"));
-  base.overlap_dp = !a.flag("no-overlap");
+  planner_options(a, base);
   if (a.get("global-batch") || !p.batch_given)
     base.global_batch = global_batch_of(a, base.micro_batch * base.dp);
   cluster.nodes = (p.world + cluster.devices_per_node - 1) / cluster.devices_per_node;
@@ -376,9 +415,8 @@ plan::Layout flags_layout(const Args& a, const plan::ModelSpec& model) {
                                             comma_list(a.get("recompute-modules").value_or("")),
                                             kiri::LayoutWords::kPlan);
   base.schedule = plan::parse_schedule(a.get("schedule").value_or("1f1b"));
-  base.form = plan::parse_form(a.get("activations").value_or("kiri"));
+  planner_options(a, base);
   base.sequence_parallel = a.flag("sequence-parallel");
-  base.overlap_dp = !a.flag("no-overlap");
   base.micro_batch = positive_int(a, "micro-batch", 1);
   base.seq_len = positive_int(a, "seq-len", model.params_only() ? 1024 : model.max_seq);
   base.wrap_blocks = positive_int(a, "wrap-blocks", 1);
@@ -424,11 +462,11 @@ int print_table(const Args& a, const plan::PlanRequest& request, size_t top) {
   }
   std::printf(
       "%s (%.3gB parameters) on %d x %s (%s of memory each), %s, b %lld, B %lld, s %lld, "
-      "%s activations\n\n",
+      "%s activations, %s attention\n\n",
       model.name.c_str(), model.total_params() / 1e9, world, cluster.name.c_str(),
       plan::gib(cluster.memory_bytes).c_str(), plan::name(base.dtype),
       static_cast<long long>(base.micro_batch), static_cast<long long>(base.global_batch),
-      static_cast<long long>(base.seq_len), plan::name(base.form));
+      static_cast<long long>(base.seq_len), plan::name(base.form), plan::name(base.attention()));
   if (const std::string src = plan::describe_sources(cluster); !src.empty())
     std::cout << cluster.name << ": " << src << "\n\n";
   std::cout << plan::format_table(candidates, top) << "\n";
@@ -466,8 +504,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
     KIRI_CHECK_KIND(kConfig, !a.get("gpus") || a.get_int("gpus", 0) == world, "--gpus ",
                     a.get_int("gpus", 0), " is not dp x tp x pp = ", world);
   } else {
-    world =
-        positive_int(a, "gpus", int64_t{positive_int(a, "nodes", 1)} * cluster.devices_per_node);
+    const int nodes = positive_int(a, a.get("hosts") ? "hosts" : "nodes", 1);
+    world = positive_int(a, "gpus", int64_t{nodes} * cluster.devices_per_node);
   }
   cluster.nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
   base.global_batch = global_batch_of(a, base.micro_batch * (layout_mode ? base.dp : world));

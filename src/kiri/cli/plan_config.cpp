@@ -119,7 +119,8 @@ ConfigPlan plan_of_config(const Args& a, const plan::ClusterSpec& cluster,
     }
     out.model = plan_model(cfg);
   }
-  const int64_t devices = int64_t{cluster.devices_per_node} * a.get_int("nodes", 1);
+  const int64_t devices =
+      int64_t{cluster.devices_per_node} * a.get_int(a.get("hosts") ? "hosts" : "nodes", 1);
   out.world = cfg.parallel.dp == 0 ? static_cast<int>(a.get_int("gpus", devices))
                                    : cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
   KIRI_CHECK_KIND(kConfig, !a.get("gpus") || a.get_int("gpus", 0) == out.world, "--gpus ",

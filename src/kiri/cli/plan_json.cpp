@@ -43,6 +43,9 @@ json layout_json(const plan::Layout& l) {
           {"wrap_blocks", l.wrap_blocks},
           {"overlap_dp", l.overlap_dp},
           {"activations", plan::name(l.form)},
+          {"attention", plan::name(l.attention())},
+          {"grad_dtype", l.fp32_grads ? "fp32" : plan::name(l.dtype)},
+          {"bucket_mb", l.bucket_mb},
           {"offload",
            {{"optimizer", plan::name(l.offload.optimizer)},
             {"parameters", plan::name(l.offload.parameters)},
@@ -85,7 +88,11 @@ json evaluation_json(const plan::Evaluation& e) {
             {"disk_write_bytes", nullable(ok, t.disk_write_bytes)},
             {"disk_read_s", nullable(ok, t.disk_read_s)},
             {"disk_write_s", nullable(ok, t.disk_write_s)},
-            {"io_exposed_s", nullable(ok, t.io_exposed_s)}}}};
+            {"io_exposed_s", nullable(ok, t.io_exposed_s)},
+            {"compute_slowdown", nullable(ok, t.compute_slowdown)},
+            {"clip_s", nullable(ok, t.clip_s)},
+            {"overhead_s", nullable(ok, t.overhead_s)},
+            {"iteration_s", nullable(ok, t.iteration_s)}}}};
 }
 
 json model_json(const plan::ModelSpec& m) {
@@ -124,6 +131,9 @@ json cluster_json(const plan::ClusterSpec& c) {
             {"gradient_s", c.non_gemm.gradient_s}}},
           {"intra", {{"bandwidth", c.intra.bandwidth}, {"latency", c.intra.latency}}},
           {"inter", {{"bandwidth", c.inter.bandwidth}, {"latency", c.inter.latency}}},
+          {"nics_per_node", c.nics()},
+          {"shared_cores", c.shared_cores},
+          {"step_overhead_s", c.step_overhead_s},
           {"disk",
            {{"read_bandwidth", c.disk.read_bandwidth},
             {"write_bandwidth", c.disk.write_bandwidth},

@@ -10,6 +10,10 @@ const char* name(ActivationForm f) {
   return f == ActivationForm::kPaper ? "paper" : "kiri";
 }
 
+const char* name(Attention a) {
+  return a == Attention::kFlash ? "flash" : "standard";
+}
+
 Precision parse_precision(const std::string& s) {
   if (s == "fp32") return Precision::kFp32;
   if (s == "bf16") return Precision::kBf16;
@@ -35,6 +39,12 @@ ActivationForm parse_form(const std::string& s) {
   if (s == "paper") return ActivationForm::kPaper;
   if (s == "kiri") return ActivationForm::kKiri;
   KIRI_RAISE(kConfig, "--activations must be paper or kiri, got '", s, "'");
+}
+
+Attention parse_attention(const std::string& s) {
+  if (s == "standard") return Attention::kStandard;
+  if (s == "flash") return Attention::kFlash;
+  KIRI_RAISE(kConfig, "--attention must be standard or flash, got '", s, "'");
 }
 
 OffloadTarget parse_offload(const std::string& s, const std::string& option) {

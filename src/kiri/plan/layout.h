@@ -20,6 +20,11 @@ using kiri::name;
 // Which activation model: Korthikanti et al. 2022 (16-bit activations, attention scores
 // stored) or what kiri stores (fp32 activations, attention's log-sum-exp only).
 enum class ActivationForm { kPaper, kKiri };
+// The paper form's attention: Korthikanti's, which stores the s² softmax (and its dropout)
+// for backward, or FlashAttention's (Dao et al. 2022), which stores the log-sum-exp per query
+// row and recomputes QKᵀ and the softmax in backward. kiri's own attention is the second
+// kind, so the kiri form always assumes it.
+enum class Attention { kStandard, kFlash };
 
 // What one element of the optimizer's pass streams (optim::StateStore): bytes per element
 // (4 x 3 with a 16-bit dtype: master, m, v; 4 x 2 in fp32: m, v; + d for values under
@@ -32,6 +37,7 @@ struct StreamShape {
 StreamShape stream_shape(const OffloadSpec& offload, Precision dtype);
 
 const char* name(ActivationForm f);
+const char* name(Attention a);
 // Parse the command-line spellings (fp32|bf16|fp16, none|selective|full,
 // gpipe|1f1b|interleaved, paper|kiri); kConfig naming the option otherwise.
 // parse_recompute is --activation-checkpointing's (kiri train's word).
@@ -39,6 +45,7 @@ Precision parse_precision(const std::string& s);
 Recompute parse_recompute(const std::string& s);
 Schedule parse_schedule(const std::string& s);
 ActivationForm parse_form(const std::string& s);
+Attention parse_attention(const std::string& s);  // standard | flash
 // none | nvme; cpu is kConfig explaining that host memory is where the state already is.
 OffloadTarget parse_offload(const std::string& s, const std::string& option);
 
@@ -61,7 +68,17 @@ struct Layout : kiri::Layout {
   int64_t seq_len = 1024;    // s
   bool overlap_dp = true;    // dp communication overlaps backward
   ActivationForm form = ActivationForm::kKiri;
+  Attention paper_attention = Attention::kStandard;  // the paper form's (kiri's: flash)
+  // Megatron keeps fp32 gradient buffers (main_grad) under 16-bit training and reduces them in
+  // fp32; kiri keeps gradients in the dtype.
+  bool fp32_grads = false;
 
+  // The attention the activation and FLOP models assume: flash in the kiri form.
+  Attention attention() const {
+    return form == ActivationForm::kKiri ? Attention::kFlash : paper_attention;
+  }
+  // Bytes of a gradient element: 4 with fp32 gradient buffers, else the dtype's.
+  int grad_bytes() const { return fp32_grads ? 4 : value_bytes(dtype); }
   // m = B / (b · dp): micro-batches per step (gradient accumulation = pipeline micro-batches).
   int64_t step_microbatches() const { return global_batch / (micro_batch * dp); }
   // "dp 8 x tp 1 x pp 1, zero 0, bf16, recompute none, b 1, m 64[, offload optimizer]"

@@ -68,9 +68,13 @@ void apply_offload(MemoryBreakdown& m, const Layout& l, double state_numel,
 }
 
 double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bool sp,
-                               Recompute recompute) {
+                               Recompute recompute, bool flash) {
   const double sbh = s * b * h;
-  const double scores = recompute == Recompute::kNone ? 5 * a * s / h : 0;
+  // Standard attention keeps the softmax (2as²b), its dropout mask (as²b) and output (2as²b);
+  // FlashAttention keeps one fp32 log-sum-exp per query row and head (4asb), cut by t as the
+  // heads are.
+  const double kept = flash ? 4 * a / h : 5 * a * s / h;
+  const double scores = recompute == Recompute::kNone ? kept : 0;
   if (recompute == Recompute::kFull) return sp ? 2 * sbh / t : 2 * sbh;
   if (sp) return sbh / t * (34 + scores);
   return sbh * (10 + 24.0 / t + scores / t);
@@ -107,13 +111,15 @@ double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp, 
 }
 
 double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
-                                     int t, bool sp, Recompute recompute) {
+                                     int t, bool sp, Recompute recompute, bool flash) {
   const double sb = s * b;
   if (recompute == Recompute::kFull) return sp ? 2 * sb * h / t : 2 * sb * h;
   // Whole on every tp rank: the two RMSNorms' inputs and the two linear inputs (the norms'
   // outputs). Cut by t: RoPE'd q and k, v, o_proj's input; gate, up and their product.
   const double whole = 8 * sb * h, cut = sb * (4 * h + 4 * kv + 6 * f);
-  const double scores = recompute == Recompute::kNone ? 2 * a * s * sb / t : 0;
+  // The softmax output (2as²b), or FlashAttention's fp32 log-sum-exp (4asb).
+  const double kept = flash ? 4 * a * sb : 2 * a * s * sb;
+  const double scores = recompute == Recompute::kNone ? kept / t : 0;
   return (sp ? (whole + cut) / t : whole + cut / t) + scores;
 }
 
@@ -139,14 +145,15 @@ double layer_activation_bytes(const ModelSpec& model, const Layout& l, Recompute
   const bool paper = l.form == ActivationForm::kPaper;
   const double scale = paper && l.dtype == Precision::kFp32 ? 2 : 1;
   const bool sp = l.sequence_parallel;
+  const bool flash = l.attention() == Attention::kFlash;
   if (model.arch == Arch::kLlama) {
     const double kv = static_cast<double>(model.kv_width());
     const double f = static_cast<double>(model.ffn_width());
     return scale *
-           (paper ? korthikanti_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute)
+           (paper ? korthikanti_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute, flash)
                   : kiri_llama_layer_bytes(s, b, h, a, kv, f, l.tp, sp, recompute, l.modules));
   }
-  return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute)
+  return scale * (paper ? korthikanti_layer_bytes(s, b, h, a, l.tp, sp, recompute, flash)
                         : kiri_layer_bytes(s, b, h, a, l.tp, sp, recompute, l.dtype, l.modules));
 }
 
@@ -276,6 +283,8 @@ MemoryBreakdown rank_memory(const ModelSpec& model, const Layout& l, int stage) 
   const double psi = stage_params(model, l.tp, l.pp, stage);
   const double n = l.shard_size();
   MemoryBreakdown m = model_state_bytes(psi, l.dtype, l.zero_stage, l.shard_size());
+  // Megatron's fp32 gradient buffers (main_grad) in place of the dtype's.
+  m.gradients *= static_cast<double>(l.grad_bytes()) / value_bytes(l.dtype);
   m.activations = activation_bytes(model, l, stage);
   m.buffers = buffer_bytes(model, l, stage);
   if (l.offload.any()) {

@@ -60,9 +60,10 @@ void apply_offload(MemoryBreakdown& m, const Layout& layout, double state_numel,
 // micro-batch of b sequences of s tokens in 16-bit (Section 4): sbh(34 + 5as/h); tensor
 // parallel t: sbh(10 + 24/t + 5as/(ht)); + sequence parallel: sbh/t(34 + 5as/h); selective
 // recomputation drops the 5as/h term; full recomputation keeps the layer's input, 2sbh
-// (2sbh/t with sequence parallelism).
+// (2sbh/t with sequence parallelism). `flash`: FlashAttention keeps an fp32 log-sum-exp per
+// query row and head, 4asb, in place of the 5as²b of the softmax and its dropout (5as/h -> 4a/h).
 double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bool sp,
-                               Recompute recompute);
+                               Recompute recompute, bool flash = false);
 
 // What a kiri GPT-2 block keeps for backward, one micro-batch of n = b·s tokens, by tensor, in
 // bytes as kiri's allocator counts them (docs/parallelism.md, "Activations per layer", derives
@@ -108,9 +109,10 @@ double kiri_layer_bytes(double s, double b, double h, double a, int t, bool sp, 
 // The same accounting for a LLaMA block (docs/planner.md, "LLaMA's activations"), kv = k's
 // and v's width (kv heads × head_dim), f = the SwiGLU width, no dropout: sb(12h + 4kv + 6f)
 // + 2as²b; tensor parallel t: sb(8h + (4h + 4kv + 6f)/t) + 2as²b/t; + sequence parallel:
-// sb(12h + 4kv + 6f)/t + 2as²b/t; selective drops the scores; full keeps 2sbh (/t with sp).
+// sb(12h + 4kv + 6f)/t + 2as²b/t; selective drops the scores; full keeps 2sbh (/t with sp);
+// `flash`: the log-sum-exp 4asb/t in place of the scores' 2as²b/t.
 double korthikanti_llama_layer_bytes(double s, double b, double h, double a, double kv, double f,
-                                     int t, bool sp, Recompute recompute);
+                                     int t, bool sp, Recompute recompute, bool flash = false);
 
 // kiri's storage pattern at LLaMA's shapes (fp32): the input, the two RMSNorms' outputs and
 // x1 (4·N·C, whole) + q, k, v, the attention output (2·N·C + 2·N·kv) and gate, up and their

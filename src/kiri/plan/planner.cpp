@@ -538,8 +538,9 @@ std::string format_evaluation(const ModelSpec& model, const ClusterSpec& cluster
   out += str("  parameters        ", gib(m.parameters), tier(m.nvme.parameters), "\n");
   out += str("  gradients         ", gib(m.gradients), tier(m.nvme.gradients), "\n");
   out += str("  optimizer states  ", gib(m.optimizer_states), tier(m.nvme.optimizer_states), "\n");
-  out += str("  activations       ", gib(m.activations), " (", name(e.layout.form),
-             " form; a layer ", gib(e.layer_activations), " per micro-batch)\n");
+  out += str("  activations       ", gib(m.activations), " (", name(e.layout.form), " form, ",
+             name(e.layout.attention()), " attention; a layer ", gib(e.layer_activations),
+             " per micro-batch)\n");
   out += str("  buffers           ", gib(m.buffers), "\n");
   out += str("  total             ", gib(m.total()), " of ", gib(e.capacity), ": ",
              e.fits ? "fits" : "does NOT fit", "\n");
@@ -559,11 +560,11 @@ std::string format_evaluation(const ModelSpec& model, const ClusterSpec& cluster
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "step %.4g s (compute %.4g incl. optimizer %.4g, bubble %.4g, tp %.4g, pp %.4g, "
-                  "dp %.4g exposed of %.4g, I/O %.4g exposed)\n%.4g FLOPs/step, %.4g tokens/s, "
-                  "%.4g TFLOP/s per device, MFU %.1f%%\n",
+                  "dp %.4g exposed of %.4g, I/O %.4g exposed, clip %.4g, overhead %.4g)\n%.4g "
+                  "FLOPs/step, %.4g tokens/s, %.4g TFLOP/s per device, MFU %.1f%%\n",
                   t.step_s, t.compute_s, t.optimizer_s, t.bubble_s, t.tp_comm_s, t.pp_comm_s,
-                  t.dp_comm_s, t.dp_comm_total_s, t.io_exposed_s, t.flops_per_step, t.tokens_per_s,
-                  t.tflops_per_device, 100 * t.mfu);
+                  t.dp_comm_s, t.dp_comm_total_s, t.io_exposed_s, t.clip_s, t.overhead_s,
+                  t.flops_per_step, t.tokens_per_s, t.tflops_per_device, 100 * t.mfu);
     out += buf;
   }
   return out;

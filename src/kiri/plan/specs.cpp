@@ -1,5 +1,9 @@
 #include "kiri/plan/specs.h"
 
+#include <cmath>
+#include <string>
+#include <utility>
+
 #include "kiri/base/error.h"
 #include "kiri/plan/calibration.h"
 
@@ -155,6 +159,62 @@ NonGemmCosts non_gemm_from_bandwidth(double bytes_per_s) {
   KIRI_CHECK_KIND(kConfig, bytes_per_s > 0, "memory bandwidth must be positive, got ", bytes_per_s);
   return {kLogitBytes / bytes_per_s, kActivationBytes / bytes_per_s, kOptimizerBytes / bytes_per_s,
           kGradientBytes / bytes_per_s};
+}
+
+namespace {
+
+// "200mbit" -> {200, "mbit"}; kConfig when there is no number.
+std::pair<double, std::string> number_and_unit(const std::string& text, const std::string& option) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  KIRI_CHECK_KIND(kConfig, used > 0 && std::isfinite(v), "--", option,
+                  ": expected a number with an optional unit, got '", text, "'");
+  return {v, text.substr(used)};
+}
+
+}  // namespace
+
+double parse_link_rate(const std::string& text, const std::string& option) {
+  auto [v, unit] = number_and_unit(text, option);
+  double scale = 0;
+  if (unit.empty()) scale = 1;
+  // tc's rate words: [k|m|g|t][i](bit|bps); bit is bits/s, bps bytes/s.
+  const bool bits = unit.size() >= 3 && unit.compare(unit.size() - 3, 3, "bit") == 0;
+  const bool bytes = unit.size() >= 3 && unit.compare(unit.size() - 3, 3, "bps") == 0;
+  if (bits || bytes) {
+    std::string prefix = unit.substr(0, unit.size() - 3);
+    const bool binary = prefix.size() == 2 && prefix[1] == 'i';
+    if (binary) prefix.pop_back();
+    const double base = binary ? 1024 : 1000;
+    const std::string prefixes = "kmgt";
+    if (prefix.empty() && !binary) {
+      scale = 1;
+    } else if (prefix.size() == 1 && prefixes.find(prefix[0]) != std::string::npos) {
+      scale = std::pow(base, static_cast<double>(prefixes.find(prefix[0]) + 1));
+    }
+    if (bits) scale /= 8;
+  }
+  KIRI_CHECK_KIND(kConfig, scale > 0, "--", option, ": unknown rate unit '", unit, "' in '", text,
+                  "' (bytes/s, or tc's bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps)");
+  KIRI_CHECK_KIND(kConfig, v > 0, "--", option, " must be positive, got '", text, "'");
+  return v * scale;
+}
+
+double parse_seconds(const std::string& text, const std::string& option) {
+  auto [v, unit] = number_and_unit(text, option);
+  double scale = 0;
+  if (unit.empty() || unit == "s" || unit == "sec" || unit == "secs") scale = 1;
+  if (unit == "ms" || unit == "msec" || unit == "msecs") scale = 1e-3;
+  if (unit == "us" || unit == "usec" || unit == "usecs") scale = 1e-6;
+  KIRI_CHECK_KIND(kConfig, scale > 0, "--", option, ": unknown time unit '", unit, "' in '", text,
+                  "' (seconds, or s, ms, us)");
+  KIRI_CHECK_KIND(kConfig, v >= 0, "--", option, " must not be negative, got '", text, "'");
+  return v * scale;
 }
 
 std::vector<std::string> cluster_preset_names() {

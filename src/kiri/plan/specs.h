@@ -98,13 +98,22 @@ struct ClusterSpec {
   std::string device;
   int devices_per_node = 1;
   int nodes = 1;
-  double memory_bytes = 0;      // per device
-  double flops_fp32 = 0;        // peak FLOP/s per device, fp32 (dense): MFU's denominator
-  double flops_16bit = 0;       // peak FLOP/s per device, bf16/fp16 (dense)
-  double flops_fp16 = 0;        // fp16's peak where it differs from bf16's; 0 = flops_16bit
-  double efficiency = 1;        // sustained fraction of the peak in large GEMMs
-  double sustained_16bit = 0;   // 16-bit GEMM FLOP/s where not flops_16bit·efficiency; 0 = that
-  Link intra, inter;            // within a node, across nodes (per device)
+  double memory_bytes = 0;     // per device
+  double flops_fp32 = 0;       // peak FLOP/s per device, fp32 (dense): MFU's denominator
+  double flops_16bit = 0;      // peak FLOP/s per device, bf16/fp16 (dense)
+  double flops_fp16 = 0;       // fp16's peak where it differs from bf16's; 0 = flops_16bit
+  double efficiency = 1;       // sustained fraction of the peak in large GEMMs
+  double sustained_16bit = 0;  // 16-bit GEMM FLOP/s where not flops_16bit·efficiency; 0 = that
+  Link intra, inter;           // within a node, across nodes (inter: per NIC)
+  // The NICs a node's inter-node traffic leaves through: 0 = one per device (a DGX's compute
+  // NICs), 1 = one link per host (scripts/cluster.sh's namespace hosts), shared by its ranks.
+  int nics_per_node = 0;
+  // > 0: every rank of the cluster shares this many cores (namespace hosts on one machine);
+  // a rank computes at min(1, shared_cores / world) of its calibrated speed. 0 = not shared.
+  int shared_cores = 0;
+  // A fixed cost per optimizer step that no other term counts (the trainer's own work between
+  // steps: data, logging, the loss's reduction), seconds; 0 unless given.
+  double step_overhead_s = 0;
   double memory_bandwidth = 0;  // bytes/s per device (datasheet)
   // Whether collectives run beside compute (GPUs: NCCL kernels and copy engines) or on the
   // computing cores themselves (CPU ranks: shared-memory copies and reductions), where
@@ -118,7 +127,17 @@ struct ClusterSpec {
   std::vector<std::string> measured, assumed;
 
   int world() const { return devices_per_node * nodes; }
+  int nics() const { return nics_per_node > 0 ? nics_per_node : devices_per_node; }
 };
+
+// A link rate in bytes/s: a plain number is bytes/s (300e9); with a unit, tc's words (tc(8),
+// "RATES"): bit, kbit, mbit, gbit, tbit are bits/s and bps, kbps, mbps, gbps, tbps bytes/s,
+// decimal (1gbit = 125e6 bytes/s), k/m/g/t with an i (kibit, mibps, ...) binary. kConfig
+// naming `option` and the text otherwise, or when not positive.
+double parse_link_rate(const std::string& text, const std::string& option);
+// A time in seconds: a plain number is seconds (5e-6); with a unit s, ms, us (or usec,
+// msec, sec, as tc writes them). kConfig naming `option` otherwise, or when negative.
+double parse_seconds(const std::string& text, const std::string& option);
 
 // a100-80g-nvlink, h100-80g-nvlink-ib, v100-32g-pcie, this-machine; kConfig otherwise.
 // this-machine loads the calibration file (plan/calibration.h, default_calibration_path())

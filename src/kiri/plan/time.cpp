@@ -33,7 +33,9 @@ double recomputed_block_flops(const Layout& l, double matmul, double attention) 
   if (l.activation_checkpointing == Recompute::kFull) return matmul + attention;
   if (l.form == ActivationForm::kKiri)
     return attention / 2 + (selective_modules(l).core_attn ? attention : 0);
-  return l.activation_checkpointing == Recompute::kSelective ? attention / 2 : 0;
+  // FlashAttention's backward recomputes QKᵀ (half of the attention's 4·s·h), as selective does.
+  const bool flash = l.attention() == Attention::kFlash;
+  return l.activation_checkpointing == Recompute::kSelective || flash ? attention / 2 : 0;
 }
 
 // Selective's elementwise recomputation per token × hidden, in the bytes kActivationBytes
@@ -90,6 +92,17 @@ double p2p_seconds(double bytes, const Link& link) {
 
 Link group_link(const ClusterSpec& cluster, int64_t span) {
   return span <= cluster.devices_per_node ? cluster.intra : cluster.inter;
+}
+
+Link group_link(const ClusterSpec& c, int64_t size, int64_t stride) {
+  const int64_t per_node = c.devices_per_node;
+  if (size * stride <= per_node) return c.intra;
+  // Members of one group on a node, and the groups of this kind with members there: all of
+  // them run their collective at once and share the node's NICs.
+  const int64_t members = std::clamp<int64_t>(per_node / stride, 1, size);
+  const double groups = static_cast<double>(std::max<int64_t>(1, per_node / members));
+  const double nics = std::min(static_cast<double>(members), c.nics() / groups);
+  return {std::min(c.intra.bandwidth, c.inter.bandwidth * nics), c.inter.latency};
 }
 
 std::vector<StageBlocks> pipeline_chunks(const ModelSpec& model, const Layout& l,
@@ -222,52 +235,129 @@ void offload_io(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
                    std::max(0.0, under_compute_io - forward_backward_s);
 }
 
+// A data-parallel collective's group: its link and size, and whether its time can hide behind
+// compute: collectives that cross nodes wait on the wire (the NIC moves the bytes while the
+// cores compute); inside a node they hide only where the cluster's collectives do not run
+// on the computing cores (GPUs; CPU ranks' shared-memory copies do).
+struct DpGroup {
+  Link link;
+  int n = 1;
+  bool hides = false;
+};
+
+DpGroup dp_group(const ClusterSpec& c, int64_t size, int64_t stride) {
+  return {group_link(c, size, stride), static_cast<int>(size),
+          c.comm_overlaps_compute || size * stride > c.devices_per_node};
+}
+
 // Data parallelism's communication: all of it (dp_comm_total_s), and what backward does not
 // hide (dp_comm_s). DDP all-reduces bucket by bucket under backward; ZeRO reduce-scatters (and
-// all-gathers) unit by unit, the replicas of hybrid sharding all-reduce their shards.
+// all-gathers) unit by unit over the shard group (dp, stride tp), and the replicas of hybrid
+// sharding (stride shard · tp) all-reduce their shards.
 void dp_comm(const ModelSpec& model, const Layout& l, const ClusterSpec& c, int64_t stage_layers,
              double t_max, const StepFlops& f, TimeBreakdown& t) {
   const double md = static_cast<double>(l.step_microbatches());
   double psi = 0;
   for (int s = 0; s < l.pp; ++s) psi = std::max(psi, stage_params(model, l.tp, l.pp, s));
-  const double grads = psi * value_bytes(l.dtype);
+  const double grads = psi * l.grad_bytes(), values = psi * value_bytes(l.dtype);
   const int n = l.shard_size();
-  const Link link = group_link(c, int64_t{l.dp} * l.tp);
+  const DpGroup shard = dp_group(c, n, l.tp), reps = dp_group(c, l.dp / n, int64_t{n} * l.tp);
   const double units = std::ceil(static_cast<double>(stage_layers) / l.wrap_blocks) + 2;
-  const double buckets = std::max(1.0, std::ceil(grads / (25.0 * 1024 * 1024)));
+  const double bucket = std::max(1.0, l.bucket_mb * 1024 * 1024);
+  const double buckets = std::max(1.0, std::ceil(grads / bucket));
   // Latency counts: one collective per bucket (DDP) or per unit (ZeRO).
   auto rs = [&](double bytes) {
-    return reduce_scatter_seconds(bytes, n, link) + (units - 1) * (n - 1) * link.latency;
+    return reduce_scatter_seconds(bytes, n, shard.link) +
+           (units - 1) * (n - 1) * shard.link.latency;
   };
   auto ag = rs;
-  const double replicas = n < l.dp ? allreduce_seconds(grads / n, l.dp / n, link) : 0;
-  double overlappable = 0, exposed = 0, window = 0;
-  const double per_mb = t_max;
-  const double backward_share = (f.executed - f.model / 3) / f.executed;
+  const double replicas = n < l.dp ? allreduce_seconds(grads / n, reps.n, reps.link) : 0;
+  // What may hide behind forward and behind backward, what runs on the cores (DpGroup::hides
+  // false), and what nothing can hide: the last bucket's all-reduce (ready only when backward
+  // ends: all of it for one bucket, naive DP), the last unit's reduction, ZeRO-3's first
+  // gather (before any compute) and the all-gathers after the step.
+  double fwd = 0, bwd = 0, on_cores = 0, exposed = 0;
+  auto add = [&](const DpGroup& g, double seconds, double& window, double tail) {
+    if (!g.hides) return void(on_cores += seconds);
+    exposed += seconds * tail;
+    window += seconds * (1 - tail);
+  };
+  const double unit = 1 / units;
   switch (l.zero_stage) {
     case 0:
-      overlappable =
-          allreduce_seconds(grads, l.dp, link) + (buckets - 1) * 2 * (l.dp - 1) * link.latency;
-      window = per_mb * backward_share;
+      add(shard,
+          allreduce_seconds(grads, l.dp, shard.link) +
+              (buckets - 1) * 2 * (l.dp - 1) * shard.link.latency,
+          bwd, 1 / buckets);
       break;
     case 1:
-      overlappable = rs(grads) + replicas;
-      exposed = ag(grads);
-      window = per_mb * backward_share;
+    case 2: {
+      // Stage 1 reduces in the last micro-batch's backward, stage 2 in every one.
+      const double times = l.zero_stage == 1 ? 1 : md;
+      add(shard, times * rs(grads), bwd, unit / times);
+      add(reps, times * replicas, bwd, unit / times);
+      exposed += ag(values);
       break;
-    case 2:
-      overlappable = md * (rs(grads) + replicas);
-      exposed = ag(grads);
-      window = md * t_max * backward_share;
-      break;
+    }
     default:
-      overlappable = md * (2 * ag(grads) + rs(grads) + replicas);
-      window = md * t_max;
+      add(shard, md * ag(values), fwd, unit / md);
+      add(shard, md * ag(values), bwd, 0);
+      add(shard, md * rs(grads), bwd, unit / md);
+      add(reps, md * replicas, bwd, unit / md);
       break;
   }
-  t.dp_comm_total_s = overlappable + exposed;
-  const bool overlap = l.overlap_dp && c.comm_overlaps_compute;
-  t.dp_comm_s = overlap ? exposed + std::max(0.0, overlappable - window) : t.dp_comm_total_s;
+  // Stages 0 and 1 overlap the last micro-batch's backward; 2 and 3 every micro-batch's.
+  const double forward_share = f.model / 3 / f.executed, mbs = l.zero_stage >= 2 ? md : 1;
+  t.dp_comm_total_s = fwd + bwd + on_cores + exposed;
+  t.dp_comm_s = l.overlap_dp
+                    ? exposed + on_cores + std::max(0.0, fwd - md * t_max * forward_share) +
+                          std::max(0.0, bwd - mbs * t_max * (1 - forward_share))
+                    : t.dp_comm_total_s;
+}
+
+// Gradient clipping's global norm: a scalar all-reduced over the tp and pp groups, and over
+// the shard group once ZeRO has sharded what the norm is summed over; and the loss's mean over
+// dp for the log. Latency only (4 bytes each).
+double clip_seconds(const Layout& l, const ClusterSpec& c) {
+  const int64_t dp_tp = int64_t{l.dp} * l.tp;
+  double s = allreduce_seconds(4, l.tp, group_link(c, l.tp, 1)) +
+             allreduce_seconds(4, l.pp, group_link(c, l.pp, dp_tp)) +
+             allreduce_seconds(4, l.dp, group_link(c, l.dp, l.tp));
+  if (l.zero_stage >= 1 && l.shard_size() > 1)
+    s += allreduce_seconds(4, l.shard_size(), group_link(c, l.shard_size(), l.tp));
+  return s;
+}
+
+// tp's collectives and pp's sends of one step (TimeBreakdown::tp_comm_s, pp_comm_s).
+void model_parallel_comm(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
+                         int64_t stage_layers, TimeBreakdown& t) {
+  const int64_t m = l.step_microbatches();
+  const double md = static_cast<double>(m);
+  const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
+  const double tokens_mb = static_cast<double>(l.micro_batch * l.seq_len);
+  const double act_bytes = l.form == ActivationForm::kKiri ? 4 : value_bytes(l.dtype);
+  const double act = tokens_mb * static_cast<double>(model.hidden) * act_bytes;
+  if (l.tp > 1) {
+    const double per_layer = l.activation_checkpointing == Recompute::kFull ? 6 : 4;
+    const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
+    t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp, 1));
+    // Sequence parallelism with layernorm recomputed: each region's input gathered again.
+    if (l.sequence_parallel && selective_modules(l).layernorm)
+      t.tp_comm_s += md * static_cast<double>(stage_layers) * 2 *
+                     all_gather_seconds(act, l.tp, group_link(c, l.tp, 1));
+  }
+  if (l.pp > 1) {
+    // Megatron's scatter-gather (the paper form): each tp rank sends its 1/tp of the
+    // activation, through its own NIC; without sequence parallelism the receiving stage
+    // all-gathers it over tp (with it, the 1/tp is the sequence shard the stage starts from).
+    // kiri sends the whole activation from every tp rank.
+    const bool scatter = l.form == ActivationForm::kPaper && l.tp > 1;
+    const Link link = group_link(c, l.pp, int64_t{l.dp} * l.tp);
+    double one = p2p_seconds(scatter ? act / l.tp : act, link);
+    if (scatter && !l.sequence_parallel)
+      one += all_gather_seconds(act, l.tp, group_link(c, l.tp, 1));
+    t.pp_comm_s = 2.0 * static_cast<double>(m) * v * one;
+  }
 }
 
 }  // namespace
@@ -286,7 +376,11 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
   const double md = static_cast<double>(m);
   const int v = l.schedule == Schedule::kInterleaved ? l.virtual_stages : 1;
   const std::vector<StageBlocks> chunks = pipeline_chunks(model, l, facts);
-  const std::vector<double> chunk_s = chunk_seconds(model, l, c, chunks);
+  std::vector<double> chunk_s = chunk_seconds(model, l, c, chunks);
+  // Ranks that share fewer cores than there are ranks compute at cores / ranks of the speed.
+  t.compute_slowdown =
+      c.shared_cores > 0 ? std::max(1.0, world / static_cast<double>(c.shared_cores)) : 1.0;
+  for (double& x : chunk_s) x *= t.compute_slowdown;
   t.stage_s.assign(l.pp, 0.0);
   int64_t stage_layers = 0;
   std::vector<int64_t> blocks(l.pp, 0);
@@ -299,8 +393,8 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     const double params = stage_params(model, l.tp, l.pp, s), n = l.shard_size();
     const double opt = l.zero_stage >= 1 ? params / n : params;
     const double grads = l.zero_stage >= 2 ? params / n : params;
-    t.optimizer_s =
-        std::max(t.optimizer_s, opt * c.non_gemm.optimizer_s + grads * c.non_gemm.gradient_s);
+    t.optimizer_s = std::max(t.optimizer_s, t.compute_slowdown * (opt * c.non_gemm.optimizer_s +
+                                                                  grads * c.non_gemm.gradient_s));
   }
   const double t_max = *std::max_element(t.stage_s.begin(), t.stage_s.end());
   double sum = 0;
@@ -310,27 +404,15 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
     t.bubble_fraction = bubble_fraction(l.pp, m, v);
     t.bubble_s = v == 1 ? sum - t_max : md * t_max * bubble_overhead(l.pp, m, v);
   }
-  const double tokens_mb = static_cast<double>(l.micro_batch * l.seq_len);
-  const double act_bytes = l.form == ActivationForm::kKiri ? 4 : value_bytes(l.dtype);
-  const double act = tokens_mb * static_cast<double>(model.hidden) * act_bytes;
-  if (l.tp > 1) {
-    const double per_layer = l.activation_checkpointing == Recompute::kFull ? 6 : 4;
-    const double count = md * (static_cast<double>(stage_layers) * per_layer + 2);
-    t.tp_comm_s = count * allreduce_seconds(act, l.tp, group_link(c, l.tp));
-    // Sequence parallelism with layernorm recomputed: each region's input gathered again.
-    if (l.sequence_parallel && selective_modules(l).layernorm)
-      t.tp_comm_s += md * static_cast<double>(stage_layers) * 2 *
-                     all_gather_seconds(act, l.tp, group_link(c, l.tp));
-  }
-  if (l.pp > 1) {
-    const double cut = l.form == ActivationForm::kPaper && l.sequence_parallel ? l.tp : 1;
-    t.pp_comm_s = 2.0 * static_cast<double>(m) * v *
-                  p2p_seconds(act / cut, group_link(c, int64_t{l.dp} * l.tp * l.pp));
-  }
+  model_parallel_comm(model, l, c, stage_layers, t);
   if (l.dp > 1) dp_comm(model, l, c, stage_layers, t_max, f, t);
+  t.clip_s = clip_seconds(l, c);
+  t.overhead_s = c.step_overhead_s;
+  t.iteration_s = t.optimizer_s + t.clip_s + t.dp_comm_s + t.overhead_s;
   // Forward is a third of the model FLOPs (6 N per token); recomputation adds to the rest.
   offload_io(model, l, c, md * t_max, t_max * (f.model / 3) / f.executed, t);
-  t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s + t.io_exposed_s;
+  t.step_s = t.compute_s + t.bubble_s + t.tp_comm_s + t.pp_comm_s + t.dp_comm_s + t.io_exposed_s +
+             t.clip_s + t.overhead_s;
   t.tokens_per_s = static_cast<double>(l.global_batch * l.seq_len) / t.step_s;
   t.tflops_per_device = f.executed / world / t.step_s / 1e12;
   t.mfu = f.model / (world * peak * t.step_s);

@@ -52,6 +52,14 @@ double p2p_seconds(double bytes, const Link& link);
 // then dp, then pp, as kiri's mesh): a tp group spans tp, a dp group dp·tp, a pp group
 // dp·tp·pp. Within a node iff span ≤ devices per node.
 Link group_link(const ClusterSpec& cluster, int64_t span);
+// The link of a group of `size` members `stride` ranks apart (a tp group: stride 1; a dp or
+// shard group: tp; hybrid sharding's replicas: shard · tp; the pp group: dp · tp). Within a
+// node: intra. Across nodes its traffic leaves each node through the NICs of its members
+// there (k = min(size, devices per node / stride), at least 1), which the g = devices per
+// node / k groups of its kind on the node, all communicating at once, share: bandwidth
+// min(intra, inter × min(k, NICs / g)), inter's latency. With a NIC per device that is
+// min(intra, inter × k), the members per node (Megatron's and NCCL's rings over all NICs).
+Link group_link(const ClusterSpec& cluster, int64_t size, int64_t stride);
 
 // The blocks of each pipeline stage (pp·v chunks when interleaved, chunk c on stage c mod
 // pp). The paper form: Megatron's even split (layers_on_stage). The kiri form: kiri's own
@@ -73,11 +81,21 @@ struct TimeBreakdown {
   // (p − 1)/(v·m) interleaved, less the busiest stage's own m·max.
   double bubble_s = 0;
   double bubble_fraction = 0;
-  double tp_comm_s = 0;        // 4 all-reduces of [b·s, h] per layer per micro-batch (6 with
-                               // full recomputation), + 2 for the embedding and the LM head;
-                               // + 2 all-gathers per layer with sequence parallelism and
-                               // selective's layernorm (the regions' inputs gathered again)
-  double pp_comm_s = 0;        // a send forward and one backward per micro-batch and chunk
+  double tp_comm_s = 0;  // 4 all-reduces of [b·s, h] per layer per micro-batch (6 with
+                         // full recomputation), + 2 for the embedding and the LM head;
+                         // + 2 all-gathers per layer with sequence parallelism and
+                         // selective's layernorm (the regions' inputs gathered again)
+  double pp_comm_s = 0;  // a send forward and one backward per micro-batch and chunk
+                         // (the paper form: 1/tp each, then an all-gather over tp
+                         // unless sequence parallel: Megatron's scatter-gather)
+  // > 1 when the ranks share fewer cores than there are ranks (ClusterSpec::shared_cores):
+  // stage_s and optimizer_s are scaled by it.
+  double compute_slowdown = 1;
+  double clip_s = 0;      // gradient clipping's norm and the loss's mean: scalar all-reduces
+  double overhead_s = 0;  // the cluster's fixed per-step cost (ClusterSpec::step_overhead_s)
+  // The fixed per-iteration cost, reported (its parts are in step_s already): the optimizer
+  // step, clipping, the gradient reduction not hidden behind backward and the overhead.
+  double iteration_s = 0;
   double dp_comm_total_s = 0;  // gradient reduction / ZeRO gathers per step
   double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)
   // Offload (per rank per step, the busiest stage): bytes read from and written to
