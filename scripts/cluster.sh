@@ -395,6 +395,20 @@ set_link() {
   local i
   i=$(host_index "$1")
   ip link set "$(port_name "$i")" "$state"
+  if [[ $state == up ]]; then
+    # Neighbour entries that failed while the link was down would fail the first connect
+    # after it (Open MPI's TCP transport then hangs); the link is usable once both ends are up.
+    local ns t
+    for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep -E "^$name-h[0-9]+\$" || true); do
+      ip -n "$ns" neigh flush all 2> /dev/null || true
+    done
+    for ((t = 0; t < 50; t++)); do
+      [[ $(cat "/sys/class/net/$(port_name "$i")/operstate" 2> /dev/null) == up ]] &&
+        [[ $(ip netns exec "$name-h$i" cat /sys/class/net/eth0/operstate 2> /dev/null) == up ]] &&
+        break
+      sleep 0.1
+    done
+  fi
   echo "h$i: link $said"
 }
 

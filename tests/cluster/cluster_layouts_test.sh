@@ -120,4 +120,18 @@ run llama pp2_interleaved_tp2 "$state/hostfile" 4 --set parallel.pp=2 --set para
 run gpt2 zero3_offload "$state/hostfile" 4 --set parallel.dp=4 --set parallel.zero_stage=3 \
   --set offload.optimizer=nvme --set offload.parameters=nvme --set "offload.path=$work/swap" \
   --set offload.block_size=4KiB --set offload.buffer_mb=0.0625
+# tp across hosts is allowed, with the planner's cost of it said once.
+grep -q "a group spans hosts: the planner models this step at" "$work/llama-tp2_sp.log" || {
+  echo "llama tp2_sp: no planner's cost of tp across hosts:"
+  grep -i "span" "$work/llama-tp2_sp.log"
+  failed=1
+}
+# --auto across hosts: the planner sees 2 hosts x 2 ranks and the link as measured.
+run gpt2 auto "$state/hostfile" 4 --auto
+grep -q "auto layout: 2 hosts x 2 ranks; the link between hosts measured at" \
+  "$work/gpt2-auto.log" || {
+  echo "gpt2 auto: the planner did not see the hosts:"
+  grep "auto layout" "$work/gpt2-auto.log"
+  failed=1
+}
 exit "$failed"

@@ -247,6 +247,17 @@ kiri::RunConfig train_command_paths(const std::vector<std::string>& argv) {
       resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init).cfg);
 }
 
+// A tp or shard group across hosts (the Trainer warns of it): the planner's cost of it, once.
+static void warn_cross_host_cost(train::Trainer& trainer, comm::Communicator& world) {
+  const model::ParallelOptions po =
+      model::parallel_options(trainer.config().parallel, trainer.config().train.dtype);
+  if (trainer.dims().groups_across_hosts(po.zero_stage > 0 ? po.shard_group_size : 0).empty())
+    return;
+  const HostLayout hosts = measure_hosts(world);  // collective: every rank knows the groups
+  if (world.rank() == 0)
+    log::warn("a group spans hosts: ", cross_host_cost(trainer.config(), world.size(), hosts));
+}
+
 int cmd_train(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
@@ -292,7 +303,8 @@ int cmd_train(const std::vector<std::string>& argv) {
       log::info("removed ", tmp, ", left by a save that did not finish");
   if (a.flag("auto")) {
     if (keep_batch) plan_for_global_batch(cfg, *keep_batch, world.comm->size());
-    choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"));
+    choose_layout(cfg, world.comm->size(), world.comm->rank(), a.get("mem-limit"),
+                  measure_hosts(*world.comm));
   }
   if (keep_batch)
     if (const std::string note =
@@ -306,6 +318,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   // config.json the one the run uses.
   train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump(), oom_advice);
   if (peak) trainer.set_peak_flops(*peak);
+  warn_cross_host_cost(trainer, *world.comm);
   if (rank0)
     log::info("run folder ", paths.run.dir, ": config ",
               train::write_run_config(trainer.config(), config_to_json(trainer.config()).dump(2)),

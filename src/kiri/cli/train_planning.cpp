@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/log.h"
+#include "kiri/base/timer.h"
 #include "kiri/base/units.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/launch/world.h"
+#include "kiri/parallel/dims.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 #include "kiri/train/offload_io.h"
@@ -102,18 +104,27 @@ constexpr double kHeadroom = 0.85;
 
 // This machine (calibrated when runs/calibration/this-machine.json exists) with kHeadroom of
 // `limit` bytes per rank and room for the whole world on its one node.
-plan::ClusterSpec plan_cluster(double limit, int world) {
+plan::ClusterSpec plan_cluster(double limit, int world, const HostLayout& hosts = {}) {
   plan::ClusterSpec c = plan::cluster_preset("this-machine");
   c.memory_bytes = limit * kHeadroom;
   c.devices_per_node = std::max(c.devices_per_node, world);
   c.nodes = 1;
+  if (hosts.hosts > 1 && hosts.ranks_per_host > 0 && hosts.bandwidth > 0) {
+    c.nodes = hosts.hosts;
+    c.devices_per_node = hosts.ranks_per_host;
+    c.nics_per_node = 1;  // a host's ranks share its link
+    c.inter = {hosts.bandwidth, hosts.latency};
+    c.assumed.push_back("inter-node link as measured between the hosts");
+  }
   return c;
 }
 
 // The planner's layouts of the world that kiri runs and that fit, fastest first.
 std::vector<plan::Evaluation> fitting_layouts(const kiri::RunConfig& cfg, int world, double limit,
-                                              plan::Recommendation* rec) {
-  plan::PlanRequest request{plan_model(cfg), plan_cluster(limit, world), world, plan_layout(cfg)};
+                                              plan::Recommendation* rec,
+                                              const HostLayout& hosts = {}) {
+  plan::PlanRequest request{plan_model(cfg), plan_cluster(limit, world, hosts), world,
+                            plan_layout(cfg)};
   const std::vector<plan::Evaluation> all = plan::enumerate_layouts(request);
   if (rec) *rec = plan::recommend(request, all);
   std::vector<plan::Evaluation> out;
@@ -273,8 +284,61 @@ std::string oom_advice(const kiri::RunConfig& cfg, int world, const MemoryStats&
 }
 
 // train --auto: the planner's fastest layout of this world that fits the limit.
+HostLayout measure_hosts(comm::Communicator& world) {
+  const parallel::HostMap h = parallel::gather_host_map(world);
+  HostLayout out;
+  out.hosts = h.hosts;
+  if (h.hosts == 1) return out;
+  std::vector<int> count(static_cast<size_t>(h.hosts));
+  for (int x : h.host_of) ++count[static_cast<size_t>(x)];
+  if (std::all_of(count.begin(), count.end(), [&](int c) { return c == count[0]; }))
+    out.ranks_per_host = count[0];
+  Allocator alloc;
+  Tensor link = Tensor::zeros({2}, DType::kF64, Category::kOther, alloc);  // bytes/s, s
+  std::unique_ptr<comm::Communicator> firsts = world.split(
+      h.local_rank == 0 ? 0 : -1, h.host_of[static_cast<size_t>(world.rank())], "hosts");
+  if (firsts) {
+    // A ring all-reduce moves 2 (n - 1) / n of the buffer over each link; the first call of
+    // each size opens connections and is not timed.
+    constexpr int64_t kBytes = 4 << 20;
+    Tensor small = Tensor::zeros({1}, DType::kF32, Category::kOther, alloc);
+    Tensor big = Tensor::zeros({kBytes / 4}, DType::kF32, Category::kOther, alloc);
+    firsts->all_reduce(small, comm::ReduceOp::kSum);
+    Timer t;
+    firsts->all_reduce(small, comm::ReduceOp::kSum);
+    const double latency = t.seconds();
+    firsts->all_reduce(big, comm::ReduceOp::kSum);
+    t.reset();
+    firsts->all_reduce(big, comm::ReduceOp::kSum);
+    const double n = firsts->size();
+    link.data<double>()[0] = 2 * (n - 1) / n * kBytes / std::max(t.seconds() - latency, 1e-9);
+    link.data<double>()[1] = latency;
+  }
+  world.broadcast(link, 0);  // every rank plans with the same numbers
+  out.bandwidth = link.data<double>()[0];
+  out.latency = link.data<double>()[1];
+  return out;
+}
+
+std::string cross_host_cost(const kiri::RunConfig& cfg, int world, const HostLayout& hosts) {
+  const double limit = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                       static_cast<double>(sysconf(_SC_PAGESIZE)) / world;
+  plan::ClusterSpec across = plan_cluster(limit, world);
+  across.nodes = world;  // every group on the link, as laid out
+  across.devices_per_node = 1;
+  across.nics_per_node = 1;
+  across.inter = {hosts.bandwidth, hosts.latency};
+  const plan::ClusterSpec one_host = plan_cluster(limit, world);
+  const plan::Layout layout = plan_layout(cfg);
+  const double a = plan::evaluate(plan_model(cfg), layout, across).time.step_s;
+  const double b = plan::evaluate(plan_model(cfg), layout, one_host).time.step_s;
+  return str("the planner models this step at ", a,
+             " s with its groups on the link between hosts (", mib(hosts.bandwidth),
+             "/s as measured) against ", b, " s inside one host (", b > 0 ? a / b : 0.0, "x)");
+}
+
 void choose_layout(kiri::RunConfig& cfg, int world, int rank,
-                   const std::optional<std::string>& mem_limit) {
+                   const std::optional<std::string>& mem_limit, const HostLayout& hosts) {
   const auto tokenizer =
       data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
   kiri::resolve(cfg, {.tokenizer_vocab = tokenizer->vocab_size(), .tokenizer = tokenizer->name()});
@@ -302,7 +366,7 @@ void choose_layout(kiri::RunConfig& cfg, int world, int rank,
     limit_from = str("this machine's memory / ", world, " rank(s)");
   }
   plan::Recommendation rec;
-  const std::vector<plan::Evaluation> fits = fitting_layouts(cfg, world, limit, &rec);
+  const std::vector<plan::Evaluation> fits = fitting_layouts(cfg, world, limit, &rec, hosts);
   if (fits.empty()) {
     std::string msg =
         str("kiri train --auto: no layout of ", world, " rank(s) fits 85% of ", mib(limit),
@@ -315,7 +379,13 @@ void choose_layout(kiri::RunConfig& cfg, int world, int rank,
   const plan::Evaluation& e = fits.front();
   apply_layout(cfg, e.layout);
   if (rank != 0) return;
-  const plan::ClusterSpec cluster = plan_cluster(limit, world);
+  const plan::ClusterSpec cluster = plan_cluster(limit, world, hosts);
+  if (hosts.hosts > 1)
+    log::info("auto layout: ", hosts.hosts, " hosts",
+              hosts.ranks_per_host > 0 ? str(" x ", hosts.ranks_per_host, " ranks")
+                                       : std::string(" of unequal ranks (planned as one)"),
+              "; the link between hosts measured at ", mib(hosts.bandwidth), "/s and ",
+              hosts.latency * 1e6, " us (all-reduces of the hosts' first ranks)");
   log::info("auto layout: ", e.layout.str(), " on ", world,
             " rank(s): ", mib(e.memory.memory.total()), " of 85% of ", mib(limit), " per rank (",
             limit_from, "), modelled step ", e.time.step_s, " s",

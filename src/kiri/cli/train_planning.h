@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "kiri/comm/communicator.h"
 #include "kiri/config/run_config.h"
 #include "kiri/tensor/allocator.h"
 
@@ -25,10 +26,27 @@ plan::Layout plan_layout(const kiri::RunConfig& cfg);
 // layout change on the same world that the planner says fits the limit.
 std::string oom_advice(const kiri::RunConfig& cfg, int world, const MemoryStats& stats,
                        Category category, int64_t bytes);
+// The hosts a run spans, as train --auto plans for them: `hosts` nodes of `ranks_per_host`
+// ranks (0: not the same on every host, then planned as one node), joined by a link of
+// `bandwidth` bytes/s and `latency` s as measured_hosts() timed it.
+struct HostLayout {
+  int hosts = 1;
+  int ranks_per_host = 0;
+  double bandwidth = 0, latency = 0;
+};
+// Collective over world: which ranks share a host, and across hosts the link between them,
+// timed with all-reduces among the hosts' first ranks (the same numbers on every rank).
+HostLayout measure_hosts(comm::Communicator& world);
+
+// The planner's cost of a layout whose tp or shard group spans hosts, for train's warning:
+// the modelled step with every group on the measured link, and with the ranks in one host.
+std::string cross_host_cost(const kiri::RunConfig& cfg, int world, const HostLayout& hosts);
+
 // train --auto: sets cfg's layout keys to the planner's fastest layout of this world that
-// fits the limit, and logs the choice (rank 0).
+// fits the limit, and logs the choice (rank 0). Across hosts the planner sees them: groups
+// that span hosts use the measured link.
 void choose_layout(kiri::RunConfig& cfg, int world, int rank,
-                   const std::optional<std::string>& mem_limit);
+                   const std::optional<std::string>& mem_limit, const HostLayout& hosts = {});
 // kiri train --global-batch G on a world of `world` ranks (dp resolved from it and tp x pp
 // unless given): sets train.grad_accum so that micro_batch x microbatches x grad_accum x dp
 // = G; when that does not divide, the largest smaller train.micro_batch that makes it exact;

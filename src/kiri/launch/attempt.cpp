@@ -151,6 +151,27 @@ void StuckLauncher::poll(pid_t child, const std::string& status_dir, int ranks,
   }
 }
 
+// The ranks on this host must be gone before the next attempt takes the run folder: waits
+// for them, then kills those still running this binary (never a reused pid).
+void wait_gone(const std::map<int, long>& local, const std::string& self, AttemptResult& res) {
+  Timer gone;
+  auto any_alive = [&] {
+    for (const auto& [r, pid] : local)
+      if (alive(pid)) return true;
+    return false;
+  };
+  while (any_alive() && gone.seconds() < kGoneTimeoutS)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (const auto& [r, pid] : local)
+    if (alive(pid) && exe_of(pid) == self) {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      ++res.killed_leftovers;
+    }
+  while (any_alive() && gone.seconds() < kGoneTimeoutS + 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  res.wait_gone_s = gone.seconds();
+}
+
 }  // namespace
 
 bool stop_requested() {
@@ -220,23 +241,7 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (res.launcher_ended && res.ranks_finished && !res.interrupted) res.exit_code = 0;
   res.seconds = timer.seconds();
-  // The ranks on this host must be gone before the next attempt takes the run folder.
-  Timer gone;
-  auto any_alive = [&] {
-    for (const auto& [r, pid] : local)
-      if (alive(pid)) return true;
-    return false;
-  };
-  while (any_alive() && gone.seconds() < kGoneTimeoutS)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  for (const auto& [r, pid] : local)
-    if (alive(pid) && exe_of(pid) == self) {  // this binary still: never a reused pid
-      ::kill(static_cast<pid_t>(pid), SIGKILL);
-      ++res.killed_leftovers;
-    }
-  while (any_alive() && gone.seconds() < kGoneTimeoutS + 5)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  res.wait_gone_s = gone.seconds();
+  wait_gone(local, self, res);
   return res;
 }
 

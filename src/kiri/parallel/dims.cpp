@@ -88,28 +88,28 @@ comm::Communicator* ParallelDims::embedding_group() {
   return embedding_.get();
 }
 
-const HostMap& ParallelDims::hosts() {
-  if (hosts_) return *hosts_;
+HostMap gather_host_map(comm::Communicator& world, std::optional<uint64_t> host_key) {
+  const uint64_t key = host_key.value_or(hostname_key());
   // Every rank's key through one all_gather, as two int32 halves (no arithmetic touches them).
   Allocator alloc;
   Tensor mine = Tensor::empty({2}, DType::kI32, Category::kOther, alloc);
-  Tensor all = Tensor::empty({2 * world_.size()}, DType::kI32, Category::kOther, alloc);
-  std::memcpy(mine.data<int32_t>(), &host_key_, sizeof host_key_);
-  world_.all_gather(mine, all);
+  Tensor all = Tensor::empty({2 * world.size()}, DType::kI32, Category::kOther, alloc);
+  std::memcpy(mine.data<int32_t>(), &key, sizeof key);
+  world.all_gather(mine, all);
   // And every rank's hostname, in 64 bytes (longer names are cut: they only label messages).
   constexpr int kNameInts = 16;
   Tensor my_name = Tensor::zeros({kNameInts}, DType::kI32, Category::kOther, alloc);
-  Tensor names = Tensor::empty({kNameInts * world_.size()}, DType::kI32, Category::kOther, alloc);
+  Tensor names = Tensor::empty({kNameInts * world.size()}, DType::kI32, Category::kOther, alloc);
   char name[4 * kNameInts] = {0};
   if (::gethostname(name, sizeof name - 1) != 0) std::strcpy(name, "?");
   std::memcpy(my_name.data<int32_t>(), name, sizeof name);
-  world_.all_gather(my_name, names);
+  world.all_gather(my_name, names);
   HostMap h;
   std::map<uint64_t, int> index;
-  for (int r = 0; r < world_.size(); ++r) {
-    uint64_t key = 0;
-    std::memcpy(&key, all.data<int32_t>() + 2 * r, sizeof key);
-    const auto [it, added] = index.emplace(key, static_cast<int>(index.size()));
+  for (int r = 0; r < world.size(); ++r) {
+    uint64_t k = 0;
+    std::memcpy(&k, all.data<int32_t>() + 2 * r, sizeof k);
+    const auto [it, added] = index.emplace(k, static_cast<int>(index.size()));
     h.host_of.push_back(it->second);
     if (added) {
       const char* n = reinterpret_cast<const char*>(names.data<int32_t>() + kNameInts * r);
@@ -117,14 +117,18 @@ const HostMap& ParallelDims::hosts() {
     }
   }
   h.hosts = static_cast<int>(index.size());
-  const int host = h.host_of[static_cast<size_t>(world_.rank())];
+  const int host = h.host_of[static_cast<size_t>(world.rank())];
   h.local_size = 0;
-  for (int r = 0; r < world_.size(); ++r)
+  for (int r = 0; r < world.size(); ++r)
     if (h.host_of[static_cast<size_t>(r)] == host) {
-      if (r == world_.rank()) h.local_rank = h.local_size;
+      if (r == world.rank()) h.local_rank = h.local_size;
       ++h.local_size;
     }
-  hosts_ = std::move(h);
+  return h;
+}
+
+const HostMap& ParallelDims::hosts() {
+  if (!hosts_) hosts_ = gather_host_map(world_, host_key_);
   return *hosts_;
 }
 

@@ -34,6 +34,11 @@ struct HostMap {
   std::vector<std::string> names;  // [hosts] each host's hostname (its first rank's)
 };
 
+// Which ranks share a host (collective over world: two all_gathers). `host_key` stands for
+// this rank's host (tests give ranks on threads different hosts); by default the hash of its
+// hostname and network namespace. ParallelDims::hosts() is this, made once.
+HostMap gather_host_map(comm::Communicator& world, std::optional<uint64_t> host_key = std::nullopt);
+
 class ParallelDims {
  public:
   // Splits world into the dp, tp and pp groups (collective over world). `host_key` stands for
