@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# DDP overlap across hosts (issue 27): the share of the gradient all-reduce hidden under
+# backward, by bucket size, on a 2-host namespace cluster (scripts/cluster.sh) at each link
+# rate. GPT-2, 4 layers x 256 wide (12.6 MB of fp32 gradients), byte vocabulary, T 128, 8
+# sequences per step, dp 2 on 2 hosts x 1 rank, 1 thread each; the median step of steps
+# 4-20. hidden = (naive - DDP) / (naive - DDP in one host): naive is one bucket reduced after
+# backward, and naive less the in-host step is the all-reduce's exposed time.
+#   benchmarks/ddp_overlap.sh build/kiri [RATE ...]     (default: 2gbit 1gbit)
+# Needs root and network namespaces (exits 77 naming the reason otherwise).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+kiri=$(realpath "${1:?usage: benchmarks/ddp_overlap.sh KIRI_BINARY [RATE ...]}")
+shift
+rates=("$@")
+((${#rates[@]})) || rates=(2gbit 1gbit)
+work=$(mktemp -d /tmp/kiri-ddp-overlap.XXXXXX)
+export KIRI_CLUSTER_DIR=$work/state
+name=ko6
+cluster() { bash "$root/scripts/cluster.sh" "$@"; }
+cleanup() {
+  cluster down --name "$name" > /dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+model="--set data.tokenizer=byte --set model.n_layer=4 --set model.n_head=4 \
+--set model.n_embd=256 --set model.block_size=128 --set train.seq_len=128 \
+--set train.micro_batch=4 --set train.steps=20 --set train.warmup=1 --set train.eval_every=0 \
+--set train.eval_batches=1 --set checkpoint.every=0 --set parallel.timeout_s=300 \
+--global-batch 8 --set parallel.dp=2"
+
+# step HOSTFILE LABEL SETS...: the median step time (s) of steps 4-20
+step() {
+  local hostfile=$1 dir=$work/run-$2
+  shift 2
+  rm -rf "$dir"
+  # shellcheck disable=SC2086
+  if ! "$kiri" launch -n 2 --threads 1 --hostfile "$hostfile" -- train $model \
+    --set run.dir="$dir" "$@" > "$dir.log" 2>&1; then
+    echo "benchmarks/ddp_overlap.sh: $2 failed:" >&2
+    tail -20 "$dir.log" >&2
+    exit 1
+  fi
+  python3 -c '
+import json, statistics, sys
+s = [json.loads(l)["step_s"] for l in open(sys.argv[1]) if "step_s" in l]
+print(f"{statistics.median(s[3:]):.4f}")' "$dir/metrics.jsonl"
+}
+
+echo "| link | in one host (s) | naive, one bucket (s) | bucket_mb | DDP step (s) | hidden |"
+echo "|---|---|---|---|---|---|"
+for rate in "${rates[@]}"; do
+  rc=0
+  cluster up --name "$name" --subnet 10.231.6.0/24 --hosts 2 --ranks-per-host 2 --link "$rate" \
+    > "$work/up.log" 2>&1 || rc=$?
+  ((rc == 0)) || {
+    cat "$work/up.log" >&2
+    exit "$rc"
+  }
+  state=$KIRI_CLUSTER_DIR/$name
+  # shellcheck disable=SC1091
+  source "$state/mpirun.env"
+  head -1 "$state/hostfile" > "$work/one_host"
+  sed 's/slots=2/slots=1/' "$state/hostfile" > "$work/two_hosts"
+  local_s=$(step "$work/one_host" local)
+  naive=$(step "$work/two_hosts" naive --set parallel.bucket_mb=100000)
+  for mb in 0.25 1 2 25; do
+    t=$(step "$work/two_hosts" "b$mb" --set parallel.bucket_mb="$mb")
+    python3 -c '
+import sys
+rate, mb = sys.argv[1:3]
+local, naive, t = map(float, sys.argv[3:])
+print(f"| {rate} | {local:.3f} | {naive:.3f} | {mb} | {t:.3f} | {(naive - t) / (naive - local):.0%} |")' \
+      "$rate" "$mb" "$local_s" "$naive" "$t"
+  done
+  cluster down --name "$name" > /dev/null
+done
