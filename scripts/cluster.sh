@@ -136,6 +136,10 @@ shape_dev() {
     # netem (when the kernel has it) as root, tbf below it.
     "${tcx[@]}" qdisc replace dev "$dev" root handle 1: "${delay[@]}"
     "${tcx[@]}" qdisc replace dev "$dev" parent 1:1 handle 10: tbf rate "$r" burst "$burst" latency 50ms
+  elif "${tcx[@]}" qdisc show dev "$dev" root 2> /dev/null | grep -q '^qdisc tbf'; then
+    # A running link is reshaped in place: `replace` would drop the packets queued in the
+    # old qdisc, and a job mid-step then saw a rank stall.
+    "${tcx[@]}" qdisc change dev "$dev" root tbf rate "$r" burst "$burst" latency 50ms
   else
     "${tcx[@]}" qdisc replace dev "$dev" root tbf rate "$r" burst "$burst" latency 50ms
   fi

@@ -126,6 +126,24 @@ grep -q "a group spans hosts: the planner models this step at" "$work/llama-tp2_
   grep -i "span" "$work/llama-tp2_sp.log"
   failed=1
 }
+# Ranks placed round robin (mpirun --map-by node: ranks 0 and 2 on h0, 1 and 3 on h1): the
+# mesh orders them by host, so tp 2 stays inside a host, and the run equals one process.
+dir=$work/gpt2-round_robin
+# shellcheck disable=SC2046
+if timeout 300 mpirun --allow-run-as-root -n 4 --hostfile "$state/hostfile" --map-by node \
+  --bind-to none -x OMP_NUM_THREADS=1 "$kiri" train $(tiny "$dir") --set parallel.dp=2 \
+  --set parallel.tp=2 > "$dir.log" 2>&1; then
+  compare "gpt2 round_robin (4 ranks on 2 hosts)" "${ref[gpt2]}" "$(steps_of "$dir")" || failed=1
+  grep -q "host 0: ranks 0, 2; host 1: ranks 1, 3); tp inside hosts, dp across hosts (the launcher placed ranks round robin" "$dir.log" || {
+    echo "gpt2 round_robin: the host map does not say tp stays inside hosts:"
+    grep "hosts:" "$dir.log"
+    failed=1
+  }
+else
+  echo "gpt2 round_robin: the run failed:"
+  tail -20 "$dir.log"
+  failed=1
+fi
 # --auto across hosts: the planner sees 2 hosts x 2 ranks and the link as measured.
 run gpt2 auto "$state/hostfile" 4 --auto
 grep -q "auto layout: 2 hosts x 2 ranks; the link between hosts measured at" \

@@ -136,8 +136,33 @@ TEST(ParallelDims, TheHostMapNumbersHostsInOrderOfFirstAppearance) {
   });
 }
 
+// Ranks placed round robin (world ranks 0 and 2 on host 1, 1 and 3 on host 2): the mesh
+// orders them by host, so tp 2 pairs world ranks 0 with 2 and 1 with 3.
+TEST(ParallelDims, RanksPlacedRoundRobinAreOrderedByHost) {
+  const std::vector<uint64_t> keys = {1, 2, 1, 2};
+  std::mutex mu;
+  std::vector<std::string> coords(4);
+  std::vector<int> tp_sum(4);
+  comm::run_local(4, [&](comm::Communicator& world) {
+    ParallelDims d(world, {2, 2, 1}, keys[static_cast<size_t>(world.rank())]);
+    Allocator a;
+    Tensor t = Tensor::empty({1}, DType::kF32, Category::kOther, a);
+    t.data<float>()[0] = static_cast<float>(world.rank());
+    d.tp().all_reduce(t, comm::ReduceOp::kSum);
+    std::lock_guard<std::mutex> lock(mu);
+    coords[static_cast<size_t>(world.rank())] = d.coordinates();
+    tp_sum[static_cast<size_t>(world.rank())] = static_cast<int>(t.data<float>()[0]);
+  });
+  EXPECT_EQ(coords[0], "rank 0 = (dp 0, tp 0, pp 0)");
+  EXPECT_EQ(coords[2], "rank 2 = (dp 0, tp 1, pp 0)");
+  EXPECT_EQ(coords[1], "rank 1 = (dp 1, tp 0, pp 0)");
+  EXPECT_EQ(coords[3], "rank 3 = (dp 1, tp 1, pp 0)");
+  EXPECT_EQ(tp_sum, (std::vector<int>{2, 4, 2, 4}));  // {0, 2} and {1, 3}
+}
+
 // 2 hosts x 2 ranks: ranks placed host by host keep tp (innermost) inside a host and dp across;
-// placed round robin, tp crosses hosts and is named.
+// placed round robin, the mesh orders them by host and keeps the same groups inside hosts.
+// Where hosts' rank counts do not allow it (3 + 1 ranks for tp 2), tp crosses and is named.
 TEST(ParallelDims, TheHostSummarySaysWhichGroupsCrossHosts) {
   std::mutex mu;
   std::vector<std::string> summary(4), across(4), hybrid(4);
@@ -158,7 +183,12 @@ TEST(ParallelDims, TheHostSummarySaysWhichGroupsCrossHosts) {
   EXPECT_EQ(across[3], "");
   run({1, 2, 1, 2}, {2, 2, 1}, 0);
   EXPECT_EQ(summary[0],
-            "2 hosts (host 0: ranks 0, 2; host 1: ranks 1, 3); tp across hosts, dp inside hosts");
+            "2 hosts (host 0: ranks 0, 2; host 1: ranks 1, 3); tp inside hosts, dp across hosts "
+            "(the launcher placed ranks round robin: the mesh orders them by host)");
+  EXPECT_EQ(across[1], "");
+  run({1, 1, 1, 2}, {2, 2, 1}, 0);
+  EXPECT_EQ(summary[0],
+            "2 hosts (host 0: ranks 0-2; host 1: ranks 3); tp across hosts, dp across hosts");
   EXPECT_EQ(across[1], "tp ");
   // Hybrid sharding over dp 4 in shard groups of 2: inside hosts when placed host by host.
   run({1, 1, 2, 2}, {4, 1, 1}, 2);
@@ -166,6 +196,8 @@ TEST(ParallelDims, TheHostSummarySaysWhichGroupsCrossHosts) {
       summary[2],
       "2 hosts (host 0: ranks 0-1; host 1: ranks 2-3); shard group inside hosts, dp across hosts");
   run({1, 2, 1, 2}, {4, 1, 1}, 2);
+  EXPECT_EQ(across[0], "");
+  run({1, 1, 1, 2}, {4, 1, 1}, 2);
   EXPECT_EQ(across[0], "shard ");
   // pp 2 across hosts, tp 2 inside.
   run({1, 1, 2, 2}, {1, 2, 2}, 0);

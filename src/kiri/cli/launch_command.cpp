@@ -92,7 +92,10 @@ std::vector<std::string> launch_argv(const std::vector<std::string>& argv) {
 
 int cmd_launch(const std::vector<std::string>& argv) {
   const LaunchPlan plan = parse_launch(argv);
-  if (plan.supervised())
+  // Across hosts a train job is watched even without restarts: mpirun cannot end a job one of
+  // whose hosts it cannot reach, and the supervisor ends such a launcher (docs/cli.md).
+  const bool across_hosts = (plan.hostfile || plan.hosts) && !plan.launcher;
+  if (plan.supervised() || (across_hosts && plan.command[0] == "train"))
     return launch::supervise(plan, train_command_paths(std::vector<std::string>(
                                        plan.command.begin() + 1, plan.command.end())));
   std::vector<std::string> cmd =

@@ -32,6 +32,9 @@ constexpr double kGoneTimeoutS = 30;
 // SIGTERM, and SIGKILL if that does not end it either.
 constexpr double kAbortGraceS = 8;
 constexpr double kTermGraceS = 3;
+// After every rank recorded its exit 0 (before MPI_Finalize): the same for a launcher that
+// does not exit, with time for a slow finalize.
+constexpr double kFinishedGraceS = 30;
 constexpr int kPollMs = 100;
 
 // The supervisor's signal flag: a handler may only set it. Process-wide by nature.
@@ -112,7 +115,8 @@ pid_t spawn(const std::vector<std::string>& command, const std::map<std::string,
   ::_exit(127);
 }
 
-// Ends a launcher that outlives a rank's error by kAbortGraceS (see there); poll() each round.
+// Ends a launcher that outlives a rank's error by kAbortGraceS, or its ranks' finish by
+// kFinishedGraceS (see there); poll() each round.
 struct StuckLauncher {
   int error_rank_ = -1;
   bool finished_ = false;  // every rank recorded its exit 0
@@ -132,7 +136,8 @@ void StuckLauncher::poll(pid_t child, const std::string& status_dir, int ranks,
     return;
   }
   const double waited = since_error_.seconds();
-  if (!termed_ && waited > kAbortGraceS) {
+  const double grace = finished_ ? kFinishedGraceS : kAbortGraceS;
+  if (!termed_ && waited > grace) {
     const std::string what = finished_
                                  ? std::string("every rank finished")
                                  : "rank " + std::to_string(error_rank_) + " reported an error";
@@ -144,7 +149,7 @@ void StuckLauncher::poll(pid_t child, const std::string& status_dir, int ranks,
     ::kill(child, SIGTERM);
     termed_ = true;
     res.launcher_ended = true;
-  } else if (termed_ && !killed_ && waited > kAbortGraceS + kTermGraceS) {
+  } else if (termed_ && !killed_ && waited > grace + kTermGraceS) {
     std::fprintf(stderr, "[kiri] launch: the launcher ignored SIGTERM: SIGKILL\n");
     ::kill(child, SIGKILL);
     killed_ = true;

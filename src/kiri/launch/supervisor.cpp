@@ -470,7 +470,9 @@ std::optional<int> Supervisor::attempt(int k) {
                     " (exit code ", v.code, "), which a restart would repeat"),
                 v.code);
   if (k > plan_.max_restarts)
-    return stop(str("giving up: ", plan_.max_restarts, " restart(s) used (--max-restarts)"),
+    return stop(plan_.max_restarts == 0
+                    ? std::string("not restarted: no --max-restarts")
+                    : str("giving up: ", plan_.max_restarts, " restart(s) used (--max-restarts)"),
                 a.exit_code == 0 ? 1 : a.exit_code);
   std::vector<std::string> excluded;
   const int64_t next = exclude_and_resize(v, p, rec, excluded);

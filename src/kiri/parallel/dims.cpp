@@ -34,12 +34,25 @@ std::string MeshShape::str() const {
 
 ParallelDims::ParallelDims(comm::Communicator& world, const MeshShape& shape,
                            std::optional<uint64_t> host_key)
-    : world_(world), shape_(shape), host_key_(host_key.value_or(hostname_key())) {
+    : world_(world), shape_(shape) {
   KIRI_CHECK_KIND(kConfig, shape.dp >= 1 && shape.tp >= 1 && shape.pp >= 1, "mesh ", shape.str(),
                   ": every degree must be at least 1");
   KIRI_CHECK_KIND(kConfig, shape.world() == world.size(), "mesh ", shape.str(), " needs ",
                   shape.world(), " ranks, the world has ", world.size());
-  const int r = world.rank();
+  hosts_ = gather_host_map(world, host_key);
+  // The mesh order: host by host (hosts numbered by their first rank), world rank within one.
+  std::vector<int> order(static_cast<size_t>(world.size()));
+  for (int i = 0; i < world.size(); ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return hosts_.host_of[static_cast<size_t>(a)] < hosts_.host_of[static_cast<size_t>(b)];
+  });
+  for (int p = 0; p < world.size(); ++p) {
+    const int w = order[static_cast<size_t>(p)];
+    host_at_.push_back(hosts_.host_of[static_cast<size_t>(w)]);
+    reordered_ = reordered_ || w != p;
+    if (w == world.rank()) mesh_rank_ = p;
+  }
+  const int r = mesh_rank_;
   tp_index_ = r % shape.tp;
   dp_index_ = (r / shape.tp) % shape.dp;
   pp_index_ = r / (shape.tp * shape.dp);
@@ -127,11 +140,6 @@ HostMap gather_host_map(comm::Communicator& world, std::optional<uint64_t> host_
   return h;
 }
 
-const HostMap& ParallelDims::hosts() {
-  if (!hosts_) hosts_ = gather_host_map(world_, host_key_);
-  return *hosts_;
-}
-
 namespace {
 
 // "0-1, 4" for ranks {0, 1, 4}.
@@ -148,15 +156,15 @@ std::string rank_ranges(const std::vector<int>& ranks) {
   return out;
 }
 
-// Whether every group keeps to one host. In the mesh (rank = pp * dp * tp + dp * tp + tp
-// index) a group is `size` ranks `stride` apart (tp: 1, dp: tp, pp: dp * tp), and hybrid
-// sharding's shard group a block of `block` consecutive dp ranks of it (block = size
-// otherwise).
-bool inside_hosts(const HostMap& h, int stride, int size, int block) {
-  for (int r = 0; r < static_cast<int>(h.host_of.size()); ++r) {
+// Whether every group keeps to one host. In the mesh (mesh rank = pp * dp * tp + dp * tp + tp
+// index; host_at: the host of each mesh rank) a group is `size` ranks `stride` apart (tp: 1, dp:
+// tp, pp: dp * tp), and hybrid sharding's shard group a block of `block` consecutive dp ranks of it
+// (block = size otherwise).
+bool inside_hosts(const std::vector<int>& host_at, int stride, int size, int block) {
+  for (int r = 0; r < static_cast<int>(host_at.size()); ++r) {
     const int i = (r / stride) % size, first = i - i % block;
     for (int k = first; k < first + block; ++k)
-      if (h.host_of[static_cast<size_t>(r + (k - i) * stride)] != h.host_of[static_cast<size_t>(r)])
+      if (host_at[static_cast<size_t>(r + (k - i) * stride)] != host_at[static_cast<size_t>(r)])
         return false;
   }
   return true;
@@ -173,43 +181,39 @@ std::vector<std::vector<int>> ranks_of_hosts(const HostMap& h) {
 }  // namespace
 
 std::vector<std::string> ParallelDims::groups_across_hosts(int shard_group) const {
-  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
   const MeshShape& s = shape_;
   std::vector<std::string> out;
-  if (s.tp > 1 && !inside_hosts(*hosts_, 1, s.tp, s.tp)) out.push_back("tp");
-  if (shard_group > 1 && shard_group < s.dp && !inside_hosts(*hosts_, s.tp, s.dp, shard_group))
+  if (s.tp > 1 && !inside_hosts(host_at_, 1, s.tp, s.tp)) out.push_back("tp");
+  if (shard_group > 1 && shard_group < s.dp && !inside_hosts(host_at_, s.tp, s.dp, shard_group))
     out.push_back("shard");
   return out;
 }
 
 std::string ParallelDims::ranks_by_host() const {
-  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
-  const std::vector<std::vector<int>> ranks = ranks_of_hosts(*hosts_);
+  const std::vector<std::vector<int>> ranks = ranks_of_hosts(hosts_);
   std::string out;
   for (size_t i = 0; i < ranks.size(); ++i)
-    out += kiri::str(i ? "; " : "", hosts_->names[i], ranks[i].size() == 1 ? ": rank " : ": ranks ",
+    out += kiri::str(i ? "; " : "", hosts_.names[i], ranks[i].size() == 1 ? ": rank " : ": ranks ",
                      rank_ranges(ranks[i]));
   return out;
 }
 
 std::string ParallelDims::hosts_of(const std::vector<int>& world_ranks) const {
-  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
-  std::vector<std::vector<int>> by_host(static_cast<size_t>(hosts_->hosts));
+  std::vector<std::vector<int>> by_host(static_cast<size_t>(hosts_.hosts));
   for (int r : world_ranks)
-    if (r >= 0 && r < static_cast<int>(hosts_->host_of.size()))
-      by_host[static_cast<size_t>(hosts_->host_of[static_cast<size_t>(r)])].push_back(r);
+    if (r >= 0 && r < static_cast<int>(hosts_.host_of.size()))
+      by_host[static_cast<size_t>(hosts_.host_of[static_cast<size_t>(r)])].push_back(r);
   std::string out;
   for (size_t i = 0; i < by_host.size(); ++i)
     if (!by_host[i].empty())
       out +=
-          kiri::str(out.empty() ? "" : ", ", hosts_->names[i],
+          kiri::str(out.empty() ? "" : ", ", hosts_.names[i],
                     by_host[i].size() == 1 ? " (rank " : " (ranks ", rank_ranges(by_host[i]), ")");
   return out;
 }
 
 std::string ParallelDims::host_summary(int shard_group) const {
-  KIRI_CHECK(hosts_.has_value(), "ParallelDims: hosts() first");
-  const HostMap& h = *hosts_;
+  const HostMap& h = hosts_;
   const std::vector<std::vector<int>> ranks = ranks_of_hosts(h);
   std::string out = kiri::str(h.hosts, h.hosts == 1 ? " host (" : " hosts (");
   for (size_t i = 0; i < ranks.size(); ++i)
@@ -218,7 +222,7 @@ std::string ParallelDims::host_summary(int shard_group) const {
   if (h.hosts == 1) return out;
   const MeshShape& s = shape_;
   auto where = [&](int stride, int size, int block) {
-    return inside_hosts(h, stride, size, block) ? " inside hosts" : " across hosts";
+    return inside_hosts(host_at_, stride, size, block) ? " inside hosts" : " across hosts";
   };
   std::vector<std::string> parts;
   if (s.tp > 1) parts.push_back(str("tp", where(1, s.tp, s.tp)));
@@ -227,6 +231,7 @@ std::string ParallelDims::host_summary(int shard_group) const {
   if (s.dp > 1) parts.push_back(str("dp", where(s.tp, s.dp, s.dp)));
   if (s.pp > 1) parts.push_back(str("pp", where(s.dp * s.tp, s.pp, s.pp)));
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "; ") + parts[i];
+  if (reordered_) out += " (the launcher placed ranks round robin: the mesh orders them by host)";
   return out;
 }
 

@@ -41,15 +41,20 @@ HostMap gather_host_map(comm::Communicator& world, std::optional<uint64_t> host_
 
 class ParallelDims {
  public:
-  // Splits world into the dp, tp and pp groups (collective over world). `host_key` stands for
-  // this rank's host in hosts() (tests give ranks on threads different hosts); by default the
-  // hash of its hostname and network namespace.
+  // Learns which ranks share a host, then splits world into the dp, tp and pp groups
+  // (collective over world). `host_key` stands for this rank's host (tests give ranks on
+  // threads different hosts); by default the hash of its hostname and network namespace.
+  // The mesh orders ranks host by host (Megatron's and torchtitan's order: tp innermost, so
+  // inside a host; then dp, then pp): a launcher that placed ranks round robin (rank 0 on
+  // host A, rank 1 on host B, ...) gets the same groups inside hosts as one that placed
+  // them host by host. mesh_rank() is this rank's place in that order.
   ParallelDims(comm::Communicator& world, const MeshShape& shape,
                std::optional<uint64_t> host_key = std::nullopt);
   ~ParallelDims();
 
   const MeshShape& shape() const { return shape_; }
   int rank() const { return world_.rank(); }
+  int mesh_rank() const { return mesh_rank_; }  // pp * dp * tp + dp * tp + tp index
   int dp_index() const { return dp_index_; }
   int tp_index() const { return tp_index_; }
   int pp_index() const { return pp_index_; }
@@ -69,8 +74,8 @@ class ParallelDims {
   // the tied embedding's gradients ("embedding"; the middle stages are in no such group and
   // get nullptr). Collective over the world on the first call.
   comm::Communicator* embedding_group();
-  // Which ranks share a host (collective over the world on the first call).
-  const HostMap& hosts();
+  // Which ranks share a host (made by the constructor).
+  const HostMap& hosts() const { return hosts_; }
   // The host map in one line, after hosts(): "2 hosts (host 0: ranks 0-1; host 1: ranks 2-3);
   // tp inside hosts, dp across hosts", naming each group of more than one rank (and hybrid
   // sharding's shard group of `shard_group` dp ranks when it is one) inside or across hosts.
@@ -93,14 +98,16 @@ class ParallelDims {
 
   comm::Communicator& world_;
   MeshShape shape_;
-  uint64_t host_key_;
+  HostMap hosts_;
+  std::vector<int> host_at_;  // [world] the host of each mesh rank (non-decreasing)
+  bool reordered_ = false;    // some mesh rank differs from its world rank
+  int mesh_rank_ = 0;
   int dp_index_, tp_index_, pp_index_;
   std::unique_ptr<comm::Communicator> dp_, tp_, pp_;
   int hybrid_group_ = 0;
   std::unique_ptr<comm::Communicator> shard_, replica_;
   bool embedding_made_ = false;
   std::unique_ptr<comm::Communicator> embedding_;
-  std::optional<HostMap> hosts_;
 };
 
 }  // namespace kiri::parallel

@@ -433,7 +433,7 @@ void Trainer::probe_links(StepMetrics& m) {
   for (int s : rates.slow) m.slow_hosts.push_back(h.names[static_cast<size_t>(s)]);
 }
 
-// The host map (rank 0; ParallelDims::hosts() was made on every rank in build_dims), and a
+// The host map (rank 0; ParallelDims made it on every rank), and a
 // warning for each group that ought to stay inside a host and does not.
 void Trainer::log_hosts() const {
   if (world_->size() == 1) return;

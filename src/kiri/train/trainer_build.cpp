@@ -148,7 +148,6 @@ void Trainer::start_tracer() {
 void Trainer::build_dims() {
   dims_ = std::make_unique<parallel::ParallelDims>(
       *world_, parallel::MeshShape{cfg_.parallel.dp, cfg_.parallel.tp, cfg_.parallel.pp});
-  dims_->hosts();  // collective over the world: every rank, here, before the model's groups
   if (dims_->hosts().hosts > 1 && cfg_.parallel.link_probe_every > 0)
     link_probe_ = std::make_unique<parallel::LinkProbe>(*world_, dims_->hosts(), allocator_);
   if (tracer_)  // explicitly too; ParallelGPT's groups split from these inherit it
