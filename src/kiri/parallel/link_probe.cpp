@@ -20,8 +20,7 @@ int opponent(int i, int round, int n) {
 
 }  // namespace
 
-LinkProbe::LinkProbe(comm::Communicator& world, const HostMap& hosts, Allocator& allocator)
-    : hosts_(hosts) {
+LinkProbe::LinkProbe(comm::Communicator& world, const HostMap& hosts, Allocator& allocator) {
   const int host = hosts.host_of[static_cast<size_t>(world.rank())];
   leaders_ = world.split(hosts.local_rank == 0 ? 0 : -1, host, "hosts");
   if (!leaders_) return;

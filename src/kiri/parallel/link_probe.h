@@ -45,7 +45,6 @@ class LinkProbe {
   void handshake(int peer);   // a one-element exchange with `peer` (leaders' rank)
   double exchange(int peer);  // bytes/s of one timed exchange with `peer` (leaders' rank)
 
-  const HostMap& hosts_;
   std::unique_ptr<comm::Communicator> leaders_;  // nullptr on ranks that are not first
   Tensor out_, in_, rates_, all_rates_;
   std::vector<double> first_;  // [hosts] the first measurement (rank 0)
