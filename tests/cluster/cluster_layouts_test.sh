@@ -7,34 +7,9 @@
 #   tests/cluster/cluster_layouts_test.sh build/kiri
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-kiri=$(realpath "${1:?usage: cluster_layouts_test.sh KIRI_BINARY}")
-work=$(mktemp -d /tmp/kiri-cluster-layouts.XXXXXX)
-export KIRI_CLUSTER_DIR=$work/state
-name=kl7
-cluster() { bash "$root/scripts/cluster.sh" "$@"; }
-cleanup() {
-  cluster down --name "$name" > /dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-rc=0
-cluster up --name "$name" --subnet 10.231.7.0/24 --hosts 2 --ranks-per-host 2 --link 1gbit \
-  > "$work/up.log" 2>&1 || rc=$?
-if ((rc == 77)); then
-  cat "$work/up.log"
-  exit 77
-fi
-((rc == 0)) || {
-  cat "$work/up.log"
-  exit 1
-}
-state=$KIRI_CLUSTER_DIR/$name
-# shellcheck disable=SC1091
-source "$state/mpirun.env"
+# shellcheck source=tests/cluster/cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+cluster_start cluster_layouts_test kl7 10.231.7.0/24 2 2 "${1:-}"
 sed 's/slots=2/slots=1/' "$state/hostfile" > "$work/hostfile1"  # 2 hosts x 1 rank
 
 # A tiny GPT-2 (or Llama) on bytes: 8 sequences per step on every layout.

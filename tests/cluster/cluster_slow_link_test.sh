@@ -8,67 +8,9 @@
 #   tests/cluster/cluster_slow_link_test.sh build/kiri
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-kiri=$(realpath "${1:?usage: cluster_slow_link_test.sh KIRI_BINARY}")
-work=$(mktemp -d /tmp/kiri-cluster-slow.XXXXXX)
-export KIRI_CLUSTER_DIR=$work/state
-name=ks2
-cluster() { bash "$root/scripts/cluster.sh" "$@"; }
-cleanup() {
-  cluster down --name "$name" > /dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-rc=0
-cluster up --name "$name" --subnet 10.231.2.0/24 --hosts 3 --ranks-per-host 1 --link 1gbit \
-  > "$work/up.log" 2>&1 || rc=$?
-if ((rc == 77)); then
-  cat "$work/up.log"
-  exit 77
-fi
-((rc == 0)) || {
-  cat "$work/up.log"
-  exit 1
-}
-state=$KIRI_CLUSTER_DIR/$name
-# shellcheck disable=SC1091
-source "$state/mpirun.env"
-
-fail() {
-  echo "cluster_slow_link_test: $*" >&2
-  exit 1
-}
-
-# A tiny GPT-2 on bytes, dp 2; steps slow enough (about 0.05 s) to cut one in the middle.
-tiny() {
-  echo "--set data.tokenizer=byte --set model.n_layer=2 --set model.n_head=4" \
-    "--set model.n_embd=128 --set model.block_size=64 --set train.seq_len=64" \
-    "--set train.micro_batch=8 --set train.steps=$2 --set train.warmup=1" \
-    "--set train.eval_every=0 --set train.eval_batches=1 --set checkpoint.every=4" \
-    "--set parallel.timeout_s=$3 --global-batch ${4:-16} --set run.dir=$1"
-}
-last_step() {
-  python3 -c '
-import json, sys
-try:
-    s = [json.loads(l).get("step", 0) for l in open(sys.argv[1])]
-except OSError:
-    s = []
-print(max(s or [0]))' "$1/metrics.jsonl"
-}
-# wait_step RUN STEP SECONDS: until RUN's metrics reach STEP (RUN.log is its output)
-wait_step() {
-  local t=0
-  until (($(last_step "$1") >= $2)); do
-    sleep 0.2
-    t=$((t + 1))
-    ((t < $3 * 5)) || fail "step $2 not reached in $3 s:
-$(cat "$1.log")"
-  done
-}
+# shellcheck source=tests/cluster/cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+cluster_start cluster_slow_link_test ks2 10.231.2.0/24 3 1 "${1:-}"
 
 # h0's link slowed 10x after step 5 of a dp 3 run on all 3 hosts: the link probe (every 2
 # steps) names ks2-h0, and only after the slowdown; the run goes on to its last step.
