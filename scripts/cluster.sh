@@ -136,7 +136,7 @@ shape_dev() {
     # netem (when the kernel has it) as root, tbf below it.
     "${tcx[@]}" qdisc replace dev "$dev" root handle 1: "${delay[@]}"
     "${tcx[@]}" qdisc replace dev "$dev" parent 1:1 handle 10: tbf rate "$r" burst "$burst" latency 50ms
-  elif "${tcx[@]}" qdisc show dev "$dev" root 2> /dev/null | grep -q '^qdisc tbf'; then
+  elif "${tcx[@]}" qdisc show dev "$dev" root 2> /dev/null | grep '^qdisc tbf' > /dev/null; then
     # A running link is reshaped in place: `replace` would drop the packets queued in the
     # old qdisc, and a job mid-step then saw a rank stall.
     "${tcx[@]}" qdisc change dev "$dev" root tbf rate "$r" burst "$burst" latency 50ms
@@ -253,9 +253,11 @@ write_state() {
   write_agent "$dir"
   # pml ob1 and no UCX osc: the btl list below then decides every transport (vader only
   # within a host, tcp over the shaped links). No tree spawn: every daemon is launched
-  # from the root namespace, by the agent.
+  # from the root namespace, by the agent. Four TCP sockets per pair of ranks: one carried
+  # about half of a shaped link (docs/cluster.md).
   echo "--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca osc ^ucx" \
     "--mca btl tcp,vader,self --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet" \
+    "--mca btl_tcp_links 4" \
     > "$dir/mpirun.flags"
   # The same as Open MPI's environment variables, for launchers that take no mpirun flags
   # (`kiri launch --hostfile`): `source mpirun.env` first.
@@ -267,6 +269,7 @@ export OMPI_MCA_osc=^ucx
 export OMPI_MCA_btl=tcp,vader,self
 export OMPI_MCA_btl_tcp_if_include=$subnet
 export OMPI_MCA_oob_tcp_if_include=$subnet
+export OMPI_MCA_btl_tcp_links=4
 EOF
   cat > "$dir/cluster.env" << EOF
 name=$name
@@ -369,11 +372,11 @@ cmd_status() {
     out=$(link_rate ip netns exec "$ns" tc qdisc show dev eth0)
     in=$(link_rate tc qdisc show dev "$port")
     state=down
-    if ip -o link show "$port" 2> /dev/null | grep -q 'state UP' &&
-      ip -n "$ns" -o link show eth0 2> /dev/null | grep -q 'state UP'; then
+    if ip -o link show "$port" 2> /dev/null | grep 'state UP' > /dev/null &&
+      ip -n "$ns" -o link show eth0 2> /dev/null | grep 'state UP' > /dev/null; then
       state=up
     fi
-    ip netns list | grep -qE "^$ns( |\$)" || state=missing
+    ip netns list | grep -E "^$ns( |\$)" > /dev/null || state=missing
     printf '%-5s %-12s %-14s %-12s %-10s %-10s %s\n' "h$i" "$ns" "$(host_ip "$i")" "$port" \
       "${out:-none}" "${in:-none}" "$state"
   done

@@ -4,6 +4,8 @@
 # Exit 77 (skip) with the script's reason where it cannot run (not root, no netns, no tbf).
 # Its own cluster name, subnet and state dir, so that it touches no other cluster.
 set -euo pipefail
+# No "cmd | grep -q" here: grep -q exits at its first match, and the writer's SIGPIPE then
+# fails the pipe under pipefail (CI saw "h1 has no 10.231.9.11" with the address present).
 
 here=$(cd "$(dirname "$0")" && pwd)
 cluster=$here/../../scripts/cluster.sh
@@ -79,11 +81,11 @@ check_status() {
 check_cut_heal() {
   step "hosts reach each other"
   reaches "$ip1" || fail "h0 does not reach h1"
-  ip netns exec "$name-h1" ip -o addr show eth0 | grep -q "$ip1/24" || fail "h1 has no $ip1"
+  ip netns exec "$name-h1" ip -o addr show eth0 | grep "$ip1/24" > /dev/null || fail "h1 has no $ip1"
   step "cut h1: h0 no longer reaches it within 2 s"
   "$cluster" cut h1 --name "$name"
   ! reaches "$ip1" || fail "h0 still reaches h1 after cut"
-  "$cluster" status --name "$name" | grep -qE "^h1 .* down\$" || fail "status does not show h1 down"
+  "$cluster" status --name "$name" | grep -E "^h1 .* down\$" > /dev/null || fail "status does not show h1 down"
   step "heal h1: reachable again"
   "$cluster" heal h1 --name "$name"
   local t ok=0
@@ -99,12 +101,12 @@ check_cut_heal() {
 check_shape() {
   step "shape h1 50mbit, then none"
   "$cluster" shape h1 50mbit --name "$name"
-  tc qdisc show dev "k$name-b1" | grep -q "tbf .*rate 50Mbit" || fail "bridge side of h1 not at 50Mbit"
-  ip netns exec "$name-h1" tc qdisc show dev eth0 | grep -q "tbf .*rate 50Mbit" ||
+  tc qdisc show dev "k$name-b1" | grep "tbf .*rate 50Mbit" > /dev/null || fail "bridge side of h1 not at 50Mbit"
+  ip netns exec "$name-h1" tc qdisc show dev eth0 | grep "tbf .*rate 50Mbit" > /dev/null ||
     fail "namespace side of h1 not at 50Mbit"
-  tc qdisc show dev "k$name-b0" | grep -q "rate 200Mbit" || fail "h0 changed with h1"
+  tc qdisc show dev "k$name-b0" | grep "rate 200Mbit" > /dev/null || fail "h0 changed with h1"
   "$cluster" shape h1 none --name "$name"
-  ! tc qdisc show dev "k$name-b1" | grep -q tbf || fail "h1 still shaped after shape none"
+  ! tc qdisc show dev "k$name-b1" | grep tbf > /dev/null || fail "h1 still shaped after shape none"
 }
 
 check_mpirun() {
@@ -134,7 +136,7 @@ check_sigkill() {
   sleep 0.5
   kill -KILL "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true
-  ip netns list | grep -qE "^$name-" || echo "(up had made nothing yet)"
+  ip netns list | grep -E "^$name-" > /dev/null || echo "(up had made nothing yet)"
   "$cluster" down --name "$name" > /dev/null
   assert_nothing_left "after SIGKILLed up and down"
   up --hosts 2 --ranks-per-host 1 --link none > /dev/null

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kiri/launch/launcher.h"
 #include "kiri/launch/status.h"
 #include "kiri/launch/supervisor.h"
 #include "temp_dir.h"
@@ -33,6 +34,29 @@ TEST(Restart, TheRestartCommandResumesTheLatestCheckpoint) {
             (V{"--resume", "/r/step_5", "--set", "parallel.dp=0", "--global-batch", "8"}));
   EXPECT_EQ(restart_command({"--auto", "--global-batch", "4"}, "/r/s", true, 8),
             (V{"--auto", "--resume", "/r/s", "--global-batch", "8"}));
+}
+
+// Across hosts the mpirun command opens several TCP sockets per pair of ranks (one carried
+// half a shaped link); on one host it adds nothing, and the user's own setting wins.
+TEST(Launch, AcrossHostsOpensSeveralTcpLinksPerPeer) {
+  using kiri::launch::launcher_command;
+  const auto has_links = [](const std::vector<std::string>& w) {
+    for (size_t i = 0; i + 2 < w.size(); ++i)
+      if (w[i] == "--mca" && w[i + 1] == "btl_tcp_links")
+        return w[i + 2] == std::to_string(kiri::launch::kTcpLinksAcrossHosts);
+    return false;
+  };
+  kiri::launch::LaunchPlan plan;
+  plan.n = 4;
+  ::unsetenv("OMPI_MCA_btl_tcp_links");
+  EXPECT_TRUE(has_links(launcher_command(plan, 4, std::string("hosts.txt"), "", {"train"})));
+  plan.hosts = "a:2,b:2";
+  EXPECT_TRUE(has_links(launcher_command(plan, 4, std::nullopt, "", {"train"})));
+  plan.hosts.reset();
+  EXPECT_FALSE(has_links(launcher_command(plan, 4, std::nullopt, "", {"train"})));
+  ::setenv("OMPI_MCA_btl_tcp_links", "1", 1);
+  EXPECT_FALSE(has_links(launcher_command(plan, 4, std::string("hosts.txt"), "", {"train"})));
+  ::unsetenv("OMPI_MCA_btl_tcp_links");
 }
 
 // Open MPI's form: "name slots=N", '#' comments, a host named once per slot adds up.
