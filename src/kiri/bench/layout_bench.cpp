@@ -14,6 +14,7 @@
 #include "kiri/optim/adamw.h"
 #include "kiri/parallel/dims.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/gemm_choice.h"
 #include "kiri/train/step.h"
 
 namespace kiri::bench {
@@ -198,6 +199,15 @@ std::vector<LayoutBenchResult> run_layout_bench(
   KIRI_CHECK_KIND(kConfig, rounds >= 1 && spec.steps >= 1,
                   "layout benchmark: rounds and steps must be >= 1 (got ", rounds, ", ", spec.steps,
                   ")");
+  // kAuto's 16-bit GEMM path on this benchmark's own shapes, as kiri train chooses it.
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    if (std::none_of(layouts.begin(), layouts.end(),
+                     [dt](const auto& l) { return l.second.dtype == dt; }))
+      continue;
+    Allocator allocator;
+    train::choose_gemm_lowp_path(
+        world, dt, train::step_gemm_shapes(spec.model, spec.batch, spec.seq, 1), allocator);
+  }
   const size_t n = layouts.size();
   std::vector<LayoutBenchResult> out(n);
   std::vector<std::vector<double>> pooled(n);

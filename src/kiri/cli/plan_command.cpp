@@ -228,6 +228,30 @@ void measure_disk(const offload::IoOptions& io, plan::Calibration& c) {
 }
 
 // Every measurement of kiri plan --calibrate, on every rank of w at once (the disk on rank 0).
+// The bf16 GEMM on both paths, every rank at once (a barrier before each), and the one kiri
+// trains with: the faster under KIRI_GEMM_LOWP=auto (by measurement, as kernels/ops.h's kAuto
+// chooses), else the forced one.
+void measure_gemm_bf16_paths(comm::Communicator& w, plan::Calibration& c) {
+  using kernels::LowpGemmImpl;
+  const LowpGemmImpl setting = kernels::gemm_lowp_impl();
+  kernels::set_gemm_lowp_impl(LowpGemmImpl::kViaF32);
+  c.gemm_bf16_via_f32_flops_1_thread = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
+  w.barrier();
+  if (kernels::gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, DType::kBF16)) {
+    kernels::set_gemm_lowp_impl(LowpGemmImpl::kOneDnnMatmul);
+    c.gemm_bf16_onednn_flops_1_thread = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
+  }
+  w.barrier();
+  kernels::set_gemm_lowp_impl(setting);
+  const bool onednn = setting == LowpGemmImpl::kAuto
+                          ? c.gemm_bf16_onednn_flops_1_thread > c.gemm_bf16_via_f32_flops_1_thread
+                          : kernels::gemm_lowp_path(DType::kBF16) == LowpGemmImpl::kOneDnnMatmul;
+  c.gemm_bf16_flops_1_thread =
+      onednn ? c.gemm_bf16_onednn_flops_1_thread : c.gemm_bf16_via_f32_flops_1_thread;
+  c.gemm_bf16_path = onednn ? "onednn (" + kernels::gemm_lowp_onednn_kernel(DType::kBF16) + ")"
+                            : std::string("via_f32");
+}
+
 plan::Calibration measure_calibration(const Args& a, comm::Communicator& w) {
   const bool rank0 = w.rank() == 0;
   plan::Calibration c;
@@ -247,8 +271,7 @@ plan::Calibration measure_calibration(const Args& a, comm::Communicator& w) {
   w.barrier();
   c.gemm_flops_1_thread = bench::measure_gemm_flops(c.gemm_n, 1);
   w.barrier();
-  c.gemm_bf16_flops_1_thread = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
-  c.gemm_bf16_path = kernels::gemm_lowp_path_description(DType::kBF16);
+  measure_gemm_bf16_paths(w, c);
   w.barrier();
   c.threads = c.cores;
   if (rank0) c.gemm_flops_all_threads = bench::measure_gemm_flops(c.gemm_n, c.threads);
@@ -296,6 +319,18 @@ plan::Calibration measure_calibration(const Args& a, comm::Communicator& w) {
 }
 
 // What kiri plan --calibrate measured, as it prints it after writing `out`.
+void print_gemm_bf16(const plan::Calibration& c) {
+  std::printf("  bf16 GEMM %lld^3 (%s): %s on 1 thread, %.2fx fp32's",
+              static_cast<long long>(c.gemm_n), c.gemm_bf16_path.c_str(),
+              si(c.gemm_bf16_flops_1_thread, "FLOP/s").c_str(),
+              c.gemm_bf16_flops_1_thread / c.gemm_flops_1_thread);
+  if (c.gemm_bf16_onednn_flops_1_thread > 0)
+    std::printf(" (via_f32 %s, onednn %s)",
+                si(c.gemm_bf16_via_f32_flops_1_thread, "FLOP/s").c_str(),
+                si(c.gemm_bf16_onednn_flops_1_thread, "FLOP/s").c_str());
+  std::printf("\n");
+}
+
 void print_calibration(const plan::Calibration& c, int ranks, const std::string& out) {
   std::printf("calibration of %s (%d hardware threads, %s of memory)\n", c.host.c_str(), c.cores,
               plan::gib(c.memory_bytes).c_str());
@@ -303,10 +338,7 @@ void print_calibration(const plan::Calibration& c, int ranks, const std::string&
               static_cast<long long>(c.gemm_n), si(c.gemm_flops_1_thread, "FLOP/s").c_str(),
               ranks > 1 ? str(" (per rank, ", ranks, " ranks at once)").c_str() : "",
               si(c.gemm_flops_all_threads, "FLOP/s").c_str(), c.threads);
-  std::printf("  bf16 GEMM %lld^3 (%s): %s on 1 thread, %.2fx fp32's\n",
-              static_cast<long long>(c.gemm_n), c.gemm_bf16_path.c_str(),
-              si(c.gemm_bf16_flops_1_thread, "FLOP/s").c_str(),
-              c.gemm_bf16_flops_1_thread / c.gemm_flops_1_thread);
+  print_gemm_bf16(c);
   std::printf(
       "  FMA peak per core: fp32 %s (%s), bf16 %s (%s), fp16 %s (%s); the 1-thread GEMM "
       "is %.1f%% of the fp32 peak\n",

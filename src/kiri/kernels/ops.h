@@ -42,10 +42,11 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 // kOneDnnMatmul: a cached oneDNN matmul primitive on the 16-bit data (falls
 // back to kViaF32 when oneDNN has no kernel for the dtype on this CPU).
 // kViaF32: A and B widened to fp32 in panels (thread-local scratch of at most
-// ~32 MB per calling thread) and gemm<float>. kAuto: kOneDnnMatmul where the
-// CPU has AMX, else kViaF32, which is twice as fast without AMX (vdpbf16ps
-// has half the FLOP rate of fp32 FMA; docs/performance.md). (LowpGemmImpl
-// lives in params.h, shared with the backends.)
+// ~32 MB per calling thread) and gemm<float>. kAuto: the path measured faster on
+// the GEMM's shape class (below): which one wins depends on the CPU, not on its
+// ISA's name (vdpbf16ps runs at the fp32 FMA's rate on some CPUs and at a
+// quarter of it on others; AMX is faster still). (LowpGemmImpl and the rate
+// types live in params.h, shared with the backends.)
 // The setting is global to the process. Until set_gemm_lowp_impl is called it
 // comes from the environment variable KIRI_GEMM_LOWP (auto | onednn |
 // via_f32; unset or empty means auto), read once; any other value makes
@@ -66,8 +67,36 @@ const std::string& gemm_lowp_onednn_kernel(DType ab);
 // The path gemm_lowp takes now for `ab`: the setting with kAuto and the
 // fallback resolved (kOneDnnMatmul or kViaF32, never kAuto).
 LowpGemmImpl gemm_lowp_path(DType ab);
-// The same for reports: "via_f32" or "onednn (<oneDNN's kernel name>)".
+// The same for reports: "via_f32" or "onednn (<oneDNN's kernel name>)", and under kAuto
+// how many of the table's shapes each path takes when they differ.
 std::string gemm_lowp_path_description(DType ab);
+
+// ---- kAuto's measured choice -------------------------------------------------
+// Both paths are timed on a table of shapes, and a GEMM takes the faster path of its
+// shape class: the table's shape with the same transposes nearest in log size (M, N, K).
+// The table is the one set_gemm_lowp_rates installed (a training run's own shapes), else a
+// default one (a 256-row batch through a 256 -> 1024 layer) measured on first use per
+// thread count.
+// The forward, dinput and dweight GEMMs of a linear layer with `in` and `out` features on
+// `tokens` rows (out_in: nn.Linear's [out, in] weight, else Conv1D's [in, out]), named
+// "<name> forward" and so on.
+std::vector<LowpGemmShape> linear_gemm_shapes(int64_t tokens, int64_t in, int64_t out, bool out_in,
+                                              const std::string& name);
+// Where rates are kept: $KIRI_GEMM_LOWP_CACHE (a file; "off": nowhere), else
+// ${XDG_CACHE_HOME:-$HOME/.cache}/kiri/gemm_lowp-<hash of the CPU model and oneDNN
+// version>.txt. "" when nowhere.
+std::string gemm_lowp_cache_path();
+// Both paths' rates on `shapes` at this thread count: from the cache file where it has
+// them, the rest timed now (about 50 ms per small shape, a few calls of a large one) and
+// added to the file. A damaged line is measured again; a file that cannot be written
+// leaves cache_file "" and the reason in cache_note.
+LowpGemmRates measure_gemm_lowp_rates(DType ab, const std::vector<LowpGemmShape>& shapes);
+// Installs `rates` as kAuto's table for its dtype (at any thread count) in this process.
+void set_gemm_lowp_rates(const LowpGemmRates& rates);
+// Forgets every installed and default table (tests).
+void clear_gemm_lowp_rates();
+// kAuto's table for ab now (the default one is measured here if none is yet).
+LowpGemmRates gemm_lowp_rates(DType ab);
 // gemm_lowp with bf16 A and B and an fp32 C (the original groundwork API).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,

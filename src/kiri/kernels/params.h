@@ -4,11 +4,42 @@
 // the callers pass, and the front forwards them without converting.
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "kiri/tensor/dtype.h"
 
 namespace kiri::kernels {
 
 // How gemm_lowp computes (ops.h says what each means).
 enum class LowpGemmImpl { kAuto, kOneDnnMatmul, kViaF32 };
+
+// One shape gemm_lowp is timed on: op(A)[M,K] @ op(B)[K,N] (ops.h, measure_gemm_lowp_rates).
+struct LowpGemmShape {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  std::string role;  // what the step computes with it, e.g. "lm_head dweight" (reports only)
+};
+
+// Both paths' measured rates on one shape, in FLOP/s (2MNK per GEMM). onednn is 0 where
+// oneDNN has no kernel for the dtype on this CPU.
+struct LowpGemmRate {
+  LowpGemmShape shape;
+  double via_f32 = 0, onednn = 0;
+  // The faster path (kViaF32 on a tie or without a oneDNN kernel).
+  LowpGemmImpl faster() const {
+    return onednn > via_f32 ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+  }
+};
+
+// kAuto's table for one 16-bit dtype: the shapes' rates at `threads` OpenMP threads.
+struct LowpGemmRates {
+  DType ab = DType::kBF16;
+  int threads = 0;
+  std::vector<LowpGemmRate> shapes;
+  int measured = 0;        // how many of the shapes were timed now (the rest came from the cache)
+  std::string cache_file;  // where the rates are kept ("" when not kept)
+  std::string cache_note;  // why they could not be kept there ("" when they were)
+};
 
 // Rotary embedding's parameters (ops.h, rope_inv_freq).
 struct RopeParams {

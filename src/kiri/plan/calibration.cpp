@@ -119,7 +119,9 @@ std::string calibration_json(const Calibration& c) {
              {{"n", c.gemm_n},
               {"threads", 1},
               {"path", c.gemm_bf16_path},
-              {"flops_1_thread", c.gemm_bf16_flops_1_thread}}},
+              {"flops_1_thread", c.gemm_bf16_flops_1_thread},
+              {"via_f32_flops_1_thread", c.gemm_bf16_via_f32_flops_1_thread},
+              {"onednn_flops_1_thread", c.gemm_bf16_onednn_flops_1_thread}}},
             {"peak",
              {{"threads", 1},
               {"fp32", peak_json(c.peak_fp32)},
@@ -226,6 +228,8 @@ std::optional<Calibration> load_calibration(const std::string& path) {
       const json& h = j.at("gemm_bf16");
       c.gemm_bf16_flops_1_thread = h.at("flops_1_thread").get<double>();
       c.gemm_bf16_path = h.value("path", "");
+      c.gemm_bf16_via_f32_flops_1_thread = h.value("via_f32_flops_1_thread", 0.0);
+      c.gemm_bf16_onednn_flops_1_thread = h.value("onednn_flops_1_thread", 0.0);
     }
     const json& l = j.at("link");
     c.link_method = l.at("method").get<std::string>();

@@ -30,6 +30,10 @@ struct Calibration {
   // once; 0 = not measured (versions 1-4: 16-bit GEMMs assumed at fp32 / 2).
   double gemm_bf16_flops_1_thread = 0;
   std::string gemm_bf16_path;
+  // Both paths' rates on that GEMM (0: not measured, or no oneDNN kernel); under
+  // KIRI_GEMM_LOWP=auto gemm_bf16_flops_1_thread is the faster one's, the path kiri trains
+  // with (kernels/ops.h: kAuto is chosen by measurement).
+  double gemm_bf16_via_f32_flops_1_thread = 0, gemm_bf16_onednn_flops_1_thread = 0;
   // The intra-node link: "all_reduce" (kiri's all_reduce over `ranks` MPI ranks) or "memcpy"
   // (one process's shared-memory copy bandwidth; the latency is not measured then).
   std::string link_method;

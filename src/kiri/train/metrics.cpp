@@ -55,6 +55,8 @@ std::string metrics_json_line(const StepMetrics& m) {
                       {"elapsed_s", m.elapsed_s},
                       {"mem", mem},
                       {"tiers", tiers_json(m.mem)}};
+  if (!m.mfu_peak.empty()) j["mfu_peak"] = m.mfu_peak;
+  if (!m.gemm_lowp.empty()) j["gemm_lowp"] = m.gemm_lowp;
   if (m.offload_read_bytes != 0 || m.offload_written_bytes != 0 || m.offload_wait_s != 0)
     j["offload"] = {{"read_bytes", m.offload_read_bytes},
                     {"written_bytes", m.offload_written_bytes},

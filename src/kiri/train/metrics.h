@@ -27,6 +27,8 @@ struct StepMetrics {
   // fp32 GEMM rate measured at start (docs/metrics.md).
   double mfu = 0;
   double mfu_gemm = 0;
+  std::string mfu_peak;         // what mfu is against, e.g. "measured: avx512 vdpbf16ps, ..."
+  std::string gemm_lowp;        // the 16-bit GEMMs' path ("onednn", "via_f32"); "" in fp32
   double elapsed_s = 0;         // wall time since Trainer::run() began (a resume: since then)
   std::optional<double> eta_s;  // to train.steps, from the mean of recent steps
   std::optional<double> val_loss;

@@ -350,6 +350,8 @@ StepMetrics Trainer::make_metrics(double loss, double lr, double norm, double se
   if (!peak_given_ && model_flops_per_s > peak_flops()) raise_measured_peak(model_flops_per_s);
   m.mfu = model_flops_utilization(model_flops_per_s, peak_flops());
   m.mfu_gemm = model_flops_utilization(model_flops_per_s, gemm_flops_);
+  m.mfu_peak = peak_source_;
+  m.gemm_lowp = gemm_lowp_path_;
   if (m.mfu > 1 && !mfu_warned_) {  // only a given peak can be below the achieved rate
     mfu_warned_ = true;
     log::warn("MFU ", m.mfu, " > 1 at step ", step_, ": this rank computed ", model_flops_per_s,
@@ -474,6 +476,8 @@ void Trainer::run_steps() {
               : po.checkpoint_every == 1
                   ? std::string("every block")
                   : "every " + std::to_string(po.checkpoint_every) + " blocks");
+    if (!gemm_lowp_note_.empty())
+      log::info(dtype_name(compute_dtype()), " GEMMs: ", gemm_lowp_note_);
   }
   // A resumed run continues the file: the rows past its step (of an earlier, longer
   // attempt) go, so that each step appears once.

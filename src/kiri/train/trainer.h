@@ -186,6 +186,7 @@ class Trainer {
   void build_optimizer();    // AdamW, initialised from train.seed; the parameters synchronised
   void build_loss_scaler();  // fp16 only
   void allocate_buffers();   // the training and evaluation batches
+  void choose_gemm_lowp();   // kAuto's 16-bit GEMM path, measured on this run's shapes
   void run_steps();          // run() but for keeping the swap files on an error
   void probe_links(StepMetrics& m);  // the link probe's rates and slow hosts into m (rank 0)
   void log_hosts() const;            // the host map, on rank 0
@@ -243,6 +244,8 @@ class Trainer {
   bool peak_given_ = false;       // --peak-flops: used exactly, never raised
   bool peak_remeasured_ = false;  // raise_measured_peak measured once already
   double gemm_flops_ = 0;         // the fp32 GEMM rate measured at start, per rank
+  std::string gemm_lowp_note_;    // the 16-bit GEMM path and its rates ("" in fp32)
+  std::string gemm_lowp_path_;    // its short name for metrics ("onednn", "via_f32")
   bool mfu_warned_ = false;
   std::function<void(uint64_t, int64_t)> sample_observer_;
 };

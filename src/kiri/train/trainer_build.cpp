@@ -8,6 +8,7 @@
 #include "kiri/base/units.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/fingerprint.h"
+#include "kiri/train/gemm_choice.h"
 #include "kiri/train/offload_io.h"
 #include "kiri/train/trainer.h"
 
@@ -73,6 +74,7 @@ void Trainer::build() {
   checkpoints_->set_loss_scaler(scaler_.get());
   allocate_buffers();
   gemm_flops_ = measure_gemm_flops_rate();
+  choose_gemm_lowp();
 }
 
 void Trainer::resolve_and_validate_layout() {
@@ -193,6 +195,18 @@ void Trainer::build_loss_scaler() {
   lo.growth_interval = t.loss_scale_window;
   lo.min_scale = std::min(t.min_loss_scale, lo.initial_scale);
   scaler_ = std::make_unique<optim::DynamicLossScaler>(lo);
+}
+
+// kAuto's 16-bit GEMM path, measured on this run's own shapes (train/gemm_choice.h).
+void Trainer::choose_gemm_lowp() {
+  const DType dt = compute_dtype();
+  if (dt == DType::kF32) return;
+  const GemmLowpChoice c = choose_gemm_lowp_path(
+      *world_, dt,
+      step_gemm_shapes(cfg_.model, cfg_.train.micro_batch, cfg_.train.seq_len, cfg_.parallel.tp),
+      allocator_);
+  gemm_lowp_note_ = c.note;
+  gemm_lowp_path_ = c.path;
 }
 
 void Trainer::allocate_buffers() {

@@ -1,10 +1,8 @@
-// gemm_lowp: 16-bit A and B, fp32 accumulation. Without AMX the fastest
-// fp32-accumulating instruction here is the fp32 FMA (vdpbf16ps does half its
-// FLOPs per cycle), so by default the operands are widened to fp32 panel by
-// panel and multiplied by oneDNN's sgemm; the widening is O(MK + KN) against
-// O(MNK) for the product. With AMX the oneDNN matmul on the 16-bit data wins.
-#include <oneapi/dnnl/dnnl.hpp>
-
+// gemm_lowp: 16-bit A and B, fp32 accumulation, by one of two paths: oneDNN's matmul on
+// the 16-bit data (vdpbf16ps or AMX), or the operands widened to fp32 panel by panel and
+// multiplied by oneDNN's sgemm (the widening is O(MK + KN) against O(MNK) for the
+// product), which wins where vdpbf16ps issues slower than the fp32 FMA. kAuto takes the
+// path measured faster on the shape's class (gemm_lowp_choice.cpp).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -44,11 +42,6 @@ const EnvSetting& env_setting() {
     return e;
   }();
   return s;
-}
-
-bool cpu_has_amx() {
-  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
-  return amx;
 }
 
 // Widened panels hold at most this many floats each (16 MB).
@@ -136,7 +129,9 @@ void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, in
   if (!c32) narrow(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
 }
 
-void gemm_via_f32(const LowpGemmArgs& g) {
+}  // namespace
+
+void detail::gemm_lowp_via_f32(const LowpGemmArgs& g) {
   const int64_t kb = g.K <= kMaxKBlock ? g.K : kMaxKBlock / 4;
   const int64_t mb = std::min(g.M, std::max<int64_t>(16, kPanelCap / kb));
   int64_t nb = std::min(g.N, std::max<int64_t>(16, kPanelCap / kb));
@@ -145,6 +140,8 @@ void gemm_via_f32(const LowpGemmArgs& g) {
     for (int64_t n0 = 0; n0 < g.N; n0 += nb)
       block_via_f32(g, m0, std::min(mb, g.M - m0), n0, std::min(nb, g.N - n0), kb);
 }
+
+namespace {
 
 // C = round(beta * C) for K == 0 with a 16-bit C (beta 0 clears NaNs).
 void scale_c_lowp(int64_t M, int64_t N, float beta, void* C, DType dt, int64_t ldc) {
@@ -205,17 +202,52 @@ bool gemm_lowp_available(LowpGemmImpl impl, DType ab) {
   return impl != LowpGemmImpl::kOneDnnMatmul || !detail::onednn_lowp_kernel(ab).empty();
 }
 
+namespace {
+// kAuto's table: the FLOPs of one pass over its shapes that each path computes faster.
+struct AutoSplit {
+  double onednn_flop = 0, via_f32_flop = 0;
+  int onednn_shapes = 0, shapes = 0;
+};
+AutoSplit auto_split(DType ab) {
+  AutoSplit s;
+  for (const LowpGemmRate& r : gemm_lowp_rates(ab).shapes) {
+    const double flop = 2.0 * static_cast<double>(r.shape.M) * r.shape.N * r.shape.K;
+    ++s.shapes;
+    if (r.faster() == LowpGemmImpl::kOneDnnMatmul) {
+      s.onednn_flop += flop;
+      ++s.onednn_shapes;
+    } else {
+      s.via_f32_flop += flop;
+    }
+  }
+  return s;
+}
+}  // namespace
+
 LowpGemmImpl gemm_lowp_path(DType ab) {
-  LowpGemmImpl impl = gemm_lowp_impl();
-  if (impl == LowpGemmImpl::kAuto)
-    impl = cpu_has_amx() ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
-  return gemm_lowp_available(impl, ab) ? impl : LowpGemmImpl::kViaF32;
+  const LowpGemmImpl impl = gemm_lowp_impl();
+  if (!gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, ab)) return LowpGemmImpl::kViaF32;
+  if (impl != LowpGemmImpl::kAuto) return impl;
+  const AutoSplit s = auto_split(ab);  // the path of most of the measured FLOPs
+  return s.onednn_flop > s.via_f32_flop ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
 }
 
 std::string gemm_lowp_path_description(DType ab) {
   const LowpGemmImpl path = gemm_lowp_path(ab);
-  if (path == LowpGemmImpl::kViaF32) return gemm_lowp_impl_name(path);
-  return std::string(gemm_lowp_impl_name(path)) + " (" + detail::onednn_lowp_kernel(ab) + ")";
+  const std::string onednn = std::string("onednn (") + detail::onednn_lowp_kernel(ab) + ")";
+  if (gemm_lowp_impl() == LowpGemmImpl::kAuto && path == LowpGemmImpl::kOneDnnMatmul) {
+    const AutoSplit s = auto_split(ab);
+    if (s.onednn_shapes < s.shapes)
+      return onednn + " on " + std::to_string(s.onednn_shapes) + " of " + std::to_string(s.shapes) +
+             " shapes, via_f32 on the rest";
+  } else if (gemm_lowp_impl() == LowpGemmImpl::kAuto &&
+             gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, ab)) {
+    const AutoSplit s = auto_split(ab);
+    if (s.onednn_shapes > 0)
+      return std::string("via_f32 on ") + std::to_string(s.shapes - s.onednn_shapes) + " of " +
+             std::to_string(s.shapes) + " shapes, " + onednn + " on the rest";
+  }
+  return path == LowpGemmImpl::kViaF32 ? std::string(gemm_lowp_impl_name(path)) : onednn;
 }
 
 void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -232,10 +264,9 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   }
   const LowpGemmArgs g{ab, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dtype, ldc};
   LowpGemmImpl impl = gemm_lowp_impl();
-  if (impl == LowpGemmImpl::kAuto)
-    impl = cpu_has_amx() ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+  if (impl == LowpGemmImpl::kAuto) impl = detail::auto_path(ab, trans_a, trans_b, M, N, K);
   if (impl == LowpGemmImpl::kOneDnnMatmul && detail::gemm_lowp_onednn(g)) return;
-  gemm_via_f32(g);
+  detail::gemm_lowp_via_f32(g);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

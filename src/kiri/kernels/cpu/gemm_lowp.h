@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kiri/kernels/params.h"
 #include "kiri/tensor/dtype.h"
 
 namespace kiri::kernels::cpu::detail {
@@ -23,6 +24,11 @@ struct LowpGemmArgs {
   int64_t ldc;
 };
 
+// A and B widened to fp32 in panels, then gemm<float> (gemm_lowp.cpp).
+void gemm_lowp_via_f32(const LowpGemmArgs& g);
+// kAuto's path for one GEMM: the faster path of its shape class in the measured table
+// (gemm_lowp_choice.cpp); kViaF32 where oneDNN has no kernel for ab.
+LowpGemmImpl auto_path(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 // A cached oneDNN matmul primitive (gemm_lowp_onednn.cpp). False when oneDNN
 // has no implementation for these dtypes on this CPU (nothing was written).
 bool gemm_lowp_onednn(const LowpGemmArgs& g);

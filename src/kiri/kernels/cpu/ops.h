@@ -28,6 +28,13 @@ bool gemm_lowp_available(LowpGemmImpl impl, DType ab);
 const std::string& gemm_lowp_onednn_kernel(DType ab);
 LowpGemmImpl gemm_lowp_path(DType ab);
 std::string gemm_lowp_path_description(DType ab);
+std::vector<LowpGemmShape> linear_gemm_shapes(int64_t tokens, int64_t in, int64_t out, bool out_in,
+                                              const std::string& name);
+std::string gemm_lowp_cache_path();
+LowpGemmRates measure_gemm_lowp_rates(DType ab, const std::vector<LowpGemmShape>& shapes);
+void set_gemm_lowp_rates(const LowpGemmRates& rates);
+void clear_gemm_lowp_rates();
+LowpGemmRates gemm_lowp_rates(DType ab);
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc);

@@ -1,0 +1,192 @@
+// kAuto's measured choice of the 16-bit GEMM path (kernels/ops.h): the table, its shape
+// classes, the cache file, and the measurement's stability.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gemm_lowp_paths.h"
+#include "kiri/kernels/cpu/gemm_lowp.h"
+#include "kiri/kernels/ops.h"
+#include "temp_dir.h"
+
+namespace kiri {
+namespace {
+
+using kernels::LowpGemmImpl;
+using kernels::LowpGemmRate;
+using kernels::LowpGemmRates;
+using kernels::LowpGemmShape;
+
+// KIRI_GEMM_LOWP_CACHE set for the test's lifetime, then unset; the tables are forgotten on
+// both ends so that no test sees another's.
+class ScopedCache {
+ public:
+  explicit ScopedCache(const std::string& value) {
+    ::setenv("KIRI_GEMM_LOWP_CACHE", value.c_str(), 1);
+    kernels::clear_gemm_lowp_rates();
+  }
+  ~ScopedCache() {
+    ::unsetenv("KIRI_GEMM_LOWP_CACHE");
+    kernels::clear_gemm_lowp_rates();
+  }
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The shapes are linear.cpp's three products, for both weight layouts.
+TEST(GemmLowpChoice, LinearShapesAreTheLayersProducts) {
+  const std::vector<LowpGemmShape> conv = kernels::linear_gemm_shapes(512, 256, 1024, false, "fc");
+  ASSERT_EQ(conv.size(), 3u);
+  // forward out[N,OC] = inp[N,IC] @ W[IC,OC]
+  EXPECT_FALSE(conv[0].trans_a);
+  EXPECT_FALSE(conv[0].trans_b);
+  EXPECT_EQ((std::vector<int64_t>{conv[0].M, conv[0].N, conv[0].K}),
+            (std::vector<int64_t>{512, 1024, 256}));
+  EXPECT_EQ(conv[0].role, "fc forward");
+  // dinp[N,IC] = dout[N,OC] @ W^T
+  EXPECT_TRUE(conv[1].trans_b);
+  EXPECT_EQ((std::vector<int64_t>{conv[1].M, conv[1].N, conv[1].K}),
+            (std::vector<int64_t>{512, 256, 1024}));
+  // dW[IC,OC] = inp^T @ dout
+  EXPECT_TRUE(conv[2].trans_a);
+  EXPECT_EQ((std::vector<int64_t>{conv[2].M, conv[2].N, conv[2].K}),
+            (std::vector<int64_t>{256, 1024, 512}));
+  const std::vector<LowpGemmShape> nt = kernels::linear_gemm_shapes(512, 256, 1024, true, "up");
+  EXPECT_TRUE(nt[0].trans_b);   // inp @ W^T, W [OC, IC]
+  EXPECT_FALSE(nt[1].trans_b);  // dout @ W
+  EXPECT_EQ((std::vector<int64_t>{nt[2].M, nt[2].N, nt[2].K}),
+            (std::vector<int64_t>{1024, 256, 512}));  // dW[OC,IC] = dout^T @ inp
+}
+
+// A GEMM takes the path of the installed table's shape with its transposes nearest in log
+// size; the description counts the shapes each path takes.
+TEST(GemmLowpChoice, EachShapeClassTakesItsFasterPath) {
+  KIRI_USE_GEMM_LOWP(LowpGemmImpl::kAuto, DType::kBF16);
+  if (kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty())
+    GTEST_SKIP() << "oneDNN has no BF16 matmul on this CPU: kAuto is via_f32 without a choice";
+  const ScopedCache cache("off");
+  LowpGemmRates t;
+  t.ab = DType::kBF16;
+  t.shapes = {{{false, false, 256, 1024, 256, "small"}, 100e9, 200e9},    // onednn faster
+              {{false, false, 4096, 4096, 4096, "big"}, 300e9, 200e9},    // via_f32 faster
+              {{true, false, 256, 1024, 256, "dweight"}, 100e9, 100e9}};  // a tie: via_f32
+  kernels::set_gemm_lowp_rates(t);
+  using kernels::cpu::detail::auto_path;
+  EXPECT_EQ(auto_path(DType::kBF16, false, false, 300, 900, 300), LowpGemmImpl::kOneDnnMatmul);
+  EXPECT_EQ(auto_path(DType::kBF16, false, false, 3000, 5000, 4000), LowpGemmImpl::kViaF32);
+  EXPECT_EQ(auto_path(DType::kBF16, true, false, 4000, 4000, 4000), LowpGemmImpl::kViaF32);
+  // No shape with these transposes: the nearest of any.
+  EXPECT_EQ(auto_path(DType::kBF16, false, true, 250, 1000, 250), LowpGemmImpl::kOneDnnMatmul);
+  // The big shape holds most FLOPs: the path named is via_f32's, with the split.
+  EXPECT_EQ(kernels::gemm_lowp_path(DType::kBF16), LowpGemmImpl::kViaF32);
+  EXPECT_EQ(kernels::gemm_lowp_path_description(DType::kBF16),
+            "via_f32 on 2 of 3 shapes, onednn (" + kernels::gemm_lowp_onednn_kernel(DType::kBF16) +
+                ") on the rest");
+  // A forced path overrides the table.
+  kernels::set_gemm_lowp_impl(LowpGemmImpl::kOneDnnMatmul);
+  EXPECT_EQ(kernels::gemm_lowp_path(DType::kBF16), LowpGemmImpl::kOneDnnMatmul);
+}
+
+// Rates are measured once per machine: the second call reads the file, a damaged line is
+// measured again, and a file that cannot be written is named and leaves the rates usable.
+TEST(GemmLowpChoice, TheCacheFileKeepsTheRates) {
+  const std::string dir = kiri::testing::temp_dir("gemm-lowp-cache");
+  const std::string file = dir + "/sub/rates.txt";
+  const ScopedCache cache(file);
+  EXPECT_EQ(kernels::gemm_lowp_cache_path(), file);
+  const std::vector<LowpGemmShape> shapes = kernels::linear_gemm_shapes(64, 32, 96, false, "t");
+  const LowpGemmRates first = kernels::measure_gemm_lowp_rates(DType::kBF16, shapes);
+  EXPECT_EQ(first.measured, 3);
+  EXPECT_EQ(first.cache_file, file) << first.cache_note;
+  EXPECT_EQ(first.threads, omp_get_max_threads());
+  const bool onednn = !kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty();
+  for (const LowpGemmRate& r : first.shapes) {
+    EXPECT_GT(r.via_f32, 0);
+    EXPECT_EQ(r.onednn > 0, onednn);
+  }
+  const LowpGemmRates again = kernels::measure_gemm_lowp_rates(DType::kBF16, shapes);
+  EXPECT_EQ(again.measured, 0);
+  ASSERT_EQ(again.shapes.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(again.shapes[i].via_f32, first.shapes[i].via_f32, 1e-5 * first.shapes[i].via_f32);
+    EXPECT_EQ(again.shapes[i].faster(), first.shapes[i].faster());
+  }
+  // Another thread count is another measurement.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(threads == 1 ? 2 : 1);
+  EXPECT_EQ(kernels::measure_gemm_lowp_rates(DType::kBF16, shapes).measured, 3);
+  omp_set_num_threads(threads);
+  // A damaged file: its unreadable lines are measured again and the file rewritten.
+  std::string text = read_text(file);
+  const size_t line = text.find("\nBF16 ");
+  ASSERT_NE(line, std::string::npos) << text;
+  text.replace(line + 1, 4, "XX16");
+  std::ofstream(file) << text << "garbage line\n";
+  EXPECT_EQ(kernels::measure_gemm_lowp_rates(DType::kBF16, shapes).measured, 1);
+  EXPECT_EQ(read_text(file).find("garbage"), std::string::npos);
+  // A path where no file can be made.
+  ::setenv("KIRI_GEMM_LOWP_CACHE", (file + "/not-a-dir/rates.txt").c_str(), 1);
+  const LowpGemmRates unkept = kernels::measure_gemm_lowp_rates(DType::kBF16, shapes);
+  EXPECT_EQ(unkept.measured, 3);
+  EXPECT_EQ(unkept.cache_file, "");
+  EXPECT_NE(unkept.cache_note.find("not-a-dir"), std::string::npos) << unkept.cache_note;
+  ::setenv("KIRI_GEMM_LOWP_CACHE", "off", 1);
+  EXPECT_EQ(kernels::gemm_lowp_cache_path(), "");
+}
+
+// Without an installed table kAuto measures the default shapes once per thread count, and
+// every 16-bit GEMM then takes a path of that table.
+TEST(GemmLowpChoice, WithoutATableTheDefaultShapesAreMeasuredOnce) {
+  KIRI_USE_GEMM_LOWP(LowpGemmImpl::kAuto, DType::kBF16);
+  const ScopedCache cache("off");
+  const LowpGemmRates t = kernels::gemm_lowp_rates(DType::kBF16);
+  EXPECT_EQ(t.shapes.size(), 3u);
+  EXPECT_EQ(t.measured, 3);
+  // The same table on the second ask: not measured again.
+  const LowpGemmRates u = kernels::gemm_lowp_rates(DType::kBF16);
+  EXPECT_EQ(u.shapes[0].via_f32, t.shapes[0].via_f32);
+}
+
+// The measured choice is stable: in 5 measurements on this machine each shape takes the
+// same path, except where its two rates were within 10% of each other (a near tie, where
+// either path is as fast). Timing: run alone (tests/CMakeLists.txt).
+TEST(GemmLowpChoiceTiming, TheChoiceIsStable) {
+  if (kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty())
+    GTEST_SKIP() << "oneDNN has no BF16 matmul on this CPU: nothing to choose";
+  const ScopedCache cache("off");
+  const std::vector<LowpGemmShape> shapes = kernels::linear_gemm_shapes(256, 256, 1024, false, "s");
+  std::vector<LowpGemmRates> runs;
+  for (int i = 0; i < 5; ++i)
+    runs.push_back(kernels::measure_gemm_lowp_rates(DType::kBF16, shapes));
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    int onednn = 0;
+    for (const LowpGemmRates& r : runs)
+      onednn += r.shapes[s].faster() == LowpGemmImpl::kOneDnnMatmul;
+    const LowpGemmImpl majority = onednn >= 3 ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+    for (const LowpGemmRates& r : runs) {
+      const LowpGemmRate& x = r.shapes[s];
+      if (x.faster() == majority) continue;
+      const double ratio = std::max(x.via_f32, x.onednn) / std::min(x.via_f32, x.onednn);
+      EXPECT_LT(ratio, 1.10) << shapes[s].role << ": took "
+                             << kernels::gemm_lowp_impl_name(x.faster()) << " at via_f32 "
+                             << x.via_f32 / 1e9 << " / onednn " << x.onednn / 1e9
+                             << " GFLOP/s against the majority's "
+                             << kernels::gemm_lowp_impl_name(majority);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiri
