@@ -2,6 +2,8 @@
 // over 2 ranks, one JSON line each, whose activation peaks order as their recomputation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <string>
@@ -49,6 +51,34 @@ TEST(CliBenchSlow, ActivationsOrdersThePeaksByWhatIsKept) {
   EXPECT_EQ(rows.at("tp2")["vs_tp2"].get<double>(), 1.0);
   EXPECT_EQ(rows.at("tp2-sp-selective-all")["recompute_modules"].size(), 3u);
   EXPECT_TRUE(rows.at("tp2-sp-full")["sequence_parallel"].get<bool>());
+}
+
+// kiri bench --dtypes: each 16-bit row names its GEMM path and the rates it was chosen by
+// (one pass over the bench's own shapes; the chosen rate is the better of the two). The
+// rates come from the machine's cache after the first run (about 8 s to measure here).
+TEST(CliBench, DtypesRowsNameTheGemmPathAndItsRates) {
+  const Result r =
+      run_kiri("bench --dtypes --config tiny --threads 1 --steps 1 --warmup 0 --rounds 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  int lowp = 0;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["dtype"] == "F32") {
+      EXPECT_FALSE(j.contains("gemm_lowp")) << line;
+      continue;
+    }
+    ++lowp;
+    EXPECT_FALSE(j.value("gemm_lowp", "").empty()) << line;
+    const nlohmann::json& g = j["gemm_lowp_gflops"];
+    EXPECT_GT(g["via_f32"].get<double>(), 0) << line;
+    EXPECT_GT(g["onednn"].get<double>(), 0) << line;
+    EXPECT_GE(g["chosen"].get<double>(),
+              0.999 * std::max(g["via_f32"].get<double>(), g["onednn"].get<double>()) - 1e-9)
+        << line;
+  }
+  EXPECT_EQ(lowp, 2) << r.output;  // bf16 and fp16
 }
 
 }  // namespace

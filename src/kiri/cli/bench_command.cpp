@@ -20,6 +20,7 @@
 #include "kiri/launch/world.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"
+#include "kiri/train/gemm_choice.h"
 #include "kiri/train/metrics.h"
 
 namespace kiri::cli {
@@ -88,8 +89,13 @@ void print_layouts(const std::string& impl, const bench::BenchSpec& spec, int ra
                         {vs, r.ratio},
                         {"mem", mem}};
     // Which GEMM path the 16-bit rows ran (KIRI_GEMM_LOWP forces one).
-    if (r.options.dtype != DType::kF32)
+    if (r.options.dtype != DType::kF32) {
       j["gemm_lowp"] = kernels::gemm_lowp_path_description(r.options.dtype);
+      // The measured rates kAuto chose by (one pass over the bench's GEMM shapes).
+      const train::LowpPassRates p = train::pass_rates(kernels::gemm_lowp_rates(r.options.dtype));
+      j["gemm_lowp_gflops"] = {
+          {"via_f32", p.via_f32 / 1e9}, {"onednn", p.onednn / 1e9}, {"chosen", p.chosen / 1e9}};
+    }
     if (ranks > 1) {
       nlohmann::json sent;
       for (int k = 0; k < comm::kNumOpKinds; ++k)

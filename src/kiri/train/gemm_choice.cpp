@@ -13,21 +13,13 @@ std::string gflop_s(double flops) {
 }
 
 // "onednn (...), chosen by measurement: 410 GFLOP/s on the shapes against 230 via_f32 and
-// 410 onednn (measured now; kept in FILE)": the shapes' GEMMs timed as one pass over them.
+// 410 onednn (measured now; kept in FILE)".
 std::string describe(const kernels::LowpGemmRates& rates) {
-  double t_via = 0, t_one = 0, t_best = 0, flop = 0;
-  for (const kernels::LowpGemmRate& r : rates.shapes) {
-    const double f = 2.0 * static_cast<double>(r.shape.M) * static_cast<double>(r.shape.N) *
-                     static_cast<double>(r.shape.K);
-    flop += f;
-    t_via += f / r.via_f32;
-    t_one += f / (r.onednn > 0 ? r.onednn : r.via_f32);
-    t_best += f / std::max(r.via_f32, r.onednn);
-  }
+  const LowpPassRates p = pass_rates(rates);
   return kernels::gemm_lowp_path_description(rates.ab) +
-         ", chosen by measurement: " + gflop_s(flop / t_best) +
-         " GFLOP/s on this run's GEMM shapes against " + gflop_s(flop / t_via) + " via_f32 and " +
-         gflop_s(flop / t_one) + " onednn (" +
+         ", chosen by measurement: " + gflop_s(p.chosen) +
+         " GFLOP/s on this run's GEMM shapes against " + gflop_s(p.via_f32) + " via_f32 and " +
+         gflop_s(p.onednn) + " onednn (" +
          (rates.measured > 0 ? "measured now" : "measured before") +
          (rates.cache_file.empty() ? "; not kept: " + rates.cache_note
                                    : "; kept in " + rates.cache_file) +
@@ -35,6 +27,20 @@ std::string describe(const kernels::LowpGemmRates& rates) {
 }
 
 }  // namespace
+
+LowpPassRates pass_rates(const kernels::LowpGemmRates& rates) {
+  double t_via = 0, t_one = 0, t_best = 0, flop = 0;
+  for (const kernels::LowpGemmRate& r : rates.shapes) {
+    const double f = 2.0 * static_cast<double>(r.shape.M) * static_cast<double>(r.shape.N) *
+                     static_cast<double>(r.shape.K);
+    flop += f;
+    t_via += f / r.via_f32;
+    t_one += f / (r.onednn > 0 ? r.onednn : r.via_f32);  // no oneDNN kernel: it falls back
+    t_best += f / std::max(r.via_f32, r.onednn);
+  }
+  if (flop == 0) return {};
+  return {flop / t_via, flop / t_one, flop / t_best};
+}
 
 std::vector<kernels::LowpGemmShape> step_gemm_shapes(const GPTConfig& model, int64_t micro_batch,
                                                      int64_t seq_len, int64_t tp) {

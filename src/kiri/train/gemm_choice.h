@@ -19,6 +19,13 @@ namespace kiri::train {
 std::vector<kernels::LowpGemmShape> step_gemm_shapes(const GPTConfig& model, int64_t micro_batch,
                                                      int64_t seq_len, int64_t tp);
 
+// One pass over a table's shapes timed as a whole, in FLOP/s: on each path alone, and on
+// the faster path of each shape (what kAuto runs).
+struct LowpPassRates {
+  double via_f32 = 0, onednn = 0, chosen = 0;
+};
+LowpPassRates pass_rates(const kernels::LowpGemmRates& rates);
+
 struct GemmLowpChoice {
   std::string note;              // the path, its rates and where they came from, for the log
   std::string path;              // "onednn" or "via_f32" (the path of most of the shapes' FLOPs)
