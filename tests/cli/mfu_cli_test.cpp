@@ -39,7 +39,7 @@ TEST(CliMfu, TrainUsesTheGivenPeakAndPrintsElapsedAndEta) {
                             "/configs/tiny-byte.json --set train.steps=3 --set train.warmup=1"
                             " --set train.eval_batches=1 --set log.every=1 --set checkpoint.dir="
                             " --set log.metrics=" +
-                            metrics + " --peak-flops 2.5e12");
+                            metrics + " --peak-flops 2.5e12 --verbose");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("peak of 2500 GFLOP/s per rank (given (--peak-flops))"),
             std::string::npos)

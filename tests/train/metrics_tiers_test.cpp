@@ -79,11 +79,15 @@ TEST(MetricsTiers, WithoutOffloadTheNvmeTierIsZeroAndNoIoIsWritten) {
 }
 
 TEST(MetricsTiers, ProgressLineShowsTheNvmeTotalAndTheStepsIo) {
-  const std::string line = progress_line(offloaded_step());
+  const std::string line = progress_line(offloaded_step(), /*verbose=*/true);
   EXPECT_NE(line.find("| mem 6.94 KiB (peak 8.79 KiB) | nvme 3.00 GiB | io r 10.00 MiB w "
                       "20.00 MiB wait 0.25s | elapsed 12s"),
             std::string::npos)
       << line;
+  // The short line: the peak and the NVMe total, the I/O left to --verbose and the metrics.
+  const std::string short_line = progress_line(offloaded_step());
+  EXPECT_NE(short_line.find("| mem 8.79 KiB | nvme 3.00 GiB"), std::string::npos) << short_line;
+  EXPECT_EQ(short_line.find("io r"), std::string::npos) << short_line;
   // Any nonzero field writes the offload object.
   StepMetrics w;
   w.offload_wait_s = 0.5;

@@ -215,13 +215,63 @@ TEST(ProgressLine, ShowsElapsedAndEta) {
   m.total_steps = 100;
   m.elapsed_s = 83.4;
   m.eta_s = 125.9;
-  const std::string line = progress_line(m);
+  const std::string line = progress_line(m, /*verbose=*/true);
   EXPECT_NE(line.find("| elapsed 1m23s | eta 2m05s"), std::string::npos) << line;
+  EXPECT_NE(progress_line(m).find("| eta 2m05s"), std::string::npos) << progress_line(m);
+  EXPECT_EQ(progress_line(m).find("elapsed"), std::string::npos) << progress_line(m);
   m.eta_s.reset();  // no ETA before the first step's time is known
-  EXPECT_EQ(progress_line(m).find("eta"), std::string::npos) << progress_line(m);
+  EXPECT_EQ(progress_line(m, true).find("eta"), std::string::npos) << progress_line(m, true);
   const nlohmann::json j = nlohmann::json::parse(metrics_json_line(m));
   EXPECT_DOUBLE_EQ(j["elapsed_s"].get<double>(), 83.4);
   EXPECT_FALSE(j.contains("eta_s"));
+}
+
+// Every field at once, with long values: the short line stays within 120 columns and keeps
+// the step, the losses and tokens/s, dropping the least important fields; --verbose has all.
+TEST(ProgressLine, FitsIn120ColumnsAndVerboseShowsEveryField) {
+  StepMetrics m;
+  m.step = 123456;
+  m.total_steps = 1000000;
+  m.loss = 10.123456;
+  m.val_loss = 10.654321;
+  m.lr = 3e-4;
+  m.grad_norm = 123.456;
+  m.tokens_per_s = 1234567;
+  m.mfu = 0.456;
+  m.mem.allocated = int64_t{123} << 30;
+  m.mem.peak_allocated = int64_t{456} << 30;
+  m.mem.nvme = {0, 0, int64_t{3} << 40, 0, 0, 0};
+  m.offload_read_bytes = 1 << 30;
+  m.offload_written_bytes = 1 << 30;
+  m.elapsed_s = 123456;
+  m.eta_s = 654321;
+  m.bubble = 0.25;
+  m.loss_scale = 65536;
+  m.skipped_steps = 12;
+  const std::string line = progress_line(m);
+  EXPECT_LE(line.size(), kProgressColumns) << line;
+  for (const char* kept : {"step 123456/1000000", "loss 10.1235", "val 10.6543", "lr 3.00e-04",
+                           "1234567 tok/s", "mfu 45.6%"})
+    EXPECT_NE(line.find(kept), std::string::npos) << kept << " in " << line;
+  EXPECT_EQ(line.find("bubble"), std::string::npos) << line;  // the first to go
+  const std::string all = progress_line(m, /*verbose=*/true);
+  for (const char* field : {"norm 123.456", "(peak 456.00 GiB)", "nvme 3.00 TiB", "io r",
+                            "elapsed 34h17m36s", "eta", "bubble 25.0%", "scale 65536 | skipped 12"})
+    EXPECT_NE(all.find(field), std::string::npos) << field << " in " << all;
+  // A typical line keeps every short field.
+  StepMetrics t;
+  t.step = 20;
+  t.total_steps = 30;
+  t.eta_s = 41;
+  t.mem.peak_allocated = 508 << 20;
+  const std::string typical = progress_line(t);
+  for (const char* field : {"norm", "mem 508.00 MiB", "eta 41s"})
+    EXPECT_NE(typical.find(field), std::string::npos) << field << " in " << typical;
+  // A slow link is named on a line of its own.
+  t.link_bytes_per_s = {{"nodeA", 100e6}, {"nodeB", 10e6}};
+  t.slow_hosts = {"nodeB"};
+  const std::string slow = progress_line(t);
+  EXPECT_NE(slow.find("\n  slow link: nodeB "), std::string::npos) << slow;
 }
 
 TEST(ProgressLine, FormatsDurations) {

@@ -12,6 +12,7 @@
 
 #include "kiri/base/atomic_file.h"
 #include "kiri/base/log.h"
+#include "kiri/base/stop_signal.h"
 #include "kiri/base/units.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/checkpoint_manifest.h"
@@ -20,6 +21,7 @@
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/init_from.h"
+#include "kiri/cli/report.h"
 #include "kiri/cli/train_planning.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/config/config_schema.h"
@@ -236,15 +238,20 @@ std::optional<int64_t> resumed_batch(const TrainStart& s, int world) {
 
 }  // namespace
 
-kiri::RunConfig train_command_paths(const std::vector<std::string>& argv) {
+kiri::RunConfig train_command_paths(const std::vector<std::string>& argv, int world) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
   std::vector<std::string> sets = a.all("set");
   if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
   const std::optional<std::string> init = a.get("init-from");
   const std::optional<std::string> resume = a.get("resume");
-  return kiri::resolve_run_paths(
-      resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init).cfg);
+  const kiri::RunConfig cfg =
+      resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init).cfg;
+  if (!a.flag("auto") && !a.get("global-batch")) {  // cmd_train's first check on the world
+    kiri::RunConfig resolved = cfg;
+    kiri::resolve(resolved, {.world = world});
+  }
+  return kiri::resolve_run_paths(cfg);
 }
 
 // A tp or shard group across hosts (the Trainer warns of it): the planner's cost of it, once.
@@ -256,6 +263,38 @@ static void warn_cross_host_cost(train::Trainer& trainer, comm::Communicator& wo
   const HostLayout hosts = measure_hosts(world);  // collective: every rank knows the groups
   if (world.rank() == 0)
     log::warn("a group spans hosts: ", cross_host_cost(trainer.config(), world.size(), hosts));
+}
+
+// --resume auto on a run that has reached train.steps: says so, exits 0.
+static int finished_already(const train::Trainer& trainer, const std::string& from) {
+  const int64_t steps = trainer.config().train.steps;
+  if (trainer.is_rank0())
+    log::info("the run has finished: ", from, " is step ", trainer.step(), " and train.steps is ",
+              steps, "; nothing to train (raise train.steps, e.g. --set train.steps=", 2 * steps,
+              ", to train on)");
+  launch::record_launch_exit(0);
+  return 0;
+}
+
+// The steps, to train.steps or to a stop signal's checkpoint (base/stop_signal.h).
+static int train_to_the_end(train::Trainer& trainer) {
+  {
+    const StopSignals stop_signals;  // from here a SIGTERM, SIGINT or SIGUSR1 saves, then stops
+    trainer.run();
+  }
+  if (const train::Trainer::Stop& stop = trainer.stopped(); stop.signal) {
+    if (trainer.is_rank0())
+      log::info("stopped by ", signal_name(stop.signal), " after step ", trainer.step(), " of ",
+                trainer.config().train.steps, ": ",
+                stop.checkpoint.empty() ? std::string("no checkpoint.dir, so nothing was saved")
+                                        : "saved " + stop.checkpoint +
+                                              "; continue with the same command and --resume auto");
+    return 128 + stop.signal;  // as a shell reports a process the signal ended
+  }
+  // Finished: said before MPI_Finalize, which waits for every host, so that kiri launch can
+  // tell a finished job from a lost one when a host's link goes down at the very end.
+  launch::record_launch_exit(0);
+  return 0;
 }
 
 int cmd_train(const std::vector<std::string>& argv) {
@@ -318,6 +357,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   // config.json the one the run uses.
   train::Trainer trainer(cfg, *world.comm, config_to_json(cfg).dump(), oom_advice);
   if (peak) trainer.set_peak_flops(*peak);
+  trainer.set_verbose_progress(verbose());
   warn_cross_host_cost(trainer, *world.comm);
   if (rank0)
     log::info("run folder ", paths.run.dir, ": config ",
@@ -329,12 +369,9 @@ int cmd_train(const std::vector<std::string>& argv) {
     trainer.accept_data_change(a.flag("accept-data-change"));
     trainer.load_checkpoint(from);
     if (rank0) log::info("resumed from ", from, " at step ", trainer.step());
+    if (trainer.step() >= trainer.config().train.steps) return finished_already(trainer, from);
   }
-  trainer.run();
-  // Finished: said before MPI_Finalize, which waits for every host, so that kiri launch can
-  // tell a finished job from a lost one when a host's link goes down at the very end.
-  launch::record_launch_exit(0);
-  return 0;
+  return train_to_the_end(trainer);
 }
 
 int cmd_config(const std::vector<std::string>& argv) {

@@ -21,8 +21,10 @@ int cmd_launch(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
 // The config of a `kiri train` command line (its arguments after `train`) as the run would
-// start, paths resolved: kiri launch's supervisor reads the run folder's from it.
-kiri::RunConfig train_command_paths(const std::vector<std::string>& args);
+// start, paths resolved: kiri launch's supervisor reads the run folder's from it. Checked as
+// the ranks would check it, the layout on `world` ranks too (unless --auto): kiri launch
+// names a config error in one line before any rank starts.
+kiri::RunConfig train_command_paths(const std::vector<std::string>& args, int world);
 // kiri launch's arguments, parsed and checked.
 launch::LaunchPlan parse_launch(const std::vector<std::string>& args);
 // The mpirun command line of `kiri launch` (exposed for tests).

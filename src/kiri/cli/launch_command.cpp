@@ -92,12 +92,16 @@ std::vector<std::string> launch_argv(const std::vector<std::string>& argv) {
 
 int cmd_launch(const std::vector<std::string>& argv) {
   const LaunchPlan plan = parse_launch(argv);
-  // Across hosts a train job is watched even without restarts: mpirun cannot end a job one of
-  // whose hosts it cannot reach, and the supervisor ends such a launcher (docs/cli.md).
-  const bool across_hosts = (plan.hostfile || plan.hosts) && !plan.launcher;
-  if (plan.supervised() || (across_hosts && plan.command[0] == "train"))
-    return launch::supervise(plan, train_command_paths(std::vector<std::string>(
-                                       plan.command.begin() + 1, plan.command.end())));
+  // A train job's config is checked here first: an error is kiri's one line and exit 2, not
+  // every rank's line and mpirun's abort banner. The job is then watched even without
+  // restarts: across hosts, mpirun cannot end a job one of whose hosts it cannot reach, and
+  // the supervisor ends such a launcher; on a terminal, a Ctrl-C reaches the supervisor, which
+  // asks the ranks to save and stop rather than mpirun, which would kill them (docs/cli.md).
+  if (plan.command[0] == "train") {
+    const kiri::RunConfig run = train_command_paths(
+        std::vector<std::string>(plan.command.begin() + 1, plan.command.end()), plan.n);
+    if (!plan.launcher) return launch::supervise(plan, run);
+  }
   std::vector<std::string> cmd =
       launch::launcher_command(plan, plan.n, plan.hostfile, "", plan.command);
   std::string line;

@@ -300,7 +300,8 @@ VerbSpec help_verb() {
 
 // What every verb takes besides its own options.
 const std::vector<OptionSpec> kCommon = {
-    {"--verbose", K::kFlag, "", "", "errors name their source location too"},
+    {"--verbose", K::kFlag, "", "",
+     "errors name their source location too; train prints every field of the progress line"},
     {"-h,--help", K::kFlag, "", "", "print this help and exit"},
 };
 

@@ -1,5 +1,6 @@
 #include "kiri/launch/attempt.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,10 +38,10 @@ constexpr double kTermGraceS = 3;
 constexpr double kFinishedGraceS = 30;
 constexpr int kPollMs = 100;
 
-// The supervisor's signal flag: a handler may only set it. Process-wide by nature.
+// The supervisor's signal count: a handler may only set it. Process-wide by nature.
 volatile std::sig_atomic_t g_stop = 0;
 extern "C" void on_stop(int) {
-  g_stop = 1;
+  g_stop = g_stop + 1;
 }
 
 std::string this_host() {
@@ -105,6 +106,12 @@ pid_t spawn(const std::vector<std::string>& command, const std::map<std::string,
   const pid_t child = ::fork();
   KIRI_CHECK_KIND(kIo, child >= 0, "cannot fork to start ", command[0], ": ", std::strerror(errno));
   if (child > 0) return child;
+  // A process group of its own, so that a terminal's Ctrl-C reaches the supervisor alone,
+  // which relays it as a stop request (run_attempt), and not mpirun, which would end the
+  // ranks at once. Out of the terminal's foreground group it must not read the terminal
+  // either (SIGTTIN would stop it): the ranks' stdin is /dev/null, as no kiri verb reads it.
+  ::setpgid(0, 0);
+  if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, STDIN_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> argv;
@@ -179,13 +186,116 @@ void wait_gone(const std::map<int, long>& local, const std::string& self, Attemp
 
 }  // namespace
 
+namespace {
+bool dashes(const std::string& line) {
+  return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos;
+}
+bool opens_banner(const std::string& line) {
+  for (const char* start : {"MPI_ABORT was invoked", "Primary job  terminated normally",
+                            "mpirun detected that one or more processes exited",
+                            "mpirun has exited due to process rank", "mpirun noticed that"})
+    if (line.rfind(start, 0) == 0) return true;
+  return false;
+}
+}  // namespace
+
+std::vector<std::string> LauncherNoise::feed(const std::string& line) {
+  if (in_banner_) {
+    if (dashes(line)) in_banner_ = false;  // its closing line
+    return {};
+  }
+  if (line.find("ORTE_ERROR_LOG") != std::string::npos) return {};
+  if (held_) {
+    std::string held = *held_;
+    held_.reset();
+    if (opens_banner(line)) {
+      in_banner_ = true;
+      return {};
+    }
+    if (dashes(line)) {
+      held_ = line;
+      return {held};
+    }
+    return {held, line};
+  }
+  if (dashes(line)) {
+    held_ = line;
+    return {};
+  }
+  return {line};
+}
+
+std::vector<std::string> LauncherNoise::flush() {
+  std::vector<std::string> out;
+  if (held_) out.push_back(*held_);
+  held_.reset();
+  return out;
+}
+
+namespace {
+
+// The launcher's stderr, passed through line by line (less its noise, unless verbose), and
+// read for mpirun's notice of a rank that a signal ended.
+struct StderrPump {
+  StderrPump(int fd_, bool verbose_) : fd(fd_), verbose(verbose_) {}
+  int fd;
+  bool verbose;
+  std::string line;  // what is not yet a whole line
+  LauncherNoise noise;
+  const std::regex noticed{R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))"};
+
+  static void echo(const std::vector<std::string>& lines) {
+    for (const std::string& l : lines) {
+      const std::string out = l + "\n";
+      [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, out.data(), out.size());
+    }
+  }
+  // Waits up to kPollMs for output and passes it on; false at the end of the stream.
+  bool poll(AttemptResult& res) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, kPollMs) <= 0) return true;
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    line.append(buf, static_cast<size_t>(n));
+    for (size_t at; (at = line.find('\n')) != std::string::npos; line.erase(0, at + 1)) {
+      std::smatch m;
+      const std::string l = line.substr(0, at);
+      if (!res.noticed && std::regex_search(l, m, noticed))
+        res.noticed = std::pair{std::stoi(m[1]), std::stoi(m[2])};
+      echo(verbose ? std::vector<std::string>{l} : noise.feed(l));
+    }
+    return true;
+  }
+  void finish() {
+    echo(noise.flush());
+    if (!line.empty()) echo({line});  // a last line without its newline
+  }
+};
+
+// The first SIGTERM or SIGINT: a stop request to every rank, which mpirun forwards as SIGUSR1
+// (the ranks save a checkpoint at their next step boundary and exit, base/stop_signal.h); a
+// second one: the launcher ends its ranks at once.
+void relay_stop(pid_t child, std::sig_atomic_t& relayed, AttemptResult& res) {
+  if (g_stop <= relayed) return;
+  ::kill(child, g_stop == 1 ? SIGUSR1 : SIGTERM);
+  if (g_stop == 1)
+    std::fprintf(stderr,
+                 "[kiri] launch: stop requested: the ranks save a checkpoint at their next step "
+                 "boundary and exit (a second signal ends them at once)\n");
+  relayed = g_stop;
+  res.interrupted = true;
+}
+
+}  // namespace
+
 bool stop_requested() {
   return g_stop != 0;
 }
 
 AttemptResult run_attempt(const std::vector<std::string>& command,
                           const std::map<std::string, std::string>& env,
-                          const std::string& status_dir, int ranks) {
+                          const std::string& status_dir, int ranks, bool verbose) {
   ::signal(SIGTERM, on_stop);
   ::signal(SIGINT, on_stop);
   int fds[2];
@@ -197,32 +307,17 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
   const std::string host = this_host();
   const std::string self = exe_of(::getpid());
   std::map<int, long> local;  // rank -> pid, for the ranks started on this host
-  const std::regex noticed(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
-  std::string line;
-  bool exited = false, eof = false, forwarded = false;
+  StderrPump pump(fds[0], verbose);
+  bool exited = false, eof = false;
+  std::sig_atomic_t relayed = 0;  // the stop signals passed on to the launcher
   int status = 0;
   Timer since_exit;
   StuckLauncher stuck;
   while (!(exited && (eof || since_exit.seconds() > 2))) {
-    pollfd p{fds[0], POLLIN, 0};
-    if (!eof && ::poll(&p, 1, kPollMs) > 0) {
-      char buf[4096];
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) {
-        eof = true;
-      } else {
-        [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, static_cast<size_t>(n));
-        line.append(buf, static_cast<size_t>(n));
-        for (size_t at; (at = line.find('\n')) != std::string::npos; line.erase(0, at + 1)) {
-          std::smatch m;
-          const std::string l = line.substr(0, at);
-          if (!res.noticed && std::regex_search(l, m, noticed))
-            res.noticed = std::pair{std::stoi(m[1]), std::stoi(m[2])};
-        }
-      }
-    } else if (eof) {
+    if (!eof)
+      eof = !pump.poll(res);
+    else
       std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
-    }
     for (int r = 0; r < ranks; ++r)
       if (!local.count(r))
         if (auto rec = start_record(status_dir, r); rec && rec->second == host)
@@ -232,17 +327,14 @@ AttemptResult run_attempt(const std::vector<std::string>& command,
       if (st == 'T' || st == 't') res.stopped.insert(r);
     }
     if (!exited) stuck.poll(child, status_dir, ranks, res);
-    if (g_stop && !forwarded) {
-      ::kill(child, SIGTERM);  // the launcher ends its ranks
-      forwarded = true;
-      res.interrupted = true;
-    }
+    relay_stop(child, relayed, res);
     if (!exited && ::waitpid(child, &status, WNOHANG) == child) {
       exited = true;
       since_exit.reset();
     }
   }
   ::close(fds[0]);
+  pump.finish();
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (res.launcher_ended && res.ranks_finished && !res.interrupted) res.exit_code = 0;
   res.seconds = timer.seconds();

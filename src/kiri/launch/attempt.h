@@ -26,10 +26,28 @@ struct AttemptResult {
 };
 
 // Runs `command` (the launcher's argv) with `env` added to its environment; `status_dir`
-// holds the ranks' records (launch/status.h) of `ranks` ranks.
+// holds the ranks' records (launch/status.h) of `ranks` ranks. The launcher's stderr is
+// passed through line by line, less mpirun's own banners about ranks that ended (the
+// supervisor names the failure itself), unless `verbose`.
 AttemptResult run_attempt(const std::vector<std::string>& command,
                           const std::map<std::string, std::string>& env,
-                          const std::string& status_dir, int ranks);
+                          const std::string& status_dir, int ranks, bool verbose = false);
+
+// mpirun's noise about a job that ended badly, which the supervisor's own lines replace: its
+// ORTE_ERROR_LOG lines and its banners (a block between two lines of dashes) that open with
+// "MPI_ABORT was invoked", "Primary job  terminated normally", "mpirun detected that one or
+// more processes exited", "mpirun has exited due to process rank" or "mpirun noticed that".
+// Fed the stderr lines in order; holds a line of dashes until the next line says which.
+class LauncherNoise {
+ public:
+  // The lines to print now for `line` (none, it, or a held line of dashes and it).
+  std::vector<std::string> feed(const std::string& line);
+  std::vector<std::string> flush();  // at the end: a held line
+
+ private:
+  bool in_banner_ = false;
+  std::optional<std::string> held_;  // a line of dashes that may open a banner
+};
 
 // Whether a SIGTERM or SIGINT asked the supervisor to stop (no restart follows).
 bool stop_requested();

@@ -1,22 +1,20 @@
 #include "kiri/launch/status.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "kiri/base/atomic_file.h"
+#include "kiri/base/stop_signal.h"
 #include "kiri/launch/world.h"
 
 namespace kiri::launch {
@@ -40,22 +38,6 @@ void write_record(const std::string& path, const std::string& text) {
   }
 }
 
-// The SIGTERM record's path, made before the handler can run: a signal handler may only
-// call async-signal-safe functions (open, write, close, signal, raise), so it cannot build it.
-// The one piece of process-wide state here, as a signal handler needs.
-char g_term_path[4096];
-
-extern "C" void on_sigterm(int sig) {
-  const int fd = ::open(g_term_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    const char text[] = "SIGTERM\n";
-    [[maybe_unused]] const ssize_t n = ::write(fd, text, sizeof text - 1);
-    ::close(fd);
-  }
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
 std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p);
   if (!in) return "";
@@ -72,11 +54,9 @@ void start_launch_status() {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   write_record(start, str(::getpid(), " ", host, "\n"));
-  const std::string term = status_file("term");
-  if (term.size() < sizeof g_term_path) {
-    std::memcpy(g_term_path, term.c_str(), term.size() + 1);
-    ::signal(SIGTERM, on_sigterm);
-  }
+  // Recorded by base's handler before it dies of the signal, or, under train's StopSignals
+  // guard, before it saves and exits.
+  set_sigterm_record(status_file("term"));
 }
 
 void record_launch_error(const std::string& kind, int code, const std::string& text) {

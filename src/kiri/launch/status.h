@@ -23,7 +23,8 @@ namespace kiri::launch {
 inline constexpr const char* kLaunchStatusEnv = "KIRI_LAUNCH_STATUS";
 
 // In a rank of a supervised job (the variable set, the rank known from the launcher's
-// environment): writes rank_R.start and records a SIGTERM in rank_R.term before dying of it.
+// environment): writes rank_R.start and records a SIGTERM in rank_R.term when one comes
+// (base/stop_signal.h).
 void start_launch_status();
 // The error a rank reports, and a clean exit (no-ops outside a supervised job).
 void record_launch_error(const std::string& kind, int code, const std::string& text);

@@ -365,8 +365,9 @@ class Supervisor {
   int64_t exclude_and_resize(const Verdict& v, const Progress& p, json& rec,
                              std::vector<std::string>& excluded);
   std::string lost_text(const Progress& p) const;
-  void record_failure(int k, const AttemptResult& a, const Verdict& v, const Progress& p,
-                      json& rec) const;
+  void record_failure(int k, const AttemptResult& a, const Verdict& v, const Progress& p, json& rec,
+                      bool quiet) const;
+  int stopped(int k, const AttemptResult& a, const Progress& p, json& rec) const;
 
   const LaunchPlan& plan_;
   const kiri::RunConfig run_;
@@ -437,13 +438,16 @@ std::optional<int> Supervisor::attempt(int k) {
   }
   const std::vector<std::string> host_of = rank_hosts(hosts_, world_);
   const std::vector<std::string> cmd = launcher_command(plan_, world_, hostfile, dir, command_);
-  say(str("attempt ", k, " of ", plan_.max_restarts + 1, ": ", world_, " rank(s): ", join(cmd)));
+  if (plan_.max_restarts == 0)  // a plain kiri launch, watched (cmd_launch says why)
+    say(join(cmd));
+  else
+    say(str("attempt ", k, " of ", plan_.max_restarts + 1, ": ", world_, " rank(s): ", join(cmd)));
   std::map<std::string, std::string> env;
   if (plan_.launcher)  // mpirun passes these with -x
     env = {{kLaunchStatusEnv, dir},
            {"OMP_NUM_THREADS", std::to_string(launch_threads(plan_, world_))}};
   const double started = unix_now();
-  const AttemptResult a = run_attempt(cmd, env, dir, static_cast<int>(world_));
+  const AttemptResult a = run_attempt(cmd, env, dir, static_cast<int>(world_), plan_.verbose);
   json rec = {{"attempt", k},           {"ranks", world_},
               {"hosts", host_of},       {"started_at", started},
               {"ended_at", unix_now()}, {"exit_code", a.exit_code},
@@ -455,16 +459,19 @@ std::optional<int> Supervisor::attempt(int k) {
     append_line(log, rec);
     return 0;
   }
-  const Verdict v = judge(a, read_launch_status(dir, static_cast<int>(world_)), host_of);
   const Progress p = read_progress(run_);
-  record_failure(k, a, v, p, rec);
+  if (a.interrupted) return stopped(k, a, p, rec);
+  const Verdict v = judge(a, read_launch_status(dir, static_cast<int>(world_)), host_of);
+  // A plain kiri launch whose rank printed an error that is not retried: that line says it all
+  // (the summary would print it a second time); attempts.jsonl still has the record.
+  const bool quiet = plan_.max_restarts == 0 && !v.retryable;
+  record_failure(k, a, v, p, rec, quiet);
   auto stop = [&](const std::string& why, int code) {
-    say(why);
+    if (!quiet) say(why);
     rec["decision"] = why;
     append_line(log, rec);
     return code;
   };
-  if (a.interrupted) return stop("stopped by a signal: no restart", a.exit_code);
   if (!v.retryable)
     return stop(str("not retried: the job ended with ", v.kind.empty() ? "an error" : "a " + v.kind,
                     " (exit code ", v.code, "), which a restart would repeat"),
@@ -498,9 +505,21 @@ std::optional<int> Supervisor::attempt(int k) {
   return std::nullopt;
 }
 
+// An attempt whose ranks were asked to save and stop (run_attempt): not a failure, no restart.
+int Supervisor::stopped(int k, const AttemptResult& a, const Progress& p, json& rec) const {
+  const std::string why = str(
+      "attempt ", k, " stopped by a signal after ", secs(a.seconds), " (exit code ", a.exit_code,
+      "); latest checkpoint: ", p.checkpoint.empty() ? std::string("none") : p.checkpoint,
+      "; not restarted");
+  say(why);
+  rec.update({{"decision", why}, {"checkpoint", p.checkpoint}});
+  append_line(folder_ + "/attempts.jsonl", rec);
+  return a.exit_code == 0 ? 1 : a.exit_code;
+}
+
 // Logs a failed attempt (what failed, the checkpoint, the steps lost) and adds it to rec.
 void Supervisor::record_failure(int k, const AttemptResult& a, const Verdict& v, const Progress& p,
-                                json& rec) const {
+                                json& rec, bool quiet) const {
   json failures = json::array();
   std::vector<std::string> causes;
   for (const RankFailure& f : v.failures) {
@@ -516,11 +535,12 @@ void Supervisor::record_failure(int k, const AttemptResult& a, const Verdict& v,
     rec["reached_step"] = *p.reached;
     rec["steps_lost"] = std::max<int64_t>(0, *p.reached - p.checkpoint_step);
   }
-  say(str("attempt ", k, " failed after ", secs(a.seconds), " (exit code ", a.exit_code,
-          "): ", causes.empty() ? v.why : join(causes, "; "), "; ", lost_text(p),
-          a.killed_leftovers
-              ? str("; ", a.killed_leftovers, " rank(s) outlived the launcher and were killed")
-              : std::string()));
+  if (!quiet)
+    say(str("attempt ", k, " failed after ", secs(a.seconds), " (exit code ", a.exit_code,
+            "): ", causes.empty() ? v.why : join(causes, "; "), "; ", lost_text(p),
+            a.killed_leftovers
+                ? str("; ", a.killed_leftovers, " rank(s) outlived the launcher and were killed")
+                : std::string()));
 }
 
 // A host (with a hostfile) after --max-host-failures failures, a slot (without one) at once;

@@ -12,14 +12,13 @@ std::string gflop_s(double flops) {
   return std::to_string(static_cast<int64_t>(std::llround(flops / 1e9)));
 }
 
-// "onednn (...), chosen by measurement: 410 GFLOP/s on the shapes against 230 via_f32 and
-// 410 onednn (measured now; kept in FILE)".
+// Two lines for the start-up log: "onednn (...), chosen by measurement" and "rates on this
+// run's GEMM shapes: 410 GFLOP/s chosen, 230 via_f32, 410 onednn (measured now; kept in FILE)".
 std::string describe(const kernels::LowpGemmRates& rates) {
   const LowpPassRates p = pass_rates(rates);
   return kernels::gemm_lowp_path_description(rates.ab) +
-         ", chosen by measurement: " + gflop_s(p.chosen) +
-         " GFLOP/s on this run's GEMM shapes against " + gflop_s(p.via_f32) + " via_f32 and " +
-         gflop_s(p.onednn) + " onednn (" +
+         ", chosen by measurement\nrates on this run's GEMM shapes: " + gflop_s(p.chosen) +
+         " GFLOP/s chosen, " + gflop_s(p.via_f32) + " via_f32, " + gflop_s(p.onednn) + " onednn (" +
          (rates.measured > 0 ? "measured now" : "measured before") +
          (rates.cache_file.empty() ? "; not kept: " + rates.cache_note
                                    : "; kept in " + rates.cache_file) +

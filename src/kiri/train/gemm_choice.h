@@ -27,7 +27,7 @@ struct LowpPassRates {
 LowpPassRates pass_rates(const kernels::LowpGemmRates& rates);
 
 struct GemmLowpChoice {
-  std::string note;              // the path, its rates and where they came from, for the log
+  std::string note;              // the path; its rates and where they came from (two lines)
   std::string path;              // "onednn" or "via_f32" (the path of most of the shapes' FLOPs)
   kernels::LowpGemmRates rates;  // what was installed (no shapes when nothing was measured)
 };

@@ -86,48 +86,101 @@ std::string metrics_json_line(const StepMetrics& m) {
   return j.dump();
 }
 
-std::string progress_line(const StepMetrics& m) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | mfu %4.1f%% | "
-                "mem %s (peak %s)",
-                static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss, m.lr,
-                m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.mem.allocated).c_str(),
-                format_bytes(m.mem.peak_allocated).c_str());
-  std::string s = buf;
+namespace {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// The slow links a link probe found (rank 0), or "".
+std::string slow_link_text(const StepMetrics& m) {
+  if (m.slow_hosts.empty()) return "";
+  double fastest = 0;
+  for (const auto& [host, rate] : m.link_bytes_per_s) fastest = std::max(fastest, rate);
+  std::string s = "slow link:";
+  for (const std::string& h : m.slow_hosts)
+    for (const auto& [host, rate] : m.link_bytes_per_s)
+      if (host == h) s += " " + h + " " + format_bytes(static_cast<int64_t>(rate)) + "/s";
+  return s + " (fastest " + format_bytes(static_cast<int64_t>(fastest)) + "/s)";
+}
+
+// The progress line's fields in display order, each with its priority on the short line (0 is
+// always shown; a larger number is dropped first when the line would pass its width) and the
+// lines that show it.
+enum class Show { kBoth, kShort, kVerbose };
+struct Field {
+  std::string text;
+  int priority;
+  Show show = Show::kBoth;
+};
+
+std::vector<Field> progress_fields(const StepMetrics& m) {
+  std::vector<Field> f;
+  char step[48];
+  std::snprintf(step, sizeof step, "step %6lld/%lld", static_cast<long long>(m.step),
+                static_cast<long long>(m.total_steps));
+  f.push_back({step, 0});
+  f.push_back({fmt("loss %.4f", m.loss), 0});
+  if (m.val_loss) f.push_back({fmt("val %.4f", *m.val_loss), 0});
+  f.push_back({fmt("lr %.2e", m.lr), 1});
+  f.push_back({fmt("norm %.3f", m.grad_norm), 4});
+  f.push_back({fmt("%.0f tok/s", m.tokens_per_s), 1});
+  f.push_back({fmt("mfu %4.1f%%", 100.0 * m.mfu), 2});
+  f.push_back({"mem " + format_bytes(m.mem.allocated) + " (peak " +
+                   format_bytes(m.mem.peak_allocated) + ")",
+               0, Show::kVerbose});
+  f.push_back({"mem " + format_bytes(m.mem.peak_allocated), 3, Show::kShort});
   // Offload: the NVMe tier beside the RAM, and the step's swap I/O.
-  if (const int64_t nvme = m.mem.nvme_total(); nvme > 0) s += " | nvme " + format_bytes(nvme);
+  if (const int64_t nvme = m.mem.nvme_total(); nvme > 0)
+    f.push_back({"nvme " + format_bytes(nvme), 6});
   if (m.offload_read_bytes != 0 || m.offload_written_bytes != 0) {
-    std::snprintf(buf, sizeof buf, " | io r %s w %s wait %.2fs",
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "io r %s w %s wait %.2fs",
                   format_bytes(m.offload_read_bytes).c_str(),
                   format_bytes(m.offload_written_bytes).c_str(), m.offload_wait_s);
-    s += buf;
+    f.push_back({buf, 0, Show::kVerbose});
   }
-  s += " | elapsed " + format_duration(m.elapsed_s);
-  if (m.eta_s) s += " | eta " + format_duration(*m.eta_s);
-  if (m.bubble) {
-    std::snprintf(buf, sizeof buf, " | bubble %.1f%%", 100.0 * *m.bubble);
-    s += buf;
-  }
+  f.push_back({"elapsed " + format_duration(m.elapsed_s), 0, Show::kVerbose});
+  if (m.eta_s) f.push_back({"eta " + format_duration(*m.eta_s), 5});
+  if (m.bubble) f.push_back({fmt("bubble %.1f%%", 100.0 * *m.bubble), 7});
   if (m.loss_scale) {
-    std::snprintf(buf, sizeof buf, " | scale %g | skipped %lld", *m.loss_scale,
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "scale %g | skipped %lld", *m.loss_scale,
                   static_cast<long long>(m.skipped_steps));
-    s += buf;
+    f.push_back({buf, 0, Show::kVerbose});
+    f.push_back({fmt("scale %g", *m.loss_scale), 6, Show::kShort});
   }
-  if (!m.slow_hosts.empty()) {
-    double fastest = 0;
-    for (const auto& [host, rate] : m.link_bytes_per_s) fastest = std::max(fastest, rate);
-    s += " | slow link:";
-    for (const std::string& h : m.slow_hosts)
-      for (const auto& [host, rate] : m.link_bytes_per_s)
-        if (host == h) s += " " + h + " " + format_bytes(static_cast<int64_t>(rate)) + "/s";
-    s += " (fastest " + format_bytes(static_cast<int64_t>(fastest)) + "/s)";
+  if (m.skipped) f.push_back({"step skipped (non-finite gradients)", 0});
+  return f;
+}
+
+}  // namespace
+
+std::string progress_line(const StepMetrics& m, bool verbose) {
+  const std::vector<Field> fields = progress_fields(m);
+  // The short line: the verbose-only fields out, then the least important ones until it fits.
+  std::vector<Field> shown;
+  for (const Field& f : fields)
+    if (f.show == Show::kBoth || f.show == (verbose ? Show::kVerbose : Show::kShort))
+      shown.push_back(f);
+  auto join = [&] {
+    std::string s;
+    for (const Field& f : shown) s += (s.empty() ? "" : " | ") + f.text;
+    return s;
+  };
+  while (!verbose && join().size() > kProgressColumns) {
+    auto worst = std::max_element(shown.begin(), shown.end(), [](const Field& a, const Field& b) {
+      return a.priority < b.priority;
+    });
+    if (worst == shown.end() || worst->priority == 0) break;
+    shown.erase(worst);
   }
-  if (m.skipped) s += " | step skipped (non-finite gradients)";
-  if (m.val_loss) {
-    std::snprintf(buf, sizeof buf, " | val %.4f", *m.val_loss);
-    s += buf;
-  }
+  std::string s = join();
+  // A slow link is news, not a field: on a line of its own below, always.
+  if (const std::string slow = slow_link_text(m); !slow.empty())
+    s += verbose ? " | " + slow : "\n  " + slow;
   return s;
 }
 

@@ -52,7 +52,11 @@ struct StepMetrics {
 };
 
 std::string metrics_json_line(const StepMetrics& m);
-std::string progress_line(const StepMetrics& m);
+// The line `kiri train` prints every log.every steps. Short, it fits in kProgressColumns
+// (fields dropped by priority: loss, val, tok/s and the step stay; the metrics file has them
+// all), with a slow link on a line of its own; verbose (`kiri train --verbose`), every field.
+inline constexpr size_t kProgressColumns = 120;
+std::string progress_line(const StepMetrics& m, bool verbose = false);
 // "7s", "1m23s", "2h05m09s" (whole seconds, rounded down).
 std::string format_duration(double seconds);
 

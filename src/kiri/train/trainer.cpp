@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "kiri/base/log.h"
+#include "kiri/base/stop_signal.h"
 #include "kiri/base/timer.h"
 #include "kiri/ckpt/checkpoint_dir.h"
 #include "kiri/ckpt/safetensors.h"
@@ -166,8 +167,7 @@ void Trainer::raise_measured_peak(double achieved) {
 
 std::string Trainer::describe_peak() {
   return str("MFU against a peak of ", static_cast<int64_t>(peak_flops() / 1e9),
-             " GFLOP/s per rank (", peak_source_, "); fp32 GEMM rate ",
-             static_cast<int64_t>(gemm_flops_ / 1e9), " GFLOP/s per rank (mfu_gemm)");
+             " GFLOP/s per rank (", peak_source_, ")");
 }
 
 double Trainer::peak_flops() {
@@ -426,6 +426,25 @@ void Trainer::run() {
   }
 }
 
+// Every rank at the same step boundary: the first stop signal any rank received (a scheduler
+// may signal only some of them), the same on all, so that all save and stop together.
+int Trainer::agreed_stop_signal() {
+  const int local = stop_signal_requested();
+  if (world_->size() == 1) return local;
+  Tensor flag = Tensor::zeros({1}, DType::kF64, Category::kBuffers, allocator_);
+  flag.data<double>()[0] = local;
+  world_->all_reduce(flag, comm::ReduceOp::kMax);
+  return static_cast<int>(flag.data<double>()[0]);
+}
+
+// A stop signal (stop_.signal): a checkpoint of this step (unless the step just saved one),
+// committed before the run ends, so that --resume auto continues exactly here.
+void Trainer::stop_at_signal(const std::pair<int64_t, std::string>& saved) {
+  if (cfg_.checkpoint.dir.empty()) return;
+  stop_.checkpoint = saved.first == step_ ? saved.second : save_checkpoint();
+  wait_for_checkpoint();
+}
+
 void Trainer::probe_links(StepMetrics& m) {
   const parallel::LinkRates rates = link_probe_->measure();
   if (!is_rank0()) return;
@@ -449,36 +468,46 @@ void Trainer::log_hosts() const {
               g == "tp" ? "parallel.tp" : "parallel.shard_group_size", ")");
 }
 
+// The start-up log (rank 0): model, data, layout, batch, MFU's peaks, state, GEMM path; one
+// fact per line, each under 120 columns (docs/metrics.md has them all).
+void Trainer::log_start() {
+  const TrainConfig& t = cfg_.train;
+  log::info("model: ", cfg_.model.num_parameters(), " parameters (n_layer ", cfg_.model.n_layer,
+            ", n_head ", cfg_.model.n_head, ", n_embd ", cfg_.model.n_embd, ", vocab ",
+            cfg_.model.vocab_size, ")");
+  log::info("data: ", train_stream_->num_samples(), " train / ", val_stream_->num_samples(),
+            " val samples of ", t.seq_len, " tokens (", tokenizer_->name(), ")");
+  log::info("layout: ", dims_->shape().str(), " on ", world_->size(), " process(es)");
+  log::info("batch: ", global_batch(cfg_), " sequences of ", t.seq_len, " tokens per step (",
+            tokens_per_step(cfg_), " tokens) = micro_batch ", t.micro_batch, " x microbatches ",
+            cfg_.parallel.microbatches, " x dp ", cfg_.parallel.dp, " x grad_accum ", t.grad_accum);
+  log::info(describe_peak());
+  log::info("mfu_gemm against the fp32 GEMM rate, ", static_cast<int64_t>(gemm_flops_ / 1e9),
+            " GFLOP/s per rank");
+  const model::ParallelOptions& po = parallel_->options();
+  log_hosts();
+  log::info(
+      "state: ZeRO stage ", po.zero_stage,
+      po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
+                              : std::string(),
+      ", ", dtype_name(compute_dtype()), " parameters and gradients",
+      compute_dtype() == DType::kF32 ? "" : " (fp32 master weights)", ", activation checkpointing ",
+      po.selective.any()         ? std::string("selective")
+      : po.checkpoint_every == 0 ? std::string("off")
+      : po.checkpoint_every == 1 ? std::string("every block")
+                                 : "every " + std::to_string(po.checkpoint_every) + " blocks");
+  // The note's lines (gemm_choice.h), each its own log line.
+  for (size_t at = 0; at < gemm_lowp_note_.size();) {
+    const size_t end = std::min(gemm_lowp_note_.find('\n', at), gemm_lowp_note_.size());
+    log::info(dtype_name(compute_dtype()), " GEMMs: ", gemm_lowp_note_.substr(at, end - at));
+    at = end + 1;
+  }
+}
+
 void Trainer::run_steps() {
   const TrainConfig& t = cfg_.train;
   const bool rank0 = is_rank0();
-  if (rank0) {
-    log::info("model: ", cfg_.model.num_parameters(), " parameters (n_layer ", cfg_.model.n_layer,
-              ", n_head ", cfg_.model.n_head, ", n_embd ", cfg_.model.n_embd, ", vocab ",
-              cfg_.model.vocab_size, "); data: ", train_stream_->num_samples(), " train / ",
-              val_stream_->num_samples(), " val samples of ", t.seq_len, " tokens (",
-              tokenizer_->name(), ")");
-    log::info("layout: ", dims_->shape().str(), " on ", world_->size(),
-              " process(es); global_batch = micro_batch x microbatches x dp x grad_accum = ",
-              t.micro_batch, " x ", cfg_.parallel.microbatches, " x ", cfg_.parallel.dp, " x ",
-              t.grad_accum, " = ", global_batch(cfg_), " sequences of ", t.seq_len, " tokens (",
-              tokens_per_step(cfg_), " per step); ", describe_peak());
-    const model::ParallelOptions& po = parallel_->options();
-    log_hosts();
-    log::info("state: ZeRO stage ", po.zero_stage,
-              po.shard_group_size > 0 ? " in shard groups of " + std::to_string(po.shard_group_size)
-                                      : std::string(),
-              ", ", dtype_name(compute_dtype()), " parameters and gradients",
-              compute_dtype() == DType::kF32 ? "" : " (fp32 master weights)",
-              ", activation checkpointing ",
-              po.selective.any()         ? std::string("selective")
-              : po.checkpoint_every == 0 ? std::string("off")
-              : po.checkpoint_every == 1
-                  ? std::string("every block")
-                  : "every " + std::to_string(po.checkpoint_every) + " blocks");
-    if (!gemm_lowp_note_.empty())
-      log::info(dtype_name(compute_dtype()), " GEMMs: ", gemm_lowp_note_);
-  }
+  if (rank0) log_start();
   // A resumed run continues the file: the rows past its step (of an earlier, longer
   // attempt) go, so that each step appears once.
   if (rank0 && step_ > 0 && !cfg_.log.metrics.empty())
@@ -489,6 +518,7 @@ void Trainer::run_steps() {
   LossHistory history;    // this run's steps: the plot's when there is no metrics file
   StepClock clock;        // elapsed and ETA from here (rank 0 measured its peak above)
   int64_t nonfinite = 0;  // consecutive steps that made no progress (count_nonfinite)
+  std::pair<int64_t, std::string> saved{-1, ""};  // this run's last checkpoint: step, folder
   while (step_ < t.steps) {
     inject_fault(world_->rank(), step_);
     StepMetrics m = train_step();
@@ -505,7 +535,7 @@ void Trainer::run_steps() {
     if (rank0) {
       metrics.write(m);
       if (step_ % cfg_.log.every == 0 || last || m.val_loss || !m.slow_hosts.empty())
-        std::printf("%s\n", progress_line(m).c_str());
+        std::printf("%s\n", progress_line(m, verbose_progress_).c_str());
       std::fflush(stdout);
     }
     count_nonfinite(m, nonfinite);  // raises before a diverged run saves a checkpoint
@@ -515,6 +545,11 @@ void Trainer::run_steps() {
       // An asynchronous save logs itself once committed (checkpoint_async.h).
       if (rank0 && !cfg_.checkpoint.async)
         log::info("saved checkpoint ", dir, " in ", seconds_text(last_save_seconds()));
+      saved = {step_, dir};
+    }
+    if (!last && (stop_.signal = agreed_stop_signal())) {
+      stop_at_signal(saved);
+      break;
     }
   }
   wait_for_checkpoint();  // the last save is committed before the run ends

@@ -90,7 +90,7 @@ class Trainer {
   // The peak in use (measuring it on first use) and where it came from.
   double peak_flops();
   const std::string& peak_source() const { return peak_source_; }
-  // "MFU against a peak of ... (mfu_gemm)", for the start-up log.
+  // "MFU against a peak of ... GFLOP/s per rank (where it came from)", for the start-up log.
   std::string describe_peak();
 
   // Checkpoints are the CheckpointManager's (checkpoint_manager.h); these forward to it.
@@ -155,6 +155,16 @@ class Trainer {
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
   // log.trace set: this rank's tracer (set on every communicator); else null.
   Tracer* tracer() { return tracer_.get(); }
+  // How run() ended early on a stop signal (base/stop_signal.h: SIGTERM, SIGINT, SIGUSR1 under a
+  // StopSignals guard): the signal (0: it ran to train.steps) and the checkpoint it saved at
+  // that step boundary ("" without checkpoint.dir).
+  struct Stop {
+    int signal = 0;
+    std::string checkpoint;
+  };
+  const Stop& stopped() const { return stop_; }
+  // The progress line with every field (`kiri train --verbose`), not the 120-column one.
+  void set_verbose_progress(bool verbose) { verbose_progress_ = verbose; }
   // Writes the trace to this rank's file (run() does at its end); no-op
   // without log.trace.
   void write_trace();
@@ -188,8 +198,12 @@ class Trainer {
   void allocate_buffers();   // the training and evaluation batches
   void choose_gemm_lowp();   // kAuto's 16-bit GEMM path, measured on this run's shapes
   void run_steps();          // run() but for keeping the swap files on an error
+  int agreed_stop_signal();  // the first stop signal of any rank, on every rank (0: none)
+  void stop_at_signal(
+      const std::pair<int64_t, std::string>& saved);  // saves, unless `saved` is this step's
   void probe_links(StepMetrics& m);  // the link probe's rates and slow hosts into m (rank 0)
   void log_hosts() const;            // the host map, on rank 0
+  void log_start();                  // the start-up lines, on rank 0
   // Before the model states are allocated: kOutOfMemory when their bytes alone (a lower
   // bound: padding left out) exceed train.mem_limit, at once rather than after the
   // minutes of zero-filling that reaching the limit takes on a big model.
@@ -238,6 +252,8 @@ class Trainer {
   Tensor inputs_, targets_;            // [micro_batch x microbatches, T] I32
   Tensor eval_inputs_, eval_targets_;  // [micro_batch, T] I32
   int64_t step_ = 0;
+  Stop stop_;
+  bool verbose_progress_ = false;
   uint64_t data_position_ = 0;  // samples of the training stream consumed
   double peak_flops_ = 0;       // per rank; 0 = not measured yet
   std::string peak_source_;
