@@ -55,6 +55,7 @@ class Mapper {
     }
     cfg_ = probe;
     out_.entries.emplace_back(key, after);
+    out_.path_of.emplace(key, path);  // the first path that set it
   }
 
   void unsupported(const std::string& path, const json& v, const std::string& why) {
@@ -103,6 +104,9 @@ class Mapper {
   void typed_no_effect(const std::string& path, const json& v, bool typed, const char* type,
                        const std::string& why);
   void cpu_offload(const std::string& path, const json& v, const char* key);
+  // `"device": "cpu"` (or cpu_offload true): the states stay in host RAM, kiri's offload
+  // `none`; a contradiction with a given kiri offload key is a problem.
+  void host_offload(const std::string& path, const char* key);
   void aio(const std::string& path, const json& a);
   // set() for a kiri key that two DeepSpeed keys map onto (offload.path from both
   // nvme_paths): the second must agree with the first.
