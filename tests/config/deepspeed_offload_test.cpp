@@ -183,7 +183,7 @@ TEST(DeepSpeedOffload, OldCpuOffloadKeysAreHostMemory) {
   // Against a given kiri tier it is a contradiction, named with the JSON path.
   const std::string e = error_of(ds, {{"offload.optimizer", "nvme"}});
   EXPECT_TRUE(has(e,
-                  "zero_optimization.cpu_offload = \"cpu\" keeps the optimizer states in host "
+                  "zero_optimization.cpu_offload = true keeps the optimizer states in host "
                   "RAM, but kiri's config or --set gives offload.optimizer = nvme"))
       << e;
   // false offloads nothing; a non-boolean is named.
@@ -198,7 +198,7 @@ TEST(DeepSpeedOffload, OldCpuOffloadKeysAreHostMemory) {
       "offload_optimizer": {"device": "nvme"}}})"));
   EXPECT_TRUE(has(both,
                   "zero_optimization.offload_optimizer.device = \"nvme\" maps to "
-                  "offload.optimizer, as zero_optimization.cpu_offload = \"cpu\" does"))
+                  "offload.optimizer, as zero_optimization.cpu_offload = true does"))
       << both;
 }
 

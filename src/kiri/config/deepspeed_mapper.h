@@ -106,11 +106,13 @@ class Mapper {
   void cpu_offload(const std::string& path, const json& v, const char* key);
   // `"device": "cpu"` (or cpu_offload true): the states stay in host RAM, kiri's offload
   // `none`; a contradiction with a given kiri offload key is a problem.
-  void host_offload(const std::string& path, const char* key);
+  void host_offload(const std::string& path, const char* key, const json& as_given);
   void aio(const std::string& path, const json& a);
   // set() for a kiri key that two DeepSpeed keys map onto (offload.path from both
   // nvme_paths): the second must agree with the first.
-  void set_shared(const std::string& path, const std::string& key, const json& value);
+  // `as_given`: the file's value, for the message (`"cpu"` maps to none).
+  void set_shared(const std::string& path, const std::string& key, const json& value,
+                  const json& as_given = nullptr);
   void activation_checkpointing(const json& a);
   void top_level();
   void batch();
@@ -124,7 +126,11 @@ class Mapper {
   int world_;
   DeepSpeedConfig out_;
   std::vector<std::string> problems_;
-  std::map<std::string, std::pair<std::string, json>> shared_;  // key -> (path, value)
+  struct Shared {
+    std::string path;
+    json value, as_given;
+  };
+  std::map<std::string, Shared> shared_;  // kiri key -> the first DeepSpeed key that set it
 };
 
 }  // namespace kiri::deepspeed_detail

@@ -23,15 +23,17 @@ const char* const kPinned =
 
 }  // namespace
 
-void Mapper::set_shared(const std::string& path, const std::string& key, const json& value) {
+void Mapper::set_shared(const std::string& path, const std::string& key, const json& value,
+                        const json& as_given) {
+  const json given = as_given.is_null() ? value : as_given;
   if (auto it = shared_.find(key); it != shared_.end()) {
-    if (it->second.second != value)
-      problems_.push_back(str(path, " = ", shown(value), " maps to ", key, ", as ",
-                              it->second.first, " = ", shown(it->second.second),
-                              " does: kiri has one ", key, " for both, make them agree"));
+    if (it->second.value != value)
+      problems_.push_back(str(path, " = ", shown(given), " maps to ", key, ", as ", it->second.path,
+                              " = ", shown(it->second.as_given), " does: kiri has one ", key,
+                              " for both, make them agree"));
     return;
   }
-  shared_[key] = {path, value};
+  shared_[key] = {path, value, given};
   set(path, key, value);
 }
 
@@ -39,21 +41,22 @@ void Mapper::cpu_offload(const std::string& path, const json& v, const char* key
   if (!v.is_boolean())
     problems_.push_back(str(path, " must be true or false, got ", shown(v)));
   else if (v.get<bool>())
-    host_offload(path, key);
+    host_offload(path, key, v);
   else
     no_effect(path, "false: nothing offloaded");
 }
 
-void Mapper::host_offload(const std::string& path, const char* key) {
+void Mapper::host_offload(const std::string& path, const char* key, const json& as_given) {
   const std::string what =
       std::string(key) == "offload.parameters" ? "parameters" : "optimizer states";
   if (given_.count(key) && get_key(cfg_, key) != "none") {
-    problems_.push_back(
-        str(path, " = \"cpu\" keeps the ", what, " in host RAM, but kiri's config or --set gives ",
-            key, " = ", get_key(cfg_, key).get<std::string>(), ": drop one, or make them agree"));
+    problems_.push_back(str(path, " = ", shown(as_given), " keeps the ", what,
+                            " in host RAM, but kiri's config or --set gives ", key, " = ",
+                            get_key(cfg_, key).get<std::string>(),
+                            ": drop one, or make them agree"));
     return;
   }
-  set_shared(path, key, "none");
+  set_shared(path, key, "none", as_given);
   no_effect(path, "\"cpu\": on the CPU backend the " + what + " already live in host RAM");
 }
 
@@ -65,7 +68,7 @@ void Mapper::offload(const std::string& path, const json& o, bool param) {
   if (is_auto(device)) {
     nvme = get_key(cfg_, key) == "nvme";
   } else if (device == "cpu") {
-    host_offload(path + ".device", key);
+    host_offload(path + ".device", key, device);
   } else if (device == "none" || device == "nvme") {
     set_shared(path + ".device", key, device);
     nvme = device == "nvme";
