@@ -42,7 +42,7 @@ const char* kRunConfig = R"({
   "gradient_accumulation_steps": 2,
   "train_batch_size": 4,
   "gradient_clipping": 0.5,
-  "steps_per_print": 1,
+  "steps_per_print": 2000,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.99], "eps": 1e-8,
                                             "weight_decay": 0.01}},
   "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
@@ -69,14 +69,16 @@ TEST(DeepSpeedCli, ConfigPrintsTheResolvedConfig) {
   EXPECT_EQ(c["train"]["warmup_type"], "linear");
   EXPECT_EQ(c["train"]["seq_len"], 64);  // --set
   EXPECT_EQ(c["parallel"]["zero_stage"], 1);
-  EXPECT_EQ(c["log"]["every"], 1);
+  EXPECT_EQ(c["log"]["every"], 1);  // kiri's: steps_per_print is DeepSpeed's console interval
   EXPECT_TRUE(has(r, "--deepspeed " + ds + ": zero_optimization.overlap_comm: no effect in kiri"))
       << r.output;
+  EXPECT_TRUE(has(r, "--deepspeed " + ds + ": steps_per_print: no effect in kiri")) << r.output;
 }
 
-// ZeRO-Infinity's keys print as kiri's offload.* keys; DeepSpeed's "cpu" (and kiri's own)
-// fails with the reason, exit code 2, before any work.
-TEST(DeepSpeedCli, OffloadKeysPrintAsKirisAndCpuIsRefusedWithItsReason) {
+// ZeRO-Infinity's keys print as kiri's offload.* keys; DeepSpeed's "cpu" is where the states
+// are already (kiri's none, with a note), and kiri's own offload.* = cpu fails with the reason,
+// exit code 2, before any work.
+TEST(DeepSpeedCli, OffloadKeysPrintAsKirisAndCpuIsHostMemory) {
   const std::string dir = kiri::testing::temp_dir("offload");
   const std::string nvme = write(dir, "nvme.json", R"({"zero_optimization": {"stage": 3,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true},
@@ -95,7 +97,14 @@ TEST(DeepSpeedCli, OffloadKeysPrintAsKirisAndCpuIsRefusedWithItsReason) {
   EXPECT_TRUE(has(r, "aio.thread_count: no effect in kiri")) << r.output;
   const std::string cpu = write(dir, "cpu.json", R"({"zero_optimization": {"stage": 2,
       "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
-  r = run_kiri("train --deepspeed " + cpu + " --set run.dir=" + dir + "/run");
+  r = run_kiri("config --deepspeed " + cpu);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(printed_config(r.output)["offload"]["optimizer"], "none");
+  EXPECT_TRUE(has(r,
+                  "zero_optimization.offload_optimizer.device: no effect in kiri (\"cpu\": on "
+                  "the CPU backend the optimizer states already live in host RAM)"))
+      << r.output;
+  r = run_kiri("train --set offload.optimizer=cpu --set run.dir=" + dir + "/run");
   EXPECT_EQ(r.code, 2) << r.output;  // a config error
   EXPECT_TRUE(has(r,
                   "offload.optimizer = cpu: on the CPU backend host memory is already where the "
@@ -137,6 +146,71 @@ TEST(DeepSpeedCli, AnUnsupportedKeyOrAContradictionFailsBeforeAnyWork) {
   r = run_kiri("config --deepspeed " + write(dir, "bad.json", "{\"fp16\": {\"enabled\": tru"));
   EXPECT_EQ(r.code, 2) << r.output;  // a config error
   EXPECT_TRUE(has(r, "is not valid JSON")) << r.output;
+}
+
+// A rule between keys that the file set is named by the file's JSON paths (with kiri's keys).
+TEST(DeepSpeedCli, ValidationErrorsNameTheJsonPaths) {
+  const std::string dir = kiri::testing::temp_dir("paths");
+  const std::string ds = write(dir, "ds.json", R"({"zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"},
+      "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}}})");
+  const Result r = run_kiri("config --deepspeed " + ds);
+  EXPECT_EQ(r.code, 2) << r.output;  // a config error
+  EXPECT_TRUE(has(r, "DeepSpeed config '" + ds + "': ")) << r.output;
+  EXPECT_TRUE(has(r,
+                  "zero_optimization.offload_param.device (offload.parameters) = nvme needs "
+                  "ZeRO stage 3"))
+      << r.output;
+  EXPECT_TRUE(has(r, "zero_optimization.stage (parallel.zero_stage)")) << r.output;
+}
+
+std::string tiny_run(const std::string& run_dir) {
+  return " --set data.tokenizer=byte --set model.n_layer=1 --set model.n_head=2"
+         " --set model.n_embd=16 --set model.block_size=16 --set train.seq_len=16"
+         " --set train.eval_every=0 --set train.eval_batches=1 --set run.dir=" +
+         run_dir;
+}
+
+// Every stock config of tests/cli/deepspeed (README.md there names their sources) runs as it
+// is: 2 steps of a tiny model, with the file's ZeRO stage, dtype and offload tier.
+TEST(DeepSpeedCli, StockConfigsResolveAndTrainTwoSteps) {
+  const std::string dir = kiri::testing::temp_dir("stock");
+  int configs = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(KIRI_SOURCE_DIR) + "/tests/cli/deepspeed")) {
+    if (entry.path().extension() != ".json") continue;
+    const std::string name = entry.path().stem().string();
+    json ds = json::parse(std::ifstream(entry.path()));
+    json& zero = ds["zero_optimization"];
+    std::string want_offload = "none", extra;
+    if (zero.is_object() && zero.contains("offload_param") &&
+        zero["offload_param"]["device"] == "nvme") {
+      zero["offload_optimizer"]["nvme_path"] = zero["offload_param"]["nvme_path"] =
+          dir + "/" + name + "_nvme";
+      want_offload = "nvme";
+      extra = " --set offload.buffer_mb=1";  // 4 states x 256 KiB blocks: a tiny model
+    }
+    const int want_stage = zero.is_boolean() ? int(zero.get<bool>()) : zero.value("stage", 0);
+    const std::string want_dtype = ds.contains("bf16") && ds["bf16"]["enabled"] == true   ? "bf16"
+                                   : ds.contains("fp16") && ds["fp16"]["enabled"] == true ? "fp16"
+                                                                                          : "fp32";
+    const std::string file = write(dir, name + ".json", ds.dump(2));
+    const Result r = run_kiri("train --deepspeed " + file + " --max-steps 2" + extra +
+                              tiny_run(dir + "/" + name));
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.output;
+    const json config = json::parse(std::ifstream(dir + "/" + name + "/config.json"));
+    EXPECT_EQ(config["parallel"]["zero_stage"], want_stage) << name;
+    EXPECT_EQ(config["train"]["dtype"], want_dtype) << name;
+    EXPECT_EQ(config["offload"]["optimizer"], want_offload) << name;
+    EXPECT_EQ(config["offload"]["parameters"], want_offload) << name;
+    EXPECT_EQ(config["log"]["every"], 1) << name;  // steps_per_print is not kiri's
+    std::ifstream metrics(dir + "/" + name + "/metrics.jsonl");
+    int steps = 0;
+    for (std::string line; std::getline(metrics, line);) steps += json::parse(line)["step"] > 0;
+    EXPECT_EQ(steps, 2) << name << "\n" << r.output;
+    ++configs;
+  }
+  EXPECT_EQ(configs, 11);
 }
 
 TEST(DeepSpeedCli, TrainRunsTheDeepSpeedFilesBatchStageAndSchedule) {

@@ -69,18 +69,20 @@ std::string validation_error(const RunConfig& c) {
   return "";
 }
 
-TEST(DeepSpeedConfig, HfZero2ExampleMapsItsCpuOffloadWhichValidationRefuses) {
+// "cpu" offload is where kiri's states are: none, with the note that says so.
+TEST(DeepSpeedConfig, HfZero2ExampleReadsItsCpuOffloadAsHostMemory) {
   const DeepSpeedConfig d =
       apply_deepspeed(example("hf_zero2.json"), "ds.json", kiri::default_run_config(), {}, 1);
-  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kCpu);
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kNone);
   EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kNone);
   EXPECT_TRUE(noted(d, "zero_optimization.offload_optimizer.pin_memory"));
-  const std::string e = validation_error(d.config);
-  EXPECT_TRUE(has(e,
-                  "offload.optimizer = cpu: on the CPU backend host memory is already where "
-                  "the optimizer states are"))
-      << e;
-  EXPECT_TRUE(has(e, "use offload.optimizer = nvme, or none")) << e;
+  bool said = false;
+  for (const std::string& n : d.notes)
+    said |= n ==
+            "zero_optimization.offload_optimizer.device: no effect in kiri (\"cpu\": on the "
+            "CPU backend the optimizer states already live in host RAM)";
+  EXPECT_TRUE(said);
+  EXPECT_EQ(validation_error(d.config), "");
 }
 
 TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
@@ -109,31 +111,26 @@ TEST(DeepSpeedConfig, HfZero2ExampleWithoutOffloadResolvesEveryKey) {
   EXPECT_DOUBLE_EQ(c.train.optimizer.grad_clip, 1.0);
   EXPECT_EQ(c.train.micro_batch, 4);
   EXPECT_EQ(c.train.grad_accum, 1);
-  EXPECT_EQ(c.log.every, 2000);
+  EXPECT_EQ(c.log.every, 1);  // kiri's: steps_per_print is DeepSpeed's console interval
   EXPECT_EQ(c.offload.optimizer, kiri::OffloadTier::kNone);
   for (const char* path :
        {"zero_optimization.offload_optimizer.pin_memory", "zero_optimization.allgather_partitions",
         "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm",
         "zero_optimization.reduce_scatter", "zero_optimization.contiguous_gradients",
-        "fp16.hysteresis", "wall_clock_breakdown"})
+        "fp16.hysteresis", "wall_clock_breakdown", "steps_per_print"})
     EXPECT_TRUE(noted(d, path)) << path;
   kiri::validate(c);
 }
 
-TEST(DeepSpeedConfig, HfZero3ExampleMapsBothCpuOffloadsWhichValidationRefuses) {
+TEST(DeepSpeedConfig, HfZero3ExampleReadsBothCpuOffloadsAsHostMemory) {
   const DeepSpeedConfig d =
       apply_deepspeed(example("hf_zero3.json"), "ds.json", kiri::default_run_config(), {}, 1);
-  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kCpu);
-  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kCpu);
-  const std::string e = validation_error(d.config);
-  EXPECT_TRUE(has(e, "2 problems with the offload.* keys")) << e;
-  EXPECT_TRUE(has(e, "offload.optimizer = cpu: on the CPU backend")) << e;
-  EXPECT_TRUE(has(e,
-                  "offload.parameters = cpu: on the CPU backend host memory is already "
-                  "where the parameters are"))
-      << e;
+  EXPECT_EQ(d.config.offload.optimizer, kiri::OffloadTier::kNone);
+  EXPECT_EQ(d.config.offload.parameters, kiri::OffloadTier::kNone);
+  EXPECT_TRUE(noted(d, "zero_optimization.offload_optimizer.device"));
+  EXPECT_TRUE(noted(d, "zero_optimization.offload_param.device"));
+  EXPECT_EQ(validation_error(d.config), "");
 }
-
 TEST(DeepSpeedConfig, HfZero3ExampleWithoutOffloadResolvesEveryKey) {
   json ds = example("hf_zero3.json");
   ds["zero_optimization"]["offload_optimizer"]["device"] = "none";
@@ -148,7 +145,7 @@ TEST(DeepSpeedConfig, HfZero3ExampleWithoutOffloadResolvesEveryKey) {
   EXPECT_EQ(c.train.grad_accum, 4);
   EXPECT_EQ(c.train.micro_batch, 8);
   EXPECT_EQ(c.train.lr_schedule, kiri::LrSchedule::kDsWarmup);
-  EXPECT_EQ(c.log.every, 2000);
+  EXPECT_EQ(c.log.every, 1);  // kiri's: steps_per_print is DeepSpeed's console interval
   for (const char* path :
        {"zero_optimization.offload_param.pin_memory", "zero_optimization.sub_group_size",
         "zero_optimization.stage3_max_live_parameters",

@@ -20,6 +20,7 @@
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/ckpt/safetensors.h"
 #include "kiri/cli/args.h"
+#include "kiri/cli/config_flags.h"
 #include "kiri/cli/init_from.h"
 #include "kiri/cli/report.h"
 #include "kiri/cli/train_planning.h"
@@ -45,29 +46,36 @@ std::string config_file(const Args& a, size_t max_positional) {
   return a.positional().empty() ? "" : a.positional()[0];
 }
 
+// The keys the command line gives after the config file, as KEY=VALUE in order: the familiar
+// flags' (--lr, --bf16, ...: config_flags.h), --set's, --mem-limit's.
+std::vector<std::string> command_sets(const Args& a) {
+  std::vector<std::string> sets = merge_flag_sets(config_flag_sets(a), a.all("set"));
+  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  return sets;
+}
+
 // --deepspeed FILE: the DeepSpeed config's keys over `cfg` (the kiri file's and --set's,
 // which a key of the file must agree with); the keys it accepts with no effect are logged
-// (rank 0, stderr). Returns the kiri keys it set: a resumed run applies them again.
-std::vector<std::pair<std::string, json>> apply_deepspeed_option(
-    const Args& a, const std::string& file, const std::vector<std::string>& sets,
-    kiri::RunConfig& cfg) {
+// (rank 0, stderr). Returns what it set (an empty one without --deepspeed): a resumed run
+// applies its entries again, and validation names its JSON paths.
+DeepSpeedConfig apply_deepspeed_option(const Args& a, const std::string& file,
+                                       const std::vector<std::string>& sets, kiri::RunConfig& cfg) {
   const std::optional<std::string> path = a.get("deepspeed");
-  if (!path) return {};
+  if (!path) return {cfg, {}, {}, {}};
   DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), launch::job_size());
   if (launch::job_rank() <= 0)
     for (const std::string& note : ds.notes) log::info("--deepspeed ", *path, ": ", note);
   cfg = ds.config;
-  return ds.entries;
+  return ds;
 }
 
-// The config of kiri config: file, --set overrides, --mem-limit, --deepspeed.
+// The config of kiri config: file, the familiar flags and --set, --mem-limit, --deepspeed.
 kiri::RunConfig config_of(const Args& a, size_t max_positional) {
   const std::string file = config_file(a, max_positional);
-  std::vector<std::string> sets = a.all("set");
-  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  const std::vector<std::string> sets = command_sets(a);
   kiri::RunConfig cfg = load_config(file, sets);
-  apply_deepspeed_option(a, file, sets, cfg);
-  validate(cfg);
+  const DeepSpeedConfig ds = apply_deepspeed_option(a, file, sets, cfg);
+  validate_deepspeed(cfg, ds.path_of, a.get("deepspeed").value_or(""));
   return cfg;
 }
 
@@ -101,14 +109,16 @@ std::vector<GivenKey> given_keys(const Args& a, const std::string& file,
                                  const std::vector<std::string>& sets,
                                  const std::vector<std::pair<std::string, json>>& deepspeed) {
   const size_t from_file = file.empty() ? 0 : config_entries(file, {}).size();
-  const size_t from_set = from_file + a.all("set").size();
+  std::vector<std::string> sources;  // of command_sets' entries, in its order
+  for (const FlagSet& f : config_flag_sets(a)) sources.push_back(f.flag);
+  sources.resize(sources.size() + a.all("set").size(), "--set");
+  sources.push_back("--mem-limit");
   std::vector<GivenKey> out;
   for (auto& [key, value] : config_entries(file, sets)) {
     const size_t i = out.size();
     out.push_back({key, value,
-                   i < from_file  ? "the config file " + file
-                   : i < from_set ? std::string("--set")
-                                  : std::string("--mem-limit")});
+                   i < from_file ? "the config file " + file
+                                 : sources[std::min(i - from_file, sources.size() - 1)]});
   }
   for (const auto& [key, value] : deepspeed)
     out.push_back({key, value, "--deepspeed " + a.get("deepspeed").value_or("")});
@@ -127,6 +137,8 @@ kiri::RunConfig resumed_config(const std::string& dir, const std::vector<GivenKe
     apply_key(cfg, g.key, g.value);
     last[g.key] = &g;
   }
+  // train.steps given to a run that counted epochs: the steps, as a fresh run would refuse both.
+  if (last.count("train.steps") && !last.count("train.epochs")) apply_key(cfg, "train.epochs", 0);
   for (const auto& [key, g] : last) {
     const json was = get_key(saved, key), now = get_key(cfg, key);
     if (!is_saved_shape_key(key) || now == was) continue;
@@ -190,8 +202,8 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
                                const std::optional<std::string>& init) {
   TrainStart s{load_config(file, sets), "", "", {}, 0};
   kiri::RunConfig& cfg = s.cfg;
-  const std::vector<std::pair<std::string, json>> deepspeed =
-      apply_deepspeed_option(a, file, sets, cfg);
+  const DeepSpeedConfig ds = apply_deepspeed_option(a, file, sets, cfg);
+  const std::vector<std::pair<std::string, json>>& deepspeed = ds.entries;
   // --auto sets the layout keys itself: the file's would be overridden unseen.
   for (const auto& [key, value] : deepspeed)
     KIRI_CHECK_KIND(kConfig, !a.flag("auto") || key.rfind("parallel.", 0) != 0,
@@ -213,7 +225,7 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
     s.saved = checkpoint_config(from);
     s.saved_batch = ckpt::read_checkpoint_state(from).global_batch;
   }
-  validate(cfg);
+  validate_deepspeed(cfg, ds.path_of, a.get("deepspeed").value_or(""));
   return s;
 }
 
@@ -241,8 +253,7 @@ std::optional<int64_t> resumed_batch(const TrainStart& s, int world) {
 kiri::RunConfig train_command_paths(const std::vector<std::string>& argv, int world) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
-  std::vector<std::string> sets = a.all("set");
-  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  const std::vector<std::string> sets = command_sets(a);
   const std::optional<std::string> init = a.get("init-from");
   const std::optional<std::string> resume = a.get("resume");
   const kiri::RunConfig cfg =
@@ -300,8 +311,7 @@ static int train_to_the_end(train::Trainer& trainer) {
 int cmd_train(const std::vector<std::string>& argv) {
   Args a(argv, verb_spec("train"));
   const std::string file = config_file(a, 1);
-  std::vector<std::string> sets = a.all("set");
-  if (auto m = a.get("mem-limit")) sets.push_back("train.mem_limit=" + *m);
+  const std::vector<std::string> sets = command_sets(a);
   const std::optional<std::string> resume = a.get("resume");
   KIRI_CHECK_KIND(kConfig, !resume || !a.flag("overwrite"),
                   "--overwrite starts the run over and --resume continues it: give one of them");

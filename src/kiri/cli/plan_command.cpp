@@ -440,7 +440,8 @@ int plan_config_layout(const Args& a, plan::ClusterSpec cluster) {
 // The one layout that kiri plan's flags describe, but for its degrees and global batch.
 plan::Layout flags_layout(const Args& a, const plan::ModelSpec& model) {
   plan::Layout base;
-  base.dtype = plan::parse_precision(a.get("dtype").value_or("bf16"));
+  // --dtype or --bf16/--fp16 (plan_flag_value refuses two of them).
+  base.dtype = plan::parse_precision(plan_flag_value(a, "train.dtype").value_or("bf16"));
   base.activation_checkpointing =
       plan::parse_recompute(a.get("activation-checkpointing").value_or("none"));
   base.modules = kiri::recompute_modules_of(base.activation_checkpointing,
@@ -449,7 +450,8 @@ plan::Layout flags_layout(const Args& a, const plan::ModelSpec& model) {
   base.schedule = plan::parse_schedule(a.get("schedule").value_or("1f1b"));
   planner_options(a, base);
   base.sequence_parallel = a.flag("sequence-parallel");
-  base.micro_batch = positive_int(a, "micro-batch", 1);
+  plan_flag_value(a, "train.micro_batch");  // --micro-batch and --batch-size: one of them
+  base.micro_batch = positive_int(a, a.get("batch-size") ? "batch-size" : "micro-batch", 1);
   base.seq_len = positive_int(a, "seq-len", model.params_only() ? 1024 : model.max_seq);
   base.wrap_blocks = positive_int(a, "wrap-blocks", 1);
   base.virtual_stages =

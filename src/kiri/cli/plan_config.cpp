@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiri/base/error.h"
+#include "kiri/cli/config_flags.h"
 #include "kiri/cli/train_planning.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/data/tokenizer.h"
@@ -46,19 +47,18 @@ const std::vector<std::pair<const char*, const char*>>& flag_keys() {
   return keys;
 }
 
-// The flags given, as KEY=VALUE; a key that a --set gives too is refused by name.
+// The flags given (kiri plan's, then the familiar ones of config_flags.h) and --set, as
+// KEY=VALUE; a key that two of them give is refused by name.
 std::vector<std::string> alias_sets(const Args& a) {
-  std::map<std::string, std::string> set_keys;
-  for (const std::string& s : a.all("set")) set_keys[s.substr(0, s.find('='))] = s;
-  std::vector<std::string> out;
+  std::vector<FlagSet> flags;
   for (const auto& [flag, key] : flag_keys()) {
     const bool boolean = std::string(flag) == "sequence-parallel";
     if (boolean ? !a.flag(flag) : !a.get(flag)) continue;
-    KIRI_CHECK_KIND(kConfig, !set_keys.count(key), "--", flag, " and --set ", set_keys[key],
-                    " both give ", key, ": give one (--", flag, " is short for ", key, ")");
-    out.push_back(std::string(key) + "=" + (boolean ? std::string("true") : *a.get(flag)));
+    flags.push_back({std::string("--") + flag,
+                     std::string(key) + "=" + (boolean ? std::string("true") : *a.get(flag))});
   }
-  return out;
+  for (FlagSet& f : config_flag_sets(a)) flags.push_back(std::move(f));
+  return merge_flag_sets(flags, a.all("set"));
 }
 
 // The planner's defaults where no config file gives them: kiri plan's own (bf16, b 1, s the
@@ -82,14 +82,23 @@ bool gives_model(const std::string& file, const std::vector<std::string>& sets) 
 }  // namespace
 
 bool plan_has_config(const Args& a) {
+  // --bf16, --fp16 and --batch-size are the flags mode's --dtype and --micro-batch too.
+  for (const FlagSet& f : config_flag_sets(a))
+    if (f.flag != "--bf16" && f.flag != "--fp16" && f.flag != "--batch-size") return true;
   return !a.positional().empty() || !a.all("set").empty();
+}
+
+std::optional<std::string> plan_flag_value(const Args& a, const std::string& key) {
+  std::optional<std::string> out;
+  for (const std::string& s : alias_sets(a))
+    if (s.rfind(key + "=", 0) == 0) out = s.substr(key.size() + 1);
+  return out;
 }
 
 ConfigPlan plan_of_config(const Args& a, const plan::ClusterSpec& cluster,
                           const std::function<plan::ModelSpec()>& flags_model) {
   const std::string file = a.positional().empty() ? "" : a.positional().front();
-  std::vector<std::string> sets = alias_sets(a);
-  for (const std::string& s : a.all("set")) sets.push_back(s);
+  const std::vector<std::string> sets = alias_sets(a);
   const bool config_model = gives_model(file, a.all("set"));
   KIRI_CHECK_KIND(kConfig, !config_model || !(a.get("model") || a.get("layers") || a.get("params")),
                   "give one model: the config's model.* keys (", file.empty() ? "--set" : file,

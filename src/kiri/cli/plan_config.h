@@ -1,6 +1,8 @@
 #pragma once
 // kiri plan CONFIG / --set KEY=VALUE: the training vocabulary as the planner's input.
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "kiri/cli/args.h"
 #include "kiri/plan/layout.h"
@@ -18,8 +20,12 @@ struct ConfigPlan {
   bool batch_given = false;
 };
 
-// Whether kiri plan was given a config (a positional CONFIG or a --set).
+// Whether kiri plan was given a config (a positional CONFIG, a --set, or a familiar flag of
+// config_flags.h other than --bf16, --fp16 and --batch-size, which the flags mode reads too).
 bool plan_has_config(const Args& a);
+// The value that kiri plan's flags (its own, the familiar ones) and --set give `key`
+// (nullopt: none); two of them for one key are a kConfig error naming both.
+std::optional<std::string> plan_flag_value(const Args& a, const std::string& key);
 
 // The config (the file, else the planner's defaults; then the layout flags as the keys they
 // alias, then --set in order) as the planner's model and layout. The model is the config's

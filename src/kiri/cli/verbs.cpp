@@ -2,6 +2,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/suggest.h"
+#include "kiri/cli/config_flags.h"
 
 namespace kiri::cli {
 
@@ -18,6 +19,12 @@ const OptionSpec kDeepSpeed = {"--deepspeed", K::kValue, "DS_CONFIG.json", "",
                                "onto kiri's keys (docs/deepspeed.md)"};
 const OptionSpec kMemLimit = {"--mem-limit", K::kValue, "BYTES", "the config's train.mem_limit",
                               "the allocator's limit per rank (2GiB, 300MB); sets train.mem_limit"};
+
+// `spec` with the familiar flags that alias config keys (config_flags.h) after its own.
+VerbSpec with_config_flags(VerbSpec spec) {
+  for (OptionSpec& o : config_flag_options()) spec.options.push_back(std::move(o));
+  return spec;
+}
 
 VerbSpec train_verb() {
   return {"train",
@@ -309,9 +316,16 @@ const std::vector<OptionSpec> kCommon = {
 
 const std::vector<VerbSpec>& verb_specs() {
   static const std::vector<VerbSpec> verbs = [] {
-    std::vector<VerbSpec> v = {train_verb(), launch_verb(), config_verb(), sample_verb(),
-                               eval_verb(),  export_verb(), data_verb(),   bench_verb(),
-                               plan_verb(),  help_verb()};
+    std::vector<VerbSpec> v = {with_config_flags(train_verb()),
+                               launch_verb(),
+                               with_config_flags(config_verb()),
+                               sample_verb(),
+                               eval_verb(),
+                               export_verb(),
+                               data_verb(),
+                               bench_verb(),
+                               with_config_flags(plan_verb()),
+                               help_verb()};
     for (VerbSpec& s : v) s.options.insert(s.options.end(), kCommon.begin(), kCommon.end());
     return v;
   }();

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -92,7 +93,13 @@ std::vector<Field> make_fields() {
   f.push_back(float_field("data.val_fraction", KIRI_FIELD(data.val_fraction), 1e-6, 0.5,
                           "Fraction of the tokens (the last ones) held out for validation."));
   // train
-  f.push_back(int_field("train.steps", KIRI_FIELD(train.steps), 0, kBig, "Optimizer steps."));
+  f.push_back(int_field("train.steps", KIRI_FIELD(train.steps), 0, kBig,
+                        "Optimizer steps (`--max-steps`); or train.epochs."));
+  f.push_back(float_field("train.epochs", KIRI_FIELD(train.epochs), 0, 1e6,
+                          "Passes over the training split instead of train.steps (HF's "
+                          "num_train_epochs; `--epochs`): the run takes ceil(epochs x the "
+                          "split's samples of train.seq_len tokens / the global batch) steps, "
+                          "counted when the data is opened. 0: train.steps. Give one of the two."));
   f.push_back(int_field("train.micro_batch", KIRI_FIELD(train.micro_batch), 1, 1 << 20,
                         "Sequences per micro-batch (per rank)."));
   f.push_back(
@@ -265,9 +272,43 @@ const std::vector<Field>& fields() {
   return table;
 }
 
+// Hugging Face TrainingArguments' names (and the flags of its scripts) that a config or --set
+// may carry over: each names kiri's key, which an edit distance would not find.
+std::optional<std::string> hf_name_key(const std::string& key) {
+  static const std::map<std::string, std::string> names = {
+      {"learning_rate", "train.lr"},
+      {"per_device_train_batch_size", "train.micro_batch"},
+      {"gradient_accumulation_steps", "train.grad_accum"},
+      {"num_train_epochs", "train.epochs"},
+      {"max_steps", "train.steps"},
+      {"warmup_steps", "train.warmup"},
+      {"weight_decay", "train.weight_decay"},
+      {"max_grad_norm", "train.grad_clip"},
+      {"adam_beta1", "train.beta1"},
+      {"adam_beta2", "train.beta2"},
+      {"adam_epsilon", "train.eps"},
+      {"lr_scheduler_type", "train.lr_schedule"},
+      {"seed", "train.seed"},
+      {"output_dir", "run.dir"},
+      {"logging_steps", "log.every"},
+      {"save_steps", "checkpoint.every"},
+      {"save_total_limit", "checkpoint.keep_last"},
+      {"eval_steps", "train.eval_every"},
+      {"bf16", "train.dtype (bf16)"},
+      {"fp16", "train.dtype (fp16)"}};
+  // "train.learning_rate" too: the name after the last dot.
+  const auto it = names.find(key.substr(key.rfind('.') + 1));
+  if (it == names.end()) return std::nullopt;
+  return it->second;
+}
+
 const Field& find_field(const std::string& key) {
   for (const Field& f : fields())
     if (f.doc.key == key) return f;
+  if (auto kiri_key = hf_name_key(key))
+    KIRI_RAISE(kConfig, "unknown key '", quote_bounded(key, 120),
+               "': that is a Hugging Face TrainingArguments name; kiri's key is ", *kiri_key,
+               " (docs/config.md)");
   std::vector<std::string> keys;
   for (const Field& f : fields()) keys.push_back(f.doc.key);
   // No key is longer than 40 characters: a longer name gets no suggestion, whose edit
@@ -376,6 +417,13 @@ RunConfig load_config(const std::string& file, const std::vector<std::string>& s
   RunConfig cfg = kiri::default_run_config();
   if (!file.empty()) cfg = parse_config_text(read_config_text(file), file);
   for (const std::string& s : sets) apply_set(cfg, s);
+  // Two ways to say how long: which one counts would be a guess.
+  if (cfg.train.epochs > 0) {
+    bool steps = false;
+    for (const auto& [key, value] : config_entries(file, sets)) steps |= key == "train.steps";
+    KIRI_CHECK_KIND(kConfig, !steps, "train.steps and train.epochs = ", cfg.train.epochs,
+                    " are both given (--max-steps, --epochs): give one of them");
+  }
   return cfg;
 }
 

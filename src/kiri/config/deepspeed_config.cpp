@@ -416,8 +416,9 @@ void Mapper::top_level() {
     if (sections.count(k) || is_auto(v)) continue;
     if (k == "gradient_clipping")
       set(k, "train.grad_clip", v);
-    else if (k == "steps_per_print")
-      set(k, "log.every", v);
+    else if (k == "steps_per_print")  // 2000 as log.every would keep kiri silent that long
+      typed_no_effect(k, v, v.is_number() && v.get<double>() >= 1, "a positive integer",
+                      "DeepSpeed's own console interval; kiri's progress line keeps log.every");
     else if (k == "wall_clock_breakdown")
       no_effect(k, "kiri's metrics.jsonl times every step; log.trace breaks it down");
     else if (k == "zero_allow_untested_optimizer" || k == "zero_force_ds_cpu_optimizer")
@@ -505,6 +506,54 @@ DeepSpeedConfig apply_deepspeed(const json& ds, const std::string& where, const 
   KIRI_CHECK_KIND(kConfig, ds.is_object(), "DeepSpeed config '", where,
                   "' must be a JSON object, got ", ds.type_name());
   return deepspeed_detail::Mapper(ds, where, cfg, given, world).run();
+}
+
+namespace {
+
+bool key_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+}
+
+// `message` with the file's JSON path before each kiri key that `path_of` holds: every run of
+// key characters (a trailing '.' is the sentence's) is looked up whole, so train.lr is not
+// found inside train.lr_schedule.
+std::string with_paths(const std::string& message,
+                       const std::map<std::string, std::string>& path_of, bool& named) {
+  std::string out;
+  for (size_t i = 0; i < message.size();) {
+    if (!key_char(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && key_char(message[end])) ++end;
+    size_t word_end = end;
+    while (word_end > i && message[word_end - 1] == '.') --word_end;
+    const std::string word = message.substr(i, word_end - i);
+    if (auto it = path_of.find(word); it != path_of.end()) {
+      out += it->second + " (" + word + ")";
+      named = true;
+    } else {
+      out += word;
+    }
+    out += message.substr(word_end, end - word_end);
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+void validate_deepspeed(const RunConfig& cfg, const std::map<std::string, std::string>& path_of,
+                        const std::string& where) {
+  try {
+    validate(cfg);
+  } catch (const Error& e) {
+    bool named = false;
+    const std::string message = with_paths(e.message(), path_of, named);
+    if (!named || e.kind() != ErrorKind::kConfig) throw;
+    KIRI_RAISE(kConfig, "DeepSpeed config '", where, "': ", message);
+  }
 }
 
 DeepSpeedConfig load_deepspeed(const std::string& file, const RunConfig& cfg,

@@ -55,6 +55,7 @@ class Mapper {
     }
     cfg_ = probe;
     out_.entries.emplace_back(key, after);
+    out_.path_of.emplace(key, path);  // the first path that set it
   }
 
   void unsupported(const std::string& path, const json& v, const std::string& why) {
@@ -103,10 +104,15 @@ class Mapper {
   void typed_no_effect(const std::string& path, const json& v, bool typed, const char* type,
                        const std::string& why);
   void cpu_offload(const std::string& path, const json& v, const char* key);
+  // `"device": "cpu"` (or cpu_offload true): the states stay in host RAM, kiri's offload
+  // `none`; a contradiction with a given kiri offload key is a problem.
+  void host_offload(const std::string& path, const char* key, const json& as_given);
   void aio(const std::string& path, const json& a);
   // set() for a kiri key that two DeepSpeed keys map onto (offload.path from both
   // nvme_paths): the second must agree with the first.
-  void set_shared(const std::string& path, const std::string& key, const json& value);
+  // `as_given`: the file's value, for the message (`"cpu"` maps to none).
+  void set_shared(const std::string& path, const std::string& key, const json& value,
+                  const json& as_given = nullptr);
   void activation_checkpointing(const json& a);
   void top_level();
   void batch();
@@ -120,7 +126,11 @@ class Mapper {
   int world_;
   DeepSpeedConfig out_;
   std::vector<std::string> problems_;
-  std::map<std::string, std::pair<std::string, json>> shared_;  // key -> (path, value)
+  struct Shared {
+    std::string path;
+    json value, as_given;
+  };
+  std::map<std::string, Shared> shared_;  // kiri key -> the first DeepSpeed key that set it
 };
 
 }  // namespace kiri::deepspeed_detail

@@ -1,6 +1,7 @@
 // DeepSpeed's offload keys (zero_optimization.offload_optimizer, offload_param, the old
 // cpu_offload, cpu_offload_params) and aio, onto kiri's offload.* keys (docs/deepspeed.md,
-// docs/offload.md). `cpu` maps to `cpu`, which validate_offload then refuses with why.
+// docs/offload.md). `cpu` is where kiri's states live already (host RAM): kiri's `none`,
+// with a note; `nvme` maps to `nvme`.
 #include <cmath>
 #include <string>
 
@@ -22,15 +23,17 @@ const char* const kPinned =
 
 }  // namespace
 
-void Mapper::set_shared(const std::string& path, const std::string& key, const json& value) {
+void Mapper::set_shared(const std::string& path, const std::string& key, const json& value,
+                        const json& as_given) {
+  const json given = as_given.is_null() ? value : as_given;
   if (auto it = shared_.find(key); it != shared_.end()) {
-    if (it->second.second != value)
-      problems_.push_back(str(path, " = ", shown(value), " maps to ", key, ", as ",
-                              it->second.first, " = ", shown(it->second.second),
-                              " does: kiri has one ", key, " for both, make them agree"));
+    if (it->second.value != value)
+      problems_.push_back(str(path, " = ", shown(given), " maps to ", key, ", as ", it->second.path,
+                              " = ", shown(it->second.as_given), " does: kiri has one ", key,
+                              " for both, make them agree"));
     return;
   }
-  shared_[key] = {path, value};
+  shared_[key] = {path, value, given};
   set(path, key, value);
 }
 
@@ -38,9 +41,23 @@ void Mapper::cpu_offload(const std::string& path, const json& v, const char* key
   if (!v.is_boolean())
     problems_.push_back(str(path, " must be true or false, got ", shown(v)));
   else if (v.get<bool>())
-    set_shared(path, key, "cpu");  // validate_offload explains why cpu cannot run here
+    host_offload(path, key, v);
   else
     no_effect(path, "false: nothing offloaded");
+}
+
+void Mapper::host_offload(const std::string& path, const char* key, const json& as_given) {
+  const std::string what =
+      std::string(key) == "offload.parameters" ? "parameters" : "optimizer states";
+  if (given_.count(key) && get_key(cfg_, key) != "none") {
+    problems_.push_back(str(path, " = ", shown(as_given), " keeps the ", what,
+                            " in host RAM, but kiri's config or --set gives ", key, " = ",
+                            get_key(cfg_, key).get<std::string>(),
+                            ": drop one, or make them agree"));
+    return;
+  }
+  set_shared(path, key, "none", as_given);
+  no_effect(path, "\"cpu\": on the CPU backend the " + what + " already live in host RAM");
 }
 
 void Mapper::offload(const std::string& path, const json& o, bool param) {
@@ -50,7 +67,9 @@ void Mapper::offload(const std::string& path, const json& o, bool param) {
   bool nvme = false;
   if (is_auto(device)) {
     nvme = get_key(cfg_, key) == "nvme";
-  } else if (device == "none" || device == "cpu" || device == "nvme") {
+  } else if (device == "cpu") {
+    host_offload(path + ".device", key, device);
+  } else if (device == "none" || device == "nvme") {
     set_shared(path + ".device", key, device);
     nvme = device == "nvme";
   } else {

@@ -31,6 +31,9 @@ struct DataConfig {
 
 struct TrainConfig {
   int64_t steps = 200;
+  // > 0: passes over the training split, which set steps when the data is known (the
+  // trainer: ceil(epochs x samples / global batch)); 0: steps as given.
+  double epochs = 0;
   int64_t micro_batch = 8;
   int64_t seq_len = 128;
   int64_t grad_accum = 1;

@@ -43,6 +43,21 @@ void check_batch_against_data(const RunConfig& cfg, uint64_t samples, const std:
                   kMaxEpochsPerStep * n, " sequences): lower train.grad_accum or --global-batch");
 }
 
+// train.epochs > 0: the steps that pass over the training split that many times, now that
+// its samples and the global batch are known (a resume counts them again, from the same data).
+void steps_from_epochs(RunConfig& cfg, uint64_t samples, bool rank0) {
+  TrainConfig& t = cfg.train;
+  if (t.epochs <= 0) return;
+  const int64_t batch = global_batch(cfg);
+  const double steps = std::ceil(t.epochs * static_cast<double>(samples) / batch);
+  KIRI_CHECK_KIND(kConfig, steps <= double(int64_t{1} << 40), "train.epochs = ", t.epochs, " is ",
+                  steps, " steps: give fewer epochs");
+  t.steps = std::max<int64_t>(1, static_cast<int64_t>(steps));
+  if (rank0)
+    log::info("train.epochs ", t.epochs, ": ", t.steps, " steps of ", batch, " sequences over the ",
+              samples, " training samples");
+}
+
 }  // namespace
 
 void Trainer::build() {
@@ -61,6 +76,7 @@ void Trainer::build() {
   val_stream_ =
       std::make_unique<data::SampleStream>(std::move(ds.val), cfg_.train.seq_len, cfg_.train.seed);
   check_batch_against_data(cfg_, train_stream_->num_samples(), data_dir);
+  steps_from_epochs(cfg_, train_stream_->num_samples(), world_->rank() == 0);
   build_dims();
   build_model(parallel_options());
   build_optimizer();
