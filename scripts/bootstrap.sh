@@ -13,7 +13,7 @@ cd "$root"
 
 packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
   openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev liburing-dev libxxhash-dev clang-format python3
-  python3-numpy ccache)
+  python3-numpy ccache libprotobuf-dev protobuf-compiler)
 # `make fuzz` (scripts/bootstrap.sh fuzz): clang's libFuzzer and sanitizer runtimes too.
 if [ "${1:-}" = fuzz ]; then
   packages+=(clang libclang-rt-14-dev libomp-dev)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The outside clients that tests and benchmarks check kiri against, from PyPI, in one virtual
-# environment made once and cached under the user's cache directory, so that a clean clone
-# (CI) reuses it:  ${XDG_CACHE_HOME:-~/.cache}/kiri/venv-<hash of the requirements below>.
+# The outside clients that tests and benchmarks check kiri against, from PyPI (torch,
+# transformers, tensorboard), in one virtual environment made once and cached under the
+# user's cache directory, so that a clean clone (CI) reuses it:
+#   ${XDG_CACHE_HOME:-~/.cache}/kiri/venv-<hash of the requirements below>.
 # Not on `make demo`'s path. Prints the venv's python on stdout; exits 1 with the reason on
 # stderr when it cannot be made (no python3-venv, no PyPI), and tests then skip naming it.
 #   bash scripts/test-venv.sh                  make it when missing, print its python
@@ -17,6 +18,7 @@ requirements=(
   "tokenizers==0.23.3"
   "safetensors==0.8.0"
   "numpy"
+  "tensorboard==2.21.0"   # the reader of log.tensorboard's event files (tests/cli/loggers_test)
 )
 # transformers 4's own pins (it refuses tokenizers >= 0.21 and hub >= 1.0), without their
 # dependencies: the rest (regex, safetensors, numpy, ...) is the venv's, and requests, which

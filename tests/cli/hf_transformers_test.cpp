@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kiri.h"
+#include "cli/test_venv.h"
 #include "test_paths.h"
 
 namespace {
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 using kiri::testing::Result;
 using kiri::testing::run_kiri;
 using kiri::testing::run_shell;
+using kiri::testing::venv_python;
 using nlohmann::json;
 
 const std::string kScript = std::string(KIRI_SOURCE_DIR) + "/tests/cli/hf_transformers.py";
@@ -39,22 +41,6 @@ constexpr int64_t kVocab = 257, kNewTokens = 20;
 const char* kTrain =
     " --set data.tokenizer=byte --set train.seq_len=32 --set train.micro_batch=2"
     " --set train.warmup=1 --set train.eval_every=0 --set train.eval_batches=1";
-
-// The test venv's python (with `option` "--transformers4": a command prefix whose python has
-// transformers 4.46); "" with the reason in *why when scripts/test-venv.sh cannot make it.
-std::string venv_python(std::string* why, const std::string& option) {
-  const std::string err =
-      fs::temp_directory_path() / ("kiri_test_venv_" + std::to_string(getpid()) + ".err");
-  const Result r = run_shell("{ bash " + std::string(KIRI_SOURCE_DIR) + "/scripts/test-venv.sh " +
-                             option + " 2>" + err + "; }");
-  std::ifstream f(err);
-  std::stringstream s;
-  s << f.rdbuf();
-  fs::remove(err);
-  if (r.code == 0 && !r.output.empty()) return r.output.substr(0, r.output.find('\n'));
-  *why = "scripts/test-venv.sh " + option + " exited " + std::to_string(r.code) + ": " + s.str();
-  return "";
-}
 
 #define PYTHON_OR_SKIP(py, option)                   \
   std::string why_;                                  \

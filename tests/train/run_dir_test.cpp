@@ -249,8 +249,14 @@ TEST(RunDir, AUsedFolderIsNamedAndOverwriteRemovesOnlyKirisFiles) {
   EXPECT_EQ(clear_run_dir(outside).size(), 3u);  // step_, .tmp, latest
   EXPECT_TRUE(fs::exists(outside.log.metrics));
   EXPECT_TRUE(fs::exists(c.log.metrics));
-  EXPECT_EQ(clear_run_dir(c).size(), 2u);  // metrics.jsonl, metrics.png
+  // log.csv's and log.tensorboard's files in run.dir go too.
+  std::ofstream(dir + "/run/metrics.csv") << "step,loss\n";
+  const std::string events = dir + "/run/events.out.tfevents.1700000000.h.1.0";
+  std::ofstream(events) << "tfrecords";
+  EXPECT_EQ(clear_run_dir(c).size(), 4u);  // metrics.jsonl, metrics.png, metrics.csv, events
   EXPECT_FALSE(fs::exists(dir + "/run/metrics.png"));
+  EXPECT_FALSE(fs::exists(dir + "/run/metrics.csv"));
+  EXPECT_FALSE(fs::exists(events));
   EXPECT_FALSE(inspect_run_dir(c).holds_a_run());
   EXPECT_TRUE(fs::exists(c.checkpoint.dir + "/notes.txt"));
   EXPECT_TRUE(fs::exists(dir + "/run/data.txt"));

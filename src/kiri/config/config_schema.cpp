@@ -49,6 +49,31 @@ Field loss_scale_field() {
   return f;
 }
 
+// log.trace: a path, or true / false for the run folder's trace.json / none.
+Field trace_field() {
+  Field f = string_field(
+      "log.trace", KIRI_FIELD(log.trace),
+      "Chrome trace of the run (JSON for Perfetto / chrome://tracing, docs/trace.md): "
+      "forward, backward, optimizer, evaluation and every communication call per rank; with "
+      "several ranks one file each, `.rank<R>` before the extension (trace.rank3.json). "
+      "Events are kept in memory until the end: trace short runs. `true`: "
+      "`{run.dir}/trace.json`; a relative path lies in the run folder (`traces/a.json` is "
+      "`{run.dir}/traces/a.json`), an absolute one is taken as given; empty or `false` "
+      "disables.");
+  const auto set_path = f.set;
+  f.set = [set_path](kiri::RunConfig& c, const json& v) {
+    const bool is_true = v.is_boolean() ? v.get<bool>() : v.is_string() && v == "true";
+    const bool is_false = v.is_boolean() ? !v.get<bool>() : v.is_string() && v == "false";
+    if (is_true)
+      c.log.trace = "{run.dir}/trace.json";
+    else if (is_false)
+      c.log.trace.clear();
+    else
+      set_path(c, v);
+  };
+  return f;
+}
+
 std::vector<Field> make_fields() {
   constexpr int64_t kBig = int64_t{1} << 40;
   std::vector<Field> f;
@@ -60,7 +85,8 @@ std::vector<Field> make_fields() {
       "The run folder: `config.json` (the resolved config, written at the start), the "
       "metrics, the loss plot and the checkpoints. `{run.name}` is replaced by run.name, and "
       "`{run.dir}` in checkpoint.dir, log.metrics, log.plot and log.trace by this folder; a "
-      "path given without it is taken as given. A fresh run refuses a folder that holds "
+      "path given without it is taken as given (log.trace's relative path: inside this folder). A "
+      "fresh run refuses a folder that holds "
       "another run's checkpoints or metrics: continue it with `--resume auto` or start over "
       "with `--overwrite` (docs/checkpoints.md)."));
   add_model_fields(f);  // config_model_fields.cpp
@@ -251,13 +277,16 @@ std::vector<Field> make_fields() {
                            "attempts of a resumed run); empty: the metrics path with .png."));
   f.push_back(
       int_field("log.every", KIRI_FIELD(log.every), 1, kBig, "Steps between progress lines."));
-  f.push_back(string_field(
-      "log.trace", KIRI_FIELD(log.trace),
-      "Chrome trace of the run (JSON for Perfetto / chrome://tracing, docs/trace.md): "
-      "forward, backward, optimizer, evaluation and every communication call per rank; with "
-      "several ranks one file each, `.rank<R>` before the extension (runs/trace.rank3.json). "
-      "Events are kept in memory until the end: trace short runs. Empty disables; "
-      "`{run.dir}/trace.json` puts it in the run folder."));
+  f.push_back(bool_field("log.csv", KIRI_FIELD(log.csv),
+                         "Also write `{run.dir}/metrics.csv`: a header, then one row per step of "
+                         "the scalars (loss, val_loss, lr, grad_norm, tokens_per_s, step_s, mfu, "
+                         "mem/<category> bytes, comm/bytes_sent and comm/bytes_received; "
+                         "docs/metrics.md). A resumed run keeps the rows up to its step."));
+  f.push_back(bool_field("log.tensorboard", KIRI_FIELD(log.tensorboard),
+                         "Also write the same scalars as TensorBoard events (tags as log.csv's "
+                         "columns) to `{run.dir}/events.out.tfevents.<secs>.<host>.<pid>.<n>`, "
+                         "a new file per start; `tensorboard --logdir runs` shows every run."));
+  f.push_back(trace_field());
   // Fill the defaults from a default-constructed config.
   RunConfig defaults = kiri::default_run_config();
   for (Field& x : f) {

@@ -16,6 +16,13 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
     s.replace(at, from.size(), to);
 }
 
+// Whether `path` lies under `dir`, comparing the paths as written (`.` and `..` resolved).
+bool lexically_inside(const std::filesystem::path& path, const std::string& dir) {
+  const std::filesystem::path rel =
+      path.lexically_normal().lexically_relative(std::filesystem::path(dir).lexically_normal());
+  return !rel.empty() && *rel.begin() != ".." && rel != ".";
+}
+
 std::string num(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", x);
@@ -34,6 +41,10 @@ RunConfig resolve_run_paths(RunConfig c) {
   for (std::string* path :
        {&c.checkpoint.dir, &c.log.metrics, &c.log.plot, &c.log.trace, &c.offload.path})
     replace_all(*path, "{run.dir}", c.run.dir);
+  // Traces belong to the run: a relative path is taken inside its folder.
+  const std::filesystem::path trace(c.log.trace);
+  if (!c.log.trace.empty() && trace.is_relative() && !lexically_inside(trace, c.run.dir))
+    c.log.trace = (std::filesystem::path(c.run.dir) / trace).string();
   return c;
 }
 

@@ -105,7 +105,10 @@ struct LogConfig {
   std::string metrics = "{run.dir}/metrics.jsonl";  // one JSON line per step; "" disables
   std::string plot;                                 // loss-curve PNG; "" = metrics with .png
   int64_t every = 1;                                // steps between progress lines
-  // Chrome trace (docs/trace.md); "" disables; several ranks: FILE.rank<R>.ext
+  bool csv = false;          // {run.dir}/metrics.csv: one row of scalars per step
+  bool tensorboard = false;  // a TensorBoard event file in run.dir, the same scalars
+  // Chrome trace (docs/trace.md); "" disables; several ranks: FILE.rank<R>.ext. A relative
+  // path lies in run.dir (resolve_run_paths); the key's `true` is {run.dir}/trace.json.
   std::string trace;
 };
 
@@ -129,7 +132,9 @@ inline RunConfig default_run_config() {
 
 // The config with "{run.name}" in run.dir and "{run.dir}" in checkpoint.dir,
 // log.metrics, log.plot and log.trace replaced (kConfig for an empty run.name or
-// run.dir, or a name with '/'). Idempotent.
+// run.dir, or a name with '/'), and a relative log.trace put inside run.dir (one that
+// already lies there, as "runs/kiri/trace.json" for run.dir "runs/kiri", is kept).
+// Idempotent.
 RunConfig resolve_run_paths(RunConfig c);
 // The loss plot's path: log.plot, else log.metrics with .png ("" for neither).
 std::string plot_path(const LogConfig& log);

@@ -1,15 +1,8 @@
 #include "kiri/train/metrics.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -184,77 +177,9 @@ std::string progress_line(const StepMetrics& m, bool verbose) {
   return s;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
-  if (path.empty()) return;
-  const std::filesystem::path p(path);
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  KIRI_CHECK_KIND(kIo, !ec, "cannot create the folder of the metrics file '", path,
-                  "': ", ec.message());
-  // O_NONBLOCK: a FIFO without a reader is an error (ENXIO) instead of a hang.
-  fd_ = ::open(path.c_str(),
-               O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0666);
-  KIRI_CHECK_KIND(kIo, fd_ >= 0, "cannot open the metrics file '", path,
-                  "': ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) size_ = st.st_size;
-  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);  // rows are written whole
-}
-
-MetricsWriter::~MetricsWriter() {
-  try {
-    close();
-  } catch (const std::exception& e) {
-    log::warn(e.what());
-  }
-}
-
 void MetricsWriter::write(const StepMetrics& m) {
-  if (fd_ < 0) return;
-  const std::string row = metrics_json_line(m) + "\n";
-  size_t done = 0;
-  while (done < row.size()) {
-    const ssize_t n = ::write(fd_, row.data() + done, row.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "no progress";
-      // Best effort: the partial row goes, so the file ends with a whole row (a
-      // resume drops a torn last line anyway).
-      if (done > 0 && ::ftruncate(fd_, size_) != 0)
-        log::warn("metrics: cannot cut the partial row off ", path_, ": ", std::strerror(errno));
-      KIRI_RAISE(kIo, "cannot write the metrics file '", path_, "' at step ", m.step, ": ", why,
-                 " (", done, " of the row's ", row.size(),
-                 " bytes written); the run stops rather than train without a record "
-                 "(docs/metrics.md): make room, then continue with --resume auto");
-    }
-    done += static_cast<size_t>(n);
-  }
-  size_ += static_cast<int64_t>(row.size());
-  if (m.step >= m.total_steps || since_sync_.seconds() >= kSyncInterval) sync(m.step);
-}
-
-void MetricsWriter::sync(int64_t step) {
-  // EINVAL: a pipe or a terminal (log.metrics=/dev/stdout), which has nothing to sync.
-  if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS)
-    KIRI_RAISE(kIo, "cannot write the metrics file '", path_, "' (sync after step ", step,
-               "): ", std::strerror(errno), "; the run stops rather than train without a record",
-               " (docs/metrics.md)");
-  since_sync_.reset();
-}
-
-void MetricsWriter::close() {
-  if (fd_ < 0) return;
-  const int fd = fd_;
-  fd_ = -1;  // closed even when the sync or the close reports an error
-  const int sync_rc = ::fsync(fd);
-  const int sync_err = errno;
-  const int close_rc = ::close(fd);
-  const int close_err = errno;
-  if (sync_rc != 0 && sync_err != EINVAL && sync_err != EROFS)
-    KIRI_RAISE(kIo, "cannot write the metrics file '", path_,
-               "' (sync at close): ", std::strerror(sync_err));
-  KIRI_CHECK_KIND(kIo, close_rc == 0, "cannot write the metrics file '", path_,
-                  "' (close): ", std::strerror(close_err));
+  if (!file_.enabled()) return;
+  file_.append(metrics_json_line(m) + "\n", m.step, /*sync=*/m.step >= m.total_steps);
 }
 
 std::string format_duration(double seconds) {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiri/base/record_file.h"
 #include "kiri/base/timer.h"
 #include "kiri/comm/communicator.h"
 #include "kiri/tensor/allocator.h"
@@ -85,31 +86,20 @@ double check_peak_flops(double flops);
 double model_flops_utilization(double model_flops_per_s, double peak);
 
 // Appends lines; creates the file's folder. A run that starts from step 0
-// truncates the file, a resumed one appends. Every write is checked: a row that
-// cannot be written in full (a full disk, a quota, an I/O error) is a kIo error
-// naming the file, the step and the reason, and the partial row is cut off again
-// where the file allows it, so the run stops rather than train without a record
-// (docs/metrics.md). Rows go straight to the kernel (no user-space buffer); the
-// last step's row, and a row at least every kSyncInterval seconds, is also synced
-// to disk, so that filesystems which report errors only then (NFS) fail too.
+// truncates the file, a resumed one appends. Every write is checked (RecordFile,
+// base/record_file.h): a row that cannot be written in full is a kIo error naming the
+// file, the step and the reason, so the run stops rather than train without a record
+// (docs/metrics.md); the last step's row, and a row at least every 60 s, is synced.
 class MetricsWriter {
  public:
-  static constexpr double kSyncInterval = 60;
-  MetricsWriter(const std::string& path, bool append);
-  ~MetricsWriter();  // closes; an error then can only be a warning
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  MetricsWriter(const std::string& path, bool append) : file_(path, append, "metrics file") {}
   void write(const StepMetrics& m);
   // Syncs and closes the file, kIo on failure; the destructor does it otherwise.
-  void close();
-  bool enabled() const { return fd_ >= 0; }
+  void close() { file_.close(); }
+  bool enabled() const { return file_.enabled(); }
 
  private:
-  void sync(int64_t step);
-  std::string path_;
-  int fd_ = -1;
-  int64_t size_ = 0;  // bytes in the file: where a failed row is cut off
-  Timer since_sync_;
+  RecordFile file_;
 };
 
 // FLOP/s of one 1024^3 fp32 GEMM (oneDNN sgemm) on the current OpenMP

@@ -194,8 +194,15 @@ std::vector<std::string> clear_run_dir(const RunConfig& cfg) {
   std::vector<std::string> removed =
       root.empty() ? std::vector<std::string>{} : ckpt::remove_checkpoints(root);
   for (const std::string& file :
-       {cfg.log.metrics, plot_path(cfg.log), (fs::path(cfg.run.dir) / "config.json").string()})
+       {cfg.log.metrics, plot_path(cfg.log), (fs::path(cfg.run.dir) / "config.json").string(),
+        (fs::path(cfg.run.dir) / "metrics.csv").string()})
     if (inside(file, cfg.run.dir) || inside(file, root)) remove_path(file, removed);
+  // log.tensorboard's event files (each start adds one): the old run's curves would
+  // otherwise show beside the new one's.
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(cfg.run.dir, ec))
+    if (e.path().filename().string().starts_with("events.out.tfevents."))
+      remove_path(e.path(), removed);
   return removed;
 }
 

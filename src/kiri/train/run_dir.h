@@ -33,7 +33,8 @@ void refuse_used_run_dir(const RunConfig& cfg);
 
 // --overwrite: removes the previous run's step directories (and their temporary
 // ones) and `latest` in checkpoint.dir, its metrics, plot and run.dir/config.json,
-// each only when it lies inside run.dir or checkpoint.dir. Returns what it removed.
+// each only when it lies inside run.dir or checkpoint.dir, and run.dir's metrics.csv and
+// TensorBoard event files (events.out.tfevents.*). Returns what it removed.
 std::vector<std::string> clear_run_dir(const RunConfig& cfg);
 
 // One writer per folder (docs/checkpoints.md, "One run per folder"): an exclusive

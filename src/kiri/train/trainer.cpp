@@ -21,6 +21,7 @@
 #include "kiri/kernels/peak.h"
 #include "kiri/plot/plot.h"
 #include "kiri/train/faults.h"
+#include "kiri/train/metric_sinks.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/step.h"
 
@@ -514,7 +515,7 @@ void Trainer::run_steps() {
     if (const int64_t dropped = keep_metrics_through(cfg_.log.metrics, step_); dropped > 0)
       log::info("metrics: dropped ", dropped, " row(s) of ", cfg_.log.metrics, " past step ", step_,
                 " (an earlier attempt's)");
-  MetricsWriter metrics(rank0 ? cfg_.log.metrics : "", /*append=*/step_ > 0);
+  MetricSinks metrics(cfg_, rank0, step_);
   LossHistory history;    // this run's steps: the plot's when there is no metrics file
   StepClock clock;        // elapsed and ETA from here (rank 0 measured its peak above)
   int64_t nonfinite = 0;  // consecutive steps that made no progress (count_nonfinite)
