@@ -30,6 +30,10 @@ void set_rank(int rank) {
 int rank() {
   return t_rank;
 }
+Level level() {
+  return g_level.load();
+}
+
 void set_level(Level level) {
   g_level = level;
 }

@@ -11,6 +11,7 @@ enum class Level { kDebug, kInfo, kWarning, kError };
 
 void set_rank(int rank);  // -1: single process, no rank prefix
 int rank();
+Level level();  // the lowest level written
 void set_level(Level level);
 void write(Level level, const std::string& message);
 

@@ -59,10 +59,11 @@ std::vector<std::string> command_sets(const Args& a) {
 // (rank 0, stderr). Returns what it set (an empty one without --deepspeed): a resumed run
 // applies its entries again, and validation names its JSON paths.
 DeepSpeedConfig apply_deepspeed_option(const Args& a, const std::string& file,
-                                       const std::vector<std::string>& sets, kiri::RunConfig& cfg) {
+                                       const std::vector<std::string>& sets, kiri::RunConfig& cfg,
+                                       int world = launch::job_size()) {
   const std::optional<std::string> path = a.get("deepspeed");
   if (!path) return {cfg, {}, {}, {}};
-  DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), launch::job_size());
+  DeepSpeedConfig ds = load_deepspeed(*path, cfg, config_entries(file, sets), world);
   if (launch::job_rank() <= 0)
     for (const std::string& note : ds.notes) log::info("--deepspeed ", *path, ": ", note);
   cfg = ds.config;
@@ -199,10 +200,10 @@ struct TrainStart {
 TrainStart resolve_train_start(const Args& a, const std::string& file,
                                const std::vector<std::string>& sets,
                                const std::optional<std::string>& resume,
-                               const std::optional<std::string>& init) {
+                               const std::optional<std::string>& init, int world) {
   TrainStart s{load_config(file, sets), "", "", {}, 0};
   kiri::RunConfig& cfg = s.cfg;
-  const DeepSpeedConfig ds = apply_deepspeed_option(a, file, sets, cfg);
+  const DeepSpeedConfig ds = apply_deepspeed_option(a, file, sets, cfg, world);
   const std::vector<std::pair<std::string, json>>& deepspeed = ds.entries;
   // --auto sets the layout keys itself: the file's would be overridden unseen.
   for (const auto& [key, value] : deepspeed)
@@ -256,8 +257,14 @@ kiri::RunConfig train_command_paths(const std::vector<std::string>& argv, int wo
   const std::vector<std::string> sets = command_sets(a);
   const std::optional<std::string> init = a.get("init-from");
   const std::optional<std::string> resume = a.get("resume");
+  // Quiet: the ranks log the same notes (--deepspeed's, --resume's) once they start.
+  struct Quiet {
+    log::Level was = log::level();
+    Quiet() { log::set_level(log::Level::kError); }
+    ~Quiet() { log::set_level(was); }
+  } quiet;
   const kiri::RunConfig cfg =
-      resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init).cfg;
+      resolve_train_start(a, file, sets, resume, resume ? std::nullopt : init, world).cfg;
   if (!a.flag("auto") && !a.get("global-batch")) {  // cmd_train's first check on the world
     kiri::RunConfig resolved = cfg;
     kiri::resolve(resolved, {.world = world});
@@ -319,7 +326,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, !init || !resume,
                   "--init-from starts a new run from a model's weights and --resume continues a "
                   "run: give one of them");
-  TrainStart start = resolve_train_start(a, file, sets, resume, init);
+  TrainStart start = resolve_train_start(a, file, sets, resume, init, launch::job_size());
   kiri::RunConfig& cfg = start.cfg;
   const std::string& from = start.from;
   const std::string& init_dir = start.init_dir;
