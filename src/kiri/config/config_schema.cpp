@@ -79,7 +79,10 @@ std::vector<Field> make_fields() {
   std::vector<Field> f;
   // run
   f.push_back(string_field("run.name", KIRI_FIELD(run.name),
-                           "The run's name: the folder of run.dir's default."));
+                           "The run's name: the folder of run.dir's default. Unset, a run "
+                           "given a config file is named after it, as torchtitan and the HF "
+                           "Trainer name their output folders (`configs/llama-tiny.json`: "
+                           "`llama-tiny`, so runs/llama-tiny), and one without is `kiri`."));
   f.push_back(string_field(
       "run.dir", KIRI_FIELD(run.dir),
       "The run folder: `config.json` (the resolved config, written at the start), the "
@@ -444,7 +447,14 @@ json get_key(const RunConfig& cfg, const std::string& key) {
 
 RunConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
   RunConfig cfg = kiri::default_run_config();
-  if (!file.empty()) cfg = parse_config_text(read_config_text(file), file);
+  if (!file.empty()) {
+    cfg = parse_config_text(read_config_text(file), file);
+    // Each config file its own run folder unless it names one: examples run one after another.
+    bool named = false;
+    for (const auto& [key, value] : config_entries(file, {})) named |= key == "run.name";
+    const std::string stem = std::filesystem::path(file).stem().string();
+    if (!named && !stem.empty()) cfg.run.name = stem;
+  }
   for (const std::string& s : sets) apply_set(cfg, s);
   // Two ways to say how long: which one counts would be a guess.
   if (cfg.train.epochs > 0) {
