@@ -62,7 +62,7 @@ LowpGemmImpl parse_gemm_lowp_impl(const std::string& name);
 // kOneDnnMatmul when oneDNN has a matmul kernel for the dtype here.
 bool gemm_lowp_available(LowpGemmImpl impl, DType ab);
 // oneDNN's name for its bf16 / f16 matmul kernel on this CPU (e.g.
-// "brg:avx512_core_bf16"), "" when it has none.
+// "brg:avx512_core_amx_bf16" for a 256^3 product), "" when it has none.
 const std::string& gemm_lowp_onednn_kernel(DType ab);
 // The path gemm_lowp takes now for `ab`: the setting with kAuto and the
 // fallback resolved (kOneDnnMatmul or kViaF32, never kAuto).

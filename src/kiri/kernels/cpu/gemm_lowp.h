@@ -33,7 +33,7 @@ LowpGemmImpl auto_path(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t 
 // has no implementation for these dtypes on this CPU (nothing was written).
 bool gemm_lowp_onednn(const LowpGemmArgs& g);
 // oneDNN's name for the matmul kernel it picks for an fp32-accumulating
-// 16x16x16 product of `ab` values into fp32 (e.g. "brg:avx512_core_bf16"), or
+// 256x256x256 product of `ab` values into fp32 (e.g. "brg:avx512_core_amx_bf16"), or
 // "" when it has none on this CPU. Computed once per dtype.
 const std::string& onednn_lowp_kernel(DType ab);
 

@@ -200,8 +200,10 @@ bool execute(const GemmKey& key, float alpha, const void* A, const void* B, void
 }  // namespace
 
 const std::string& onednn_lowp_kernel(DType ab) {
+  // A 256^3 product: at 16^3 oneDNN 2.6 picks brg:avx512_core_bf16 on a CPU with AMX, while
+  // the step's GEMMs (hundreds of rows and columns) run brg:avx512_core_amx_bf16.
   auto probe = [](DType dt) {
-    const GemmKey k{dt, DType::kF32, false, false, false, 1, 0.0f, 16, 16, 16, 16, 16, 16};
+    const GemmKey k{dt, DType::kF32, false, false, false, 1, 0.0f, 256, 256, 256, 256, 256, 256};
     const std::optional<dnnl::matmul::primitive_desc> pd = create_pd(k);
     return pd ? std::string(pd->impl_info_str()) : std::string();
   };
