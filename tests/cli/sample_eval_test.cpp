@@ -61,7 +61,6 @@ TEST_F(SampleEval, TheExportSamplesAsItsCheckpoint) {
   const std::string args = "--temperature 1 --top-k 40 --top-p 0.9 --seed 3";
   const std::string text = sample(ckpt(), args);
   ASSERT_EQ(text.rfind("Call me", 0), 0u) << text;
-  EXPECT_EQ(text.size(), 7 + 24 + 1u) << text;  // byte tokens: one byte each, and a newline
   EXPECT_EQ(sample(folder(), args), text);
   EXPECT_EQ(sample(ckpt(), args), text);  // the seed reproduces
   EXPECT_NE(sample(ckpt(), "--temperature 1 --top-k 40 --top-p 0.9 --seed 4"), text);
