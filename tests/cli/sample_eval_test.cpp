@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/run_kiri.h"
 #include "test_paths.h"
 
@@ -48,8 +50,11 @@ class SampleEval : public ::testing::Test {
   static std::string ckpt() { return dir_ + "/run/checkpoints/step_00000030"; }
   static std::string folder() { return dir_ + "/export"; }
   static std::string shards() { return dir_ + "/shards"; }
+  // kiri sample's output; --prompt 'Call me' unless args give a prompt.
   static std::string sample(const std::string& model, const std::string& args) {
-    const Result r = run_kiri("sample " + model + " --prompt 'Call me' --tokens 24 " + args);
+    const std::string prompt =
+        args.find("--prompt") == std::string::npos ? " --prompt 'Call me'" : "";
+    const Result r = run_kiri("sample " + model + prompt + " --tokens 24 " + args);
     EXPECT_EQ(r.code, 0) << r.output;
     return r.output;
   }
@@ -101,9 +106,9 @@ TEST_F(SampleEval, AFolderWithoutATokenizerNeedsOne) {
   const std::string bare = dir_ + "/bare";
   fs::create_directories(bare);
   fs::copy_file(folder() + "/model.safetensors", bare + "/model.safetensors");
-  std::string config = read(folder() + "/config.json");
-  config.replace(config.find("\"kiri\""), 6, "\"kiri_not\"");  // the block naming the tokenizer
-  std::ofstream(bare + "/config.json") << config;
+  nlohmann::json config = nlohmann::json::parse(read(folder() + "/config.json"));
+  config.erase("kiri");  // the block naming the tokenizer, which transformers does not write
+  std::ofstream(bare + "/config.json") << config.dump();
   Result r = run_kiri("sample " + bare + " --tokens 3");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find(bare + " holds no tokenizer"), std::string::npos) << r.output;
