@@ -108,7 +108,8 @@ TEST_F(HfExport, NumpyGpt2GivesKiriSamplesGreedyTokens) {
   Result r = run_kiri("export " + ckpt() + " --out " + out + " --max-shard-size 200KB");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(fs::exists(out + "/model-00003-of-00003.safetensors")) << r.output;
-  r = run_kiri("sample " + ckpt() + " --temperature 0 --tokens 40 --prompt 'Call me Ishmael'");
+  r = run_kiri("sample " + ckpt() +
+               " --temperature 0 --stop-at-eos --tokens 40 --prompt 'Call me Ishmael'");
   ASSERT_EQ(r.code, 0) << r.output;
   std::string kiri_ids;  // the byte tokenizer: each output byte is a token id
   std::string text = r.output.substr(0, r.output.size() - 1);  // sample's newline

@@ -112,7 +112,7 @@ def main():
     ids = [int(s) for s in a.prompt_ids.split(",")]
     block = cfg["n_positions"]
     # transformers' generate() ends at config.json's eos_token_id and keeps it; kiri sample
-    # ends there too and prints the text without it.
+    # --stop-at-eos ends there too and prints the text without it.
     eos = cfg.get("eos_token_id")
     for _ in range(a.tokens):
         ids.append(int(np.argmax(logits_of(cfg, w, ids[-block:])[-1])))

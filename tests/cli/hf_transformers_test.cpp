@@ -93,8 +93,8 @@ void expect_same_logits(const std::vector<float>& kiri, const std::vector<float>
 // kiri sample's greedy continuation of the prompt and its logits (into `logits`).
 std::string kiri_greedy(const std::string& ckpt, const std::string& logits) {
   const Result r =
-      run_kiri("sample " + ckpt + " --temperature 0 --tokens " + std::to_string(kNewTokens) +
-               " --prompt '" + kPrompt + "' --logits " + logits);
+      run_kiri("sample " + ckpt + " --temperature 0 --stop-at-eos --tokens " +
+               std::to_string(kNewTokens) + " --prompt '" + kPrompt + "' --logits " + logits);
   EXPECT_EQ(r.code, 0) << r.output;
   const std::string text = r.output.substr(0, r.output.size() - 1);  // sample's newline
   std::string ids;  // each output byte is a token id
@@ -202,6 +202,9 @@ TEST_F(HfTransformers, FoldersTransformersSavesLoadInKiri) {
     const std::string greedy = kiri_greedy(ckpt, f + ".kiri.logits");
     expect_same_logits(read_floats(f + ".kiri.logits"), read_floats(f + ".logits"), c.name);
     EXPECT_EQ(greedy, read_text(f + ".greedy"));
+    // kiri sample reads transformers' folder itself (it holds no tokenizer files).
+    EXPECT_EQ(kiri_greedy(f + " --tokenizer byte", f + ".folder.logits"), read_text(f + ".greedy"));
+    expect_same_logits(read_floats(f + ".folder.logits"), read_floats(f + ".logits"), c.name);
   }
 }
 

@@ -66,6 +66,23 @@ TEST(CliHfTokenizer, DataPreparesShardsWithLlama3sTokenizerJson) {
   EXPECT_NE(r.output.find("were made with tokenizer hf-"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("this run's is gpt2 (data.tokenizer = gpt2)"), std::string::npos)
       << r.output;
+
+  // The shards keep a copy of the tokenizer's files: moved away from the path they were made
+  // with, they train with no data.tokenizer at all.
+  EXPECT_NE(manifest.find("\"tokenizer_files\": \"tokenizer\""), std::string::npos) << manifest;
+  EXPECT_EQ(read(dir + "/out/tokenizer/tokenizer.json"), read(llama3 + "/tokenizer.json"));
+  std::filesystem::rename(dir + "/out", dir + "/moved");
+  std::string moved = train;
+  moved.replace(moved.find("/out "), 5, "/moved ");
+  r = run_kiri(moved);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("data.tokenizer = " + dir +
+                          "/moved/tokenizer (the one that made the "
+                          "shards in " +
+                          dir + "/moved)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step      1/1"), std::string::npos) << r.output;
   std::filesystem::remove_all(dir);
 }
 

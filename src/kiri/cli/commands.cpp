@@ -30,7 +30,6 @@
 #include "kiri/data/corpus.h"
 #include "kiri/launch/status.h"
 #include "kiri/launch/world.h"
-#include "kiri/train/generate.h"
 #include "kiri/train/run_dir.h"
 #include "kiri/train/trainer.h"
 
@@ -212,6 +211,7 @@ TrainStart resolve_train_start(const Args& a, const std::string& file,
                     key, " = ", value.dump(),
                     ": drop --auto, or the layout keys (zero_optimization, "
                     "activation_checkpointing) from the DeepSpeed file");
+  use_shards_tokenizer(cfg, config_entries(file, sets));
   if (init) {
     s.init_dir = ckpt::resolve_model_folder(*init);
     cfg = init_from_config(cfg, s.init_dir, config_entries(file, sets));
@@ -398,100 +398,6 @@ int cmd_config(const std::vector<std::string>& argv) {
     return 0;
   }
   std::cout << config_to_json(config_of(a, 1)).dump(2) << "\n";
-  return 0;
-}
-
-// sample --logits FILE: the next-token logits after each prefix of the prompt, [T, V] fp32,
-// for comparing kiri's forward with another implementation's (tests/cli/hf_llama_test.cpp).
-// Each row is a forward of its prefix: next_token_logits keeps no state, and causal attention
-// makes row t the full sequence's.
-void write_prompt_logits(const std::string& path, model::GPT<float>& model, Allocator& allocator,
-                         const std::vector<int32_t>& ids) {
-  const int64_t t = static_cast<int64_t>(ids.size()), v = model.config().vocab_size;
-  KIRI_CHECK_KIND(kConfig, t <= model.config().block_size, "--logits: the prompt's ", t,
-                  " tokens exceed the model's block_size = ", model.config().block_size);
-  nn::Context ctx{allocator, /*training=*/false};
-  std::string bytes;
-  bytes.reserve(static_cast<size_t>(t * v) * sizeof(float));
-  for (int64_t i = 1; i <= t; ++i) {
-    Tensor x = Tensor::empty({1, i}, DType::kI32, Category::kActivations, allocator);
-    std::copy(ids.begin(), ids.begin() + i, x.data<int32_t>());
-    const Tensor logits = model.next_token_logits(ctx, x);  // [V]
-    bytes.append(static_cast<const char*>(logits.raw()), static_cast<size_t>(v) * sizeof(float));
-  }
-  write_file_atomic(path, bytes);
-}
-
-// The bounds of sample's --tokens and eval's --batches (train.eval_batches' own).
-constexpr int64_t kMaxSampleTokens = int64_t{1} << 20;
-constexpr int64_t kMaxEvalBatches = int64_t{1} << 20;
-
-int cmd_sample(const std::vector<std::string>& argv) {
-  Args a(argv, verb_spec("sample"));
-  KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri sample takes one CKPT_DIR");
-  const std::string dir = ckpt::resolve_checkpoint(a.positional()[0]);
-  kiri::RunConfig cfg = checkpoint_config(dir);
-  auto tokenizer = data::make_tokenizer(cfg.data.tokenizer, train::resolve_data_dir(cfg.data));
-  kiri::resolve(cfg, {.tokenizer_vocab = tokenizer->vocab_size(), .tokenizer = tokenizer->name()});
-  Allocator allocator;
-  model::GPT<float> model(cfg.model);
-  nn::ParameterStore store(model.parameters(), DType::kF32, allocator);
-  ckpt::hf::HfWeights file = ckpt::hf::HfWeights::open(dir);
-  std::vector<std::string> names;
-  for (nn::Parameter* p : store.parameters()) names.push_back(p->name);
-  file.check_names(names);
-  for (nn::Parameter* p : store.parameters()) {
-    file.read(p->name, p->value);
-    train::check_finite(p->value, file.path_of(p->name) + ": tensor " + p->name);
-  }
-
-  train::SampleOptions o;
-  o.tokens = a.get_int("tokens", 100);
-  o.temperature = a.get_double("temperature", 0.8);
-  const int64_t top_k = a.get_int("top-k", 0), seed = a.get_int("seed", 0);
-  // Checked before the narrowing casts: 2^40 would wrap to a small top-k, -1 to a huge seed.
-  KIRI_CHECK_KIND(kConfig, o.tokens >= 0 && o.tokens <= kMaxSampleTokens,
-                  "--tokens must be in [0, ", kMaxSampleTokens, "], got ", o.tokens);
-  KIRI_CHECK_KIND(kConfig, o.temperature >= 0 && std::isfinite(o.temperature),
-                  "--temperature must be a finite number >= 0, got ", o.temperature);
-  KIRI_CHECK_KIND(kConfig, top_k >= 0 && top_k <= tokenizer->vocab_size(),
-                  "--top-k must be in [0, ", tokenizer->vocab_size(),
-                  "] (0: all; the vocabulary's size), got ", top_k);
-  KIRI_CHECK_KIND(kConfig, seed >= 0, "--seed must not be negative, got ", seed);
-  o.top_k = static_cast<int>(top_k);
-  o.seed = static_cast<uint64_t>(seed);
-  std::string prompt = a.get("prompt").value_or("\n");
-  std::vector<int32_t> ids = tokenizer->encode(prompt);
-  KIRI_CHECK_KIND(kConfig, !ids.empty(), "--prompt must not be empty");
-  if (const auto path = a.get("logits")) write_prompt_logits(*path, model, allocator, ids);
-  // Ends at the end-of-text token, as transformers' generate() does at the folder's
-  // eos_token_id (the same token), and prints the text without it.
-  o.stop_token = tokenizer->eot_token();
-  std::vector<int32_t> out = train::generate(model, allocator, ids, o, tokenizer->vocab_size());
-  if (out.size() > ids.size() && out.back() == o.stop_token) out.pop_back();
-  std::cout << tokenizer->decode(out) << std::endl;
-  return 0;
-}
-
-int cmd_eval(const std::vector<std::string>& argv) {
-  Args a(argv, verb_spec("eval"));
-  KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri eval takes one CKPT_DIR");
-  kiri::RunConfig cfg = checkpoint_config(a.positional()[0]);
-  // Zero batches averaged nothing and printed val_loss -nan: train.eval_batches' range.
-  const int64_t batches = a.get_int("batches", cfg.train.eval_batches);
-  KIRI_CHECK_KIND(kConfig, batches >= 1 && batches <= kMaxEvalBatches, "--batches must be in [1, ",
-                  kMaxEvalBatches, "], got ", batches);
-  cfg.log.metrics.clear();
-  // A checkpoint holds the full model whatever layout wrote it: evaluate on one process.
-  cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
-  cfg.parallel.zero_stage = cfg.parallel.shard_group_size = 0;
-  cfg.parallel.sharding_strategy = ShardingStrategy::kFromZeroStage;
-  cfg.train.lr_scaling = kiri::LrScaling::kNone;  // no optimizer step
-  train::Trainer trainer(cfg, "");
-  trainer.accept_data_change(a.flag("accept-data-change"));
-  trainer.load_checkpoint(a.positional()[0]);
-  const double loss = trainer.evaluate(batches);
-  std::printf("val_loss %.6f (step %lld)\n", loss, static_cast<long long>(trainer.step()));
   return 0;
 }
 

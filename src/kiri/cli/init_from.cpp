@@ -3,6 +3,7 @@
 #include "kiri/base/log.h"
 #include "kiri/ckpt/hf/hf_model.h"
 #include "kiri/config/config_schema.h"
+#include "kiri/data/dataset.h"
 #include "kiri/launch/world.h"
 
 namespace kiri::cli {
@@ -41,6 +42,18 @@ kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
   if (rank0)
     for (const std::string& n : hf.notes) log::info("--init-from: ", n);
   return from;
+}
+
+void use_shards_tokenizer(kiri::RunConfig& cfg,
+                          const std::vector<std::pair<std::string, json>>& given) {
+  if (cfg.data.dir.empty()) return;
+  for (const auto& entry : given)
+    if (entry.first == "data.tokenizer") return;
+  const std::string t = data::shards_tokenizer(cfg.data.dir);
+  if (t.empty() || t == cfg.data.tokenizer) return;
+  if (launch::job_rank() <= 0)
+    log::info("data.tokenizer = ", t, " (the one that made the shards in ", cfg.data.dir, ")");
+  cfg.data.tokenizer = t;
 }
 
 }  // namespace kiri::cli

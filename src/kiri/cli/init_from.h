@@ -17,4 +17,11 @@ namespace kiri::cli {
 kiri::RunConfig init_from_config(kiri::RunConfig cfg, const std::string& dir,
                                  const std::vector<std::pair<std::string, nlohmann::json>>& given);
 
+// data.dir's shards, when `given` (the file's and --set's keys) has no data.tokenizer: the
+// tokenizer that made them (data::shards_tokenizer, logged), so that the shards alone say how
+// to read them. A given data.tokenizer stays, and a mismatch with the shards is the Trainer's
+// named error.
+void use_shards_tokenizer(kiri::RunConfig& cfg,
+                          const std::vector<std::pair<std::string, nlohmann::json>>& given);
+
 }  // namespace kiri::cli

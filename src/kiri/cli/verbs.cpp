@@ -97,16 +97,26 @@ VerbSpec config_verb() {
 
 VerbSpec sample_verb() {
   return {"sample",
-          "CKPT_DIR",
+          "MODEL",
           1,
           1,
-          "Generate text from a checkpoint.",
+          "Generate text from a checkpoint or a Hugging Face model folder (kiri's export, or one "
+          "that transformers saved), printed as it is generated.",
           {{"--prompt", K::kValue, "TEXT", "a newline", "the text to continue"},
-           {"--tokens", K::kValue, "N", "100",
-            "the most tokens to generate (it stops at the end-of-text token)"},
+           {"--prompts", K::kValue, "FILE", "",
+            "several prompts, each continued in turn with the same seed: one per non-blank "
+            "line, or a .jsonl file of objects with a string \"prompt\""},
+           {"--tokens", K::kValue, "N", "100", "the most tokens to generate"},
+           {"--stop-at-eos", K::kFlag, "", "",
+            "stop at the tokenizer's end-of-text token (eos_token_id), unprinted"},
            {"--temperature", K::kValue, "T", "0.8", "softmax temperature; 0 is greedy"},
            {"--top-k", K::kValue, "K", "0 (all)", "sample from the K most likely tokens"},
+           {"--top-p", K::kValue, "P", "1 (all)",
+            "sample from the fewest most likely tokens whose probability reaches P (after "
+            "--top-k)"},
            {"--seed", K::kValue, "S", "0", "the sampling seed"},
+           {"--tokenizer", K::kValue, "NAME", "the model's",
+            "byte, gpt2 or a tokenizer's path, for a model folder that holds no tokenizer"},
            {"--logits", K::kValue, "FILE", "",
             "also write the prompt's next-token logits [T, V] to FILE (float32, little-endian; "
             "row t after prompt tokens 0..t)"}}};
@@ -115,11 +125,17 @@ VerbSpec sample_verb() {
 VerbSpec eval_verb() {
   return {
       "eval",
-      "CKPT_DIR",
+      "MODEL",
       1,
       1,
-      "Print a checkpoint's validation loss (on one process, whatever layout wrote it).",
+      "Print the validation loss of a checkpoint or a Hugging Face model folder (on one "
+      "process, whatever layout wrote it).",
       {{"--batches", K::kValue, "N", "train.eval_batches", "validation batches to average over"},
+       {"--data", K::kValue, "DIR", "the checkpoint's data",
+        "evaluate on the validation split of these token shards (data.dir)"},
+       {"--set", K::kRepeated, "KEY=VALUE", "",
+        "a config key over the checkpoint's (or, for a model folder, the defaults): "
+        "train.seq_len, train.micro_batch, data.tokenizer, ..."},
        {"--accept-data-change", K::kFlag, "", "",
         "evaluate although the tokenizer or the token shards changed since the checkpoint was "
         "saved (refused otherwise; docs/checkpoints.md)"}}};

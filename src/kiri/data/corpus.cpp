@@ -78,12 +78,34 @@ std::string stale_reason(const std::string& text_path, const nlohmann::json& wan
   return "";
 }
 
+// The folder beside the shards that holds a copy of a Hugging Face tokenizer's files.
+constexpr const char* kTokenizerFilesName = "tokenizer";
+
 // What a rewrite of an output folder replaces: the shards, the manifest and the
 // temporary files of an older kiri's interrupted writes (`.train.bin.tmp.PID.N`).
 bool is_corpus_entry(const std::string& name) {
-  for (const char* own : {"train.bin", "val.bin", kManifestName})
+  for (const char* own : {"train.bin", "val.bin", kManifestName, kTokenizerFilesName})
     if (name == own || name.rfind(str(".", own, ".tmp"), 0) == 0) return true;
   return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+}
+
+// A Hugging Face tokenizer's files, copied into dir/tokenizer so that the shards name a
+// tokenizer that loads without the path they were made with (data.tokenizer may then be
+// left out). "byte" and "gpt2" need no copy: their names load them. Returns whether it copied.
+bool copy_tokenizer_files(const Tokenizer& tokenizer, const std::string& dir) {
+  const std::string name = tokenizer.name();
+  if (name == "byte" || name == "gpt2" || tokenizer.files().empty()) return false;
+  const fs::path out = fs::path(dir) / kTokenizerFilesName;
+  fs::create_directories(out);
+  for (const TokenizerFile& f : tokenizer.files()) {
+    KIRI_CHECK_KIND(kData, f.hf_name.find('/') == std::string::npos, "tokenizer file name '",
+                    f.hf_name, "' is not a plain name");
+    std::error_code ec;
+    fs::copy_file(f.path, out / f.hf_name, fs::copy_options::overwrite_existing, ec);
+    KIRI_CHECK_KIND(kIo, !ec, "cannot copy the tokenizer file ", f.path, " to ",
+                    (out / f.hf_name).string(), ": ", ec.message());
+  }
+  return true;
 }
 
 // Encodes the files and writes the shards and, last, the manifest (base's keys
@@ -133,6 +155,8 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
                       {"tokens", h.token_count},
                       {"fnv1a64", hex64(h.checksum)}});
   }
+  if (copy_tokenizer_files(tokenizer, staged.path()))
+    manifest["tokenizer_files"] = kTokenizerFilesName;
   manifest["eot_token"] = tokenizer.eot_token();
   manifest["documents"] = documents;
   manifest["train_tokens"] = n_train;

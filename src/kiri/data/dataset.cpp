@@ -33,6 +33,24 @@ json read_manifest(const std::string& path) {
   return m;
 }
 
+}  // namespace
+
+std::string shards_tokenizer(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  if (!fs::is_regular_file(path)) return "";
+  const json m = read_manifest(path);
+  if (m.contains("tokenizer_files") && m["tokenizer_files"].is_string()) {
+    const std::string files = (fs::path(dir) / m["tokenizer_files"].get<std::string>()).string();
+    KIRI_CHECK_KIND(kData, fs::is_directory(files), "corpus manifest ", path,
+                    " names the tokenizer's files in ", files, ", which is missing");
+    return files;
+  }
+  const std::string name = m["tokenizer"].get<std::string>();
+  return name == "byte" || name == "gpt2" ? name : "";
+}
+
+namespace {
+
 // An older kiri's folder (manifest format 1, no shard list): its train.bin and val.bin.
 void open_kiri_v1(const std::string& dir, Dataset& ds) {
   for (TokenSource* split : {&ds.train, &ds.val}) {

@@ -10,6 +10,13 @@
 
 namespace kiri::data {
 
+// The tokenizer, as data.tokenizer names it, that made the kiri shards in `dir`: the copy of
+// its files that `kiri data` keeps in dir/tokenizer (corpus.json's "tokenizer_files"), or
+// "byte" or "gpt2"; "" when the folder does not say (no corpus.json: nanoGPT's or llm.c's
+// shards, or an older kiri's Hugging Face tokenizer, named by hash alone). kData naming the
+// folder when the manifest names a copy that is missing.
+std::string shards_tokenizer(const std::string& dir);
+
 struct Dataset {
   std::string dir;
   std::string layout;     // "kiri", "nanoGPT", "llm.c" or "mixed"

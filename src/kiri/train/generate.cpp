@@ -5,36 +5,54 @@
 
 namespace kiri::train {
 
-namespace {
-// Picks an id from logits[0, v) at the temperature, optionally among the top k.
-int32_t pick(const float* logits, int v, const SampleOptions& o, Rng& rng) {
+std::vector<std::pair<int32_t, double>> sampling_distribution(const float* logits, int v,
+                                                              const SampleOptions& o) {
   if (o.temperature <= 0)
-    return static_cast<int32_t>(std::max_element(logits, logits + v) - logits);
+    return {{static_cast<int32_t>(std::max_element(logits, logits + v) - logits), 1.0}};
   std::vector<std::pair<float, int32_t>> cand(static_cast<size_t>(v));
   for (int i = 0; i < v; ++i) cand[i] = {logits[i], i};
-  if (o.top_k > 0 && o.top_k < v) {
-    std::partial_sort(cand.begin(), cand.begin() + o.top_k, cand.end(),
-                      [](auto& a, auto& b) { return a.first > b.first; });
-    cand.resize(static_cast<size_t>(o.top_k));
-  }
-  float mx = cand[0].first;
-  for (auto& c : cand) mx = std::max(mx, c.first);
-  std::vector<double> p(cand.size());
+  // Most likely first, the lower id first on a tie: the kept set does not depend on the sort.
+  const auto likelier = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  const size_t k = o.top_k > 0 && o.top_k < v ? static_cast<size_t>(o.top_k) : cand.size();
+  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
+                    likelier);
+  cand.resize(k);
+  std::vector<std::pair<int32_t, double>> out(cand.size());
   double sum = 0;
-  for (size_t i = 0; i < cand.size(); ++i)
-    sum += p[i] = std::exp((cand[i].first - mx) / o.temperature);
-  double r = rng.uniform() * sum;
   for (size_t i = 0; i < cand.size(); ++i) {
-    r -= p[i];
-    if (r <= 0) return cand[i].second;
+    out[i] = {cand[i].second, std::exp((cand[i].first - cand[0].first) / o.temperature)};
+    sum += out[i].second;
   }
-  return cand.back().second;
+  for (auto& p : out) p.second /= sum;
+  if (o.top_p < 1) {
+    // The smallest prefix whose mass reaches top_p (at least one id).
+    double mass = 0;
+    size_t n = 0;
+    while (n < out.size() && (n == 0 || mass < o.top_p)) mass += out[n++].second;
+    out.resize(n);
+    for (auto& p : out) p.second /= mass;
+  }
+  return out;
+}
+
+namespace {
+int32_t pick(const float* logits, int v, const SampleOptions& o, Rng& rng) {
+  const std::vector<std::pair<int32_t, double>> dist = sampling_distribution(logits, v, o);
+  if (dist.size() == 1) return dist[0].first;  // greedy, or one id left: no draw
+  double r = rng.uniform();
+  for (const auto& [id, p] : dist) {
+    r -= p;
+    if (r <= 0) return id;
+  }
+  return dist.back().first;
 }
 }  // namespace
 
 std::vector<int32_t> generate(model::GPT<float>& model, Allocator& allocator,
                               std::vector<int32_t> ids, const SampleOptions& options,
-                              int allowed_vocab) {
+                              int allowed_vocab, const std::function<void(int32_t)>& on_token) {
   KIRI_CHECK(!ids.empty(), "sampling needs a prompt of at least one token");
   const int block = model.config().block_size;
   allowed_vocab = std::min(allowed_vocab, model.config().vocab_size);
@@ -46,6 +64,7 @@ std::vector<int32_t> generate(model::GPT<float>& model, Allocator& allocator,
     std::copy(ids.end() - t, ids.end(), x.data<int32_t>());
     Tensor logits = model.next_token_logits(ctx, x);
     ids.push_back(pick(logits.data<float>(), allowed_vocab, options, rng));
+    if (on_token) on_token(ids.back());
     if (ids.back() == options.stop_token) break;
   }
   return ids;
