@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The training benchmark: kiri and PyTorch on the same model, batch and
-# threads, side by side in one run. Prints a markdown table (the one in
-# docs/performance.md) and leaves the raw JSON lines in $out.
+# The training benchmark: kiri and PyTorch 2.15 on the same model, batch and
+# threads, side by side in one run. Prints the markdown tables of docs/performance.md
+# and leaves the raw JSON lines in $out (BENCH_OUT, default runs/bench).
 #   bash benchmarks/run.sh [BUILD_DIR]      (make bench)
+# BENCH_PEERS=0, BENCH_DDP=0, BENCH_ZERO=0, BENCH_LAYOUTS=0 and BENCH_PLANNER=0 skip a part;
+# BENCH_TORCH="eager" (or "") leaves out PyTorch's compiled (or every) variant.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -11,37 +13,19 @@ steps=${BENCH_STEPS:-5}
 mkdir -p "$out"
 : > "$out/results.jsonl"
 
-# PyTorch (Debian's python3-torch) is used by the benchmark only.
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch libopenblas0-openmp >/dev/null
-  else
-    echo "bench: PyTorch missing (apt-get install python3-torch libopenblas0-openmp); kiri only" >&2
-  fi
-fi
+start=$(date +%s)
+echo "bench: start $(date -u '+%F %H:%M') UTC (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+
+# kiri against PyTorch 2.15 (scripts/test-venv.sh's venv; benchmarks/torch_peer.sh): tiny,
+# gpt2-124M, tiny-llama and smollm-135M at 1 and 2 threads, fp32 and bf16, PyTorch eager and
+# compiled (benchmarks/peers.sh; BENCH_CONFIGS, BENCH_THREADS, BENCH_TORCH narrow it).
 torch_ok=0
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  eval "$(bash "$root/benchmarks/torch_env.sh")"
+if [ "${BENCH_PEERS:-1}" = 1 ]; then
+  BENCH_STEPS=$steps bash "$root/benchmarks/peers.sh" "$build" "$out/results.jsonl"
+fi
+if [ -n "${BENCH_TORCH-eager compile}" ] && bash "$root/benchmarks/torch_peer.sh" --check; then
   torch_ok=1
 fi
-
-run_torch() {  # config threads layer embd head seq batch
-  [ $torch_ok = 1 ] || return 0
-  /usr/bin/python3 "$root/benchmarks/torch_gpt2.py" --n-layer "$3" --n-embd "$4" --n-head "$5" \
-    --vocab 50257 --seq-len "$6" --batch "$7" --threads "$2" --steps "$steps" --warmup-steps 2 \
-    --dtype fp32 2>/dev/null | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['config']='$1'; print(json.dumps(d))" \
-    >> "$out/results.jsonl"
-}
-
-for spec in "tiny 4 256 4 128 8" "gpt2-124M 12 768 12 64 4"; do
-  set -- $spec
-  for threads in 1 2; do
-    echo "bench: $1, $threads thread(s)" >&2
-    OMP_NUM_THREADS=$threads "$build/kiri" bench --config "$1" --threads "$threads" --steps "$steps" \
-      >> "$out/results.jsonl"
-    run_torch "$1" "$threads" "$2" "$3" "$4" "$5" "$6"
-  done
-done
 
 # Data parallel: tiny on 1 and 2 ranks x 1 thread, kiri (MPI) and PyTorch DDP (gloo).
 if [ "${BENCH_DDP:-1}" = 1 ]; then
@@ -52,11 +36,8 @@ if [ "${BENCH_DDP:-1}" = 1 ]; then
   if [ $torch_ok = 1 ]; then
     for n in 1 2; do
       echo "bench: DDP, PyTorch $n rank(s)" >&2
-      (cd "$out" && /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=$n \
-        --redirects 2 --tee 2 "$root/benchmarks/torch_gpt2.py" --ddp --n-layer 4 --n-embd 256 \
-        --n-head 4 --vocab 50257 --seq-len 128 --batch 8 --threads 1 --steps "$steps" \
-        --warmup-steps 2 2>/dev/null | grep '^{' | sed 's/^/{"config": "tiny", /; s/^{"config": "tiny", {/{"config": "tiny", /' \
-        >> "$out/results.jsonl")
+      OMP_NUM_THREADS=1 bash "$root/benchmarks/torch_peer.sh" gpt2 --ranks "$n" --ddp --config tiny \
+        --threads 1 --steps "$steps" --warmup-steps 2 >> "$out/results.jsonl"
     done
   fi
 fi
@@ -105,6 +86,7 @@ if [ "${BENCH_PLANNER:-1}" = 1 ]; then
     "$build/tests/kiri_plan_measured_tests" --gtest_filter='*TinyTable' | grep '^|' >> "$out/planner.md"
 fi
 
+echo "bench: done in $(( ($(date +%s) - start) / 60 )) min (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 python3 "$root/benchmarks/table.py" "$out/results.jsonl"
 if [ -s "$out/planner.md" ]; then
   echo

@@ -4,22 +4,59 @@ import statistics
 import sys
 
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-kiri = {(r["config"], r["threads"]): r for r in rows if r["impl"] == "kiri"}
-torch = {(r["config"], r["threads"]): r for r in rows if r["impl"] == "pytorch"}
-print("| config | threads | kiri tokens/s | PyTorch tokens/s | kiri / PyTorch | kiri MFU | "
-      "kiri step / its GEMMs | FMA peak GFLOP/s | GEMM GFLOP/s |")
-print("|---|---|---|---|---|---|---|---|---|")
+
+
+def fmt_x(v):
+    return f"{v:.2f}x"
+
+
+def goal_min(v, limit):
+    return f">= {limit}: {'met' if v >= limit else 'missed'}"
+
+
+# kiri against PyTorch (benchmarks/peers.sh, whose lines carry "bench": "peers"): one row per
+# config, thread count and dtype. kiri's fp32 is `kiri bench` (with MFU and the step over its
+# GEMMs), its bf16 `kiri bench --dtypes` (bf16 / fp32 is within that run's interleaved rounds).
+peers = [r for r in rows if r.get("bench") == "peers"]
+loads = {(r["config"], r["threads"]): r["load"][0] for r in peers if r["impl"] == "load"}
+kiri = {(r["config"], r["threads"]): r for r in peers if r["impl"] == "kiri"}
+kdt = {(r["config"], r["threads"], r["layout"]): r for r in peers if r["impl"] == "kiri-dtype"}
+peer = {(r["config"], r["threads"], r["dtype"], r["variant"]): r for r in peers
+         if r["impl"].startswith("torch ") and r["mode"] == "single"}
+version = next((r["impl"].split()[1] for r in peer.values()), "")
+if kiri:
+    print(f"| config | threads | dtype | kiri tokens/s | kiri GEMM path | PyTorch {version} eager | "
+          f"PyTorch {version} compile | kiri / best PyTorch | goal | kiri bf16 / fp32 | goal | "
+          "kiri MFU | kiri step / its GEMMs | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key, k in kiri.items():
-    t = torch.get(key)
-    tt = f"{t['tokens_per_s']:.0f}" if t else "n/a"
-    ratio = f"{k['tokens_per_s'] / t['tokens_per_s']:.2f}x" if t else "n/a"
-    print(f"| {key[0]} | {key[1]} | {k['tokens_per_s']:.0f} | {tt} | {ratio} | "
-          f"{100 * k['mfu']:.1f}% | {k['step_s'] / k['gemm_step_s']:.2f} | {k['peak_gflops']:.0f} | "
-          f"{k['gemm_gflops']:.0f} |")
+    for dtype in ("fp32", "bf16"):
+        ts = {v: peer.get(key + (dtype, v)) for v in ("eager", "compile")}
+        cells = [f"{t['tokens_per_s']:.0f}" if t else "n/a" for t in ts.values()]
+        best = max((t["tokens_per_s"] for t in ts.values() if t), default=None)
+        if dtype == "fp32":
+            tok, path = k["tokens_per_s"], "sgemm (oneDNN)"
+            mfu, gem, own, own_goal = f"{100 * k['mfu']:.1f}%", f"{k['step_s'] / k['gemm_step_s']:.2f}", "", ""
+        else:
+            b, f = kdt.get(key + ("bf16",)), kdt.get(key + ("fp32",))
+            if not b or not f:
+                continue
+            tok, g = b["tokens_per_s"], b["gemm_lowp_gflops"]
+            path = (f"{b['gemm_lowp']} (GFLOP/s: via_f32 {g['via_f32']:.0f}, "
+                    f"onednn {g['onednn']:.0f})")
+            v = tok / f["tokens_per_s"]
+            mfu, gem = "", ""
+            own, own_goal = f"{v:.2f} (fp32 {f['tokens_per_s']:.0f})", goal_min(v, 1.4)
+        ratio = tok / best if best else None
+        limit = 3 if dtype == "fp32" else 1.5
+        print(f"| {key[0]} | {key[1]} | {dtype} | {tok:.0f} | {path} | {cells[0]} | {cells[1]} | "
+              f"{fmt_x(ratio) if ratio else 'n/a'} | {goal_min(ratio, limit) if ratio else ''} | "
+              f"{own} | {own_goal} | {mfu} | {gem} | {loads.get(key, '')} |")
 
 ddp = {r["ranks"]: r for r in rows if r["impl"] == "kiri-ddp"}
 # benchmarks/run.sh's ZeRO section also runs PyTorch DDP on 2 ranks; its lines carry "bench": "zero".
-tddp = {r["ranks"]: r for r in rows if r["impl"] == "pytorch-ddp" and r.get("bench") != "zero"}
+tddp = {r["ranks"]: r for r in rows
+        if r.get("mode") == "ddp" and r.get("bench") not in ("zero", "peers")}
 if 1 in ddp and 2 in ddp:
     print()
     print("| data parallel, tiny, 1 thread per rank | 1 rank tokens/s | 2 ranks tokens/s | "
@@ -32,7 +69,7 @@ if 1 in ddp and 2 in ddp:
           f"{n2:.0f} | {100 * n2 / (2 * k1):.1f}% |")
     if 1 in tddp and 2 in tddp:
         t1, t2 = tddp[1]["tokens_per_s"], tddp[2]["tokens_per_s"]
-        print(f"| PyTorch DDP (gloo) | {t1:.0f} | {t2:.0f} | {100 * t2 / (2 * t1):.1f}% |")
+        print(f"| PyTorch {tddp[1]['impl'].split()[1]} DDP (gloo) | {t1:.0f} | {t2:.0f} | {100 * t2 / (2 * t1):.1f}% |")
     d = ddp[2]
     print()
     print("| kiri DDP, 2 ranks | backward alone | backward + sync | the all-reduces alone | "
@@ -72,11 +109,12 @@ if zero:
               f"{mib(m['total'])} | "
               f"{mib(r.get('sent_bytes_per_step', 0))} |")
     tz = [r for r in rows if r.get("bench") == "zero"]
+    tv = tz[0]["impl"].split()[1] if tz else ""
     by = {mode: [r for r in tz if r["mode"] == mode] for mode in ("ddp", "zero1")}
     if by["ddp"] and by["zero1"]:
         d = statistics.median(r["step_s"] for r in by["ddp"])
-        for mode, label in (("ddp", "PyTorch DDP (gloo)"),
-                            ("zero1", "PyTorch ZeRO-1 (ZeroRedundancyOptimizer(AdamW) over DDP)")):
+        for mode, label in (("ddp", f"PyTorch {tv} DDP (gloo)"),
+                            ("zero1", f"PyTorch {tv} ZeRO-1 (ZeroRedundancyOptimizer(AdamW) over DDP)")):
             s_ = statistics.median(r["step_s"] for r in by[mode])
             # ZeroRedundancyOptimizer shards whole tensors, so the ranks' shares differ.
             opt = " / ".join(mib(b) for b in by[mode][0]["opt_state_bytes"])
@@ -84,7 +122,7 @@ if zero:
                   f"{statistics.median(r['tokens_per_s'] for r in by[mode]):.0f} | {s_ / d:.3f} (vs its DDP) | "
                   f" | | | {opt} | | | | |")
 
-dt = [r for r in rows if r["impl"] == "kiri-dtype"]
+dt = [r for r in rows if r["impl"] == "kiri-dtype" and r.get("bench") != "peers"]
 if dt:
     base = dt[0]["tokens_per_s"]
     print()

@@ -1,22 +1,18 @@
 #!/usr/bin/env bash
 # PyTorch DDP vs DDP + ZeroRedundancyOptimizer (ZeRO stage 1) on the `tiny` config of
 # benchmarks/run.sh's data-parallel part (2 ranks x 1 thread, gloo, B 8 per rank), run
-# alternately ROUNDS times. Prints each mode's JSON line (benchmarks/torch_gpt2.py), the load
+# alternately ROUNDS times, in PyTorch 2.15 (scripts/test-venv.sh's venv,
+# benchmarks/torch_peer.sh). Prints each mode's JSON line (benchmarks/torch_gpt2.py), the load
 # average before each run, and the step-time ratio ZeRO / DDP of each round.
-#   bash benchmarks/zero_torch.sh [ROUNDS]      (BENCH_STEPS, default 5; BENCH_OUT)
+#   bash benchmarks/zero_torch.sh [ROUNDS]      (BENCH_STEPS, default 5)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-1}
 steps=${BENCH_STEPS:-5}
-out=${BENCH_OUT:-$root/runs/bench}
-mkdir -p "$out"
-eval "$(bash "$root/benchmarks/torch_env.sh")"
 
 run() {  # ddp|zero
-  (cd "$out" && /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 \
-    --redirects 2 --tee 2 "$root/benchmarks/torch_gpt2.py" --"$1" --n-layer 4 --n-embd 256 \
-    --n-head 4 --vocab 50257 --seq-len 128 --batch 8 --threads 1 --steps "$steps" \
-    --warmup-steps 2 2>/dev/null | grep '^{' | sed 's/^{/{"config": "tiny", /')
+  OMP_NUM_THREADS=1 bash "$root/benchmarks/torch_peer.sh" gpt2 --ranks 2 --"$1" --config tiny \
+    --threads 1 --steps "$steps" --warmup-steps 2
 }
 
 for r in $(seq "$rounds"); do
