@@ -11,8 +11,9 @@
 
 namespace kiri::data {
 
-enum class InputFormat { kAuto, kText, kJsonl, kTokens };
-// "auto", "text", "jsonl", "tokens"; another name raises kConfig.
+// kChat and kPromptCompletion: fine-tuning JSON Lines with a loss mask (sft.h).
+enum class InputFormat { kAuto, kText, kJsonl, kTokens, kChat, kPromptCompletion };
+// "auto", "text", "jsonl", "tokens", "chat", "prompt-completion"; another name raises kConfig.
 InputFormat parse_input_format(const std::string& name);
 const char* input_format_name(InputFormat f);
 
