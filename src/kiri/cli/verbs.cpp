@@ -138,6 +138,9 @@ VerbSpec data_verb() {
            {"--format", K::kValue, "auto|text|jsonl|tokens|chat|prompt-completion", "auto",
             "how inputs are read; auto: tokens by their header, jsonl by .jsonl/.ndjson, else "
             "text; chat, prompt-completion: fine-tuning JSON Lines with a loss mask"},
+           {"--chat-template", K::kValue, "simple|tokenizer", "simple",
+            "--format chat: kiri's simple template, or the tokenizer folder's own "
+            "(tokenizer_config.json; Llama 3 and ChatML)"},
            {"--separator", K::kValue, "STR", "none: one document per file",
             "split text files into documents on STR"},
            {"--text-key", K::kValue, "KEY", "text", "the JSON Lines member holding the text"},

@@ -140,10 +140,9 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
   uint64_t documents = 0, bytes = 0;
   nlohmann::json sources = nlohmann::json::array();
   for (const std::string& f : files) {
-    const SourceInfo s =
-        is_sft_format(opts.format)
-            ? append_sft_documents(f, tokenizer, opts.format, tokens, mask, documents)
-            : append_documents(f, tokenizer, opts, tokens, documents);
+    const SourceInfo s = is_sft_format(opts.format)
+                             ? append_sft_documents(f, tokenizer, opts, tokens, mask, documents)
+                             : append_documents(f, tokenizer, opts, tokens, documents);
     bytes += s.bytes;
     sources.push_back({{"path", s.path},
                        {"bytes", s.bytes},

@@ -21,6 +21,9 @@ struct DocumentOptions {
   InputFormat format = InputFormat::kAuto;
   std::string separator;          // text: "" = one document per file, else split on it
   std::string text_key = "text";  // jsonl: the member that holds a document's text
+  // chat: a Jinja chat template (chat_template.h) and its bos_token and eos_token; an
+  // empty template is kiri's simple one (sft.h).
+  std::string chat_template, bos_token, eos_token;
 };
 
 // Each input as files: a file as given, a folder's regular files recursively

@@ -1,10 +1,12 @@
 #include "kiri/data/sft.h"
 
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
+#include "kiri/data/chat_template.h"
 #include "kiri/data/token_source.h"
 
 namespace kiri::data {
@@ -69,9 +71,13 @@ void append_spans(const std::vector<TextSpan>& spans, const Tokenizer& tok,
   mask.push_back(!spans.empty() && spans.back().counted ? 1 : 0);
 }
 
-void append_sft_jsonl(std::string_view bytes, const std::string& label, InputFormat f,
+void append_sft_jsonl(std::string_view bytes, const std::string& label, const DocumentOptions& opts,
                       const Tokenizer& tok, std::vector<int32_t>& tokens,
                       std::vector<uint8_t>& mask, uint64_t& documents, SourceInfo& info) {
+  const InputFormat f = opts.format;
+  std::unique_ptr<ChatTemplate> tmpl;
+  if (f == InputFormat::kChat && !opts.chat_template.empty())
+    tmpl = std::make_unique<ChatTemplate>(opts.chat_template, "the chat template");
   KIRI_CHECK_KIND(kInternal, is_sft_format(f), "append_sft_jsonl of format ", input_format_name(f));
   check_text(bytes, label);
   size_t line_no = 0;
@@ -88,7 +94,10 @@ void append_sft_jsonl(std::string_view bytes, const std::string& label, InputFor
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
       KIRI_RAISE(kData, where, ": not a JSON object: ", quote_bounded(line, 80));
-    if (f == InputFormat::kChat)
+    if (f == InputFormat::kChat && tmpl)
+      append_spans(tmpl->render(messages_of(j, where), opts.bos_token, opts.eos_token, false), tok,
+                   tokens, mask);
+    else if (f == InputFormat::kChat)
       append_spans(render_simple_chat(messages_of(j, where)), tok, tokens, mask);
     else
       append_spans(render_prompt_completion(string_member(j, "prompt", where),
@@ -99,17 +108,17 @@ void append_sft_jsonl(std::string_view bytes, const std::string& label, InputFor
   }
 }
 
-SourceInfo append_sft_documents(const std::string& path, const Tokenizer& tok, InputFormat f,
-                                std::vector<int32_t>& tokens, std::vector<uint8_t>& mask,
-                                uint64_t& documents) {
+SourceInfo append_sft_documents(const std::string& path, const Tokenizer& tok,
+                                const DocumentOptions& opts, std::vector<int32_t>& tokens,
+                                std::vector<uint8_t>& mask, uint64_t& documents) {
   SourceInfo info;
   info.path = std::filesystem::absolute(path).lexically_normal().string();
-  info.format = input_format_name(f);
+  info.format = input_format_name(opts.format);
   const uint64_t before = tokens.size();
   const MappedFile file(path, "fine-tuning data");
   info.bytes = file.size();
-  append_sft_jsonl({reinterpret_cast<const char*>(file.data()), file.size()}, path, f, tok, tokens,
-                   mask, documents, info);
+  append_sft_jsonl({reinterpret_cast<const char*>(file.data()), file.size()}, path, opts, tok,
+                   tokens, mask, documents, info);
   info.tokens = tokens.size() - before;
   return info;
 }

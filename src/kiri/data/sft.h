@@ -45,11 +45,12 @@ std::vector<TextSpan> render_prompt_completion(const std::string& prompt,
 void append_spans(const std::vector<TextSpan>& spans, const Tokenizer& tok,
                   std::vector<int32_t>& tokens, std::vector<uint8_t>& mask);
 
-// The documents of a JSON Lines text in format f (chat or prompt-completion), one per
+// The documents of a JSON Lines text in format opts.format (chat, rendered by
+// opts.chat_template when it is set; or prompt-completion), one per
 // non-blank line. Raises kData naming label:line and the member on a line that is not an
 // object of that format (messages: a non-empty array of objects with string role and
 // content; prompt and completion: strings).
-void append_sft_jsonl(std::string_view bytes, const std::string& label, InputFormat f,
+void append_sft_jsonl(std::string_view bytes, const std::string& label, const DocumentOptions& opts,
                       const Tokenizer& tok, std::vector<int32_t>& tokens,
                       std::vector<uint8_t>& mask, uint64_t& documents, SourceInfo& info);
 
@@ -58,8 +59,8 @@ void append_sft_jsonl(std::string_view bytes, const std::string& label, InputFor
 namespace kiri::data {
 
 // append_sft_jsonl over one file (its path in messages); the source's info for the manifest.
-SourceInfo append_sft_documents(const std::string& path, const Tokenizer& tok, InputFormat f,
-                                std::vector<int32_t>& tokens, std::vector<uint8_t>& mask,
-                                uint64_t& documents);
+SourceInfo append_sft_documents(const std::string& path, const Tokenizer& tok,
+                                const DocumentOptions& opts, std::vector<int32_t>& tokens,
+                                std::vector<uint8_t>& mask, uint64_t& documents);
 
 }  // namespace kiri::data
