@@ -9,11 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
+#include "kiri/data/corpus.h"
 #include "kiri/parallel/pp/schedule.h"
 #include "kiri/train/trainer.h"
 #include "lowp_tolerance.h"
+#include "temp_dir.h"
 #include "train_test_util.h"
 
 namespace kiri::train {
@@ -42,6 +45,33 @@ RunConfig layout_config(const LayoutCase& k, int dp, int tp, int pp, int64_t mic
   return c;
 }
 
+// The masked cases' data: 160 short chats (user asks a sum, assistant answers), made by
+// rank 0 in a folder named by its pid, which it broadcasts so that every rank (thread or
+// process) trains on the same path.
+std::string chat_corpus(comm::Communicator& world, Allocator& a) {
+  Tensor pid = Tensor::zeros({1}, DType::kF64, Category::kBuffers, a);
+  std::string dir;
+  if (world.rank() == 0) {
+    dir = ::kiri::testing::fresh_temp_dir("kiri_layout", "chat");
+    std::ofstream out(dir + "/chat.jsonl");
+    for (int i = 0; i < 160; ++i)
+      out << "{\"messages\": [{\"role\": \"user\", \"content\": \"What is " << i << " plus "
+          << 7 * i % 13 << "?\"}, {\"role\": \"assistant\", \"content\": \"" << i + 7 * i % 13
+          << ".\"}]}\n";
+    out.close();
+    data::ByteTokenizer byte;
+    data::DocumentOptions opts;
+    opts.format = data::InputFormat::kChat;
+    data::build_corpus({dir + "/chat.jsonl"}, byte, dir + "/shards", 0.5, opts);
+    pid.data<double>()[0] = static_cast<double>(::getpid());
+  }
+  world.broadcast(pid, 0);
+  return (std::filesystem::temp_directory_path() /
+          ("kiri_layout_chat_" + std::to_string(static_cast<long>(pid.data<double>()[0]))) /
+          "shards")
+      .string();
+}
+
 // The reference: one process, the whole global batch in one micro-batch.
 RunConfig reference_config(const LayoutCase& k) {
   LayoutCase r = k;
@@ -56,8 +86,15 @@ RunConfig reference_config(const LayoutCase& k) {
 void layout_equivalence(comm::Communicator& world, LayoutCase k) {
   omp_set_num_threads(1);  // ranks share the cores
   ASSERT_EQ(world.size(), k.dp * k.tp * k.pp);
-  Trainer ref(reference_config(k));
-  Trainer t(layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches), world);
+  RunConfig rc = reference_config(k), lc = layout_config(k, k.dp, k.tp, k.pp, 2, k.microbatches);
+  if (k.masked) {
+    Allocator a;
+    rc.data.dir = lc.data.dir = chat_corpus(world, a);
+    rc.data.corpus.clear();
+    lc.data.corpus.clear();
+  }
+  Trainer ref(rc);
+  Trainer t(lc, world);
   if (!k.bf16) {
     for (int s = 0; s < 5; ++s) {
       const double a = ref.train_step().loss, b = t.train_step().loss;

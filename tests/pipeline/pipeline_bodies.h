@@ -24,6 +24,8 @@ struct LayoutCase {
   // with 8 query heads and max(2, tp) key/value heads, untied unless `tied`.
   kiri::Arch arch = kiri::Arch::kGpt2;
   bool tied = false;
+  // Fine-tuning data: a chat corpus with a loss mask (the loss on the assistants' tokens).
+  bool masked = false;
 };
 
 // 5 steps: losses within 1e-5 relative of 1x1x1, and the saved model within

@@ -27,6 +27,7 @@
 #include "kiri/cli/verbs.h"
 #include "kiri/config/config_schema.h"
 #include "kiri/config/deepspeed_config.h"
+#include "kiri/data/chat_template.h"
 #include "kiri/data/corpus.h"
 #include "kiri/launch/status.h"
 #include "kiri/launch/world.h"
@@ -412,6 +413,16 @@ int cmd_data(const std::vector<std::string>& argv) {
   opts.format = data::parse_input_format(a.get("format").value_or("auto"));
   opts.separator = a.get("separator").value_or("");
   opts.text_key = a.get("text-key").value_or("text");
+  const std::string tmpl = a.get("chat-template").value_or("simple");
+  KIRI_CHECK_KIND(kConfig, tmpl == "simple" || tmpl == "tokenizer",
+                  "--chat-template must be simple or tokenizer, got '", tmpl, "'");
+  if (tmpl == "tokenizer") {
+    const data::TokenizerChatTemplate t =
+        data::read_tokenizer_chat_template(a.get("tokenizer").value_or("gpt2"));
+    opts.chat_template = t.source;
+    opts.bos_token = t.bos_token;
+    opts.eos_token = t.eos_token;
+  }
   KIRI_CHECK_KIND(kConfig, !opts.text_key.empty(), "--text-key must not be empty");
   const double val_fraction = a.get_double("val-fraction", 0.1);
   KIRI_CHECK_KIND(kConfig, val_fraction > 0 && val_fraction < 1,

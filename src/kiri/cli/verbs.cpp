@@ -151,9 +151,12 @@ VerbSpec data_verb() {
           {{"--out", K::kValue, "DIR", "", "the folder for the shards and corpus.json (required)"},
            {"--tokenizer", K::kValue, "NAME|PATH", "gpt2",
             "gpt2, byte, or a Hugging Face tokenizer folder or tokenizer.json"},
-           {"--format", K::kValue, "auto|text|jsonl|tokens", "auto",
+           {"--format", K::kValue, "auto|text|jsonl|tokens|chat|prompt-completion", "auto",
             "how inputs are read; auto: tokens by their header, jsonl by .jsonl/.ndjson, else "
-            "text"},
+            "text; chat, prompt-completion: fine-tuning JSON Lines with a loss mask"},
+           {"--chat-template", K::kValue, "simple|tokenizer", "simple",
+            "--format chat: kiri's simple template, or the tokenizer folder's own "
+            "(tokenizer_config.json; Llama 3 and ChatML)"},
            {"--separator", K::kValue, "STR", "none: one document per file",
             "split text files into documents on STR"},
            {"--text-key", K::kValue, "KEY", "text", "the JSON Lines member holding the text"},

@@ -10,6 +10,7 @@
 #include "kiri/base/log.h"
 #include "kiri/base/timer.h"
 #include "kiri/data/io.h"
+#include "kiri/data/sft.h"
 #include "kiri/data/shard.h"
 #include "kiri/data/staged_dir.h"
 
@@ -84,7 +85,8 @@ constexpr const char* kTokenizerFilesName = "tokenizer";
 // What a rewrite of an output folder replaces: the shards, the manifest and the
 // temporary files of an older kiri's interrupted writes (`.train.bin.tmp.PID.N`).
 bool is_corpus_entry(const std::string& name) {
-  for (const char* own : {"train.bin", "val.bin", kManifestName, kTokenizerFilesName})
+  for (const char* own : {"train.bin", "val.bin", "train.mask.bin", "val.mask.bin", kManifestName,
+                          kTokenizerFilesName})
     if (name == own || name.rfind(str(".", own, ".tmp"), 0) == 0) return true;
   return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
 }
@@ -108,6 +110,42 @@ bool copy_tokenizer_files(const Tokenizer& tokenizer, const std::string& dir) {
   return true;
 }
 
+// Writes the first n_train tokens to dir/train.bin and the rest to dir/val.bin (with a
+// mask: its halves to train.mask.bin and val.mask.bin); returns the manifest's shard list.
+nlohmann::json write_split_shards(const std::string& dir, const Tokenizer& tokenizer,
+                                  const std::vector<int32_t>& tokens,
+                                  const std::vector<uint8_t>& mask, uint64_t n_train) {
+  const PreparedCorpus s = paths_in(dir);
+  const auto vocab = static_cast<uint32_t>(tokenizer.vocab_size());
+  const std::span<const int32_t> all(tokens);
+  write_shard(s.train_path, tokenizer.name(), vocab, all.first(n_train));
+  data_fault_point(2);
+  write_shard(s.val_path, tokenizer.name(), vocab, all.subspan(n_train));
+  data_fault_point(3);
+  const std::vector<int32_t> mask32(mask.begin(), mask.end());
+  nlohmann::json shards = nlohmann::json::array();
+  for (const std::string* path : {&s.train_path, &s.val_path}) {
+    const bool train = path == &s.train_path;
+    const ShardHeader h = read_shard_header(*path);
+    shards.push_back({{"file", fs::path(*path).filename().string()},
+                      {"split", train ? "train" : "val"},
+                      {"tokens", h.token_count},
+                      {"fnv1a64", hex64(h.checksum)}});
+    if (mask.empty()) continue;
+    const std::string name = train ? "train.mask.bin" : "val.mask.bin";
+    const std::span<const int32_t> m(mask32);
+    write_shard((fs::path(dir) / name).string(), kLossMaskName, kLossMaskVocab,
+                train ? m.first(n_train) : m.subspan(n_train));
+    const ShardHeader mh = read_shard_header((fs::path(dir) / name).string());
+    uint64_t counted = 0;
+    for (uint64_t i = train ? 0 : n_train; i < (train ? n_train : mask.size()); ++i)
+      counted += mask[i];
+    shards.back()["loss_mask"] = {
+        {"file", name}, {"fnv1a64", hex64(mh.checksum)}, {"counted_tokens", counted}};
+  }
+  return shards;
+}
+
 // Encodes the files and writes the shards and, last, the manifest (base's keys
 // plus the counts, checksums and sources) into a staged folder beside out_dir,
 // then swaps it into place: out_dir holds the old corpus or the new one, never
@@ -121,10 +159,13 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
   Timer timer;
   StagedDir staged(out_dir, is_corpus_entry);  // removed again if anything below fails
   std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;  // fine-tuning formats: 1 where the loss is taken
   uint64_t documents = 0, bytes = 0;
   nlohmann::json sources = nlohmann::json::array();
   for (const std::string& f : files) {
-    const SourceInfo s = append_documents(f, tokenizer, opts, tokens, documents);
+    const SourceInfo s = is_sft_format(opts.format)
+                             ? append_sft_documents(f, tokenizer, opts, tokens, mask, documents)
+                             : append_documents(f, tokenizer, opts, tokens, documents);
     bytes += s.bytes;
     sources.push_back({{"path", s.path},
                        {"bytes", s.bytes},
@@ -140,21 +181,7 @@ PreparedCorpus build_with(const std::vector<std::string>& files, const Tokenizer
   const uint64_t n_val = val_token_count(tokens.size(), val_fraction);
   const uint64_t n_train = tokens.size() - n_val;
 
-  const PreparedCorpus s = paths_in(staged.path());
-  const auto vocab = static_cast<uint32_t>(tokenizer.vocab_size());
-  const std::span<const int32_t> all(tokens);
-  write_shard(s.train_path, tokenizer.name(), vocab, all.first(n_train));
-  data_fault_point(2);
-  write_shard(s.val_path, tokenizer.name(), vocab, all.subspan(n_train));
-  data_fault_point(3);
-  nlohmann::json shards = nlohmann::json::array();
-  for (const std::string* path : {&s.train_path, &s.val_path}) {
-    const ShardHeader h = read_shard_header(*path);
-    shards.push_back({{"file", fs::path(*path).filename().string()},
-                      {"split", path == &s.train_path ? "train" : "val"},
-                      {"tokens", h.token_count},
-                      {"fnv1a64", hex64(h.checksum)}});
-  }
+  nlohmann::json shards = write_split_shards(staged.path(), tokenizer, tokens, mask, n_train);
   if (copy_tokenizer_files(tokenizer, staged.path()))
     manifest["tokenizer_files"] = kTokenizerFilesName;
   manifest["eot_token"] = tokenizer.eot_token();

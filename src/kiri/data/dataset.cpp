@@ -10,6 +10,7 @@
 #include "kiri/base/error.h"
 #include "kiri/base/file_read.h"
 #include "kiri/data/corpus.h"
+#include "kiri/data/sft.h"
 
 namespace kiri::data {
 
@@ -63,6 +64,37 @@ void open_kiri_v1(const std::string& dir, Dataset& ds) {
   }
 }
 
+std::string hex_sum(uint64_t v) {
+  char sum[17];
+  std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(v));
+  return sum;
+}
+
+// A shard entry's loss mask (sft.h): a kiri shard of kLossMaskName, as long as its shard,
+// with the checksum the manifest lists.
+TokenSource open_loss_mask(const std::string& dir, const json& m, uint64_t tokens,
+                           const std::string& manifest) {
+  if (!m.is_object() || !m.contains("file") || !m["file"].is_string() || !m.contains("fnv1a64"))
+    KIRI_RAISE(kData, "corpus manifest ", manifest, ": a loss_mask needs file and fnv1a64, got ",
+               quote_bounded(m.dump(), 120));
+  const std::string file = m["file"].get<std::string>();
+  if (file.find('/') != std::string::npos || file.empty() || file[0] == '.')
+    KIRI_RAISE(kData, "corpus manifest ", manifest, ": loss mask file '", quote_bounded(file, 80),
+               "' must be a plain name in its folder");
+  const std::string path = (fs::path(dir) / file).string();
+  TokenSource src = TokenSource::open_file(path);
+  const TokenSegment& seg = src.segments().front();
+  if (seg.format != TokenFormat::kKiri || seg.tokenizer != kLossMaskName ||
+      seg.vocab_size != kLossMaskVocab || seg.count != tokens ||
+      m["fnv1a64"] != hex_sum(seg.checksum))
+    KIRI_RAISE(kData, "loss mask ", path, " (", token_format_name(seg.format), ", ", seg.tokenizer,
+               ", vocab ", seg.vocab_size, ", ", seg.count, " values, checksum ",
+               hex_sum(seg.checksum), ") disagrees with ", manifest, " (want ", kLossMaskName,
+               ", vocab ", kLossMaskVocab, ", ", tokens, " values, checksum ", m["fnv1a64"].dump(),
+               ")");
+  return src;
+}
+
 // The manifest's shards, each checked against its header.
 void open_kiri(const std::string& dir, Dataset& ds) {
   const std::string path = (fs::path(dir) / kManifestName).string();
@@ -74,6 +106,7 @@ void open_kiri(const std::string& dir, Dataset& ds) {
   if (!m.contains("shards") || !m["shards"].is_array() || m["shards"].empty())
     KIRI_RAISE(kData, "corpus manifest ", path, " lists no shards (format ",
                m.value("format", json()).dump(), "; make it again with `kiri data`)");
+  int masks = -1;  // unknown until the first shard: then 1 (all have loss masks) or 0
   for (const json& s : m["shards"]) {
     if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !s.contains("split") ||
         !s.contains("tokens") || !s["tokens"].is_number_unsigned() || !s.contains("fnv1a64"))
@@ -90,14 +123,22 @@ void open_kiri(const std::string& dir, Dataset& ds) {
     const TokenSegment& seg = src.segments().front();
     if (seg.format != TokenFormat::kKiri)
       KIRI_RAISE(kData, "token shard ", shard_path, " has no kiri header (KIRITOK1)");
-    char sum[17];
-    std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(seg.checksum));
+    const std::string sum = hex_sum(seg.checksum);
     if (seg.count != s["tokens"].get<uint64_t>() || s["fnv1a64"] != sum ||
         seg.tokenizer != ds.tokenizer)
       KIRI_RAISE(kData, "token shard ", shard_path, " (", seg.count, " tokens, checksum ", sum,
                  ", tokenizer ", seg.tokenizer, ") disagrees with ", path, " (", s["tokens"].dump(),
                  " tokens, checksum ", s["fnv1a64"].dump(), ", tokenizer ", ds.tokenizer, ")");
     const json split = s["split"];
+    if (s.contains("loss_mask") != (masks < 0 ? s.contains("loss_mask") : masks > 0))
+      KIRI_RAISE(kData, "corpus manifest ", path, ": shard ", file,
+                 s.contains("loss_mask") ? " has" : " has no",
+                 " loss_mask, unlike the shards before it (masks on all shards or none)");
+    masks = s.contains("loss_mask") ? 1 : 0;
+    if (masks) {
+      const TokenSource mask = open_loss_mask(dir, s["loss_mask"], seg.count, path);
+      (split == "train" ? ds.train_mask : ds.val_mask).append(mask);
+    }
     if (split == "train")
       ds.train.append(src);
     else if (split == "val")

@@ -22,6 +22,9 @@ struct Dataset {
   std::string layout;     // "kiri", "nanoGPT", "llm.c" or "mixed"
   std::string tokenizer;  // kiri shards: the tokenizer that made them; "" when unknown
   TokenSource train, val;
+  // Fine-tuning data (`kiri data --format chat|prompt-completion`): one 0/1 per token of
+  // train and val, 1 where the loss is taken; empty when the folder has no masks.
+  TokenSource train_mask, val_mask;
 };
 
 // Maps the folder's shards. kiri's (corpus.json present): the shards the
@@ -29,7 +32,8 @@ struct Dataset {
 // Otherwise the *.bin files whose names hold "train" (the training split, in
 // name order) and "val" (validation). Raises kData naming the folder or file:
 // not a folder, no train or no val file, a header that does not fit its file,
-// a manifest that disagrees with a shard. Checksums and token ranges are
+// a manifest that disagrees with a shard, a loss mask that disagrees with its shard or
+// masks on some shards only. Checksums and token ranges are
 // checked by TokenSource::verify (one pass, before training).
 Dataset open_dataset(const std::string& dir);
 

@@ -143,7 +143,10 @@ InputFormat parse_input_format(const std::string& name) {
   if (name == "text") return InputFormat::kText;
   if (name == "jsonl") return InputFormat::kJsonl;
   if (name == "tokens") return InputFormat::kTokens;
-  KIRI_RAISE(kConfig, "unknown input format '", name, "' (known: auto, text, jsonl, tokens)");
+  if (name == "chat") return InputFormat::kChat;
+  if (name == "prompt-completion") return InputFormat::kPromptCompletion;
+  KIRI_RAISE(kConfig, "unknown input format '", name,
+             "' (known: auto, text, jsonl, tokens, chat, prompt-completion)");
 }
 
 const char* input_format_name(InputFormat f) {
@@ -156,6 +159,10 @@ const char* input_format_name(InputFormat f) {
       return "jsonl";
     case InputFormat::kTokens:
       return "tokens";
+    case InputFormat::kChat:
+      return "chat";
+    case InputFormat::kPromptCompletion:
+      return "prompt-completion";
   }
   return "?";
 }

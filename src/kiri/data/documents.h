@@ -11,8 +11,9 @@
 
 namespace kiri::data {
 
-enum class InputFormat { kAuto, kText, kJsonl, kTokens };
-// "auto", "text", "jsonl", "tokens"; another name raises kConfig.
+// kChat and kPromptCompletion: fine-tuning JSON Lines with a loss mask (sft.h).
+enum class InputFormat { kAuto, kText, kJsonl, kTokens, kChat, kPromptCompletion };
+// "auto", "text", "jsonl", "tokens", "chat", "prompt-completion"; another name raises kConfig.
 InputFormat parse_input_format(const std::string& name);
 const char* input_format_name(InputFormat f);
 
@@ -20,6 +21,9 @@ struct DocumentOptions {
   InputFormat format = InputFormat::kAuto;
   std::string separator;          // text: "" = one document per file, else split on it
   std::string text_key = "text";  // jsonl: the member that holds a document's text
+  // chat: a Jinja chat template (chat_template.h) and its bos_token and eos_token; an
+  // empty template is kiri's simple one (sft.h).
+  std::string chat_template, bos_token, eos_token;
 };
 
 // Each input as files: a file as given, a folder's regular files recursively

@@ -30,6 +30,7 @@ SampleStream::SampleStream(TokenSource tokens, int64_t seq_len, uint64_t seed)
 
 SampleStream::SampleStream(SampleStream&& other) noexcept
     : tokens_(std::move(other.tokens_)),
+      mask_(std::move(other.mask_)),
       seq_len_(other.seq_len_),
       seed_(other.seed_),
       num_samples_(other.num_samples_),
@@ -69,6 +70,28 @@ void SampleStream::fill_sample(uint64_t sample, int32_t* inputs, int32_t* target
   tokens_.read(first, t, inputs);
   std::copy(inputs + 1, inputs + t, targets);
   tokens_.read(first + t, 1, targets + t - 1);
+  if (!masked()) return;
+  std::vector<int32_t> m(t);
+  mask_.read(first + 1, t, m.data());  // the targets' own positions
+  for (uint64_t i = 0; i < t; ++i)
+    if (m[i] == 0) targets[i] = -1;
+}
+
+void SampleStream::set_loss_mask(TokenSource mask) {
+  if (mask.size() != tokens_.size())
+    KIRI_RAISE(kData, "the loss mask holds ", mask.size(), " values for ", tokens_.size(),
+               " tokens");
+  mask_ = std::move(mask);
+}
+
+int64_t SampleStream::counted_targets(uint64_t position) const {
+  if (!masked()) return seq_len_;
+  const auto t = static_cast<uint64_t>(seq_len_);
+  std::vector<int32_t> m(t);
+  mask_.read(sample_index(position) * t + 1, t, m.data());
+  int64_t n = 0;
+  for (const int32_t v : m) n += v != 0;
+  return n;
 }
 
 void SampleStream::fill(uint64_t position, int32_t* inputs, int32_t* targets) const {

@@ -25,6 +25,13 @@ class SampleStream {
   // Movable (the cache's mutex is not moved but made anew); not copyable.
   SampleStream(SampleStream&& other) noexcept;
 
+  // Fine-tuning data: mask holds one 0/1 per token (as many as the tokens; else kData); a
+  // target whose mask is 0 is filled as -1, which the loss skips (docs/data.md).
+  void set_loss_mask(TokenSource mask);
+  bool masked() const { return mask_.size() > 0; }
+  // How many targets of the sample at this position the loss counts (seq_len unmasked).
+  int64_t counted_targets(uint64_t position) const;
+
   int64_t seq_len() const { return seq_len_; }
   uint64_t seed() const { return seed_; }
   uint64_t num_samples() const { return num_samples_; }
@@ -50,6 +57,7 @@ class SampleStream {
   void fill_sample(uint64_t sample, int32_t* inputs, int32_t* targets) const;
 
   TokenSource tokens_;
+  TokenSource mask_;  // empty: every target counts
   int64_t seq_len_;
   uint64_t seed_;
   uint64_t num_samples_;

@@ -17,6 +17,7 @@
 #include "kiri/comm/hang_error.h"
 #include "kiri/comm/self.h"
 #include "kiri/data/corpus.h"
+#include "kiri/data/sft.h"
 #include "kiri/data/shard.h"
 #include "kiri/kernels/peak.h"
 #include "kiri/plot/plot.h"
@@ -77,6 +78,8 @@ data::Dataset open_run_dataset(const std::string& dir, const DataConfig& cfg,
     Timer timer;
     ds.train.verify(static_cast<uint32_t>(vocab_size));
     ds.val.verify(static_cast<uint32_t>(vocab_size));
+    ds.train_mask.verify(data::kLossMaskVocab);  // empty (no fine-tuning masks): nothing
+    ds.val_mask.verify(data::kLossMaskVocab);
     log::info("data: ", dir, " (", ds.layout, "): ", ds.train.size(), " train + ", ds.val.size(),
               " val tokens, checked below vocab ", vocab_size, " in ", timer.seconds(), " s");
   }
@@ -258,6 +261,14 @@ void Trainer::fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& st
   }
 }
 
+int64_t Trainer::counted_targets(uint64_t first, int64_t samples) const {
+  if (!train_stream_->masked()) return samples * train_stream_->seq_len();
+  int64_t n = 0;
+  for (int64_t i = 0; i < samples; ++i)
+    n += train_stream_->counted_targets(first + static_cast<uint64_t>(i));
+  return n;
+}
+
 StepMetrics Trainer::train_step() {
   const TrainConfig& t = cfg_.train;
   const int64_t dp = dims_->shape().dp, rank = dims_->dp_index();
@@ -280,10 +291,13 @@ StepMetrics Trainer::train_step() {
   // (rows = micro_batch x pipeline micro-batches); this dp rank takes its
   // contiguous slice, so the global batch is the same for any layout.
   const int64_t rows = inputs_.dim(0);
-  const int64_t tokens = tokens_per_step(cfg_);  // the loss's divisor and the metrics' count
   StepSettings settings;
   settings.lr = lr_at_step(t, step_);
-  settings.loss_weight = 1.0 / static_cast<double>(tokens);
+  // The mean over the global batch's counted targets (all of them without a loss mask):
+  // every rank counts the whole global batch from the stream, so every layout divides by
+  // the same number. None counted: weight 0, so the loss and the gradients are 0.
+  const int64_t counted = counted_targets(data_position_, rows * dp * t.grad_accum);
+  settings.loss_weight = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
   settings.accumulation = t.grad_accum;
   settings.loss_factor = fault_scale_for(world_->rank(), step_);
   TrainingStep step(*parallel_, *optimizer_, {tracer_.get(), scaler_.get()});
@@ -382,14 +396,17 @@ double Trainer::evaluate(int64_t n_batches) {
     const double loss = parallel_->forward_only(ctx, eval_inputs_, eval_targets_);
     if (i >= n_batches) continue;
     sums.data<double>()[0] += loss;
-    sums.data<double>()[1] += static_cast<double>(eval_inputs_.numel());
+    const int32_t* y = eval_targets_.data<int32_t>();  // a masked target is -1
+    sums.data<double>()[1] += static_cast<double>(
+        std::count_if(y, y + eval_targets_.numel(), [](int32_t v) { return v >= 0; }));
   }
   if (dims_->shape().pp > 1) {  // only the last stage has the loss; every stage counted the tokens
     sums.data<double>()[1] /= dims_->shape().pp;
     dims_->pp().all_reduce(sums, comm::ReduceOp::kSum);
   }
   dims_->dp().all_reduce(sums, comm::ReduceOp::kSum);
-  return sums.data<double>()[0] / sums.data<double>()[1];
+  // No counted target in the evaluated batches (fine-tuning data): a loss of 0, as in training.
+  return sums.data<double>()[1] > 0 ? sums.data<double>()[0] / sums.data<double>()[1] : 0.0;
 }
 
 namespace {

@@ -170,6 +170,9 @@ class Trainer {
   void write_trace();
 
  private:
+  // How many targets of the training samples at positions [first, first + samples) the
+  // loss counts (fine-tuning data's mask; without one, samples x seq_len).
+  int64_t counted_targets(uint64_t first, int64_t samples) const;
   void fill_batch(Tensor& inputs, Tensor& targets, data::SampleStream& stream, uint64_t first,
                   bool sequential);
   StepMetrics make_metrics(double loss, double lr, double norm, double seconds);

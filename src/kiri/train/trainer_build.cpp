@@ -75,6 +75,10 @@ void Trainer::build() {
                                                        cfg_.train.seed);
   val_stream_ =
       std::make_unique<data::SampleStream>(std::move(ds.val), cfg_.train.seq_len, cfg_.train.seed);
+  if (ds.train_mask.size() > 0) {  // fine-tuning data: the loss on the counted tokens only
+    train_stream_->set_loss_mask(std::move(ds.train_mask));
+    val_stream_->set_loss_mask(std::move(ds.val_mask));
+  }
   check_batch_against_data(cfg_, train_stream_->num_samples(), data_dir);
   steps_from_epochs(cfg_, train_stream_->num_samples(), world_->rank() == 0);
   build_dims();
