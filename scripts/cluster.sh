@@ -182,8 +182,14 @@ host_index() {
 # --- down: found by name, not only by the record, so that a SIGKILLed up is cleaned too ---
 
 cmd_down() {
-  local dir ns link pids
+  local dir ns link pids i
   dir=$(state_dir)
+  # An `ip` command of a killed up may still be running (a SIGKILL ends the script, not its
+  # child): let it finish, so that what it makes is found below.
+  for ((i = 0; i < 20; i++)); do
+    pgrep -f "^ip (netns add|link add|-n) k?$name-" > /dev/null 2>&1 || break
+    sleep 0.1
+  done
   for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep -E "^$name-(h[0-9]+|probe)\$" || true); do
     # What still runs on a host (a rank or an Open MPI daemon left by a job whose link was
     # cut) would keep the namespace alive after `ip netns del`.
@@ -253,11 +259,11 @@ write_state() {
   write_agent "$dir"
   # pml ob1 and no UCX osc: the btl list below then decides every transport (vader only
   # within a host, tcp over the shaped links). No tree spawn: every daemon is launched
-  # from the root namespace, by the agent. Four TCP sockets per pair of ranks: one carried
-  # about half of a shaped link (docs/cluster.md).
+  # from the root namespace, by the agent. One TCP socket per pair of ranks, Open MPI's
+  # default: four filled a shaped link where one carried half, but hung a run whose link was
+  # reshaped mid-run (docs/cluster.md); OMPI_MCA_btl_tcp_links=4 opts in.
   echo "--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca osc ^ucx" \
     "--mca btl tcp,vader,self --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet" \
-    "--mca btl_tcp_links 4" \
     > "$dir/mpirun.flags"
   # The same as Open MPI's environment variables, for launchers that take no mpirun flags
   # (`kiri launch --hostfile`): `source mpirun.env` first.
@@ -269,7 +275,6 @@ export OMPI_MCA_osc=^ucx
 export OMPI_MCA_btl=tcp,vader,self
 export OMPI_MCA_btl_tcp_if_include=$subnet
 export OMPI_MCA_oob_tcp_if_include=$subnet
-export OMPI_MCA_btl_tcp_links=4
 EOF
   cat > "$dir/cluster.env" << EOF
 name=$name

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "cli/background_job.h"
 #include "cli/run_kiri.h"
@@ -99,6 +101,29 @@ TEST(StopSignal, SigtermSavesAtTheNextStepAndResumesToTheUninterruptedModel) {
                         std::to_string(kSteps) + " and train.steps is " + std::to_string(kSteps)),
       std::string::npos)
       << again.output;
+}
+
+// A second signal stops at once: two SIGTERMs 20 ms apart inside one step of a model whose
+// step takes a few hundred milliseconds. The process dies of the signal, saying so, and saves
+// nothing (the last checkpoint is the one before).
+TEST(StopSignal, ASecondSignalStopsAtOnce) {
+  const std::string base = temp_dir("sigterm2"), run = base + "/run";
+  Background job(kiri_cmd("train" + tiny_run(run) +
+                          " --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4"
+                          " --set model.block_size=128 --set train.seq_len=128"
+                          " --set train.micro_batch=16 --set log.every=1"),
+                 base + "/run.log");
+  ASSERT_TRUE(wait_until([&] { return last_step(run + "/metrics.jsonl") >= 2; }, 120))
+      << job.output();
+  ASSERT_EQ(::kill(job.pid, SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(::kill(job.pid, SIGTERM), 0);
+  const int code = job.wait(60);
+  const std::string out = job.output();
+  EXPECT_EQ(code, 128 + SIGTERM) << out;
+  EXPECT_NE(out.find("a second stop signal: stopping at once"), std::string::npos) << out;
+  EXPECT_EQ(out.find("stopped by SIGTERM after step"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(run + "/checkpoints/latest")) << out;  // none: every 100
 }
 
 // A Ctrl-C at the terminal: SIGINT to the whole foreground process group, here the test's

@@ -134,6 +134,10 @@ check_sigkill() {
   up --hosts 20 --ranks-per-host 1 --link 1gbit > /dev/null 2>&1 &
   pid=$!
   sleep 0.5
+  # As a terminal or CI kills a job: the script and the command it was running (an
+  # `ip netns add` left running on its own finished after down once, leaving its namespace).
+  kill -STOP "$pid" 2> /dev/null || true
+  pkill -KILL -P "$pid" 2> /dev/null || true
   kill -KILL "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true
   ip netns list | grep -E "^$name-" > /dev/null || echo "(up had made nothing yet)"

@@ -407,3 +407,22 @@ TEST(DeepSpeedConfig, AnImpossibleStaticLossScaleIsNamed) {
 }
 
 }  // namespace
+
+namespace {
+// DeepSpeed's monitors map onto kiri's loggers, whose files go into the run folder.
+TEST(DeepSpeedConfig, MonitorsMapOntoTheLoggers) {
+  const json ds = json::parse(R"({"train_micro_batch_size_per_gpu": 2,
+      "tensorboard": {"enabled": true, "output_path": "logs/", "job_name": "run1"},
+      "csv_monitor": {"enabled": true, "output_path": "csv/"}})");
+  const DeepSpeedConfig d = apply_deepspeed(ds, "ds.json", kiri_config({}), {}, 1);
+  EXPECT_TRUE(d.config.log.tensorboard);
+  EXPECT_TRUE(d.config.log.csv);
+  EXPECT_TRUE(noted(d, "tensorboard.output_path"));
+  EXPECT_TRUE(noted(d, "csv_monitor.output_path"));
+  EXPECT_TRUE(has(error_of(json::parse(R"({"tensorboard": {"enabled": true, "flush": 1}})")),
+                  "tensorboard.flush = 1: not supported"))
+      << error_of(json::parse(R"({"tensorboard": {"enabled": true, "flush": 1}})"));
+  EXPECT_TRUE(
+      has(error_of(json::parse(R"({"csv_monitor": {"enabled": "yes"}})")), "csv_monitor.enabled"));
+}
+}  // namespace

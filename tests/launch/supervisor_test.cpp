@@ -36,27 +36,21 @@ TEST(Restart, TheRestartCommandResumesTheLatestCheckpoint) {
             (V{"--auto", "--resume", "/r/s", "--global-batch", "8"}));
 }
 
-// Across hosts the mpirun command opens several TCP sockets per pair of ranks (one carried
-// half a shaped link); on one host it adds nothing, and the user's own setting wins.
-TEST(Launch, AcrossHostsOpensSeveralTcpLinksPerPeer) {
+// Across hosts the mpirun command keeps Open MPI's one TCP socket per pair of ranks (four hung
+// a run whose link was reshaped mid-run, docs/cluster.md); the user's own setting passes
+// through the environment.
+TEST(Launch, AcrossHostsLeavesTcpLinksToOpenMpi) {
   using kiri::launch::launcher_command;
   const auto has_links = [](const std::vector<std::string>& w) {
-    for (size_t i = 0; i + 2 < w.size(); ++i)
-      if (w[i] == "--mca" && w[i + 1] == "btl_tcp_links")
-        return w[i + 2] == std::to_string(kiri::launch::kTcpLinksAcrossHosts);
+    for (const std::string& s : w)
+      if (s.find("btl_tcp_links") != std::string::npos) return true;
     return false;
   };
   kiri::launch::LaunchPlan plan;
   plan.n = 4;
-  ::unsetenv("OMPI_MCA_btl_tcp_links");
-  EXPECT_TRUE(has_links(launcher_command(plan, 4, std::string("hosts.txt"), "", {"train"})));
-  plan.hosts = "a:2,b:2";
-  EXPECT_TRUE(has_links(launcher_command(plan, 4, std::nullopt, "", {"train"})));
-  plan.hosts.reset();
-  EXPECT_FALSE(has_links(launcher_command(plan, 4, std::nullopt, "", {"train"})));
-  ::setenv("OMPI_MCA_btl_tcp_links", "1", 1);
   EXPECT_FALSE(has_links(launcher_command(plan, 4, std::string("hosts.txt"), "", {"train"})));
-  ::unsetenv("OMPI_MCA_btl_tcp_links");
+  plan.hosts = "a:2,b:2";
+  EXPECT_FALSE(has_links(launcher_command(plan, 4, std::nullopt, "", {"train"})));
 }
 
 // Open MPI's form: "name slots=N", '#' comments, a host named once per slot adds up.

@@ -397,6 +397,21 @@ void Mapper::activation_checkpointing(const json& a) {
   }
 }
 
+// DeepSpeed's monitors: tensorboard / csv_monitor {enabled, output_path, job_name} as kiri's
+// log.tensorboard / log.csv, whose files go into the run folder.
+void Mapper::monitor(const std::string& path, const json& m, const char* key) {
+  if (!is_object(path, m)) return;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    const std::string p = path + "." + it.key();
+    if (it.key() == "enabled")
+      set(p, key, *it);
+    else if (it.key() == "output_path" || it.key() == "job_name")
+      no_effect(p, "kiri writes the files into the run folder, run.dir");
+    else
+      unsupported(p, *it, "not a DeepSpeed monitor key kiri maps");
+  }
+}
+
 void Mapper::top_level() {
   const std::set<std::string> sections = {"train_batch_size",
                                           "train_micro_batch_size_per_gpu",
@@ -434,6 +449,8 @@ void Mapper::top_level() {
            "kiri reduces gradients in train.dtype, " + dtype);
     else if (k == "sparse_gradients" || k == "memory_breakdown")
       only(k, v, false, "off", "not in kiri");
+    else if (k == "tensorboard" || k == "csv_monitor")
+      monitor(k, v, k == "tensorboard" ? "log.tensorboard" : "log.csv");
     else if (v.is_object() && v.contains("enabled") && v["enabled"] == false)
       no_effect(k, "disabled");
     else

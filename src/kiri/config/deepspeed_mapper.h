@@ -115,6 +115,7 @@ class Mapper {
                   const json& as_given = nullptr);
   void activation_checkpointing(const json& a);
   void top_level();
+  void monitor(const std::string& path, const json& m, const char* key);
   void batch();
   void infer_batch(const char* path, const char* key, int64_t total, int64_t other,
                    const char* other_name);

@@ -52,11 +52,9 @@ std::vector<std::string> launcher_command(const LaunchPlan& p, int64_t ranks,
     else if (p.hosts)
       out.insert(out.end(), {"--host", *p.hosts});  // Open MPI's own form: a:2,b:2
     if (geteuid() == 0) out.push_back("--allow-run-as-root");
-    // Across hosts over TCP, one socket per peer pair (Open MPI's default) carried about half
-    // of a shaped 1 Gbit/s link (docs/cluster.md); four fill it, as NCCL opens several
-    // sockets per peer on TCP. The user's own OMPI_MCA_btl_tcp_links wins.
-    if ((hostfile || p.hosts) && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
-      out.insert(out.end(), {"--mca", "btl_tcp_links", std::to_string(kTcpLinksAcrossHosts)});
+    // Open MPI's one TCP socket per peer pair is kept: four filled a shaped 1 Gbit/s link
+    // where one carried half, but with four a run whose link tc reshaped mid-run hung
+    // (docs/cluster.md); OMPI_MCA_btl_tcp_links=4 opts in.
     // More ranks than cores is fine on a laptop (and in tests); binding would
     // pile them onto the same core.
     out.insert(out.end(), {"--oversubscribe", "--bind-to", "none", "-x",

@@ -26,10 +26,6 @@ struct LaunchPlan {
   bool supervised() const { return max_restarts > 0; }
 };
 
-// Open MPI TCP sockets per pair of ranks on different hosts (btl_tcp_links), unless the
-// environment sets OMPI_MCA_btl_tcp_links.
-inline constexpr int kTcpLinksAcrossHosts = 4;
-
 // OpenMP threads per rank: --threads, else this machine's cores / ranks (at least 1).
 int64_t launch_threads(const LaunchPlan& plan, int64_t ranks);
 
