@@ -210,7 +210,7 @@ TEST(DeepSpeedCli, StockConfigsResolveAndTrainTwoSteps) {
     EXPECT_EQ(steps, 2) << name << "\n" << r.output;
     ++configs;
   }
-  EXPECT_EQ(configs, 11);
+  EXPECT_EQ(configs, 12);
 }
 
 TEST(DeepSpeedCli, TrainRunsTheDeepSpeedFilesBatchStageAndSchedule) {
