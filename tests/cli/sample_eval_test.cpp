@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/background_job.h"
 #include "cli/run_kiri.h"
 #include "test_paths.h"
 
@@ -19,12 +20,7 @@ namespace fs = std::filesystem;
 using kiri::testing::Result;
 using kiri::testing::run_kiri;
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using kiri::testing::read_text;
 
 class SampleEval : public ::testing::Test {
  protected:
@@ -42,7 +38,7 @@ class SampleEval : public ::testing::Test {
     ASSERT_EQ(r.code, 0) << r.output;
     // Other shards: a later part of the book, made by kiri data.
     std::ofstream(dir_ + "/text.txt")
-        << read(std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt").substr(200000, 20000);
+        << read_text(std::string(KIRI_TEST_DATA_DIR) + "/moby-dick.txt").substr(200000, 20000);
     r = run_kiri("data " + dir_ + "/text.txt --tokenizer byte --out " + shards());
     ASSERT_EQ(r.code, 0) << r.output;
   }
@@ -106,7 +102,7 @@ TEST_F(SampleEval, AFolderWithoutATokenizerNeedsOne) {
   const std::string bare = dir_ + "/bare";
   fs::create_directories(bare);
   fs::copy_file(folder() + "/model.safetensors", bare + "/model.safetensors");
-  nlohmann::json config = nlohmann::json::parse(read(folder() + "/config.json"));
+  nlohmann::json config = nlohmann::json::parse(read_text(folder() + "/config.json"));
   config.erase("kiri");  // the block naming the tokenizer, which transformers does not write
   std::ofstream(bare + "/config.json") << config.dump();
   Result r = run_kiri("sample " + bare + " --tokens 3");

@@ -81,9 +81,11 @@ void append_text(std::string_view text, const Tokenizer& tok, std::vector<int32_
   ++documents;
 }
 
-void append_jsonl(std::string_view bytes, const std::string& path, const Tokenizer& tok,
-                  const DocumentOptions& opts, std::vector<int32_t>& tokens, uint64_t& documents,
-                  SourceInfo& info) {
+}  // namespace
+
+void for_each_jsonl_line(std::string_view bytes, const std::string& label,
+                         const std::function<void(const std::string& where, std::string_view line,
+                                                  const nlohmann::json& j)>& each) {
   size_t line_no = 0;
   for (size_t pos = 0; pos < bytes.size();) {
     size_t end = bytes.find('\n', pos);
@@ -92,17 +94,28 @@ void append_jsonl(std::string_view bytes, const std::string& path, const Tokeniz
     pos = end + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank line
-    const std::string where = path + ":" + std::to_string(line_no);
+    const std::string where = label + ":" + std::to_string(line_no);
     if (json_nesting_depth(line, kMaxJsonDepth + 1) > kMaxJsonDepth)
       KIRI_RAISE(kData, where, ": JSON nests deeper than ", kMaxJsonDepth, " levels");
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) KIRI_RAISE(kData, where, ": not a JSON value: ", quote_bounded(line, 80));
-    if (!j.is_object() || !j.contains(opts.text_key) || !j[opts.text_key].is_string())
-      KIRI_RAISE(kData, where, ": want an object with a string \"", opts.text_key,
-                 "\" (--text-key), got ", quote_bounded(line, 80));
-    append_text(j[opts.text_key].get_ref<const std::string&>(), tok, tokens, documents, path);
-    ++info.documents;
+    each(where, line, nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false));
   }
+}
+
+namespace {
+
+void append_jsonl(std::string_view bytes, const std::string& path, const Tokenizer& tok,
+                  const DocumentOptions& opts, std::vector<int32_t>& tokens, uint64_t& documents,
+                  SourceInfo& info) {
+  for_each_jsonl_line(
+      bytes, path, [&](const std::string& where, std::string_view line, const nlohmann::json& j) {
+        if (j.is_discarded())
+          KIRI_RAISE(kData, where, ": not a JSON value: ", quote_bounded(line, 80));
+        if (!j.is_object() || !j.contains(opts.text_key) || !j[opts.text_key].is_string())
+          KIRI_RAISE(kData, where, ": want an object with a string \"", opts.text_key,
+                     "\" (--text-key), got ", quote_bounded(line, 80));
+        append_text(j[opts.text_key].get_ref<const std::string&>(), tok, tokens, documents, path);
+        ++info.documents;
+      });
 }
 
 void append_tokens(const std::string& path, const Tokenizer& tok, std::vector<int32_t>& tokens,

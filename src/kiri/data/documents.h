@@ -3,9 +3,12 @@
 // plain text, JSON Lines or tokens, and encoded into one token sequence with
 // the tokenizer's end-of-text token between documents.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "kiri/data/tokenizer.h"
 
@@ -35,6 +38,13 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 // NUL byte, or more than 1% of the bytes (of at least 8) in invalid UTF-8
 // sequences (docs/data.md, "Binary files").
 void check_text(std::string_view bytes, const std::string& path);
+
+// Each non-blank line of JSON Lines `bytes`, parsed (a discarded json when the line is not
+// JSON), with "LABEL:LINE" to name it in messages. A line nesting deeper than 64 levels is
+// kData (nlohmann's recursive parser would exhaust the stack).
+void for_each_jsonl_line(std::string_view bytes, const std::string& label,
+                         const std::function<void(const std::string& where, std::string_view line,
+                                                  const nlohmann::json& j)>& each);
 
 // One source's contribution, for the manifest.
 struct SourceInfo {

@@ -13,8 +13,6 @@ namespace kiri::data {
 
 namespace {
 
-constexpr int kMaxJsonDepth = 64;
-
 const std::string& string_member(const nlohmann::json& j, const char* key,
                                  const std::string& where) {
   if (!j.contains(key) || !j[key].is_string())
@@ -80,32 +78,22 @@ void append_sft_jsonl(std::string_view bytes, const std::string& label, const Do
     tmpl = std::make_unique<ChatTemplate>(opts.chat_template, "the chat template");
   KIRI_CHECK_KIND(kInternal, is_sft_format(f), "append_sft_jsonl of format ", input_format_name(f));
   check_text(bytes, label);
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < bytes.size();) {
-    size_t end = bytes.find('\n', pos);
-    if (end == std::string_view::npos) end = bytes.size();
-    const std::string_view line = bytes.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank line
-    const std::string where = label + ":" + std::to_string(line_no);
-    if (json_nesting_depth(line, kMaxJsonDepth + 1) > kMaxJsonDepth)
-      KIRI_RAISE(kData, where, ": JSON nests deeper than ", kMaxJsonDepth, " levels");
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object())
-      KIRI_RAISE(kData, where, ": not a JSON object: ", quote_bounded(line, 80));
-    if (f == InputFormat::kChat && tmpl)
-      append_spans(tmpl->render(messages_of(j, where), opts.bos_token, opts.eos_token, false), tok,
-                   tokens, mask);
-    else if (f == InputFormat::kChat)
-      append_spans(render_simple_chat(messages_of(j, where)), tok, tokens, mask);
-    else
-      append_spans(render_prompt_completion(string_member(j, "prompt", where),
-                                            string_member(j, "completion", where)),
-                   tok, tokens, mask);
-    ++documents;
-    ++info.documents;
-  }
+  for_each_jsonl_line(
+      bytes, label, [&](const std::string& where, std::string_view line, const nlohmann::json& j) {
+        if (j.is_discarded() || !j.is_object())
+          KIRI_RAISE(kData, where, ": not a JSON object: ", quote_bounded(line, 80));
+        if (f == InputFormat::kChat && tmpl)
+          append_spans(tmpl->render(messages_of(j, where), opts.bos_token, opts.eos_token, false),
+                       tok, tokens, mask);
+        else if (f == InputFormat::kChat)
+          append_spans(render_simple_chat(messages_of(j, where)), tok, tokens, mask);
+        else
+          append_spans(render_prompt_completion(string_member(j, "prompt", where),
+                                                string_member(j, "completion", where)),
+                       tok, tokens, mask);
+        ++documents;
+        ++info.documents;
+      });
 }
 
 SourceInfo append_sft_documents(const std::string& path, const Tokenizer& tok,
