@@ -28,8 +28,9 @@
 
 namespace kiri::cli {
 
-// kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
-// step time against its GEMMs' time (benchmarks/run.sh puts PyTorch beside it).
+// kiri bench: one JSON line per (config, threads) with tokens/s, MFU against the peak of the
+// step's dtype (--dtype, fp32 by default) and the step time against its GEMMs' time
+// (benchmarks/run.sh puts PyTorch beside it).
 // --ddp, --zero, --dtypes, --layouts and --activations select the data-parallel and layout
 // benchmarks.
 namespace {
@@ -77,8 +78,8 @@ void add_gemm_lowp(nlohmann::json& j, DType dt) {
 // the first layout ("vs_<first>"), this rank's peak bytes per category and,
 // on more than one rank, the bytes it sent per step.
 // MFU is this rank's share of the model FLOPs over the peak of the row's dtype on its threads
-// (kernels::peak_flops; "peak" names the instruction). gemm_s, where given, holds the step's
-// GEMMs replayed alone per dtype: the row's step_over_gemms.
+// (kernels::peak_flops; peak_instruction names what reached it). gemm_s, where given, holds the
+// step's GEMMs replayed alone per dtype: the row's step_over_gemms.
 void print_layouts(const std::string& impl, const bench::BenchSpec& spec, int ranks, int rounds,
                    const std::vector<bench::LayoutBenchResult>& results,
                    const std::map<DType, double>& gemm_s = {}) {
@@ -407,7 +408,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");
   if (threads.empty()) threads = {"1", "2"};
-  // Per rank (this process), FLOP/s; unset: the measured fp32 FMA peak.
+  // Per rank (this process), FLOP/s; unset: the measured peak of --dtype (fp32: the FMA's).
   const double peak =
       a.get("peak-flops") ? train::check_peak_flops(a.get_double("peak-flops", 0)) : 0.0;
   const DType dtype = parse_dtype(a.get("dtype").value_or("fp32"));
