@@ -62,7 +62,6 @@ TEST(Mfu, SixteenBitBenchUsesItsDtypesPeakAndReplaysItsGemms) {
     EXPECT_NEAR(r.mfu, fpt * r.tokens_per_s / r.peak_flops, 1e-12 * r.mfu);
     EXPECT_TRUE(std::isfinite(r.loss_last)) << r.loss_last;
     EXPECT_GT(r.gemm_step_s, 0);
-    EXPECT_DOUBLE_EQ(r.step_over_gemms, r.step_s / r.gemm_step_s);
     // The step does its GEMMs and more; half of them would mean a replay that does too much.
     EXPECT_GT(r.step_over_gemms, 0.5);
     EXPECT_TRUE(std::isfinite(r.step_over_gemms));

@@ -2,7 +2,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -112,23 +111,29 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     train::StepSettings settings;
     settings.lr = spec.lr;
     settings.loss_weight = 1.0 / double(x.numel());
-    std::vector<double> times;
+    // The step's GEMMs alone on the paths the step takes, replayed once after every step: a
+    // busy spell of a shared machine then falls on a step and its replay alike.
+    StepGemmReplay replay(spec.model, spec.batch, spec.seq, spec.dtype);
+    std::vector<double> times, gemm_times, ratios;
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       fill_random_tokens(rng, spec.model.vocab_size, x, y);  // outside the timed step
       Timer timer;
       const double loss = step.run(ctx, x, y, settings).loss_sum * settings.loss_weight;
-      if (s >= spec.warmup_steps) times.push_back(timer.seconds());
+      const double step_s = timer.seconds();
+      const double gemm_s = replay.run();
+      if (s >= spec.warmup_steps) {
+        times.push_back(step_s);
+        gemm_times.push_back(gemm_s);
+        ratios.push_back(step_s / gemm_s);
+      }
       if (s == 0) r.loss_first = loss;
       r.loss_last = loss;
     }
     r.step_s = median(times);
+    r.gemm_step_s = median(gemm_times);
+    r.step_over_gemms = median(ratios);
   }
   r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
-  // The GEMMs replayed on the paths the step took (the 16-bit choice is still installed),
-  // as many times as steps were timed, up to 3.
-  r.gemm_step_s =
-      time_step_gemms(spec.model, spec.batch, spec.seq, spec.dtype, std::min(spec.steps, 3));
-  r.step_over_gemms = r.step_s / r.gemm_step_s;
   if (spec.dtype != DType::kF32) r.gemm_lowp = kernels::gemm_lowp_path_description(spec.dtype);
   r.gemm_flops = train::measure_gemm_flops_rate();
   if (spec.peak_flops > 0) {

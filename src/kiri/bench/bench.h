@@ -34,9 +34,11 @@ struct BenchResult {
   BenchSpec spec;
   double step_s = 0;  // median over the timed steps
   double tokens_per_s = 0;
-  double gemm_step_s = 0;      // the step's GEMMs alone at spec.dtype (time_step_gemms)
-  double step_over_gemms = 0;  // step_s / gemm_step_s
-  std::string gemm_lowp;       // 16-bit: the path gemm_lowp took (its description), else ""
+  // The step's GEMMs alone at spec.dtype (StepGemmReplay), replayed right after each step:
+  // the median replay, and the median over the timed steps of step / its replay.
+  double gemm_step_s = 0;
+  double step_over_gemms = 0;
+  std::string gemm_lowp;  // 16-bit: the path gemm_lowp took (its description), else ""
   // The peak of spec.dtype on spec.threads cores (kernels::peak_flops: fp32's FMA, or the
   // 16-bit dot product where it is faster), or spec's; and the instruction that reached it
   // (kernels::core_peak), "given" for spec's.
@@ -52,8 +54,8 @@ struct BenchResult {
 // Llamas "tiny-llama" (tiny's size: 4 x 256, GQA 4/2, SwiGLU 688, vocab 32000 untied, T 128,
 // B 8) and "smollm-135M" (SmolLM-135M's shape, T 64, B 4).
 BenchSpec bench_preset(const std::string& name);
-// spec.warmup_steps + spec.steps steps at spec.dtype on one process, then the step's GEMMs
-// alone at that dtype (time_step_gemms, min(spec.steps, 3) replays). A 16-bit run first chooses
+// spec.warmup_steps + spec.steps steps at spec.dtype on one process, each followed by one
+// replay of its GEMMs alone at that dtype (StepGemmReplay). A 16-bit run first chooses
 // gemm_lowp's path on the step's shapes as kiri train does (train::choose_gemm_lowp_path;
 // KIRI_GEMM_LOWP forces one) and leaves that choice installed.
 BenchResult run_training_bench(const BenchSpec& spec);

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kiri/base/error.h"
-#include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/kernels/ops.h"
 
@@ -54,89 +53,81 @@ std::vector<StepGemm> step_linear_gemms(const kiri::GPTConfig& c, int64_t batch,
 namespace {
 
 // Operands for every GEMM of a list: A and B of the largest sizes, C of each dtype.
-struct ReplayBuffers {
-  std::vector<float> a, b, c;      // fp32 step
-  std::vector<uint16_t> a16, b16;  // 16-bit step: A and B
-  std::vector<uint16_t> c16;       // ... and its 16-bit weight gradients
-};
-
-ReplayBuffers replay_buffers(const std::vector<StepGemm>& gemms, DType dtype) {
+void allocate_operands(const std::vector<StepGemm>& gemms, DType dtype, std::vector<float>& a,
+                       std::vector<float>& b, std::vector<float>& c, std::vector<uint16_t>& a16,
+                       std::vector<uint16_t>& b16, std::vector<uint16_t>& c16) {
   int64_t max_a = 0, max_b = 0, max_c = 0;
   for (const StepGemm& s : gemms) {
     max_a = std::max(max_a, s.m * s.k);
     max_b = std::max(max_b, s.k * s.n);
     max_c = std::max(max_c, s.m * s.n);
   }
-  ReplayBuffers r;
   // Small values: the accumulating (beta 1) replays stay finite however often they run.
-  r.c.assign(static_cast<size_t>(max_c), 0.0f);
+  c.assign(static_cast<size_t>(max_c), 0.0f);
   if (dtype == DType::kF32) {
-    r.a.assign(static_cast<size_t>(max_a), 0.01f);
-    r.b.assign(static_cast<size_t>(max_b), 0.02f);
-    return r;
+    a.assign(static_cast<size_t>(max_a), 0.01f);
+    b.assign(static_cast<size_t>(max_b), 0.02f);
+    return;
   }
   auto bits = [dtype](float x) {
     return dtype == DType::kBF16 ? float_to_bf16(x) : float_to_half(x);
   };
-  r.a16.assign(static_cast<size_t>(max_a), bits(0.01f));
-  r.b16.assign(static_cast<size_t>(max_b), bits(0.02f));
-  r.c16.assign(static_cast<size_t>(max_c), bits(0.0f));
-  return r;
+  a16.assign(static_cast<size_t>(max_a), bits(0.01f));
+  b16.assign(static_cast<size_t>(max_b), bits(0.02f));
+  c16.assign(static_cast<size_t>(max_c), bits(0.0f));
 }
 
-void replay_linear_gemms(const std::vector<StepGemm>& gemms, DType dtype, ReplayBuffers& r) {
-  for (const StepGemm& s : gemms) {
+}  // namespace
+
+StepGemmReplay::StepGemmReplay(const kiri::GPTConfig& c, int64_t batch, int64_t seq, DType dtype)
+    : c_(c),
+      batch_(batch),
+      seq_(seq),
+      dtype_(dtype),
+      gemms_(step_linear_gemms(c, batch, seq, dtype)),
+      att_(static_cast<size_t>(omp_get_max_threads()) * seq * seq),
+      q_(static_cast<size_t>(batch * seq * 3 * c.n_embd), 0.01f),
+      o_(static_cast<size_t>(batch * seq * c.n_embd)) {
+  allocate_operands(gemms_, dtype, a_, b_, c32_, a16_, b16_, c16_);
+}
+
+void StepGemmReplay::linear_gemms() {
+  for (const StepGemm& s : gemms_) {
     const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
-    if (dtype == DType::kF32) {
-      kernels::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, r.a.data(), lda, r.b.data(),
-                           ldb, s.beta, r.c.data(), s.n);
+    if (dtype_ == DType::kF32) {
+      kernels::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a_.data(), lda, b_.data(),
+                           ldb, s.beta, c32_.data(), s.n);
     } else {
-      void* c = s.c_dtype == DType::kF32 ? static_cast<void*>(r.c.data()) : r.c16.data();
-      kernels::gemm_lowp(dtype, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, r.a16.data(), lda,
-                         r.b16.data(), ldb, s.beta, c, s.c_dtype, s.n);
+      void* c = s.c_dtype == DType::kF32 ? static_cast<void*>(c32_.data()) : c16_.data();
+      kernels::gemm_lowp(dtype_, s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a16_.data(), lda,
+                         b16_.data(), ldb, s.beta, c, s.c_dtype, s.n);
     }
   }
 }
 
 // Attention's products per (batch row, query head) in fp32: QK^T and PV forward; the
 // recomputed QK^T, dV, dP, dQ and dK backward (each of 2 t^2 hs FLOPs).
-void replay_attention(const kiri::GPTConfig& c, int64_t b, int64_t t, std::vector<float>& att,
-                      const std::vector<float>& q, std::vector<float>& o) {
-  const int64_t hs = c.n_embd / c.n_head, bh = b * c.n_head;
+void StepGemmReplay::attention() {
+  const int64_t t = seq_, e = c_.n_embd, hs = e / c_.n_head, bh = batch_ * c_.n_head;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < bh; ++i) {
-    float* s = att.data() + static_cast<size_t>(omp_get_thread_num()) * t * t;
-    const float* qh = q.data() + (i / c.n_head) * t * 3 * c.n_embd + (i % c.n_head) * hs;
-    float* oh = o.data() + (i / c.n_head) * t * c.n_embd + (i % c.n_head) * hs;
+    float* s = att_.data() + static_cast<size_t>(omp_get_thread_num()) * t * t;  // [T,T]
+    const float* qh = q_.data() + (i / c_.n_head) * t * 3 * e + (i % c_.n_head) * hs;
+    float* oh = o_.data() + (i / c_.n_head) * t * e + (i % c_.n_head) * hs;
     for (int r = 0; r < 7; ++r) {
       if (r % 2 == 0)
-        kernels::gemm<float>(false, true, t, t, hs, 1.0f, qh, 3 * c.n_embd, qh, 3 * c.n_embd, 0.0f,
-                             s, t);
+        kernels::gemm<float>(false, true, t, t, hs, 1.0f, qh, 3 * e, qh, 3 * e, 0.0f, s, t);
       else
-        kernels::gemm<float>(false, false, t, hs, t, 1.0f, s, t, qh, 3 * c.n_embd, 0.0f, oh,
-                             c.n_embd);
+        kernels::gemm<float>(false, false, t, hs, t, 1.0f, s, t, qh, 3 * e, 0.0f, oh, e);
     }
   }
 }
 
-}  // namespace
-
-double time_step_gemms(const kiri::GPTConfig& c, int64_t batch, int64_t seq, DType dtype,
-                       int replays) {
-  KIRI_CHECK_KIND(kConfig, replays >= 1, "time_step_gemms: replays must be >= 1, got ", replays);
-  const std::vector<StepGemm> gemms = step_linear_gemms(c, batch, seq, dtype);
-  ReplayBuffers r = replay_buffers(gemms, dtype);
-  std::vector<float> att(static_cast<size_t>(omp_get_max_threads()) * seq * seq);  // [P,T,T]
-  const std::vector<float> q(batch * seq * 3 * c.n_embd, 0.01f);                   // [B,T,3C]
-  std::vector<float> o(batch * seq * c.n_embd);                                    // [B,T,C]
-  std::vector<double> times;
-  for (int rep = 0; rep <= replays; ++rep) {
-    Timer timer;
-    replay_linear_gemms(gemms, dtype, r);
-    replay_attention(c, batch, seq, att, q, o);
-    if (rep > 0) times.push_back(timer.seconds());  // the first one warms up
-  }
-  return median(times);
+double StepGemmReplay::run() {
+  Timer timer;
+  linear_gemms();
+  attention();
+  return timer.seconds();
 }
 
 }  // namespace kiri::bench

@@ -25,12 +25,27 @@ struct StepGemm {
 std::vector<StepGemm> step_linear_gemms(const kiri::GPTConfig& c, int64_t batch, int64_t seq,
                                         DType dtype);
 
-// Seconds that one step's GEMMs take alone on the calling thread's OpenMP threads:
-// step_linear_gemms through kernels::gemm<float> or kernels::gemm_lowp (on the path that
-// gemm_lowp takes for each shape now: choose it first, as the step does), and attention's
-// per-head products (2 forward, 5 backward) through gemm<float>, as the step's attention
-// computes in fp32 at every dtype. The median of `replays` replays after a warm-up one.
-double time_step_gemms(const kiri::GPTConfig& c, int64_t batch, int64_t seq, DType dtype,
-                       int replays = 3);
+// One step's GEMMs with their operands, allocated once, to replay alone on the calling
+// thread's OpenMP threads: step_linear_gemms through kernels::gemm<float> or
+// kernels::gemm_lowp (on the path that gemm_lowp takes for each shape when run() is called:
+// choose it first, as the step does), and attention's per-head products (2 forward, 5
+// backward) through gemm<float>, as the step's attention computes in fp32 at every dtype.
+class StepGemmReplay {
+ public:
+  StepGemmReplay(const kiri::GPTConfig& c, int64_t batch, int64_t seq, DType dtype);
+  double run();  // one replay of all of them: seconds
+
+ private:
+  void linear_gemms();
+  void attention();
+
+  kiri::GPTConfig c_;
+  int64_t batch_, seq_;
+  DType dtype_;
+  std::vector<StepGemm> gemms_;
+  std::vector<float> a_, b_, c32_;         // A, B and the fp32 C of every GEMM (fp32 step)
+  std::vector<uint16_t> a16_, b16_, c16_;  // 16-bit step: A, B and the weight gradients' C
+  std::vector<float> att_, q_, o_;         // attention: [P,T,T] scores, [B,T,3C], [B,T,C]
+};
 
 }  // namespace kiri::bench

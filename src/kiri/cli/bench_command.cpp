@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/base/stats.h"
 #include "kiri/bench/bench.h"
 #include "kiri/bench/ddp_bench.h"
 #include "kiri/bench/layout_bench.h"
@@ -184,11 +185,17 @@ int dtype_bench(const Args& a) {
   ckpt.checkpoint_every = 1;
   layouts.push_back({"fp32-ckpt", ckpt});
   auto results = bench::run_layout_bench(*world.comm, spec, layouts, rounds);
-  // Each dtype's GEMMs alone, on the 16-bit paths run_layout_bench chose: one replay per
-  // round after a warm-up one (about what one step costs each).
+  // Each dtype's GEMMs alone, on the 16-bit paths run_layout_bench chose: the median of one
+  // replay per round (each about what a step's GEMMs cost). No warm-up replay: the steps ran
+  // these shapes on these paths (oneDNN's primitives are cached), and filling the operands
+  // touched their pages.
   std::map<DType, double> gemm_s;
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    gemm_s[dt] = bench::time_step_gemms(spec.model, spec.batch, spec.seq, dt, rounds);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    bench::StepGemmReplay replay(spec.model, spec.batch, spec.seq, dt);
+    std::vector<double> times;
+    for (int i = 0; i < rounds; ++i) times.push_back(replay.run());
+    gemm_s[dt] = median(times);
+  }
   if (world.comm->rank() == 0)
     print_layouts("kiri-dtype", spec, world.comm->size(), rounds, results, gemm_s);
   return 0;
