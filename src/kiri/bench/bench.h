@@ -20,6 +20,9 @@ struct BenchSpec {
   int warmup_steps = 2;
   int steps = 5;
   double peak_flops = 0;  // MFU's denominator, FLOP/s (--peak-flops); 0 = measured
+  // The step's parameters and gradients (model::ParallelOptions::dtype): kF32, or kBF16 and
+  // kF16 for mixed precision (16-bit GEMM operands, fp32 master weights), as --dtypes runs.
+  DType dtype = DType::kF32;
   // The step's settings: the weights' seed, the random tokens' seed (dp rank r draws from
   // data_seed + r) and AdamW's learning rate.
   uint64_t init_seed = 1234;
@@ -31,9 +34,16 @@ struct BenchResult {
   BenchSpec spec;
   double step_s = 0;  // median over the timed steps
   double tokens_per_s = 0;
-  double gemm_step_s = 0;  // the step's GEMMs alone, median of a few replays
-  // The fp32 FMA peak on spec.threads cores (kernels::peak_flops), or spec's.
+  // The step's GEMMs alone at spec.dtype (StepGemmReplay), replayed right after each step:
+  // the median replay, and the median over the timed steps of step / its replay.
+  double gemm_step_s = 0;
+  double step_over_gemms = 0;
+  std::string gemm_lowp;  // 16-bit: the path gemm_lowp took (its description), else ""
+  // The peak of spec.dtype on spec.threads cores (kernels::peak_flops: fp32's FMA, or the
+  // 16-bit dot product where it is faster), or spec's; and the instruction that reached it
+  // (kernels::core_peak), "given" for spec's.
   double peak_flops = 0;
+  std::string peak_instruction;
   double gemm_flops = 0;  // one 1024^3 fp32 GEMM on spec.threads, FLOP/s
   double mfu = 0;         // model FLOPs/s over peak_flops (docs/metrics.md)
   double mfu_gemm = 0;    // model FLOPs/s over gemm_flops
@@ -44,6 +54,10 @@ struct BenchResult {
 // Llamas "tiny-llama" (tiny's size: 4 x 256, GQA 4/2, SwiGLU 688, vocab 32000 untied, T 128,
 // B 8) and "smollm-135M" (SmolLM-135M's shape, T 64, B 4).
 BenchSpec bench_preset(const std::string& name);
+// spec.warmup_steps + spec.steps steps at spec.dtype on one process, each followed by one
+// replay of its GEMMs alone at that dtype (StepGemmReplay). A 16-bit run first chooses
+// gemm_lowp's path on the step's shapes as kiri train does (train::choose_gemm_lowp_path;
+// KIRI_GEMM_LOWP forces one) and leaves that choice installed.
 BenchResult run_training_bench(const BenchSpec& spec);
 
 // Inputs and targets (I32, the same shape) of uniformly random tokens below vocab_size,
