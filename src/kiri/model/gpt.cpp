@@ -235,6 +235,7 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   xf = vocab_head_.every_row(ctx, xf);  // the LM head and the loss take every row: [N, C]
   const int64_t n = xf.dim(0);
   State st;
+  const DType head_dtype = head().value.dtype();  // before the hook (ZeRO-3 releases the value)
   Tensor logits = vocab_head_.logits(ctx, xf, head().value, ctx.training ? &st.xf : nullptr);
   call(group_hooks_.after_forward, hg);
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
@@ -246,7 +247,7 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
     Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
     dloss.fill_(loss_weight);
     st.dlogits = vocab_head_.loss_forward_backward(ctx, losses, lse, std::move(logits),
-                                                   flat_targets, dloss, head().value.dtype());
+                                                   flat_targets, dloss, head_dtype);
   } else {
     vocab_head_.loss_forward(ctx, losses, lse, logits, flat_targets);
   }
