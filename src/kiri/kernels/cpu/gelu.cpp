@@ -126,6 +126,8 @@ void gelu_backward_bias(Tensor& dinp, Tensor& dbias, const Tensor& inp, const Te
   const T* g = dout.data<T>();  // [N, C]
   T* db = dbias.data<T>();      // [C]
   const DType dt = dinp.dtype();
+  T* d = lowp ? nullptr : dinp.data<T>();                           // [N, C]
+  auto* d16 = lowp ? static_cast<uint16_t*>(dinp.raw()) : nullptr;  // [N, C]
   // Each thread owns a range of columns (whole 16-column blocks) and walks the rows in order,
   // so every column's sum is in row order in double as add_column_sums takes it, whatever the
   // thread count; with one thread the walk is row-major.
@@ -141,12 +143,12 @@ void gelu_backward_bias(Tensor& dinp, Tensor& dbias, const Tensor& inp, const Te
       const T* xi = x + i * C + c0;
       const T* gi = g + i * C + c0;
       // 0 + v, as gelu_backward into a zeroed buffer (a -0 gradient becomes +0 there too).
-      T* vi = lowp ? row.data() : dinp.data<T>() + i * C + c0;
+      T* vi = lowp ? row.data() : d + i * C + c0;
 #pragma omp simd
       for (int64_t j = 0; j < w; ++j) vi[j] = T(0) + gelu_grad(xi[j], gi[j]);
       for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<double>(vi[j]);
       if constexpr (std::is_same_v<T, float>)
-        if (lowp) detail::from_f32(static_cast<uint16_t*>(dinp.raw()) + i * C + c0, dt, vi, w);
+        if (lowp) detail::from_f32(d16 + i * C + c0, dt, vi, w);
     }
     for (int64_t j = 0; j < w; ++j) db[c0 + j] += static_cast<T>(acc[j]);
   }
