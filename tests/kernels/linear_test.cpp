@@ -52,6 +52,23 @@ TEST(Linear, UndefinedDinpIsSkipped) {
   EXPECT_NE(dw.item(0), 0.0);
 }
 
+// A dout that a fused kernel already rounded to the weights' dtype gives what the fp32 dout
+// gives (the layer rounds it itself), bitwise; with it the bias gradient is the caller's.
+TEST(Linear, LowpBackwardTakesARoundedDout) {
+  const int64_t N = 6, IC = 5, OC = 7;
+  Tensor x = randn({N, IC}, 1, 1.0, DType::kBF16), w = randn({IC, OC}, 2, 1.0, DType::kBF16);
+  Tensor dout = randn({N, OC}, 3, 1.0, DType::kF32), dout16 = test::empty({N, OC}, DType::kBF16);
+  kernels::convert(dout16, dout);
+  Tensor dx = test::zeros({N, IC}, DType::kF32), dw = test::zeros({IC, OC}, DType::kBF16);
+  Tensor dx2 = test::clone(dx), dw2 = test::clone(dw), none;
+  kernels::linear_backward_lowp(dx, dw, none, dout, x, w, test::allocator());
+  kernels::linear_backward_lowp(dx2, dw2, none, dout16, x, w, test::allocator());
+  for (int64_t i = 0; i < dx.numel(); ++i) EXPECT_EQ(dx.item(i), dx2.item(i)) << i;
+  for (int64_t i = 0; i < dw.numel(); ++i) EXPECT_EQ(dw.item(i), dw2.item(i)) << i;
+  Tensor db = test::zeros({OC}, DType::kBF16);
+  EXPECT_THROW(kernels::linear_backward_lowp(dx2, dw2, db, dout16, x, w, test::allocator()), Error);
+}
+
 TEST(Linear, RejectsMismatchedShapes) {
   Tensor inp = randn({3, 2}, 1), w = randn({3, 4}, 2), out = test::empty({3, 4});
   try {

@@ -74,10 +74,12 @@ int64_t block_form(const ActCase& k) {
 }
 
 // The head's: ln_f's x, mean and rstd; the LM head's input (gathered under sequence
-// parallelism; its 16-bit copy under bf16); the logits [n, V/t] and the loss's lse [n].
+// parallelism; its 16-bit copy under bf16); on one rank the loss's gradient [n, V], computed
+// in the forward (16-bit under bf16), else the logits [n, V/t] and the loss's lse [n].
 int64_t head_form(const ActCase& k) {
   const int64_t n = kB * kS, q = k.sp ? k.tp : 1;
-  return 4 * n / q * kC + 2 * 4 * n / q + (k.bf16 ? 2 : 4) * n * kC + 4 * n * kVocab / k.tp + 4 * n;
+  const int64_t loss = k.tp == 1 ? (k.bf16 ? 2 : 4) * n * kVocab : 4 * n * kVocab / k.tp + 4 * n;
+  return 4 * n / q * kC + 2 * 4 * n / q + (k.bf16 ? 2 : 4) * n * kC + loss;
 }
 
 struct Kept {

@@ -213,6 +213,15 @@ void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
 }
 
 template <typename T>
+void gelu_backward_bias(Tensor& dinp, Tensor& dbias, const Tensor& inp, const Tensor& dout) {
+  switch (backend_of("gelu_backward_bias", {&dinp, &dbias, &inp, &dout})) {
+    case Backend::kCpu:
+      return cpu::gelu_backward_bias<T>(dinp, dbias, inp, dout);
+  }
+  no_backend("gelu_backward_bias");
+}
+
+template <typename T>
 void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
   switch (backend_of("swiglu_forward", {&out, &gate, &up})) {
     case Backend::kCpu:
@@ -346,6 +355,17 @@ void softmax_xent_backward(Tensor& logits_to_dlogits, const Tensor& lse, const T
   no_backend("softmax_xent_backward");
 }
 
+template <typename T>
+void softmax_xent_forward_backward(Tensor& losses, Tensor& lse, Tensor& logits, Tensor& dlogits,
+                                   const Tensor& targets, const Tensor& dloss) {
+  switch (backend_of("softmax_xent_forward_backward",
+                     {&losses, &lse, &logits, &dlogits, &targets, &dloss})) {
+    case Backend::kCpu:
+      return cpu::softmax_xent_forward_backward<T>(losses, lse, logits, dlogits, targets, dloss);
+  }
+  no_backend("softmax_xent_forward_backward");
+}
+
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
                   Tensor* lowp_param) {
   switch (backend_of("adamw_update", {&param, &grad, &m, &v, lowp_param})) {
@@ -404,6 +424,8 @@ template void gelu_forward<float>(Tensor&, const Tensor&);
 template void gelu_forward<double>(Tensor&, const Tensor&);
 template void gelu_backward<float>(Tensor&, const Tensor&, const Tensor&);
 template void gelu_backward<double>(Tensor&, const Tensor&, const Tensor&);
+template void gelu_backward_bias<float>(Tensor&, Tensor&, const Tensor&, const Tensor&);
+template void gelu_backward_bias<double>(Tensor&, Tensor&, const Tensor&, const Tensor&);
 template void swiglu_forward<float>(Tensor&, const Tensor&, const Tensor&);
 template void swiglu_forward<double>(Tensor&, const Tensor&, const Tensor&);
 template void swiglu_backward<float>(Tensor&, Tensor&, const Tensor&, const Tensor&, const Tensor&);
@@ -439,5 +461,9 @@ template void softmax_xent_forward<float>(Tensor&, Tensor&, const Tensor&, const
 template void softmax_xent_forward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&);
 template void softmax_xent_backward<float>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
 template void softmax_xent_backward<double>(Tensor&, const Tensor&, const Tensor&, const Tensor&);
+template void softmax_xent_forward_backward<float>(Tensor&, Tensor&, Tensor&, Tensor&,
+                                                   const Tensor&, const Tensor&);
+template void softmax_xent_forward_backward<double>(Tensor&, Tensor&, Tensor&, Tensor&,
+                                                    const Tensor&, const Tensor&);
 
 }  // namespace kiri::kernels

@@ -133,12 +133,14 @@ void linear_forward_lowp(Tensor& out /*[N,OC] F32*/, const Tensor& inp /*[N,IC] 
                          const Tensor& bias /*[OC] lowp or undefined*/);
 // dout is rounded to the weights' dtype once (a kBuffers tensor from scratch)
 // and used by both GEMMs; dweight += inp^T @ dout rounds once per element;
-// dbias += column sums of dout taken in fp32.
+// dbias += column sums of dout taken in fp32. dout may instead come already in the
+// weights' dtype (a fused kernel rounded it): used as it is, dbias then undefined.
 void linear_backward_lowp(Tensor& dinp /*[N,IC] F32, +=; may be undefined*/,
                           Tensor& dweight /*[IC,OC] lowp, +=*/,
                           Tensor& dbias /*[OC] lowp, +=; may be undefined*/,
-                          const Tensor& dout /*[N,OC] F32*/, const Tensor& inp /*[N,IC] lowp*/,
-                          const Tensor& weight /*[IC,OC] lowp*/, Allocator& scratch);
+                          const Tensor& dout /*[N,OC] F32 or lowp*/,
+                          const Tensor& inp /*[N,IC] lowp*/, const Tensor& weight /*[IC,OC] lowp*/,
+                          Allocator& scratch);
 
 // ---- Linear in nn.Linear's layout (weight [out, in], no bias): Llama's ------
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T
@@ -201,10 +203,23 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
                       const Tensor& weight, const Tensor& rstd);
 
 // ---- GELU, tanh approximation (GPT-2's) -------------------------------------
+// out = GELU(inp), of inp's shape. For T = float out may also be BF16 or F16: the GELU
+// rounded once into it (bitwise as gelu_forward into F32, then convert), for a 16-bit GEMM
+// that reads it next, without the fp32 copy.
 template <typename T>
 void gelu_forward(Tensor& out, const Tensor& inp);
+// dinp += GELU'(inp) * dout (all the same shape).
 template <typename T>
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+// GELU's backward fused with the bias gradient of the linear layer before it (c_fc in GPT-2's
+// MLP), in one pass: dinp [N,C] = GELU'(inp) * dout, OVERWRITTEN (not accumulated: it is the
+// fresh gradient that layer's GEMMs take), and dbias [C] += its column sums (in double over
+// the rows in order, as linear_backward's). For T = float dinp may be BF16 or F16: rounded
+// once into it, the sums taken over the fp32 values (as linear_backward_lowp takes them).
+// Bitwise equal to gelu_backward into zeros, the column sums, then convert.
+template <typename T>
+void gelu_backward_bias(Tensor& dinp /*[N,C] T, or 16-bit for float*/, Tensor& dbias /*[C], +=*/,
+                        const Tensor& inp /*[N,C]*/, const Tensor& dout /*[N,C]*/);
 
 // ---- SwiGLU (Llama's MLP gate): out = silu(gate) * up, silu(g) = g sigmoid(g) ----
 // out, gate, up: the same shape [N, I].
@@ -277,6 +292,18 @@ void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, con
 template <typename T>
 void softmax_xent_backward(Tensor& logits_to_dlogits, const Tensor& lse, const Tensor& targets,
                            const Tensor& dloss);
+// Both at once, for training (dloss known when the loss is computed): losses and lse as
+// softmax_xent_forward, and the gradient as softmax_xent_backward computed on each row while
+// it is still in cache, so the [N, V] logits are read from memory once instead of three
+// times. Bitwise equal to the pair (the same operations per row). dlogits undefined: logits
+// are overwritten with the gradient (as softmax_xent_backward). For T = float dlogits may
+// instead be BF16 or F16 [N, V]: the gradient rounded into it, bitwise as convert() of the
+// pair's result, and logits left holding the fp32 gradient.
+template <typename T>
+void softmax_xent_forward_backward(Tensor& losses /*[N]*/, Tensor& lse /*[N]*/,
+                                   Tensor& logits /*[N,V] in; fp32 gradient out*/,
+                                   Tensor& dlogits /*[N,V] 16-bit out, or undefined*/,
+                                   const Tensor& targets /*[N] I32*/, const Tensor& dloss /*[N]*/);
 
 // ---- AdamW (fp32 states) ---------------------------------------------------
 // param, m, v: same numel, F32 (param is the fp32 master copy). grad: same

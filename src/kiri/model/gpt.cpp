@@ -235,17 +235,29 @@ double GPT<T>::loss_forward(nn::Context& ctx, const Tensor& x, const Tensor& tar
   xf = vocab_head_.every_row(ctx, xf);  // the LM head and the loss take every row: [N, C]
   const int64_t n = xf.dim(0);
   State st;
+  const DType head_dtype = head().value.dtype();  // before the hook (ZeRO-3 releases the value)
   Tensor logits = vocab_head_.logits(ctx, xf, head().value, ctx.training ? &st.xf : nullptr);
   call(group_hooks_.after_forward, hg);
   Tensor losses = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
   Tensor lse = nn::activation(ctx, {n}, dtype_of<T>());     // [N]
   Tensor flat_targets = targets.view({n});
-  vocab_head_.loss_forward(ctx, losses, lse, logits, flat_targets);
+  if (ctx.training && vocab_head_.one_pass_loss()) {
+    // The loss's gradient now, while each row of the logits is in cache (backward only runs the
+    // GEMMs): dloss is the loss weight already.
+    Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
+    dloss.fill_(loss_weight);
+    st.dlogits = vocab_head_.loss_forward_backward(ctx, losses, lse, std::move(logits),
+                                                   flat_targets, dloss, head_dtype);
+  } else {
+    vocab_head_.loss_forward(ctx, losses, lse, logits, flat_targets);
+  }
   const double sum = k::sum_in_order<T>(losses);  // ignored targets have loss 0
   if (ctx.training) {
     st.targets = flat_targets;
-    st.logits = logits;
-    st.lse = lse;
+    if (!st.dlogits.defined()) {
+      st.logits = logits;
+      st.lse = lse;
+    }
     st.loss_weight = loss_weight;
     saved_.put(ctx) = std::move(st);
   }
@@ -316,13 +328,16 @@ Tensor GPT<T>::head_backward(nn::Context& ctx, State& st) {
   const int64_t n = st.targets.numel(), c = cfg_.n_embd;
   const int last = num_groups() - 1, hg = head_group();
   call(group_hooks_.before_backward, hg);
-  Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
-  dloss.fill_(st.loss_weight);
-  vocab_head_.loss_backward(st.logits, st.lse, st.targets, dloss);  // logits -> dlogits
-  Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());    // [N, C]
+  if (!st.dlogits.defined()) {  // tensor parallel: the loss's backward is still to run
+    Tensor dloss = nn::activation(ctx, {n}, dtype_of<T>());  // [N]
+    dloss.fill_(st.loss_weight);
+    vocab_head_.loss_backward(st.logits, st.lse, st.targets, dloss);  // logits -> dlogits
+    st.dlogits = std::move(st.logits);
+  }
+  Tensor dxf = nn::activation_zeros(ctx, {n, c}, dtype_of<T>());  // [N, C]
   st.lse = Tensor();
-  vocab_head_.logits_backward(ctx, std::move(st.logits), st.xf, head(), dxf);
-  st.logits = st.xf = Tensor();
+  vocab_head_.logits_backward(ctx, std::move(st.dlogits), st.xf, head(), dxf);
+  st.logits = st.dlogits = st.xf = Tensor();
   dxf = vocab_head_.input_grad(ctx, std::move(dxf));  // [N, C] or [N/P, C]
   if (hook_) {
     if (!tied()) hook_({lm_head_});

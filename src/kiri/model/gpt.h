@@ -203,6 +203,9 @@ class GPT : public nn::Module {
   struct State {
     Tensor tokens, targets;  // [B, T], [N]
     Tensor xf, logits, lse;  // [N, C] (16-bit under mixed precision), [N, V], [N]: last part
+    // The loss's gradient [N, V] where forward computed it with the loss (one rank: the one-pass
+    // softmax cross-entropy; 16-bit under mixed precision), else logits and lse are kept.
+    Tensor dlogits;
     double loss_weight = 0;
   };
   nn::Saved<State> saved_;

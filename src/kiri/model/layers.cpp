@@ -1,5 +1,7 @@
 #include "kiri/model/layers.h"
 
+#include <utility>
+
 #include "kiri/kernels/ops.h"
 
 namespace kiri::model {
@@ -111,10 +113,17 @@ template <typename T>
 Tensor Mlp<T>::forward(nn::Context& ctx, const Tensor& x) {
   const Tensor xr = input_.forward(ctx, x, c_fc_.weight().value);  // [N, C]
   Tensor h = c_fc_.forward(ctx, xr);                               // [N, 4C/P]
-  Tensor g = nn::activation(ctx, h.shape(), dtype_of<T>());        // [N, 4C/P]
-  k::gelu_forward<T>(g, h);
+  Tensor g = gelu_output(ctx, h);                                  // [N, 4C/P]
   if (ctx.training) h_.put(ctx) = h;
   return c_proj_.forward(ctx, g);  // [N, C] (sp: [N/P, C])
+}
+
+template <typename T>
+Tensor Mlp<T>::gelu_output(nn::Context& ctx, const Tensor& h) {
+  // In the dtype c_proj's GEMM reads (16-bit under mixed precision: rounded in the same pass).
+  Tensor g = nn::activation(ctx, h.shape(), nn::gemm_input_dtype<T>(c_proj_.weight().value));
+  k::gelu_forward<T>(g, h);
+  return g;
 }
 
 template <typename T>
@@ -122,18 +131,14 @@ void Mlp<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
   Tensor h = h_.take(ctx, "Mlp");
   Tensor dg = nn::activation_zeros(ctx, h.shape(), dtype_of<T>());  // [N, 4C/P]
   Tensor g;  // mlp_act: GELU's output again [N, 4C/P]
-  if (recompute_act_) {
-    g = nn::activation(ctx, h.shape(), dtype_of<T>());
-    k::gelu_forward<T>(g, h);
-  }
+  if (recompute_act_) g = gelu_output(ctx, h);
   c_proj_.backward(ctx, dy, dg, g);
   g = Tensor();
-  Tensor dh = nn::activation_zeros(ctx, h.shape(), dtype_of<T>());  // [N, 4C/P]
-  k::gelu_backward<T>(dh, h, dg);
-  h = Tensor();
-  const Tensor xr = input_.saved_input(ctx, c_fc_.weight().value);  // [N, C]
-  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));           // [N, C]
-  c_fc_.backward(ctx, dh, xr, target);
+  // GELU's backward with c_fc's bias gradient in one pass, dh in the dtype c_fc's GEMMs take.
+  const Tensor dh = c_fc_.gelu_bias_backward(ctx, std::move(dg), std::move(h));  // [N, 4C/P]
+  const Tensor xr = input_.saved_input(ctx, c_fc_.weight().value);               // [N, C]
+  Tensor target = input_.grad_target(ctx, dx, xr.dim(0));                        // [N, C]
+  c_fc_.backward_gemms(ctx, dh, xr, target);
   input_.finish_backward(ctx, target, dx);
 }
 

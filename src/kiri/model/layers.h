@@ -85,6 +85,9 @@ class Mlp final : public nn::RowLayer<T>, public BlockLayer<T> {
                      typename parallel::tp::ColumnParallelInput<T>::Source input) override;
 
  private:
+  // GELU(h) [N, 4C/P] in the dtype c_proj's GEMM takes.
+  Tensor gelu_output(nn::Context& ctx, const Tensor& h);
+
   parallel::tp::ColumnParallelInput<T> input_;
   parallel::tp::ColumnParallelLinear<T> c_fc_;
   parallel::tp::RowParallelLinear<T> c_proj_;

@@ -7,6 +7,8 @@
 // forward() saves what backward() needs (as views that keep the activation
 // alive); backward(dout, dinp) accumulates into dinp and into the
 // parameters' gradients, then releases the saved activations.
+#include <type_traits>
+
 #include "kiri/nn/module.h"
 
 namespace kiri::nn {
@@ -26,6 +28,13 @@ int linear_input_dim(LinearLayout layout);
 // half the bytes of x). A copy several layers share is converted once.
 template <typename T>
 Tensor gemm_input(Context& ctx, const Tensor& x, const Tensor& weight);
+// The dtype gemm_input() gives for this weight: its own under mixed precision, else T's. A
+// kernel that writes a GEMM's input directly in it (GELU's output) saves the conversion.
+template <typename T>
+DType gemm_input_dtype(const Tensor& weight) {
+  return std::is_same_v<T, float> && weight.dtype() != dtype_of<T>() ? weight.dtype()
+                                                                     : dtype_of<T>();
+}
 
 // y[N, out] = x[N, in] @ weight (+ bias[out], Conv1D), or x @ weight^T (nn.Linear's
 // layout); x from gemm_input(). bias may be undefined.

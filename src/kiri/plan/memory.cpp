@@ -234,7 +234,10 @@ double activation_bytes(const ModelSpec& model, const Layout& l, int stage) {
   if (l.activation_checkpointing == Recompute::kFull && layers > 0)
     bytes += layer(Recompute::kNone) - layer(Recompute::kFull);
   if (stage == l.pp - 1) {
-    const double logits = paper ? 4 * s * b * v / l.tp : 4 * s * b * (v / l.tp + 1);
+    // kiri on one rank keeps the loss's gradient from the forward on (one-pass cross-entropy),
+    // 16-bit under mixed precision; under tp the fp32 logits slice. + the int32 targets.
+    const double per_logit = l.tp == 1 ? value_bytes(l.dtype) : 4;
+    const double logits = paper ? 4 * s * b * v / l.tp : s * b * (per_logit * v / l.tp + 4);
     bytes += static_cast<double>(logits_in_flight(l)) * logits;
   }
   return bytes;

@@ -147,7 +147,9 @@ double layers_in_flight(const Layout& layout, int64_t stage_layers, int stage);
 // The stage's activations: layers in flight × the per-layer bytes of layout.form (the paper
 // form scaled by 2 for fp32), + with full recomputation one layer's working set (less its input), +
 // on the last stage the logits of the micro-batches whose backward has not run (pp = 1 or 1F1B: 1,
-// GPipe: m): kiri fp32 [N, V/t] and the int32 targets, paper 4·s·b·V/t (fp32 for the loss).
+// GPipe: m): kiri [N, V/t] (fp32; on one rank the loss's gradient, which the forward computes,
+// in the compute dtype: 16-bit under mixed precision) and the int32 targets, paper 4·s·b·V/t
+// (fp32 for the loss).
 double activation_bytes(const ModelSpec& model, const Layout& layout, int stage);
 
 // Transient communication buffers (kiri's, docs/zero.md): DDP reduces its buckets in place

@@ -156,15 +156,27 @@ void backward_lowp_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
                         const Tensor& inp, const Tensor& weight, Allocator& scratch, bool out_in,
                         const char* op) {
   const LinearDims d = check_linear_lowp(inp, weight, out_in, op);
-  check_matrix<float>(dout, d.N, d.OC, op, "dout");
+  const DType dt = weight.dtype();
+  // A dout already in the weights' dtype (rounded by a fused kernel before) is used as it is;
+  // the bias gradient needs the fp32 one.
+  const bool rounded = dout.defined() && dout.dtype() == dt;
+  if (rounded) {
+    check_lowp_like(dout, weight, Shape{d.N, d.OC}, op, "dout");
+    KIRI_CHECK(!dbias.defined(), op, ": a ", dtype_name(dt),
+               " dout leaves the bias gradient to its caller (it sums the fp32 one)");
+  } else {
+    check_matrix<float>(dout, d.N, d.OC, op, "dout");
+  }
   check_lowp_like(dweight, weight, weight.shape(), op, "dweight");
   if (dinp.defined()) check_matrix<float>(dinp, d.N, d.IC, op, "dinp");
   if (dbias.defined()) check_lowp_like(dbias, weight, Shape{d.OC}, op, "dbias");
-  const DType dt = weight.dtype();
   const LowpGemm gemm{dt};
   // dout rounded once, shared by both GEMMs.
-  Tensor g = Tensor::empty(Shape{d.N, d.OC}, dt, Category::kBuffers, scratch);  // [N, OC]
-  convert(g, dout);
+  Tensor g = dout;  // [N, OC]
+  if (!rounded) {
+    g = Tensor::empty(Shape{d.N, d.OC}, dt, Category::kBuffers, scratch);
+    convert(g, dout);
+  }
   if (dinp.defined()) product_dinp(gemm, out_in, d, g.raw(), weight.raw(), dinp.raw());
   product_dweight(gemm, out_in, d, inp.raw(), g.raw(), dweight.raw(), dt);  // rounded once
   if (dbias.defined()) {

@@ -108,6 +108,8 @@ template <typename T>
 void gelu_forward(Tensor& out, const Tensor& inp);
 template <typename T>
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+template <typename T>
+void gelu_backward_bias(Tensor& dinp, Tensor& dbias, const Tensor& inp, const Tensor& dout);
 
 // ---- SwiGLU (Llama's MLP gate): out = silu(gate) * up, silu(g) = g sigmoid(g) ----
 template <typename T>
@@ -152,6 +154,9 @@ void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, con
 template <typename T>
 void softmax_xent_backward(Tensor& logits_to_dlogits, const Tensor& lse, const Tensor& targets,
                            const Tensor& dloss);
+template <typename T>
+void softmax_xent_forward_backward(Tensor& losses, Tensor& lse, Tensor& logits, Tensor& dlogits,
+                                   const Tensor& targets, const Tensor& dloss);
 
 // ---- AdamW (fp32 states) ---------------------------------------------------
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,

@@ -126,6 +126,23 @@ void ColumnParallelLinear<T>::backward(nn::Context& ctx, const Tensor& dy, const
 }
 
 template <typename T>
+Tensor ColumnParallelLinear<T>::gelu_bias_backward(nn::Context& ctx, Tensor dg, Tensor h) {
+  KIRI_CHECK_KIND(kInternal, bias_ != nullptr, name(), ": the fused GELU backward needs a bias");
+  Tensor dh =
+      nn::activation(ctx, h.shape(), nn::gemm_input_dtype<T>(weight_->value));  // [N, out/P]
+  Tensor db = nn::detail::grad_target<T>(ctx, bias_->grad);                     // [out/P]
+  k::gelu_backward_bias<T>(dh, db, h, dg);                                      // dh overwritten
+  nn::detail::accumulate_grad<T>(bias_->grad, db);
+  return dh;
+}
+
+template <typename T>
+void ColumnParallelLinear<T>::backward_gemms(nn::Context& ctx, const Tensor& dy,
+                                             const Tensor& x_region, Tensor& dx_partial) {
+  nn::linear_grads<T>(ctx, dx_partial, *weight_, nullptr, dy, x_region, layout_);
+}
+
+template <typename T>
 RowParallelLinear<T>::RowParallelLinear(const std::string& name, int64_t in, int64_t out,
                                         double init_std, nn::LinearLayout layout)
     : nn::Module(name), layout_(layout) {

@@ -110,6 +110,15 @@ class ColumnParallelLinear final : public nn::Module {
   void apply_tp(const TensorParallel& tp);
   Tensor forward(nn::Context& ctx, const Tensor& x_region);
   void backward(nn::Context& ctx, const Tensor& dy, const Tensor& x_region, Tensor& dx_partial);
+  // backward in two halves when forward's output Y went through GELU (GPT-2's c_fc), fused:
+  // gelu_bias_backward takes dg, the gradient of GELU(Y), and h = Y, and returns dY [N, out/P]
+  // in the dtype the GEMMs take (16-bit under mixed precision), adding the bias gradient in
+  // the same pass (kernels::gelu_backward_bias; by value: released on return); backward_gemms
+  // then runs backward's GEMMs on it, without the bias. The same values as GELU's backward,
+  // then backward().
+  Tensor gelu_bias_backward(nn::Context& ctx, Tensor dg, Tensor h);
+  void backward_gemms(nn::Context& ctx, const Tensor& dy, const Tensor& x_region,
+                      Tensor& dx_partial);
   nn::Parameter& weight() { return *weight_; }
   int64_t cols() const;  // this rank's output columns, out/P
 
@@ -139,9 +148,10 @@ class RowParallelLinear final : public nn::Module {
   // takes it from its caller, computed again.
   void set_recompute_input(bool on) { recompute_input_ = on; }
   Tensor forward(nn::Context& ctx, const Tensor& x);
-  // Accumulates into dx [N, in/P]. x: the forward's input [N, in/P] of T, computed again,
-  // exactly when recompute is on.
+  // Accumulates into dx [N, in/P]. x: the forward's input [N, in/P] of T (or already in the
+  // 16-bit weight's dtype), computed again, exactly when recompute is on.
   void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx, const Tensor& x = Tensor());
+  nn::Parameter& weight() { return *weight_; }
 
  private:
   nn::Parameter* weight_;

@@ -142,6 +142,19 @@ void VocabParallelHead<T>::loss_backward(Tensor& logits, const Tensor& lse, cons
 }
 
 template <typename T>
+Tensor VocabParallelHead<T>::loss_forward_backward(nn::Context& ctx, Tensor& losses, Tensor& lse,
+                                                   Tensor logits, const Tensor& targets,
+                                                   const Tensor& dloss, DType lowp) const {
+  KIRI_CHECK_KIND(kInternal, one_pass_loss(),
+                  "the one-pass loss needs the whole vocabulary on one rank, not tp ", tp_.size());
+  Tensor dl16;  // [N, V] 16-bit under mixed precision
+  if (std::is_same_v<T, float> && lowp != dtype_of<T>())
+    dl16 = nn::activation(ctx, logits.shape(), lowp);
+  k::softmax_xent_forward_backward<T>(losses, lse, logits, dl16, targets, dloss);
+  return dl16.defined() ? dl16 : logits;
+}
+
+template <typename T>
 void VocabParallelHead<T>::logits_backward(nn::Context& ctx, Tensor dlogits, const Tensor& x,
                                            nn::Parameter& w, Tensor& dx) const {
   // logits = x @ w^T: dx += dlogits @ w; dw += dlogits^T @ x
@@ -149,8 +162,11 @@ void VocabParallelHead<T>::logits_backward(nn::Context& ctx, Tensor dlogits, con
   if constexpr (std::is_same_v<T, float>) {
     const DType pd = x.dtype();
     if (pd != DType::kF32) {
-      Tensor dl = nn::activation(ctx, {n, v}, pd);  // [N, V/P] 16-bit copy of dlogits
-      k::convert(dl, dlogits);
+      Tensor dl = dlogits;  // [N, V/P] 16-bit copy of dlogits
+      if (dlogits.dtype() != pd) {
+        dl = nn::activation(ctx, {n, v}, pd);
+        k::convert(dl, dlogits);
+      }
       dlogits = Tensor();  // the fp32 [N, V/P] is the largest buffer: free it before the GEMMs
       k::gemm_lowp(pd, false, false, n, c, v, 1.0f, dl.raw(), v, w.value.raw(), c, 1.0f, dx.raw(),
                    DType::kF32, c);

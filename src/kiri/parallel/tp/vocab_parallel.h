@@ -77,8 +77,17 @@ class VocabParallelHead {
   // Overwrites logits with dlogits, for dloss [N]. Local.
   void loss_backward(Tensor& logits, const Tensor& lse, const Tensor& targets,
                      const Tensor& dloss) const;
+  // Whether loss_forward_backward applies: the whole vocabulary on this rank.
+  bool one_pass_loss() const { return !tp_.on(); }
+  // Training's loss_forward and loss_backward at once (one_pass_loss() only), each row of the
+  // logits visited once (kernels::softmax_xent_forward_backward): fills losses and lse and
+  // returns dlogits [N, V], the logits themselves overwritten, or under 16-bit parameters
+  // (T = float, `lowp` BF16 or F16) a 16-bit copy, the fp32 logits then released.
+  Tensor loss_forward_backward(nn::Context& ctx, Tensor& losses, Tensor& lse, Tensor logits,
+                               const Tensor& targets, const Tensor& dloss, DType lowp) const;
   // logits = x @ w^T: dx += dlogits @ w.value; w.grad += dlogits^T @ x, with x as logits() saved
-  // it. Takes dlogits by value so that the 16-bit path frees the fp32 one before its GEMMs.
+  // it. Takes dlogits by value so that the 16-bit path frees the fp32 one before its GEMMs;
+  // a 16-bit dlogits (from loss_forward_backward) is used as it is.
   void logits_backward(nn::Context& ctx, Tensor dlogits, const Tensor& x, nn::Parameter& w,
                        Tensor& dx) const;
   // dx [N, C] sums over this rank's vocabulary rows only: the sum over ranks (f's backward), or
