@@ -6,10 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "kiri/base/best_of.h"
 #include "kiri/base/rng.h"
 #include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/comm/self.h"
+#include "kiri/kernels/bandwidth.h"
 #include "kiri/kernels/ops.h"
 #include "kiri/kernels/peak.h"
 #include "kiri/model/parallelize.h"
@@ -156,6 +158,43 @@ void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& ta
   }
 }
 
+int64_t adamw_bytes_per_element(DType dtype, bool zero_grad) {
+  const int64_t g = static_cast<int64_t>(dtype_size(dtype));
+  // param (or master), m, v: read and written; the gradient read (and written when zeroed);
+  // 16-bit values written.
+  return 3 * 2 * 4 + g + (zero_grad ? g : 0) + (dtype == DType::kF32 ? 0 : g);
+}
+
+double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threads, int repeats) {
+  KIRI_CHECK_KIND(kConfig, n >= 1 && threads >= 1, "measure_adamw_bandwidth: n ", n,
+                  " and threads ", threads, " must be >= 1");
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  Allocator a;
+  const bool lowp = dtype != DType::kF32;
+  Tensor p = Tensor::empty({n}, DType::kF32, Category::kOptimizerStates, a);  // [n]
+  Tensor g = Tensor::empty({n}, dtype, Category::kGradients, a);              // [n]
+  Tensor m = Tensor::empty({n}, DType::kF32, Category::kOptimizerStates, a);  // [n]
+  Tensor v = Tensor::empty({n}, DType::kF32, Category::kOptimizerStates, a);  // [n]
+  Tensor w;  // [n] of dtype, 16-bit only
+  if (lowp) w = Tensor::empty({n}, dtype, Category::kParameters, a);
+  // Normal numbers throughout (no denormals to slow the arithmetic): the pages are
+  // touched here first, as training touches them before its first update.
+  p.fill_(0.02);
+  g.fill_(1e-3);
+  m.fill_(1e-4);
+  v.fill_(1e-6);
+  kernels::AdamWParams hp;
+  hp.weight_decay = 0.1f;
+  hp.zero_grad = zero_grad;
+  const double s = best_seconds(repeats, [&] {
+    kernels::adamw_update(p, g, m, v, hp, lowp ? &w : nullptr);
+    ++hp.step;
+  });
+  omp_set_num_threads(saved_threads);
+  return static_cast<double>(adamw_bytes_per_element(dtype, zero_grad) * n) / s;
+}
+
 BenchResult run_training_bench(const BenchSpec& spec) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(spec.threads);
@@ -181,16 +220,21 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     train::StepSettings settings;
     settings.lr = spec.lr;
     settings.loss_weight = 1.0 / double(x.numel());
-    std::vector<double> times;
+    std::vector<double> times, optimizer;
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       fill_random_tokens(rng, spec.model.vocab_size, x, y);  // outside the timed step
       Timer timer;
-      const double loss = step.run(ctx, x, y, settings).loss_sum * settings.loss_weight;
-      if (s >= spec.warmup_steps) times.push_back(timer.seconds());
+      const train::StepOutcome out = step.run(ctx, x, y, settings);
+      if (s >= spec.warmup_steps) {
+        times.push_back(timer.seconds());
+        optimizer.push_back(out.optimizer_s);
+      }
+      const double loss = out.loss_sum * settings.loss_weight;
       if (s == 0) r.loss_first = loss;
       r.loss_last = loss;
     }
     r.step_s = median(times);
+    r.optimizer_s = median(optimizer);
   }
   r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
   r.gemm_step_s = time_step_gemms(spec.model, spec.batch, spec.seq);
@@ -200,6 +244,10 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
   r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
   r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
+  r.memory_bandwidth = kernels::measure_memory_bandwidth(spec.threads);
+  // As the step's update runs (stage 0: it zeroes the gradients).
+  r.adamw_bandwidth = measure_adamw_bandwidth(spec.model.num_parameters(), DType::kF32,
+                                              /*zero_grad=*/true, spec.threads);
   omp_set_num_threads(saved_threads);
   return r;
 }

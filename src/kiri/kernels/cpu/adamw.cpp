@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -72,7 +73,7 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
                       p.eps,
                       p.grad_scale};
   const DType gd = grad.dtype();
-  const char* g = static_cast<const char*>(grad.raw());  // [n] of gd
+  char* g = static_cast<char*>(grad.raw());  // [n] of gd
   const int64_t gsz = static_cast<int64_t>(dtype_size(gd));
   constexpr int64_t kChunk = 2048;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -86,6 +87,8 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
       gc = buf;
     }
     adamw_chunk(w + begin, gc, mm + begin, vv + begin, count, k);
+    // The gradient's lines were just read: zeroing them here costs their write-back only.
+    if (p.zero_grad) std::memset(g + begin * gsz, 0, static_cast<size_t>(count * gsz));
     if (lowp_param) {
       const DType ld = lowp_param->dtype();
       char* dst = static_cast<char*>(lowp_param->raw()) + begin * dtype_size(ld);
