@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -102,6 +103,43 @@ TEST(AdamW, FusedZeroGradEqualsUpdateThenZeroingBitwise) {
       EXPECT_EQ(kernels::sum_of_squares(g2), 0.0) << what;
       // The update did something: the comparison is not of two untouched tensors.
       EXPECT_NE(std::memcmp(p1.raw(), randn({n}, 1, 0.02, DType::kF32).raw(), p1.nbytes()), 0);
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+// The sum of squares as the kernel computed it before it took four chunks at once: one
+// chain of adds per chunk of 2^16 elements, the partial sums added in order. The kernel's
+// grouped loop keeps each chunk's lanes and order, so its result is this one to the bit.
+template <typename T>
+double chunked_sum_of_squares(const T* x, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  double total = 0;
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t end = std::min(n, begin + kChunk);
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
+    total += acc;
+  }
+  return total;
+}
+
+TEST(SumOfSquares, FourChunksAtOnceEqualOneChunkAtATimeBitwise) {
+  const int threads = omp_get_max_threads();
+  const int64_t chunk = 1 << 16;
+  // Whole groups of four, a group and a part, fewer than four, ragged tails.
+  for (int64_t n : {4 * chunk, 8 * chunk, 9 * chunk + 123, 5 * chunk - 1, 3 * chunk + 7, chunk}) {
+    for (DType dt : {DType::kF32, DType::kF64}) {
+      Tensor x = randn({n}, 5, 1.0, dt);
+      const double ref = dt == DType::kF32 ? chunked_sum_of_squares(x.data<float>(), n)
+                                           : chunked_sum_of_squares(x.data<double>(), n);
+      for (int th : {1, 2}) {
+        omp_set_num_threads(th);
+        const double got = kernels::sum_of_squares(x);
+        EXPECT_EQ(std::memcmp(&got, &ref, sizeof got), 0)
+            << dtype_name(dt) << " n " << n << " on " << th << ": " << got << " vs " << ref;
+      }
     }
   }
   omp_set_num_threads(threads);
