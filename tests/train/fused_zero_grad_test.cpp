@@ -21,7 +21,7 @@
 namespace kiri::train {
 namespace {
 
-struct Run {
+struct StepsRun {
   std::vector<double> loss, norm;
   std::vector<bool> grads_zero_after;    // every gradient 0 after the step
   std::vector<std::vector<char>> bytes;  // values, master (16-bit), m, v after the last step
@@ -34,7 +34,7 @@ std::vector<char> bytes_of(const Tensor& t) {
 
 // Five steps of a 2-layer model on one batch of random tokens: step 1 accumulates two
 // batches, step 2's loss is infinite (skipped).
-Run run_steps(DType dtype, bool fuse) {
+StepsRun run_steps(DType dtype, bool fuse) {
   GPTConfig cfg;
   cfg.n_layer = 2;
   cfg.n_head = 2;
@@ -63,7 +63,7 @@ Run run_steps(DType dtype, bool fuse) {
     y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
   }
   nn::Context ctx{allocator};
-  Run run;
+  StepsRun run;
   for (int s = 0; s < 5; ++s) {
     StepSettings settings;
     settings.lr = 1e-2;
@@ -90,7 +90,7 @@ Run run_steps(DType dtype, bool fuse) {
 TEST(FusedZeroGrad, StepsEqualAZeroingPassBitwise) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const std::string d = dtype_name(dtype);
-    const Run apart = run_steps(dtype, false), fused = run_steps(dtype, true);
+    const StepsRun apart = run_steps(dtype, false), fused = run_steps(dtype, true);
     ASSERT_EQ(apart.loss.size(), 5u);
     for (size_t s = 0; s < apart.loss.size(); ++s) {
       EXPECT_EQ(fused.loss[s], apart.loss[s]) << d << " step " << s;
