@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kiri/base/best_of.h"
@@ -195,6 +197,22 @@ double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threa
   return static_cast<double>(adamw_bytes_per_element(dtype, zero_grad) * n) / s;
 }
 
+namespace {
+
+// kernels::measure_memory_bandwidth once per process per thread count: a few seconds and
+// 4x the last-level cache in arrays, the same number for every config.
+double memory_bandwidth_on(int threads) {
+  static std::mutex mu;
+  static std::map<int, double> measured;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = measured.find(threads);
+  if (it == measured.end())
+    it = measured.emplace(threads, kernels::measure_memory_bandwidth(threads)).first;
+  return it->second;
+}
+
+}  // namespace
+
 BenchResult run_training_bench(const BenchSpec& spec) {
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(spec.threads);
@@ -244,7 +262,7 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
   r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
   r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
-  r.memory_bandwidth = kernels::measure_memory_bandwidth(spec.threads);
+  r.memory_bandwidth = memory_bandwidth_on(spec.threads);
   // As the step's update runs (stage 0: it zeroes the gradients).
   r.adamw_bandwidth = measure_adamw_bandwidth(spec.model.num_parameters(), DType::kF32,
                                               /*zero_grad=*/true, spec.threads);

@@ -15,7 +15,10 @@ int64_t default_bandwidth_array_bytes();
 // `array_bytes` each (0: the default above) on `threads` OpenMP threads, each thread
 // touching first and then streaming its own static share: 12 bytes counted per element
 // (two reads, one write of a line just read, so the hardware moves no more than is
-// counted, as in AdamW's update). The best of `repeats` passes after one warm-up pass.
+// counted, as in AdamW's update). Each pass runs it in two forms, over the whole arrays
+// (two streams read) and over their two halves at once (four streams read, as a core
+// reaches more of the memory's rate with more streams); the best of `repeats` passes of
+// either, after one warm-up pass.
 double measure_memory_bandwidth(int threads, int64_t array_bytes = 0, int repeats = 5);
 
 }  // namespace kiri::kernels

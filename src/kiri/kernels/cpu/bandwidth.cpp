@@ -66,14 +66,29 @@ double measure_memory_bandwidth(int threads, int64_t array_bytes, int repeats) {
     pa[i] = 1.0f;
     pb[i] = 0.5f;
   }
-  // The scale alternates in sign: a stays near 1 however many passes run.
+  // Two forms of the same triad, each pass timed: over the two arrays (two streams read,
+  // one written) and over their halves at once (a += s*b and c += s*d: four read, two
+  // written). A core's rate grows with the streams its prefetchers follow, and AdamW's
+  // update has seven; the faster form is the machine's rate. The scale alternates in
+  // sign: a stays near 1 however many passes run.
+  const int64_t h = n / 2;
+  float* pc = pa + h;
+  float* pd = pb + h;
   double best = 1e30;
   for (int rep = 0; rep <= repeats; ++rep) {
     const float s = rep % 2 == 0 ? 1e-3f : -1e-3f;
     Timer t;
 #pragma omp parallel for simd schedule(static) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) pa[i] = pa[i] + s * pb[i];
-    if (rep > 0) best = std::min(best, t.seconds());
+    const double two = t.seconds();
+    t.reset();
+#pragma omp parallel for simd schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < h; ++i) {
+      pa[i] = pa[i] - s * pb[i];
+      pc[i] = pc[i] - s * pd[i];
+    }
+    const double four = t.seconds() * static_cast<double>(n) / static_cast<double>(2 * h);
+    if (rep > 0) best = std::min({best, two, four});
   }
   KIRI_CHECK(pa[n / 2] > 0.5f && pa[n / 2] < 1.5f,
              "measure_memory_bandwidth: the triad drifted to ", pa[n / 2]);
