@@ -3,9 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "kiri/base/best_of.h"
@@ -197,21 +195,15 @@ double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threa
   return static_cast<double>(adamw_bytes_per_element(dtype, zero_grad) * n) / s;
 }
 
-namespace {
-
-// kernels::measure_memory_bandwidth once per process per thread count: a few seconds and
-// 4x the last-level cache in arrays, the same number for every config.
-double memory_bandwidth_on(int threads) {
-  static std::mutex mu;
-  static std::map<int, double> measured;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = measured.find(threads);
-  if (it == measured.end())
-    it = measured.emplace(threads, kernels::measure_memory_bandwidth(threads)).first;
-  return it->second;
+MemoryRates measure_memory_rates(int64_t n, int threads, int64_t array_bytes, int rounds) {
+  KIRI_CHECK_KIND(kConfig, rounds >= 1, "measure_memory_rates: rounds must be >= 1, got ", rounds);
+  MemoryRates r;
+  for (int round = 0; round < rounds; ++round) {
+    r.memory = std::max(r.memory, kernels::measure_memory_bandwidth(threads, array_bytes, 3));
+    r.adamw = std::max(r.adamw, measure_adamw_bandwidth(n, DType::kF32, true, threads, 3));
+  }
+  return r;
 }
-
-}  // namespace
 
 BenchResult run_training_bench(const BenchSpec& spec) {
   const int saved_threads = omp_get_max_threads();
@@ -262,10 +254,9 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
   r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
   r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
-  r.memory_bandwidth = memory_bandwidth_on(spec.threads);
-  // As the step's update runs (stage 0: it zeroes the gradients).
-  r.adamw_bandwidth = measure_adamw_bandwidth(spec.model.num_parameters(), DType::kF32,
-                                              /*zero_grad=*/true, spec.threads);
+  const MemoryRates rates = measure_memory_rates(spec.model.num_parameters(), spec.threads);
+  r.memory_bandwidth = rates.memory;
+  r.adamw_bandwidth = rates.adamw;
   omp_set_num_threads(saved_threads);
   return r;
 }

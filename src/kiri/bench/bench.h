@@ -39,7 +39,7 @@ struct BenchResult {
   double mfu = 0;         // model FLOPs/s over peak_flops (docs/metrics.md)
   double mfu_gemm = 0;    // model FLOPs/s over gemm_flops
   // Memory-bound work on spec.threads: the memory bandwidth (kernels::measure_memory_bandwidth)
-  // and AdamW's update over the model's parameter count (measure_adamw_bandwidth), bytes/s.
+  // and AdamW's update over the model's parameter count, bytes/s (measure_memory_rates).
   double memory_bandwidth = 0;
   double adamw_bandwidth = 0;
   double loss_first = 0, loss_last = 0;
@@ -59,6 +59,14 @@ BenchResult run_training_bench(const BenchSpec& spec);
 // warm-up. Bytes/s.
 double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threads,
                                int repeats = 5);
+// The memory bandwidth (kernels::measure_memory_bandwidth over arrays of array_bytes, 0:
+// the default) and AdamW's (measure_adamw_bandwidth over n fp32 parameters, zeroing the
+// gradient as the step does) on `threads`, measured alternately `rounds` times, the best
+// of each (3 passes a measurement): a busy spell of a shared machine slows both, not one.
+struct MemoryRates {
+  double memory = 0, adamw = 0;  // bytes/s
+};
+MemoryRates measure_memory_rates(int64_t n, int threads, int64_t array_bytes = 0, int rounds = 2);
 // The bytes adamw_update moves per element: 28 for fp32, bf16 and fp16, plus the
 // gradient's size when it zeroes the gradient.
 int64_t adamw_bytes_per_element(DType dtype, bool zero_grad);
