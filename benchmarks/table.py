@@ -16,7 +16,8 @@ def goal_min(v, limit):
 
 # kiri against PyTorch (benchmarks/peers.sh, whose lines carry "bench": "peers"): one row per
 # config, thread count and dtype. kiri's fp32 is `kiri bench` (with MFU and the step over its
-# GEMMs), its bf16 `kiri bench --dtypes` (bf16 / fp32 is within that run's interleaved rounds).
+# GEMMs), its bf16 `kiri bench --dtypes` (bf16 / fp32 is within that run's interleaved rounds;
+# its MFU is against the bf16 peak, its step over its bf16 GEMMs). MFU names its peak.
 peers = [r for r in rows if r.get("bench") == "peers"]
 loads = {(r["config"], r["threads"]): r["load"][0] for r in peers if r["impl"] == "load"}
 kiri = {(r["config"], r["threads"]): r for r in peers if r["impl"] == "kiri"}
@@ -24,6 +25,11 @@ kdt = {(r["config"], r["threads"], r["layout"]): r for r in peers if r["impl"] =
 peer = {(r["config"], r["threads"], r["dtype"], r["variant"]): r for r in peers
          if r["impl"].startswith("torch ") and r["mode"] == "single"}
 version = next((r["impl"].split()[1] for r in peer.values()), "")
+def mfu_cell(r):  # "48.5% of avx512 vfmadd231ps": MFU and the instruction of its peak
+    peak = r.get("peak_instruction")
+    return f"{100 * r['mfu']:.1f}%" + (f" of {peak}" if peak else "")
+
+
 if kiri:
     print(f"| config | threads | dtype | kiri tokens/s | kiri GEMM path | PyTorch {version} eager | "
           f"PyTorch {version} compile | kiri / best PyTorch | goal | kiri bf16 / fp32 | goal | "
@@ -36,7 +42,7 @@ for key, k in kiri.items():
         best = max((t["tokens_per_s"] for t in ts.values() if t), default=None)
         if dtype == "fp32":
             tok, path = k["tokens_per_s"], "sgemm (oneDNN)"
-            mfu, gem, own, own_goal = f"{100 * k['mfu']:.1f}%", f"{k['step_s'] / k['gemm_step_s']:.2f}", "", ""
+            mfu, gem, own, own_goal = mfu_cell(k), f"{k['step_s'] / k['gemm_step_s']:.2f}", "", ""
         else:
             b, f = kdt.get(key + ("bf16",)), kdt.get(key + ("fp32",))
             if not b or not f:
@@ -45,7 +51,9 @@ for key, k in kiri.items():
             path = (f"{b['gemm_lowp']} (GFLOP/s: via_f32 {g['via_f32']:.0f}, "
                     f"onednn {g['onednn']:.0f})")
             v = tok / f["tokens_per_s"]
-            mfu, gem = "", ""
+            # Rows of a kiri older than these fields leave the cells empty.
+            mfu = mfu_cell(b) if "mfu" in b else ""
+            gem = f"{b['step_over_gemms']:.2f}" if "step_over_gemms" in b else ""
             own, own_goal = f"{v:.2f} (fp32 {f['tokens_per_s']:.0f})", goal_min(v, 1.4)
         ratio = tok / best if best else None
         limit = 3 if dtype == "fp32" else 1.5

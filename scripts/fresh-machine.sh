@@ -7,6 +7,7 @@
 # package the build needs that scripts/bootstrap.sh does not install fails it. Needs root.
 #
 #   bash scripts/fresh-machine.sh [--command CMD] [--root DIR] [--keep] [--timeout MIN]
+#                                 [--ccache-from DIR]
 #
 #   --command CMD  run CMD (bash -c, in /root/work/main) instead of `make demo`, e.g. "make test"
 #   --root DIR     make the root in DIR (must not exist, or be empty); default: a new
@@ -14,6 +15,12 @@
 #   --keep         leave the root (unmounted) afterwards for debugging: chroot DIR bash
 #   --timeout MIN  stop the command after MIN minutes and fail (default 30: CI's 45 minutes
 #                  less make test's)
+#   --ccache-from DIR  let the root's ccache read (never write) this machine's cache DIR,
+#                  mounted read-only, so that objects `make test` compiled from the same
+#                  sources are not compiled again. It cannot hide a missing package: a hit
+#                  needs every header the object was compiled from, unchanged, at its path in
+#                  the root (otherwise ccache runs the compiler, which fails as it would
+#                  anyway), and configure and the link run for real (docs/ci.md).
 #
 # Phases, each timed: host (debootstrap on the host, if missing), base (debootstrap, or the
 # cached base), setup (apt sources, mounts, apt-get install make), clone, command.
@@ -35,6 +42,7 @@ command="make demo"
 root=""
 keep=0
 timeout_min=30
+ccache_from=""
 cache=${KIRI_FRESH_CACHE:-/var/cache/kiri-fresh-machine}
 
 die() { echo "fresh-machine: error: $*" >&2; exit 2; }
@@ -84,6 +92,20 @@ if [ "${KIRI_FRESH_INNER:-}" = 1 ]; then
   # A login's environment (nothing of this script's), no stdin.
   login_env=(/usr/bin/env -i HOME=/root USER=root LOGNAME=root TERM=dumb
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ${CI:+CI=$CI})
+  if [ -n "${KIRI_FRESH_CCACHE:-}" ]; then
+    # Read-only twice over: the mount, and ccache's own read-only mode (no results, no
+    # statistics written; its temporary files in the root's /tmp).
+    mkdir -p "$root/var/cache/kiri-host-ccache"
+    mount --bind "$KIRI_FRESH_CCACHE" "$root/var/cache/kiri-host-ccache"
+    mount -o remount,bind,ro "$root/var/cache/kiri-host-ccache"
+    login_env+=(CCACHE_DIR=/var/cache/kiri-host-ccache CCACHE_READONLY=1 CCACHE_NOSTATS=1
+      CCACHE_TEMPDIR=/tmp)
+    # ccache hashes the locale variables (they change the compiler's messages): the host's,
+    # those its objects were compiled under.
+    for v in LANG LC_ALL LC_CTYPE LC_MESSAGES; do
+      [ -z "${!v:-}" ] || login_env+=("$v=${!v}")
+    done
+  fi
   in_root() { chroot "$root" "${login_env[@]}" "$@" < /dev/null; }
   { in_root apt-get update -qq &&
     in_root DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make; } \
@@ -129,6 +151,9 @@ main() {
       --timeout)
         [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--timeout needs a whole number of minutes"
         timeout_min=$2; shift ;;
+      --ccache-from)
+        [ $# -ge 2 ] && [ -d "$2" ] || die "--ccache-from needs an existing folder (a ccache cache_dir)"
+        ccache_from=$(cd "$2" && pwd -P); shift ;;
       -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
       *) die "unknown option '$1' (see --help)" ;;
     esac
@@ -232,11 +257,11 @@ main() {
 
   [ -n "$root" ] || root=$(mktemp -d /var/tmp/kiri-fresh-machine.XXXXXX)
 
-  say "root $root, $suite/$arch, command '$command', HEAD $head"
+  say "root $root, $suite/$arch, command '$command', HEAD $head${ccache_from:+, reading ccache $ccache_from}"
   export KIRI_FRESH_INNER=1 KIRI_FRESH_ROOT=$root KIRI_FRESH_ARCH=$arch KIRI_FRESH_MIRROR=$mirror \
     KIRI_FRESH_SOURCES=$sources KIRI_FRESH_APT_CONF=$apt_conf KIRI_FRESH_REPO=$repo \
     KIRI_FRESH_HEAD=$head KIRI_FRESH_COMMAND=$command KIRI_FRESH_TIMEOUT=$timeout_min \
-    KIRI_FRESH_LOG=$log KIRI_FRESH_TIMES=$times KIRI_FRESH_CACHE=$cache
+    KIRI_FRESH_LOG=$log KIRI_FRESH_TIMES=$times KIRI_FRESH_CACHE=$cache KIRI_FRESH_CCACHE=$ccache_from
   # In the background, so that a signal reaches the traps at once rather than after the wait.
   unshare --mount --propagation private --pid --fork --kill-child bash "$0" < /dev/null &
   inner=$!

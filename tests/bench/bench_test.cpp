@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
+#include "kiri/base/error.h"
 #include "kiri/kernels/bandwidth.h"
 #include "kiri/kernels/peak.h"
 
@@ -24,6 +26,9 @@ TEST(Mfu, BenchUsesTheMeasuredOrTheGivenPeak) {
   BenchResult r = run_training_bench(s);
   const double fpt = s.model.flops_per_token(s.seq);
   EXPECT_DOUBLE_EQ(r.peak_flops, kernels::peak_flops(DType::kF32, 1));
+  EXPECT_EQ(r.peak_instruction, kernels::core_peak(DType::kF32).instruction);
+  EXPECT_TRUE(r.gemm_lowp.empty());
+  EXPECT_GT(r.step_over_gemms, 0.5);
   EXPECT_GT(r.mfu, 0);
   EXPECT_LE(r.mfu, 1.0);
   EXPECT_NEAR(r.mfu, fpt * r.tokens_per_s / r.peak_flops, 1e-12 * r.mfu);
@@ -36,7 +41,44 @@ TEST(Mfu, BenchUsesTheMeasuredOrTheGivenPeak) {
   s.peak_flops = 1e12;
   r = run_training_bench(s);
   EXPECT_DOUBLE_EQ(r.peak_flops, 1e12);
+  EXPECT_EQ(r.peak_instruction, "given");
   EXPECT_NEAR(r.mfu, fpt * r.tokens_per_s / 1e12, 1e-12 * r.mfu);
+}
+
+// A 16-bit bench: the step in that dtype, its GEMMs replayed on the path gemm_lowp chose, MFU
+// against that dtype's peak, which the result names. Sane values on a small model.
+TEST(Mfu, SixteenBitBenchUsesItsDtypesPeakAndReplaysItsGemms) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    BenchSpec s;
+    s.name = "small";
+    s.model = {2, 2, 64, 512, 64};
+    s.batch = 4;
+    s.seq = 64;
+    s.threads = 1;
+    s.warmup_steps = 1;
+    s.steps = 2;
+    s.dtype = dt;
+    const BenchResult r = run_training_bench(s);
+    const double fpt = s.model.flops_per_token(s.seq);
+    EXPECT_DOUBLE_EQ(r.peak_flops, kernels::peak_flops(dt, 1));
+    EXPECT_EQ(r.peak_instruction, kernels::core_peak(dt).instruction);
+    EXPECT_FALSE(r.peak_instruction.empty());
+    EXPECT_FALSE(r.gemm_lowp.empty());  // the path's description
+    EXPECT_TRUE(std::isfinite(r.mfu) && r.mfu > 0 && r.mfu <= 1) << r.mfu;
+    EXPECT_NEAR(r.mfu, fpt * r.tokens_per_s / r.peak_flops, 1e-12 * r.mfu);
+    EXPECT_TRUE(std::isfinite(r.loss_last)) << r.loss_last;
+    EXPECT_GT(r.gemm_step_s, 0);
+    // The step does its GEMMs and more; half of them would mean a replay that does too much.
+    EXPECT_GT(r.step_over_gemms, 0.5);
+    EXPECT_TRUE(std::isfinite(r.step_over_gemms));
+  }
+}
+
+TEST(Mfu, BenchRefusesANonFloatDtype) {
+  BenchSpec s = bench_preset("tiny");
+  s.dtype = DType::kI32;
+  EXPECT_THROW(run_training_bench(s), Error);
 }
 
 TEST(AdamWBandwidth, BytesPerElementOfEachDtype) {
@@ -58,7 +100,7 @@ TEST(AdamWBandwidthTiming, UpdateMovesItsBytesAtEightyPercentOfTheTriad) {
     double ratio = 0;
     std::string seen;
     for (int attempt = 1; attempt <= 3 && ratio < 0.8; ++attempt) {
-      const MemoryRates r = measure_memory_rates(n, threads, array_bytes);
+      const MemoryRates r = measure_memory_rates(n, DType::kF32, threads, array_bytes);
       ratio = r.adamw / r.memory;
       seen += " " + std::to_string(r.adamw / 1e9) + "/" + std::to_string(r.memory / 1e9) + " GB/s;";
     }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -65,6 +66,11 @@ TEST(CliBench, DtypesRowsNameTheGemmPathAndItsRates) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] != '{') continue;
     const nlohmann::json j = nlohmann::json::parse(line);
+    // Every row: MFU against its own dtype's peak, named, and the step over its GEMMs.
+    const double mfu = j["mfu"].get<double>(), sog = j["step_over_gemms"].get<double>();
+    EXPECT_TRUE(std::isfinite(mfu) && mfu > 0 && mfu <= 1) << line;
+    EXPECT_FALSE(j["peak_instruction"].get<std::string>().empty()) << line;
+    EXPECT_TRUE(std::isfinite(sog) && sog > 0.5) << line;
     if (j["dtype"] == "F32") {
       EXPECT_FALSE(j.contains("gemm_lowp")) << line;
       continue;
@@ -79,6 +85,36 @@ TEST(CliBench, DtypesRowsNameTheGemmPathAndItsRates) {
         << line;
   }
   EXPECT_EQ(lowp, 2) << r.output;  // bf16 and fp16
+}
+
+// kiri bench --dtype bf16: the step in bf16, MFU against the bf16 peak (named), the step over
+// its bf16 GEMMs, and the GEMM path with the rates it was chosen by.
+TEST(CliBench, Bf16BenchNamesItsPeakAndItsGemmPath) {
+  const Result r = run_kiri("bench --dtype bf16 --config tiny --threads 1 --steps 1 --warmup 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  int rows = 0;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    ++rows;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["dtype"], "BF16") << line;
+    const double mfu = j["mfu"].get<double>(), sog = j["step_over_gemms"].get<double>();
+    EXPECT_TRUE(std::isfinite(mfu) && mfu > 0 && mfu <= 1) << line;
+    EXPECT_TRUE(std::isfinite(sog) && sog > 0.5) << line;
+    EXPECT_GT(j["gemm_step_s"].get<double>(), 0) << line;
+    EXPECT_FALSE(j["peak_instruction"].get<std::string>().empty()) << line;
+    EXPECT_FALSE(j.value("gemm_lowp", "").empty()) << line;
+    EXPECT_GT(j["gemm_lowp_gflops"]["chosen"].get<double>(), 0) << line;
+  }
+  EXPECT_EQ(rows, 1) << r.output;
+}
+
+TEST(CliBench, DtypeNamesAWrongValue) {
+  const Result r = run_kiri("bench --dtype int8 --config tiny --threads 1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--dtype must be fp32, bf16 or fp16, got 'int8'"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace

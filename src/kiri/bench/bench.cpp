@@ -2,20 +2,22 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "kiri/base/best_of.h"
+#include "kiri/base/error.h"
 #include "kiri/base/rng.h"
 #include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
+#include "kiri/bench/step_gemms.h"
 #include "kiri/comm/self.h"
 #include "kiri/kernels/bandwidth.h"
 #include "kiri/kernels/ops.h"
 #include "kiri/kernels/peak.h"
 #include "kiri/model/parallelize.h"
 #include "kiri/optim/adamw.h"
+#include "kiri/train/gemm_choice.h"
 #include "kiri/train/metrics.h"
 #include "kiri/train/step.h"
 
@@ -68,87 +70,6 @@ BenchSpec bench_preset(const std::string& name) {
   return s;
 }
 
-namespace {
-
-// One GEMM of the step: C[M,N] (+)= op(A) op(B) with the model's transposes.
-struct GemmShape {
-  bool ta, tb;
-  int64_t m, n, k;
-};
-
-// The GEMMs of one training step of a GPT-2 or a Llama: each linear layer's forward and
-// its two backward products, the LM head's three, and per (batch, query head)
-// the attention products (QK^T, PV forward; recompute QK^T, and dV, dP, dQ,
-// dK backward).
-std::vector<GemmShape> step_gemms(const kiri::GPTConfig& c, int64_t b, int64_t t) {
-  const int64_t n = b * t, e = c.n_embd, v = c.vocab_size;
-  std::vector<GemmShape> out;
-  auto linear = [&](int64_t in, int64_t o) {
-    out.push_back({false, false, n, o, in});  // y = x W
-    out.push_back({false, true, n, in, o});   // dx = dy W^T
-    out.push_back({true, false, in, o, n});   // dW = x^T dy
-  };
-  const int64_t kv = int64_t{c.kv_heads()} * c.head_dim(), f = c.mlp_width();
-  for (int l = 0; l < c.n_layer; ++l) {
-    if (c.llama()) {  // q, k, v, o; gate, up, down
-      for (int64_t o : {e, kv, kv, e}) linear(e, o);
-      linear(e, f);
-      linear(e, f);
-      linear(f, e);
-    } else {  // c_attn, attn.c_proj; c_fc, mlp.c_proj
-      linear(e, 3 * e);
-      linear(e, e);
-      linear(e, f);
-      linear(f, e);
-    }
-  }
-  // The LM head (tied to the embedding or not, the same products).
-  out.push_back({false, true, n, v, e});   // logits = x W^T
-  out.push_back({false, false, n, e, v});  // dx = dlogits W
-  out.push_back({true, false, v, e, n});   // dW = dlogits^T x
-  return out;
-}
-
-double time_step_gemms(const kiri::GPTConfig& c, int64_t b, int64_t t) {
-  std::vector<GemmShape> shapes = step_gemms(c, b, t);
-  int64_t max_a = 0, max_b = 0, max_c = 0;
-  for (auto& s : shapes) {
-    max_a = std::max(max_a, s.m * s.k);
-    max_b = std::max(max_b, s.k * s.n);
-    max_c = std::max(max_c, s.m * s.n);
-  }
-  std::vector<float> a(max_a, 0.01f), bb(max_b, 0.02f), cc(max_c, 0.0f);
-  const int64_t hs = c.n_embd / c.n_head, bh = b * c.n_head;
-  std::vector<float> att(static_cast<size_t>(omp_get_max_threads()) * t * t);
-  std::vector<float> q(b * t * 3 * c.n_embd, 0.01f), o(b * t * c.n_embd);
-  std::vector<double> times;
-  for (int rep = 0; rep < 4; ++rep) {
-    Timer timer;
-    for (auto& s : shapes)
-      kernels::gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.ta ? s.m : s.k, bb.data(),
-                           s.tb ? s.k : s.n, 0.0f, cc.data(), s.n);
-      // Attention: 2 products forward, 5 backward (recomputed scores, dV, dP, dQ, dK), per head.
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < bh; ++i) {
-      float* s = att.data() + static_cast<size_t>(omp_get_thread_num()) * t * t;
-      const float* qh = q.data() + (i / c.n_head) * t * 3 * c.n_embd + (i % c.n_head) * hs;
-      float* oh = o.data() + (i / c.n_head) * t * c.n_embd + (i % c.n_head) * hs;
-      for (int r = 0; r < 7; ++r) {
-        if (r % 2 == 0)
-          kernels::gemm<float>(false, true, t, t, hs, 1.0f, qh, 3 * c.n_embd, qh, 3 * c.n_embd,
-                               0.0f, s, t);
-        else
-          kernels::gemm<float>(false, false, t, hs, t, 1.0f, s, t, qh, 3 * c.n_embd, 0.0f, oh,
-                               c.n_embd);
-      }
-    }
-    if (rep > 0) times.push_back(timer.seconds());
-  }
-  return median(times);
-}
-
-}  // namespace
-
 void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& targets) {
   int32_t* x = inputs.data<int32_t>();
   int32_t* y = targets.data<int32_t>();
@@ -195,17 +116,21 @@ double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threa
   return static_cast<double>(adamw_bytes_per_element(dtype, zero_grad) * n) / s;
 }
 
-MemoryRates measure_memory_rates(int64_t n, int threads, int64_t array_bytes, int rounds) {
+MemoryRates measure_memory_rates(int64_t n, DType dtype, int threads, int64_t array_bytes,
+                                 int rounds) {
   KIRI_CHECK_KIND(kConfig, rounds >= 1, "measure_memory_rates: rounds must be >= 1, got ", rounds);
   MemoryRates r;
   for (int round = 0; round < rounds; ++round) {
     r.memory = std::max(r.memory, kernels::measure_memory_bandwidth(threads, array_bytes, 3));
-    r.adamw = std::max(r.adamw, measure_adamw_bandwidth(n, DType::kF32, true, threads, 3));
+    r.adamw = std::max(r.adamw, measure_adamw_bandwidth(n, dtype, true, threads, 3));
   }
   return r;
 }
 
 BenchResult run_training_bench(const BenchSpec& spec) {
+  KIRI_CHECK_KIND(
+      kConfig, spec.dtype == DType::kF32 || spec.dtype == DType::kBF16 || spec.dtype == DType::kF16,
+      "kiri bench: dtype must be fp32, bf16 or fp16, got ", dtype_name(spec.dtype));
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(spec.threads);
   BenchResult r;
@@ -215,8 +140,14 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     std::unique_ptr<comm::Communicator> self = comm::self_communicator();
     parallel::ParallelDims dims(*self, {1, 1, 1});
     Allocator allocator;
+    if (spec.dtype != DType::kF32)  // kAuto's 16-bit path on this step's shapes, as kiri train
+      train::choose_gemm_lowp_path(*self, spec.dtype,
+                                   train::step_gemm_shapes(spec.model, spec.batch, spec.seq, 1),
+                                   allocator);
     model::GPT<float> model(spec.model);
-    model::ParallelGPT pm(model, dims, {}, allocator);
+    model::ParallelOptions options;
+    options.dtype = spec.dtype;  // 16-bit: mixed precision, as kiri bench --dtypes
+    model::ParallelGPT pm(model, dims, options, allocator);
     optim::AdamW opt(pm.optimizer_state_numel(), pm.optimizer_segments(), kiri::AdamWConfig{},
                      allocator, pm.norm_groups());
     opt.initialize(spec.init_seed);
@@ -230,13 +161,20 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     train::StepSettings settings;
     settings.lr = spec.lr;
     settings.loss_weight = 1.0 / double(x.numel());
-    std::vector<double> times, optimizer;
+    // The step's GEMMs alone on the paths the step takes, replayed once after every step: a
+    // busy spell of a shared machine then falls on a step and its replay alike.
+    StepGemmReplay replay(spec.model, spec.batch, spec.seq, spec.dtype);
+    std::vector<double> times, gemm_times, ratios, optimizer;
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       fill_random_tokens(rng, spec.model.vocab_size, x, y);  // outside the timed step
       Timer timer;
       const train::StepOutcome out = step.run(ctx, x, y, settings);
+      const double step_s = timer.seconds();
+      const double gemm_s = replay.run();
       if (s >= spec.warmup_steps) {
-        times.push_back(timer.seconds());
+        times.push_back(step_s);
+        gemm_times.push_back(gemm_s);
+        ratios.push_back(step_s / gemm_s);
         optimizer.push_back(out.optimizer_s);
       }
       const double loss = out.loss_sum * settings.loss_weight;
@@ -245,16 +183,24 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     }
     r.step_s = median(times);
     r.optimizer_s = median(optimizer);
+    r.gemm_step_s = median(gemm_times);
+    r.step_over_gemms = median(ratios);
   }
   r.tokens_per_s = double(spec.batch * spec.seq) / r.step_s;
-  r.gemm_step_s = time_step_gemms(spec.model, spec.batch, spec.seq);
+  if (spec.dtype != DType::kF32) r.gemm_lowp = kernels::gemm_lowp_path_description(spec.dtype);
   r.gemm_flops = train::measure_gemm_flops_rate();
-  r.peak_flops =
-      spec.peak_flops > 0 ? spec.peak_flops : kernels::peak_flops(DType::kF32, spec.threads);
+  if (spec.peak_flops > 0) {
+    r.peak_flops = spec.peak_flops;
+    r.peak_instruction = "given";
+  } else {
+    r.peak_flops = kernels::peak_flops(spec.dtype, spec.threads);
+    r.peak_instruction = kernels::core_peak(spec.dtype).instruction;
+  }
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
   r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
   r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
-  const MemoryRates rates = measure_memory_rates(spec.model.num_parameters(), spec.threads);
+  const MemoryRates rates =
+      measure_memory_rates(spec.model.num_parameters(), spec.dtype, spec.threads);
   r.memory_bandwidth = rates.memory;
   r.adamw_bandwidth = rates.adamw;
   omp_set_num_threads(saved_threads);

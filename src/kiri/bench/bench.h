@@ -20,6 +20,9 @@ struct BenchSpec {
   int warmup_steps = 2;
   int steps = 5;
   double peak_flops = 0;  // MFU's denominator, FLOP/s (--peak-flops); 0 = measured
+  // The step's parameters and gradients (model::ParallelOptions::dtype): kF32, or kBF16 and
+  // kF16 for mixed precision (16-bit GEMM operands, fp32 master weights), as --dtypes runs.
+  DType dtype = DType::kF32;
   // The step's settings: the weights' seed, the random tokens' seed (dp rank r draws from
   // data_seed + r) and AdamW's learning rate.
   uint64_t init_seed = 1234;
@@ -32,9 +35,16 @@ struct BenchResult {
   double step_s = 0;       // median over the timed steps
   double optimizer_s = 0;  // the step's optimizer passes (StepOutcome::optimizer_s), median
   double tokens_per_s = 0;
-  double gemm_step_s = 0;  // the step's GEMMs alone, median of a few replays
-  // The fp32 FMA peak on spec.threads cores (kernels::peak_flops), or spec's.
+  // The step's GEMMs alone at spec.dtype (StepGemmReplay), replayed right after each step:
+  // the median replay, and the median over the timed steps of step / its replay.
+  double gemm_step_s = 0;
+  double step_over_gemms = 0;
+  std::string gemm_lowp;  // 16-bit: the path gemm_lowp took (its description), else ""
+  // The peak of spec.dtype on spec.threads cores (kernels::peak_flops: fp32's FMA, or the
+  // 16-bit dot product where it is faster), or spec's; and the instruction that reached it
+  // (kernels::core_peak), "given" for spec's.
   double peak_flops = 0;
+  std::string peak_instruction;
   double gemm_flops = 0;  // one 1024^3 fp32 GEMM on spec.threads, FLOP/s
   double mfu = 0;         // model FLOPs/s over peak_flops (docs/metrics.md)
   double mfu_gemm = 0;    // model FLOPs/s over gemm_flops
@@ -49,6 +59,10 @@ struct BenchResult {
 // Llamas "tiny-llama" (tiny's size: 4 x 256, GQA 4/2, SwiGLU 688, vocab 32000 untied, T 128,
 // B 8) and "smollm-135M" (SmolLM-135M's shape, T 64, B 4).
 BenchSpec bench_preset(const std::string& name);
+// spec.warmup_steps + spec.steps steps at spec.dtype on one process, each followed by one
+// replay of its GEMMs alone at that dtype (StepGemmReplay). A 16-bit run first chooses
+// gemm_lowp's path on the step's shapes as kiri train does (train::choose_gemm_lowp_path;
+// KIRI_GEMM_LOWP forces one) and leaves that choice installed.
 BenchResult run_training_bench(const BenchSpec& spec);
 
 // AdamW's effective bandwidth: the bytes its update must move over n parameters whose
@@ -60,13 +74,14 @@ BenchResult run_training_bench(const BenchSpec& spec);
 double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threads,
                                int repeats = 5);
 // The memory bandwidth (kernels::measure_memory_bandwidth over arrays of array_bytes, 0:
-// the default) and AdamW's (measure_adamw_bandwidth over n fp32 parameters, zeroing the
-// gradient as the step does) on `threads`, measured alternately `rounds` times, the best
-// of each (3 passes a measurement): a busy spell of a shared machine slows both, not one.
+// the default) and AdamW's (measure_adamw_bandwidth over n parameters of `dtype`, zeroing
+// the gradient as the step does) on `threads`, measured alternately `rounds` times, the
+// best of each (3 passes a measurement): a busy spell of a shared machine slows both.
 struct MemoryRates {
   double memory = 0, adamw = 0;  // bytes/s
 };
-MemoryRates measure_memory_rates(int64_t n, int threads, int64_t array_bytes = 0, int rounds = 2);
+MemoryRates measure_memory_rates(int64_t n, DType dtype, int threads, int64_t array_bytes = 0,
+                                 int rounds = 2);
 // The bytes adamw_update moves per element: 28 for fp32, bf16 and fp16, plus the
 // gradient's size when it zeroes the gradient.
 int64_t adamw_bytes_per_element(DType dtype, bool zero_grad);

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "kiri/base/error.h"
+#include "kiri/base/file_read.h"
 #include "kiri/base/suggest.h"
 
 namespace kiri::cli {
@@ -200,6 +201,13 @@ double Args::get_double(const std::string& name, double fallback) const {
   } catch (const std::exception&) {
   }
   KIRI_RAISE(kConfig, flag_of_.at(name), " must be a number, got '", *v, "'");
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32" || s == "float32") return DType::kF32;
+  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
+  if (s == "fp16" || s == "float16") return DType::kF16;
+  KIRI_RAISE(kConfig, "--dtype must be fp32, bf16 or fp16, got '", quote_bounded(s, 80), "'");
 }
 
 }  // namespace kiri::cli

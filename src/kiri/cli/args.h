@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "kiri/tensor/dtype.h"
+
 namespace kiri::cli {
 
 enum class OptionKind {
@@ -46,6 +48,10 @@ std::string option_flag(const OptionSpec& o);
 // `kiri VERB --help`: the usage line, the summary and every option with its value name,
 // default and description.
 std::string help_text(const VerbSpec& spec);
+
+// A --dtype value: fp32, bf16 or fp16 (or float32, bfloat16, float16); kConfig naming the
+// value otherwise.
+DType parse_dtype(const std::string& s);
 
 // Thrown by Args for -h/--help; run_cli prints it and exits 0.
 class HelpRequested : public std::exception {

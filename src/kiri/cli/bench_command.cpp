@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,13 +11,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
+#include "kiri/base/stats.h"
 #include "kiri/bench/bench.h"
 #include "kiri/bench/ddp_bench.h"
 #include "kiri/bench/layout_bench.h"
+#include "kiri/bench/step_gemms.h"
 #include "kiri/cli/args.h"
 #include "kiri/cli/commands.h"
 #include "kiri/cli/verbs.h"
 #include "kiri/kernels/ops.h"
+#include "kiri/kernels/peak.h"
 #include "kiri/launch/world.h"
 #include "kiri/parallel/pp/partition.h"
 #include "kiri/parallel/pp/schedule.h"
@@ -25,8 +29,9 @@
 
 namespace kiri::cli {
 
-// kiri bench: one JSON line per (config, threads) with tokens/s, MFU and the
-// step time against its GEMMs' time (benchmarks/run.sh puts PyTorch beside it).
+// kiri bench: one JSON line per (config, threads) with tokens/s, MFU against the peak of the
+// step's dtype (--dtype, fp32 by default) and the step time against its GEMMs' time
+// (benchmarks/run.sh puts PyTorch beside it).
 // --ddp, --zero, --dtypes, --layouts and --activations select the data-parallel and layout
 // benchmarks.
 namespace {
@@ -61,13 +66,30 @@ int ddp_bench(const Args& a) {
 
 using Layouts = std::vector<std::pair<std::string, model::ParallelOptions>>;
 
+// Which GEMM path a 16-bit row ran (KIRI_GEMM_LOWP forces one) and the measured rates kAuto
+// chose by (one pass over the bench's GEMM shapes).
+void add_gemm_lowp(nlohmann::json& j, DType dt) {
+  j["gemm_lowp"] = kernels::gemm_lowp_path_description(dt);
+  const train::LowpPassRates p = train::pass_rates(kernels::gemm_lowp_rates(dt));
+  j["gemm_lowp_gflops"] = {
+      {"via_f32", p.via_f32 / 1e9}, {"onednn", p.onednn / 1e9}, {"chosen", p.chosen / 1e9}};
+}
+
 // One JSON line per layout, from rank 0: step time, tokens/s, the ratio to
 // the first layout ("vs_<first>"), this rank's peak bytes per category and,
 // on more than one rank, the bytes it sent per step.
+// MFU is this rank's share of the model FLOPs over the peak of the row's dtype on its threads
+// (kernels::peak_flops; peak_instruction names what reached it). gemm_s, where given, holds the
+// step's GEMMs replayed alone per dtype: the row's step_over_gemms.
 void print_layouts(const std::string& impl, const bench::BenchSpec& spec, int ranks, int rounds,
-                   const std::vector<bench::LayoutBenchResult>& results) {
+                   const std::vector<bench::LayoutBenchResult>& results,
+                   const std::map<DType, double>& gemm_s = {}) {
   const std::string vs = "vs_" + results.front().name;
+  const int threads = omp_get_max_threads();
   for (const bench::LayoutBenchResult& r : results) {
+    const DType dt = r.options.dtype;
+    const double model_flops_per_s =
+        spec.model.flops_per_token(spec.seq) * r.tokens_per_s / double(ranks);
     nlohmann::json mem;
     for (int c = 0; c < kNumCategories; ++c)
       if (static_cast<Category>(c) != Category::kOther)
@@ -87,15 +109,17 @@ void print_layouts(const std::string& impl, const bench::BenchSpec& spec, int ra
                         {"step_s", r.step_s},
                         {"tokens_per_s", r.tokens_per_s},
                         {vs, r.ratio},
+                        {"mfu", train::model_flops_utilization(model_flops_per_s,
+                                                               kernels::peak_flops(dt, threads))},
+                        {"peak_gflops", kernels::peak_flops(dt, threads) / 1e9},
+                        {"peak_instruction", kernels::core_peak(dt).instruction},
                         {"mem", mem}};
-    // Which GEMM path the 16-bit rows ran (KIRI_GEMM_LOWP forces one).
-    if (r.options.dtype != DType::kF32) {
-      j["gemm_lowp"] = kernels::gemm_lowp_path_description(r.options.dtype);
-      // The measured rates kAuto chose by (one pass over the bench's GEMM shapes).
-      const train::LowpPassRates p = train::pass_rates(kernels::gemm_lowp_rates(r.options.dtype));
-      j["gemm_lowp_gflops"] = {
-          {"via_f32", p.via_f32 / 1e9}, {"onednn", p.onednn / 1e9}, {"chosen", p.chosen / 1e9}};
+    // Checkpointed rows recompute their forward: their step over the same GEMMs is larger.
+    if (const auto g = gemm_s.find(dt); g != gemm_s.end()) {
+      j["gemm_step_s"] = g->second;
+      j["step_over_gemms"] = r.step_s / g->second;
     }
+    if (dt != DType::kF32) add_gemm_lowp(j, dt);
     if (ranks > 1) {
       nlohmann::json sent;
       for (int k = 0; k < comm::kNumOpKinds; ++k)
@@ -161,8 +185,19 @@ int dtype_bench(const Args& a) {
   ckpt.checkpoint_every = 1;
   layouts.push_back({"fp32-ckpt", ckpt});
   auto results = bench::run_layout_bench(*world.comm, spec, layouts, rounds);
+  // Each dtype's GEMMs alone, on the 16-bit paths run_layout_bench chose: the median of one
+  // replay per round (each about what a step's GEMMs cost). No warm-up replay: the steps ran
+  // these shapes on these paths (oneDNN's primitives are cached), and filling the operands
+  // touched their pages.
+  std::map<DType, double> gemm_s;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    bench::StepGemmReplay replay(spec.model, spec.batch, spec.seq, dt);
+    std::vector<double> times;
+    for (int i = 0; i < rounds; ++i) times.push_back(replay.run());
+    gemm_s[dt] = median(times);
+  }
   if (world.comm->rank() == 0)
-    print_layouts("kiri-dtype", spec, world.comm->size(), rounds, results);
+    print_layouts("kiri-dtype", spec, world.comm->size(), rounds, results, gemm_s);
   return 0;
 }
 // kiri bench --layouts: on one process the 1x1x1 layout (at --threads, default
@@ -380,12 +415,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (configs.empty()) configs = {"tiny", "gpt2-124M"};
   std::vector<std::string> threads = a.all("threads");
   if (threads.empty()) threads = {"1", "2"};
-  // Per rank (this process), FLOP/s; unset: the measured fp32 FMA peak.
+  // Per rank (this process), FLOP/s; unset: the measured peak of --dtype (fp32: the FMA's).
   const double peak =
       a.get("peak-flops") ? train::check_peak_flops(a.get_double("peak-flops", 0)) : 0.0;
+  const DType dtype = parse_dtype(a.get("dtype").value_or("fp32"));
   for (const std::string& name : configs) {
     for (const std::string& th : threads) {
       bench::BenchSpec spec = bench::bench_preset(name);
+      spec.dtype = dtype;
       spec.threads = std::stoi(th);
       spec.steps = static_cast<int>(a.get_int("steps", spec.steps));
       spec.warmup_steps = static_cast<int>(a.get_int("warmup", spec.warmup_steps));
@@ -393,6 +430,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       bench::BenchResult r = bench::run_training_bench(spec);
       nlohmann::json j = {{"impl", "kiri"},
                           {"config", name},
+                          {"dtype", dtype_name(dtype)},
                           {"threads", spec.threads},
                           {"batch", spec.batch},
                           {"seq_len", spec.seq},
@@ -400,8 +438,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
                           {"tokens_per_s", r.tokens_per_s},
                           {"gemm_step_s", r.gemm_step_s},
                           {"gemm_fraction", r.gemm_step_s / r.step_s},
+                          {"step_over_gemms", r.step_over_gemms},
                           {"peak_gflops", r.peak_flops / 1e9},
                           {"peak_source", peak > 0 ? "given" : "measured"},
+                          {"peak_instruction", r.peak_instruction},
                           {"gemm_gflops", r.gemm_flops / 1e9},
                           {"mfu", r.mfu},
                           {"mfu_gemm", r.mfu_gemm},
@@ -410,6 +450,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                           {"adamw_of_memory", r.adamw_bandwidth / r.memory_bandwidth},
                           {"optimizer_s", r.optimizer_s},
                           {"params", spec.model.num_parameters()}};
+      if (dtype != DType::kF32) add_gemm_lowp(j, dtype);
       std::cout << j.dump() << std::endl;
     }
   }

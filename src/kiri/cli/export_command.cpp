@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-DType export_dtype(const std::string& s) {
-  if (s == "fp32" || s == "float32") return DType::kF32;
-  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
-  if (s == "fp16" || s == "float16") return DType::kF16;
-  KIRI_RAISE(kConfig, "--dtype must be fp32, bf16 or fp16, got '", quote_bounded(s, 80), "'");
-}
-
 // An --out that does not exist, or an empty folder; anything else is named and refused.
 void check_out(const std::string& out) {
   std::error_code ec;
@@ -43,7 +36,7 @@ int cmd_export(const std::vector<std::string>& argv) {
   KIRI_CHECK_KIND(kConfig, a.positional().size() == 1, "kiri export takes one CKPT_DIR");
   KIRI_CHECK_KIND(kConfig, a.get("out").has_value(), "kiri export needs --out DIR");
   const std::string out = *a.get("out");
-  const DType dtype = export_dtype(a.get("dtype").value_or("fp32"));
+  const DType dtype = parse_dtype(a.get("dtype").value_or("fp32"));
   const int64_t shard = ckpt::hf::parse_max_shard_size(
       a.get("max-shard-size").value_or(ckpt::hf::kDefaultMaxShardSize), "--max-shard-size");
   check_out(out);

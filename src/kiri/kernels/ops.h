@@ -97,6 +97,10 @@ void set_gemm_lowp_rates(const LowpGemmRates& rates);
 void clear_gemm_lowp_rates();
 // kAuto's table for ab now (the default one is measured here if none is yet).
 LowpGemmRates gemm_lowp_rates(DType ab);
+// While `into` is set, every gemm_lowp call of the process (any thread) is appended to it,
+// in call order per thread; nullptr stops. One recorder at a time. For tests and benchmarks
+// that check which 16-bit GEMMs a step calls (bench::step_linear_gemms).
+void record_gemm_lowp_calls(std::vector<LowpGemmCall>* into);
 // gemm_lowp with bf16 A and B and an fp32 C (the original groundwork API).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,

@@ -76,6 +76,10 @@ LowpGemmRates gemm_lowp_rates(DType ab) {
   return cpu::gemm_lowp_rates(ab);
 }
 
+void record_gemm_lowp_calls(std::vector<LowpGemmCall>* into) {
+  return cpu::record_gemm_lowp_calls(into);
+}
+
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {

@@ -41,6 +41,15 @@ struct LowpGemmRates {
   std::string cache_note;  // why they could not be kept there ("" when they were)
 };
 
+// One gemm_lowp call as record_gemm_lowp_calls (ops.h) keeps it: what the caller asked for.
+struct LowpGemmCall {
+  DType ab = DType::kBF16;  // A's and B's dtype
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  float beta = 0;
+  DType c_dtype = DType::kF32;
+};
+
 // Rotary embedding's parameters (ops.h, rope_inv_freq).
 struct RopeParams {
   double theta = 10000.0;  // rope_theta

@@ -11,6 +11,7 @@
 
 #include "kiri/base/error.h"
 #include "kiri/base/log.h"
+#include "kiri/base/stop_signal.h"
 
 namespace kiri::train {
 
@@ -33,6 +34,20 @@ std::optional<Fault> fault_from_env() {
   return f;
 }
 
+// stopwait: the step boundary a test's signal lands at, whatever the load; a tiny step takes
+// a millisecond, so a signal sent on seeing step S in metrics.jsonl could otherwise land after
+// the run's last step. Bounded, so that a test that never signals fails with a named error.
+void wait_for_stop_signal(int rank, int64_t step) {
+  log::warn("KIRI_FAULT: rank ", rank, " waits for a stop signal before step ", step + 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!stop_signal_requested()) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120))
+      KIRI_RAISE(kData, "KIRI_FAULT: no stop signal reached rank ", rank, " in 120 s before step ",
+                 step + 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 }  // namespace
 
 double fault_scale_for(int rank, int64_t step_index) {
@@ -46,6 +61,7 @@ void inject_fault(int rank, int64_t step) {
   const std::optional<Fault> f = fault_from_env();
   if (!f || f->rank != rank || f->n != step) return;
   const std::string& k = f->kind;
+  if (k == "stopwait") return wait_for_stop_signal(rank, step);
   if (k != "kill" && k != "hang" && k != "raise") return;  // the others act elsewhere
   log::warn("KIRI_FAULT: injecting '", k, "' on rank ", rank, " before step ", step + 1);
   if (k == "kill") std::raise(SIGKILL);

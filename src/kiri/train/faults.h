@@ -6,6 +6,8 @@
 //   kill:R:S      rank R dies by SIGKILL before step S
 //   hang:R:S      rank R stops communicating before step S, as a rank stuck in a loop would
 //   raise:R:S     rank R raises a kData error before step S, as a bad read on one rank would
+//   stopwait:R:S  rank R waits before step S until a stop signal arrives (at most 120 s), so
+//                 that a test's signal lands at that boundary however loaded the machine is
 //   slowsave:R:MS rank R's asynchronous checkpoint writer sleeps MS ms before each file, so
 //                 that a test's kill lands inside a save
 //   fsync:R:N     rank R dies by SIGKILL just before its Nth fsync (1-based, any thread; the
@@ -18,7 +20,8 @@ namespace kiri::train {
 
 // The factor of rank R's loss in step `step_index` (0-based): inf, NaN or 1.
 double fault_scale_for(int rank, int64_t step_index);
-// Before step `step` (0-based): kill, hang or raise, when KIRI_FAULT says so.
+// Before step `step` (0-based): kill, hang, raise or wait for a stop signal, when KIRI_FAULT says
+// so.
 void inject_fault(int rank, int64_t step);
 // slowsave's milliseconds for this rank (0: none).
 int slow_save_ms_for(int rank);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ namespace kiri::kernels::cpu {
 namespace {
 
 using detail::LowpGemmArgs;
+
+// record_gemm_lowp_calls' list (nullptr: not recording) and the lock its appends take.
+std::atomic<std::vector<LowpGemmCall>*> g_recorder{nullptr};
+std::mutex g_recorder_mutex;
 
 // set_gemm_lowp_impl's value, or kUnset while KIRI_GEMM_LOWP decides.
 constexpr int kUnset = -1;
@@ -257,6 +262,11 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   KIRI_CHECK(c_dtype == DType::kF32 || c_dtype == ab, "gemm_lowp: C must be F32 or ",
              dtype_name(ab), ", got ", dtype_name(c_dtype));
   detail::check_gemm_args("gemm_lowp", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (g_recorder.load(std::memory_order_relaxed)) {  // one load when nobody records
+    const std::lock_guard<std::mutex> lock(g_recorder_mutex);
+    if (std::vector<LowpGemmCall>* rec = g_recorder.load(std::memory_order_relaxed))
+      rec->push_back({ab, trans_a, trans_b, M, N, K, beta, c_dtype});
+  }
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (c_dtype == DType::kF32) return detail::scale_c(M, N, beta, static_cast<float*>(C), ldc);
@@ -267,6 +277,11 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   if (impl == LowpGemmImpl::kAuto) impl = detail::auto_path(ab, trans_a, trans_b, M, N, K);
   if (impl == LowpGemmImpl::kOneDnnMatmul && detail::gemm_lowp_onednn(g)) return;
   detail::gemm_lowp_via_f32(g);
+}
+
+void record_gemm_lowp_calls(std::vector<LowpGemmCall>* into) {
+  const std::lock_guard<std::mutex> lock(g_recorder_mutex);  // no append is under way
+  g_recorder.store(into, std::memory_order_relaxed);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

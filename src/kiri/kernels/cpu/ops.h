@@ -35,6 +35,7 @@ LowpGemmRates measure_gemm_lowp_rates(DType ab, const std::vector<LowpGemmShape>
 void set_gemm_lowp_rates(const LowpGemmRates& rates);
 void clear_gemm_lowp_rates();
 LowpGemmRates gemm_lowp_rates(DType ab);
+void record_gemm_lowp_calls(std::vector<LowpGemmCall>* into);
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
