@@ -5,12 +5,14 @@
 #include <memory>
 #include <vector>
 
+#include "kiri/base/best_of.h"
 #include "kiri/base/error.h"
 #include "kiri/base/rng.h"
 #include "kiri/base/stats.h"
 #include "kiri/base/timer.h"
 #include "kiri/bench/step_gemms.h"
 #include "kiri/comm/self.h"
+#include "kiri/kernels/bandwidth.h"
 #include "kiri/kernels/ops.h"
 #include "kiri/kernels/peak.h"
 #include "kiri/model/parallelize.h"
@@ -77,6 +79,54 @@ void fill_random_tokens(Rng& rng, int64_t vocab_size, Tensor& inputs, Tensor& ta
   }
 }
 
+int64_t adamw_bytes_per_element(DType dtype, bool zero_grad) {
+  const int64_t g = static_cast<int64_t>(dtype_size(dtype));
+  // param (or master), m, v: read and written; the gradient read (and written when zeroed);
+  // 16-bit values written.
+  return 3 * 2 * 4 + g + (zero_grad ? g : 0) + (dtype == DType::kF32 ? 0 : g);
+}
+
+double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threads, int repeats) {
+  KIRI_CHECK_KIND(kConfig, n >= 1 && threads >= 1, "measure_adamw_bandwidth: n ", n,
+                  " and threads ", threads, " must be >= 1");
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  Allocator a;
+  const bool lowp = dtype != DType::kF32;
+  Tensor p = Tensor::empty({n}, DType::kF32, Category::kOptimizerStates, a);  // [n]
+  Tensor g = Tensor::empty({n}, dtype, Category::kGradients, a);              // [n]
+  Tensor m = Tensor::empty({n}, DType::kF32, Category::kOptimizerStates, a);  // [n]
+  Tensor v = Tensor::empty({n}, DType::kF32, Category::kOptimizerStates, a);  // [n]
+  Tensor w;  // [n] of dtype, 16-bit only
+  if (lowp) w = Tensor::empty({n}, dtype, Category::kParameters, a);
+  // Normal numbers throughout (no denormals to slow the arithmetic): the pages are
+  // touched here first, as training touches them before its first update.
+  p.fill_(0.02);
+  g.fill_(1e-3);
+  m.fill_(1e-4);
+  v.fill_(1e-6);
+  kernels::AdamWParams hp;
+  hp.weight_decay = 0.1f;
+  hp.zero_grad = zero_grad;
+  const double s = best_seconds(repeats, [&] {
+    kernels::adamw_update(p, g, m, v, hp, lowp ? &w : nullptr);
+    ++hp.step;
+  });
+  omp_set_num_threads(saved_threads);
+  return static_cast<double>(adamw_bytes_per_element(dtype, zero_grad) * n) / s;
+}
+
+MemoryRates measure_memory_rates(int64_t n, DType dtype, int threads, int64_t array_bytes,
+                                 int rounds) {
+  KIRI_CHECK_KIND(kConfig, rounds >= 1, "measure_memory_rates: rounds must be >= 1, got ", rounds);
+  MemoryRates r;
+  for (int round = 0; round < rounds; ++round) {
+    r.memory = std::max(r.memory, kernels::measure_memory_bandwidth(threads, array_bytes, 3));
+    r.adamw = std::max(r.adamw, measure_adamw_bandwidth(n, dtype, true, threads, 3));
+  }
+  return r;
+}
+
 BenchResult run_training_bench(const BenchSpec& spec) {
   KIRI_CHECK_KIND(
       kConfig, spec.dtype == DType::kF32 || spec.dtype == DType::kBF16 || spec.dtype == DType::kF16,
@@ -114,22 +164,25 @@ BenchResult run_training_bench(const BenchSpec& spec) {
     // The step's GEMMs alone on the paths the step takes, replayed once after every step: a
     // busy spell of a shared machine then falls on a step and its replay alike.
     StepGemmReplay replay(spec.model, spec.batch, spec.seq, spec.dtype);
-    std::vector<double> times, gemm_times, ratios;
+    std::vector<double> times, gemm_times, ratios, optimizer;
     for (int s = 0; s < spec.warmup_steps + spec.steps; ++s) {
       fill_random_tokens(rng, spec.model.vocab_size, x, y);  // outside the timed step
       Timer timer;
-      const double loss = step.run(ctx, x, y, settings).loss_sum * settings.loss_weight;
+      const train::StepOutcome out = step.run(ctx, x, y, settings);
       const double step_s = timer.seconds();
       const double gemm_s = replay.run();
       if (s >= spec.warmup_steps) {
         times.push_back(step_s);
         gemm_times.push_back(gemm_s);
         ratios.push_back(step_s / gemm_s);
+        optimizer.push_back(out.optimizer_s);
       }
+      const double loss = out.loss_sum * settings.loss_weight;
       if (s == 0) r.loss_first = loss;
       r.loss_last = loss;
     }
     r.step_s = median(times);
+    r.optimizer_s = median(optimizer);
     r.gemm_step_s = median(gemm_times);
     r.step_over_gemms = median(ratios);
   }
@@ -146,6 +199,10 @@ BenchResult run_training_bench(const BenchSpec& spec) {
   const double model_flops_per_s = spec.model.flops_per_token(spec.seq) * r.tokens_per_s;
   r.mfu = train::model_flops_utilization(model_flops_per_s, r.peak_flops);
   r.mfu_gemm = train::model_flops_utilization(model_flops_per_s, r.gemm_flops);
+  const MemoryRates rates =
+      measure_memory_rates(spec.model.num_parameters(), spec.dtype, spec.threads);
+  r.memory_bandwidth = rates.memory;
+  r.adamw_bandwidth = rates.adamw;
   omp_set_num_threads(saved_threads);
   return r;
 }

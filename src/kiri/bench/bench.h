@@ -32,7 +32,8 @@ struct BenchSpec {
 
 struct BenchResult {
   BenchSpec spec;
-  double step_s = 0;  // median over the timed steps
+  double step_s = 0;       // median over the timed steps
+  double optimizer_s = 0;  // the step's optimizer passes (StepOutcome::optimizer_s), median
   double tokens_per_s = 0;
   // The step's GEMMs alone at spec.dtype (StepGemmReplay), replayed right after each step:
   // the median replay, and the median over the timed steps of step / its replay.
@@ -47,6 +48,10 @@ struct BenchResult {
   double gemm_flops = 0;  // one 1024^3 fp32 GEMM on spec.threads, FLOP/s
   double mfu = 0;         // model FLOPs/s over peak_flops (docs/metrics.md)
   double mfu_gemm = 0;    // model FLOPs/s over gemm_flops
+  // Memory-bound work on spec.threads: the memory bandwidth (kernels::measure_memory_bandwidth)
+  // and AdamW's update over the model's parameter count, bytes/s (measure_memory_rates).
+  double memory_bandwidth = 0;
+  double adamw_bandwidth = 0;
   double loss_first = 0, loss_last = 0;
 };
 
@@ -59,6 +64,27 @@ BenchSpec bench_preset(const std::string& name);
 // gemm_lowp's path on the step's shapes as kiri train does (train::choose_gemm_lowp_path;
 // KIRI_GEMM_LOWP forces one) and leaves that choice installed.
 BenchResult run_training_bench(const BenchSpec& spec);
+
+// AdamW's effective bandwidth: the bytes its update must move over n parameters whose
+// values and gradients are `dtype` (fp32: param, m, v read and written, the gradient read;
+// 16-bit: the fp32 master instead of the param, and the 16-bit values written; zero_grad:
+// the gradient written back as zeros, as a training step's update does) over the time of
+// one kernels::adamw_update on `threads` OpenMP threads, the best of `repeats` after a
+// warm-up. Bytes/s.
+double measure_adamw_bandwidth(int64_t n, DType dtype, bool zero_grad, int threads,
+                               int repeats = 5);
+// The memory bandwidth (kernels::measure_memory_bandwidth over arrays of array_bytes, 0:
+// the default) and AdamW's (measure_adamw_bandwidth over n parameters of `dtype`, zeroing
+// the gradient as the step does) on `threads`, measured alternately `rounds` times, the
+// best of each (3 passes a measurement): a busy spell of a shared machine slows both.
+struct MemoryRates {
+  double memory = 0, adamw = 0;  // bytes/s
+};
+MemoryRates measure_memory_rates(int64_t n, DType dtype, int threads, int64_t array_bytes = 0,
+                                 int rounds = 2);
+// The bytes adamw_update moves per element: 28 for fp32, bf16 and fp16, plus the
+// gradient's size when it zeroes the gradient.
+int64_t adamw_bytes_per_element(DType dtype, bool zero_grad);
 
 // Inputs and targets (I32, the same shape) of uniformly random tokens below vocab_size,
 // drawn from rng element by element: inputs[i], then targets[i].

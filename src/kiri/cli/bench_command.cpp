@@ -445,6 +445,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
                           {"gemm_gflops", r.gemm_flops / 1e9},
                           {"mfu", r.mfu},
                           {"mfu_gemm", r.mfu_gemm},
+                          {"memory_gbps", r.memory_bandwidth / 1e9},
+                          {"adamw_gbps", r.adamw_bandwidth / 1e9},
+                          {"adamw_of_memory", r.adamw_bandwidth / r.memory_bandwidth},
+                          {"optimizer_s", r.optimizer_s},
                           {"params", spec.model.num_parameters()}};
       if (dtype != DType::kF32) add_gemm_lowp(j, dtype);
       std::cout << j.dump() << std::endl;

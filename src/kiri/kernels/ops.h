@@ -309,7 +309,8 @@ void softmax_xent_forward_backward(Tensor& losses /*[N]*/, Tensor& lse /*[N]*/,
 // param, m, v: same numel, F32 (param is the fp32 master copy). grad: same
 // numel, F32, BF16 or F16 (widened on the fly). lowp_param, when given: BF16
 // or F16 of the same numel, set to the updated param rounded (the copy the
-// forward pass reads).
+// forward pass reads). p.zero_grad: grad is set to 0 after it is read (grad is a
+// handle: its elements are written though the handle is const).
 void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p,
                   Tensor* lowp_param = nullptr);
 

@@ -69,6 +69,10 @@ struct AdamWParams {
   float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
   int64_t step = 1;           // 1-based, for bias correction
   float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping, loss scale)
+  // Set each gradient element to 0 once read: the next step's zeroing, fused into the
+  // update's pass (the line is in cache: one write-back instead of a pass that reads and
+  // writes the whole gradient).
+  bool zero_grad = false;
 };
 
 // A core's measured peak (peak.h).

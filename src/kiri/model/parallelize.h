@@ -95,6 +95,11 @@ class ParallelGPT {
   // rank 0's are broadcast; stages 1 and 2: the shards are all-gathered).
   void synchronize_parameters();
   void zero_grad();
+  // zero_grad() zeroes nothing but the gradients of optimizer_segments() (no sharding:
+  // they are the whole store's), so an update that zeroes each gradient it reads
+  // (AdamW::set_zero_grads) does zero_grad's work. Sharded, zero_grad also clears the
+  // whole-gradient buffers and the gradient files, which no segment covers.
+  bool segments_cover_zero_grad() const { return !sharded_; }
   // Forward and backward of this rank's rows of the batch (tokens, targets
   // [m * B, T], m = pipeline micro-batches), accumulating gradients; with
   // last = true (the last accumulation step) the gradients are then reduced

@@ -171,8 +171,16 @@ void AdamW::step(double lr, double grad_scale) {
   finish_step();
 }
 
+void AdamW::set_zero_grads(bool on) {
+  KIRI_CHECK(!on || !offloaded_grads(),
+             "the update cannot zero gradients that are read from swap (offloaded)");
+  zero_grads_ = on;
+}
+
 void AdamW::begin_step(double lr, double grad_scale) {
   ++step_;
+  grads_zeroed_ = false;
+  zeroing_pass_ = zero_grads_;
   kernels::AdamWParams hp;
   hp.lr = static_cast<float>(lr);
   hp.beta1 = static_cast<float>(cfg_.beta1);
@@ -180,6 +188,7 @@ void AdamW::begin_step(double lr, double grad_scale) {
   hp.eps = static_cast<float>(cfg_.eps);
   hp.step = step_;
   hp.grad_scale = static_cast<float>(grad_scale);
+  hp.zero_grad = zero_grads_;
   // 16-bit values are only written (rounded from the master); fp32 values are the weights.
   // Offloaded gradients are only read.
   unsigned read = has_master() ? kAllStates & ~state_bit(State::kValues) : kAllStates;
@@ -208,6 +217,8 @@ void AdamW::update_through(int64_t state_end) {
 
 void AdamW::finish_step() {
   states_.finish_pass();
+  // Every segment's gradient was read (and zeroed) only when a pass ran to its end.
+  grads_zeroed_ = std::exchange(zeroing_pass_, false);
 }
 
 double AdamW::clip_and_step(double lr, double loss_scale) {

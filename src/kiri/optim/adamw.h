@@ -23,6 +23,7 @@
 // staging buffers, reading ahead and writing behind. The update is elementwise,
 // so a parameter cut at chunk boundaries gets bitwise the update it gets whole.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kiri/comm/communicator.h"
@@ -80,6 +81,12 @@ class AdamW {
   bool step_pending() const { return states_.pass_active(); }
   // clip_and_step's norm and clipping, then begin_step (nothing begun when non-finite).
   double clip_and_begin_step(double lr, double loss_scale = 1.0);
+  // The next step's zeroing of the gradients, fused into the update: with it on, each
+  // update sets every gradient element it reads to 0 (kernels::AdamWParams::zero_grad),
+  // and take_zeroed_grads() says once whether the last update did, so the caller skips
+  // its own zeroing pass. Gradients in memory only (not offloaded_grads()).
+  void set_zero_grads(bool on);
+  bool take_zeroed_grads() { return std::exchange(grads_zeroed_, false); }
   // Copies the master weights into the 16-bit values (after loading them).
   void write_back();
 
@@ -126,6 +133,9 @@ class AdamW {
   Allocator& allocator_;
   StateStore states_;  // master (lowp only), m, v: [state_numel] F32 each
   int64_t step_ = 0;
+  bool zero_grads_ = false;    // set_zero_grads
+  bool zeroing_pass_ = false;  // the pass begun zeroes the gradients it reads
+  bool grads_zeroed_ = false;  // the last finished pass did: take_zeroed_grads
 };
 
 }  // namespace kiri::optim

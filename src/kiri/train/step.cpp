@@ -15,14 +15,20 @@ TrainingStep::TrainingStep(model::ParallelGPT& model, optim::AdamW& optimizer, S
                   "a step that times its backward needs one pipeline stage and one micro-batch "
                   "(microbatches = ",
                   model_.options().pipeline.microbatches, ")");
+  // Offloaded, the deferred update zeroes each unit's gradients itself.
+  optimizer_.set_zero_grads(options_.fuse_zero_grad && model_.segments_cover_zero_grad() &&
+                            !optimizer_.offloaded());
 }
 
 StepOutcome TrainingStep::run(nn::Context& ctx, const Tensor& inputs, const Tensor& targets,
                               const StepSettings& settings,
                               const std::function<void(int64_t)>& fill_batch) {
   StepOutcome out;
-  // A deferred update (offload) zeroes each unit's gradients once it has updated it.
-  if (!model_.update_pending()) model_.zero_grad();
+  // A deferred update (offload) zeroes each unit's gradients once it has updated it; an
+  // update with set_zero_grads zeroed them all.
+  Timer zeroing;
+  if (!optimizer_.take_zeroed_grads() && !model_.update_pending()) model_.zero_grad();
+  out.optimizer_s += zeroing.seconds();
   // fp16: the loss (so every gradient) is multiplied by the loss scale; the optimizer
   // divides it out.
   out.loss_scale = options_.scaler ? options_.scaler->scale() : 1.0;
@@ -55,6 +61,7 @@ void TrainingStep::update(double lr, StepOutcome& out) {
   // Offloaded, the update overlaps the next forward: it begins here and each unit is
   // updated when the next forward first needs it (ParallelGPT::defer_update).
   const bool defer = optimizer_.offloaded();
+  Timer timer;
   {
     Tracer::Span span(options_.tracer, "optimizer", "compute");
     out.grad_norm = defer ? optimizer_.clip_and_begin_step(lr, out.loss_scale)
@@ -71,6 +78,7 @@ void TrainingStep::update(double lr, StepOutcome& out) {
   } else if (!out.skipped) {
     model_.after_optimizer_step();
   }
+  out.optimizer_s += timer.seconds();
 }
 
 }  // namespace kiri::train

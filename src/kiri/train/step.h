@@ -1,8 +1,8 @@
 #pragma once
 // One training step of a ParallelGPT: the step that `kiri train` takes and that every
-// benchmark times. Zero the gradients; forward and backward over each accumulation batch
-// (the layout reduces the gradients after the last); clip and update (AdamW), deferred
-// into the next forward when the optimizer is offloaded; the layout's work after the
+// benchmark times. Zero the gradients (unless the last update did); forward and backward over each
+// accumulation batch (the layout reduces the gradients after the last); clip and update (AdamW),
+// deferred into the next forward when the optimizer is offloaded; the layout's work after the
 // update. Data, metrics and clocks stay with the caller: it fills the batches and reads
 // the outcome.
 #include <cstdint>
@@ -31,6 +31,10 @@ struct StepOutcome {
   double grad_norm = 0;   // global, before clipping
   bool skipped = false;   // a non-finite norm: no update on any rank
   double backward_s = 0;  // StepOptions::time_backward: backward + reduction, summed
+  // The optimizer's passes over the parameters in this step: the zeroing of the
+  // gradients (when it runs apart), the norm, clipping and update (its beginning only
+  // when deferred), and the layout's work after it.
+  double optimizer_s = 0;
 };
 
 struct StepOptions {
@@ -39,6 +43,10 @@ struct StepOptions {
   // The DDP benchmark's split: each batch's backward and gradient reduction timed apart
   // from its forward. One pipeline stage and one micro-batch only (kConfig otherwise).
   bool time_backward = false;
+  // The next step's zeroing of the gradients fused into the update (AdamW::set_zero_grads)
+  // where the update reads every gradient zero_grad would zero (no sharding, no deferred
+  // update); off, a pass of its own at the start of each step (bitwise the same result).
+  bool fuse_zero_grad = true;
 };
 
 class TrainingStep {

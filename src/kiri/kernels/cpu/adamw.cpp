@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -72,7 +73,7 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
                       p.eps,
                       p.grad_scale};
   const DType gd = grad.dtype();
-  const char* g = static_cast<const char*>(grad.raw());  // [n] of gd
+  char* g = static_cast<char*>(grad.raw());  // [n] of gd
   const int64_t gsz = static_cast<int64_t>(dtype_size(gd));
   constexpr int64_t kChunk = 2048;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -86,6 +87,8 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
       gc = buf;
     }
     adamw_chunk(w + begin, gc, mm + begin, vv + begin, count, k);
+    // The gradient's lines were just read: zeroing them here costs their write-back only.
+    if (p.zero_grad) std::memset(g + begin * gsz, 0, static_cast<size_t>(count * gsz));
     if (lowp_param) {
       const DType ld = lowp_param->dtype();
       char* dst = static_cast<char*>(lowp_param->raw()) + begin * dtype_size(ld);
@@ -96,32 +99,72 @@ void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const
 
 namespace {
 
+constexpr int64_t kSumChunk = 1 << 16;
+
+// The sum of squares of x[begin, end) in double: the one loop every chunk's partial sum
+// comes from (its vector lanes and their order are the compiler's, the same for every call).
+template <typename T>
+double chunk_sum_of_squares(const T* x, int64_t begin, int64_t end) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
+  return acc;
+}
+
+// Four whole chunks at once, x[0, 4 * kSumChunk): each accumulator is chunk_sum_of_squares's
+// over its chunk (the same lanes, in the same order: the same bits, tests/kernels/
+// adamw_test.cpp), with four independent chains of adds in flight where one chunk's loop
+// waits on the add's latency and falls short of the memory's rate.
+template <typename T>
+void four_chunk_sums_of_squares(const T* x, double* out) {
+  const T *x0 = x, *x1 = x + kSumChunk, *x2 = x + 2 * kSumChunk, *x3 = x + 3 * kSumChunk;
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+  for (int64_t i = 0; i < kSumChunk; ++i) {
+    a0 += static_cast<double>(x0[i]) * x0[i];
+    a1 += static_cast<double>(x1[i]) * x1[i];
+    a2 += static_cast<double>(x2[i]) * x2[i];
+    a3 += static_cast<double>(x3[i]) * x3[i];
+  }
+  out[0] = a0, out[1] = a1, out[2] = a2, out[3] = a3;
+}
+
 // Sum of squares of x[n] in double, in fixed chunks whose partial sums are
 // added in order: the result does not depend on the thread count. 16-bit
 // inputs (dt BF16 or F16, T = uint16_t) are widened a block at a time.
 template <typename T>
 double sum_of_squares_impl(const T* x, int64_t n, DType dt = dtype_of<T>()) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  constexpr int64_t kChunk = kSumChunk, kGroup = 4;
+  const int64_t chunks = (n + kChunk - 1) / kChunk, whole = n / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks));  // [chunks]
+  // Groups of four chunks, each group on one thread.
+  const int64_t groups = (chunks + kGroup - 1) / kGroup;
 #pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    double acc = 0;
-    if constexpr (std::is_same_v<T, uint16_t>) {
-      constexpr int64_t kBlock = 1024;
-      float buf[kBlock];
-      for (int64_t b = begin; b < end; b += kBlock) {
-        const int64_t w = std::min(kBlock, end - b);
-        detail::to_f32(buf, x + b, dt, w);
-#pragma omp simd reduction(+ : acc)
-        for (int64_t i = 0; i < w; ++i) acc += static_cast<double>(buf[i]) * buf[i];
+  for (int64_t q = 0; q < groups; ++q) {
+    const int64_t first = q * kGroup;
+    if constexpr (!std::is_same_v<T, uint16_t>) {
+      if (first + kGroup <= whole) {
+        four_chunk_sums_of_squares(x + first * kChunk, partial.data() + first);
+        continue;
       }
-    } else {
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
     }
-    partial[c] = acc;
+    for (int64_t c = first; c < std::min(chunks, first + kGroup); ++c) {
+      const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+      double acc = 0;
+      if constexpr (std::is_same_v<T, uint16_t>) {
+        constexpr int64_t kBlock = 1024;
+        float buf[kBlock];
+        for (int64_t b = begin; b < end; b += kBlock) {
+          const int64_t w = std::min(kBlock, end - b);
+          detail::to_f32(buf, x + b, dt, w);
+#pragma omp simd reduction(+ : acc)
+          for (int64_t i = 0; i < w; ++i) acc += static_cast<double>(buf[i]) * buf[i];
+        }
+      } else {
+        acc = chunk_sum_of_squares(x, begin, end);
+      }
+      partial[c] = acc;
+    }
   }
   double total = 0;
   for (double s : partial) total += s;
