@@ -61,9 +61,14 @@ T row_lse(const T* x, int64_t V) {
 // target is ignored (t < 0).
 // Elementwise (no reduction), so its vector width does not change a bit of the result: 512-bit
 // vectors where the CPU has them (GCC's default for -march=native on AVX-512 Xeons is 256).
+// (The attribute is GCC's; clang has no such target string and warns, which -Werror fails.)
+#if defined(__GNUC__) && !defined(__clang__)
+#define KIRI_WIDE_VECTORS __attribute__((noinline, target("prefer-vector-width=512")))
+#else
+#define KIRI_WIDE_VECTORS __attribute__((noinline))
+#endif
 template <typename T>
-__attribute__((noinline, target("prefer-vector-width=512"))) void row_dlogits(T* x, int64_t V,
-                                                                              int32_t t, T l, T g) {
+KIRI_WIDE_VECTORS void row_dlogits(T* x, int64_t V, int32_t t, T l, T g) {
   if (t < 0) {
     std::fill(x, x + V, T(0));
     return;
