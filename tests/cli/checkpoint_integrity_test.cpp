@@ -305,14 +305,22 @@ class IntegritySlow : public Integrity {};
 TEST_P(IntegritySlow, AKillAtEachFsyncOfTheFirstSaveResumes) {
   const std::string reference = temp_dir(GetParam() ? "ref_async" : "ref_sync");
   ASSERT_EQ(run_kiri("train" + run_flags(reference, GetParam(), 6)).code, 0);
-  int window = 0;  // kills that left a complete step folder but no `latest`
+  int window = 0;     // kills that left a complete step folder but no `latest`
+  std::string kills;  // what each kill hit, for a failure's message
   for (int n = 1; n <= 80; ++n) {
     const std::string dir = temp_dir("kill_" + std::to_string(n) + (GetParam() ? "a" : "s"));
     const Result killed = run_kiri("train" + run_flags(dir, GetParam(), 6),
                                    "KIRI_FAULT=fsync:0:" + std::to_string(n));
     ASSERT_NE(killed.code, 0) << "fsync " << n << " was never reached:\n" << killed.output;
     const bool committed = fs::exists(dir + "/ck/latest");
-    window += !committed && fs::exists(dir + "/ck/step_00000005");
+    const bool folder = fs::exists(dir + "/ck/step_00000005");
+    window += !committed && folder;
+    const size_t at = killed.output.find("KIRI_FAULT: killing");
+    kills +=
+        std::to_string(n) + ": " +
+        (at == std::string::npos ? "no kill line"
+                                 : killed.output.substr(at, killed.output.find('\n', at) - at)) +
+        (folder ? ", step folder" : "") + (committed ? ", latest" : "") + "\n";
     const Result r = run_kiri("train" + run_flags(dir, GetParam(), 6) + " --resume auto");
     ASSERT_EQ(r.code, 0) << "after a kill before fsync " << n << ":\n" << r.output;
     EXPECT_EQ(read_text(dir + "/ck/step_00000006/model.safetensors"),
@@ -321,7 +329,8 @@ TEST_P(IntegritySlow, AKillAtEachFsyncOfTheFirstSaveResumes) {
     fs::remove_all(dir);
     if (committed) break;  // the first save is complete
   }
-  EXPECT_GE(window, 1) << "no kill landed between the step folder's rename and `latest`";
+  EXPECT_GE(window, 1) << "no kill landed between the step folder's rename and `latest`:\n"
+                       << kills;
 }
 
 INSTANTIATE_TEST_SUITE_P(Saves, IntegritySlow, ::testing::Bool(),

@@ -51,7 +51,7 @@ int create_temp(const std::string& path, std::string* temp) {
 }
 
 void fsync_fd(int fd, const std::string& path) {
-  fault_before_fsync();
+  fault_before_fsync(path);
   if (::fsync(fd) != 0) KIRI_RAISE(kIo, "fsync of ", path, " failed: ", std::strerror(errno));
 }
 
@@ -141,7 +141,7 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
-void fault_before_fsync() {
+void fault_before_fsync(const std::string& path) {
   static std::atomic<long long> count{0};
   const char* spec = std::getenv("KIRI_FAULT");
   if (!spec || std::strncmp(spec, "fsync:", 6) != 0) return;
@@ -150,12 +150,13 @@ void fault_before_fsync() {
   if (std::sscanf(spec + 6, "%d:%lld", &rank, &n) != 2) return;
   const int mine = log::rank() < 0 ? 0 : log::rank();
   if (rank != mine || ++count != n) return;
-  std::fprintf(stderr, "KIRI_FAULT: killing rank %d before fsync %lld\n", mine, n);
+  std::fprintf(stderr, "KIRI_FAULT: killing rank %d before fsync %lld (%s)\n", mine, n,
+               path.c_str());
   std::raise(SIGKILL);
 }
 
 void fsync_path(const std::string& path) {
-  fault_before_fsync();
+  fault_before_fsync(path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) KIRI_RAISE(kIo, "cannot open ", path, " to fsync it: ", std::strerror(errno));
   const int rc = ::fsync(fd);

@@ -48,6 +48,6 @@ void fsync_path(const std::string& path);
 // The tests' crash points (KIRI_FAULT=fsync:RANK:N, docs in train/faults.h): every fsync
 // here first counts itself, and the process of log rank RANK (0 also for a single process)
 // dies by SIGKILL just before its Nth one. No-op unless KIRI_FAULT asks for it.
-void fault_before_fsync();
+void fault_before_fsync(const std::string& path);
 
 }  // namespace kiri
