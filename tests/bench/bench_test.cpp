@@ -12,17 +12,23 @@
 namespace kiri::bench {
 namespace {
 
-// kiri bench's numbers: the fp32 FMA peak on the bench's threads, or the
-// given one, exactly; mfu_gemm over the measured GEMM rate.
-TEST(Mfu, BenchUsesTheMeasuredOrTheGivenPeak) {
+// A small model's bench on 1 thread, 1 warm-up and 2 timed steps.
+BenchSpec small_spec(const kiri::GPTConfig& model, int64_t batch, int64_t seq) {
   BenchSpec s;
   s.name = "small";
-  s.model = {2, 2, 32, 256, 32};
-  s.batch = 2;
-  s.seq = 32;
+  s.model = model;
+  s.batch = batch;
+  s.seq = seq;
   s.threads = 1;
   s.warmup_steps = 1;
   s.steps = 2;
+  return s;
+}
+
+// kiri bench's numbers: the fp32 FMA peak on the bench's threads, or the
+// given one, exactly; mfu_gemm over the measured GEMM rate.
+TEST(Mfu, BenchUsesTheMeasuredOrTheGivenPeak) {
+  BenchSpec s = small_spec({2, 2, 32, 256, 32}, 2, 32);
   BenchResult r = run_training_bench(s);
   const double fpt = s.model.flops_per_token(s.seq);
   EXPECT_DOUBLE_EQ(r.peak_flops, kernels::peak_flops(DType::kF32, 1));
@@ -50,14 +56,7 @@ TEST(Mfu, BenchUsesTheMeasuredOrTheGivenPeak) {
 TEST(Mfu, SixteenBitBenchUsesItsDtypesPeakAndReplaysItsGemms) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(dt));
-    BenchSpec s;
-    s.name = "small";
-    s.model = {2, 2, 64, 512, 64};
-    s.batch = 4;
-    s.seq = 64;
-    s.threads = 1;
-    s.warmup_steps = 1;
-    s.steps = 2;
+    BenchSpec s = small_spec({2, 2, 64, 512, 64}, 4, 64);
     s.dtype = dt;
     const BenchResult r = run_training_bench(s);
     const double fpt = s.model.flops_per_token(s.seq);
