@@ -118,7 +118,11 @@ probe_kernel() {
 # --- shaping ---
 
 # tbf on one interface (in namespace $2, or the root namespace when empty): burst is 5 ms
-# at the rate (at least 32 KiB, so that a 64 KiB GSO packet is not stalled), queue 50 ms.
+# at the rate, queue 50 ms. The burst is at least 96 KiB because tbf never sends a packet
+# longer than its bucket: one queued under a larger burst (before `shape` lowered it)
+# would wait forever, and the host's link with it. The largest packet queued here is a 64 KiB
+# TCP GSO send, 68130 bytes as tbf counts it (45 segments of 1448 with their 66-byte
+# headers); a 64 KiB floor stranded one in 3 of 3 tries (docs/cluster.md).
 shape_dev() {
   local dev=$1 ns=$2 r=$3 tcx=(tc)
   [[ -n $ns ]] && tcx=(ip netns exec "$ns" tc)
@@ -129,7 +133,7 @@ shape_dev() {
   local bytes burst
   bytes=$(rate_bytes "$r")
   burst=$((bytes / 200))
-  ((burst >= 65536)) || burst=65536
+  ((burst >= 98304)) || burst=98304
   local delay=()
   [[ -n ${latency_ms:-} ]] && delay=(netem delay "${latency_ms}ms")
   if ((${#delay[@]})); then

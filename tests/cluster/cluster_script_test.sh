@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/cluster.sh end to end on this machine: up, status, reachability, cut/heal,
-# shape, an mpirun across the namespace hosts, down, and a SIGKILLed up cleaned by down.
+# shape (also under a bulk send), an mpirun across the namespace hosts, down, and a SIGKILLed up cleaned by down.
 # Exit 77 (skip) with the script's reason where it cannot run (not root, no netns, no tbf).
 # Its own cluster name, subnet and state dir, so that it touches no other cluster.
 set -euo pipefail
@@ -109,6 +109,51 @@ check_shape() {
   ! tc qdisc show dev "k$name-b1" | grep tbf > /dev/null || fail "h1 still shaped after shape none"
 }
 
+# A bulk TCP send from h0 to h1 keeps flowing when h0's link is slowed under it: tbf never
+# sends a packet longer than its burst, so a burst lowered below a queued 64 KiB GSO send
+# stranded it and the link went dead (3 of 3 tries with a 64 KiB burst; docs/cluster.md).
+check_reshape_under_load() {
+  step "shape h0 1gbit -> 100mbit under a bulk TCP send: the bytes keep flowing"
+  "$cluster" shape h0 1gbit --name "$name"
+  "$cluster" shape h1 1gbit --name "$name"
+  local count=$KIRI_CLUSTER_DIR/received recv send c1 c2
+  ip netns exec "$name-h1" python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5001)); s.listen(1); c, _ = s.accept(); c.settimeout(0.1)
+n, last = 0, 0
+while True:
+    try:
+        b = c.recv(1 << 20)
+        if not b: break
+        n += len(b)
+    except socket.timeout: pass
+    if time.time() - last > 0.1:
+        open(sys.argv[2] + ".tmp", "w").write(str(n)); __import__("os").replace(sys.argv[2] + ".tmp", sys.argv[2]); last = time.time()
+' "$ip1" "$count" &
+  recv=$!
+  sleep 0.5
+  ip netns exec "$name-h0" timeout 15 python3 -c '
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], 5001)); b = b"x" * (1 << 20); t = time.time()
+while time.time() - t < 8: s.sendall(b)
+' "$ip1" > /dev/null 2>&1 &
+  send=$!
+  sleep 1
+  "$cluster" shape h0 100mbit --name "$name"
+  sleep 1
+  c1=$(cat "$count")
+  sleep 2
+  c2=$(cat "$count")
+  kill "$send" "$recv" 2> /dev/null || true
+  wait "$send" "$recv" 2> /dev/null || true
+  echo "received $(((c2 - c1) / 1000)) kB in the 2 s after the reshape (100 Mbit/s is 25000 kB)"
+  # At 100 Mbit/s, 2 s carry 25 MB; a stranded queue carries nothing.
+  ((c2 - c1 > 5000000)) || fail "the reshaped link stalled: $((c2 - c1)) bytes in 2 s"
+  "$cluster" shape h0 200mbit --name "$name"
+  "$cluster" shape h1 200mbit --name "$name"
+}
+
 check_mpirun() {
   step "mpirun across the two hosts"
   local flags out
@@ -154,6 +199,7 @@ main() {
   check_status
   check_cut_heal
   check_shape
+  check_reshape_under_load
   check_mpirun
   check_down
   check_sigkill

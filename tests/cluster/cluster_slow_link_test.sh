@@ -2,8 +2,9 @@
 # A slow link is named (docs/cluster.md, "A lost link, a slow link"): on 3 network-namespace
 # hosts of 1 rank each, a dp 3 run has h0's link slowed 10x mid-run; the link probe names
 # h0 in metrics.jsonl and the progress line, and only after the slowdown; the run goes on.
-# (On a cluster of its own: after the cuts of cluster_failure_test.sh, a reshaped host's
-# link stalled in some runs; see docs/cluster.md.)
+# (A reshaped link once went dead in about 1 run in 6, here and in CI: tbf's lowered burst
+# stranded a queued GSO send; scripts/cluster.sh's burst floor fixed it, and
+# cluster_script_test.sh checks a reshape under a bulk send. docs/cluster.md.)
 # Exits 77 (skip) with the script's reason where namespaces cannot be made.
 #   tests/cluster/cluster_slow_link_test.sh build/kiri
 set -euo pipefail
