@@ -60,40 +60,78 @@ inline void store_scalar(void* p, DType dt, int64_t i, float f) {
   }
 }
 
-inline const void* at(const void* p, DType dt, int64_t i) {
-  return static_cast<const char*>(p) + i * static_cast<int64_t>(dtype_size(dt));
+// The loops below take the dtype as a template argument: with it a run-time value, every
+// 16 lanes paid a call to dtype_size and the dtype's branches (1.3x slower widening in a bf16
+// step on a CPU without bf16 dot products, where every GEMM operand is widened).
+template <DType D>
+constexpr int64_t kSize = D == DType::kF32 ? 4 : 2;
+
+template <DType S>
+void to_f32_as(float* dst, const void* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const char* s = static_cast<const char*>(src);
+  for (; i + kVec <= n; i += kVec) _mm512_storeu_ps(dst + i, load16(s + i * kSize<S>, S));
+#endif
+  for (; i < n; ++i) dst[i] = load_as_float(src, S, i);
 }
-inline void* at(void* p, DType dt, int64_t i) {
-  return static_cast<char*>(p) + i * static_cast<int64_t>(dtype_size(dt));
+
+template <DType D>
+void from_f32_as(void* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  char* d = static_cast<char*>(dst);
+  for (; i + kVec <= n; i += kVec) store16(d + i * kSize<D>, D, _mm512_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) store_scalar(dst, D, i, src[i]);
+}
+
+template <DType D>
+void add_f32_into_as(void* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  char* d = static_cast<char*>(dst);
+  for (; i + kVec <= n; i += kVec) {
+    char* p = d + i * kSize<D>;
+    store16(p, D, _mm512_add_ps(load16(p, D), _mm512_loadu_ps(src + i)));
+  }
+#endif
+  for (; i < n; ++i) store_scalar(dst, D, i, load_as_float(dst, D, i) + src[i]);
 }
 
 }  // namespace
 
 void to_f32(float* dst, const void* src, DType sd, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-  for (; i + kVec <= n; i += kVec) _mm512_storeu_ps(dst + i, load16(at(src, sd, i), sd));
-#endif
-  for (; i < n; ++i) dst[i] = load_as_float(src, sd, i);
+  switch (sd) {
+    case DType::kBF16:
+      return to_f32_as<DType::kBF16>(dst, src, n);
+    case DType::kF16:
+      return to_f32_as<DType::kF16>(dst, src, n);
+    default:
+      return to_f32_as<DType::kF32>(dst, src, n);
+  }
 }
 
 void from_f32(void* dst, DType dd, const float* src, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-  for (; i + kVec <= n; i += kVec) store16(at(dst, dd, i), dd, _mm512_loadu_ps(src + i));
-#endif
-  for (; i < n; ++i) store_scalar(dst, dd, i, src[i]);
+  switch (dd) {
+    case DType::kBF16:
+      return from_f32_as<DType::kBF16>(dst, src, n);
+    case DType::kF16:
+      return from_f32_as<DType::kF16>(dst, src, n);
+    default:
+      return from_f32_as<DType::kF32>(dst, src, n);
+  }
 }
 
 void add_f32_into(void* dst, DType dd, const float* src, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-  for (; i + kVec <= n; i += kVec) {
-    void* d = at(dst, dd, i);
-    store16(d, dd, _mm512_add_ps(load16(d, dd), _mm512_loadu_ps(src + i)));
+  switch (dd) {
+    case DType::kBF16:
+      return add_f32_into_as<DType::kBF16>(dst, src, n);
+    case DType::kF16:
+      return add_f32_into_as<DType::kF16>(dst, src, n);
+    default:
+      return add_f32_into_as<DType::kF32>(dst, src, n);
   }
-#endif
-  for (; i < n; ++i) store_scalar(dst, dd, i, load_as_float(dst, dd, i) + src[i]);
 }
 
 void check_float_dtype(const Tensor& t, const char* op, const char* name) {

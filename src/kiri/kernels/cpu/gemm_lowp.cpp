@@ -49,8 +49,15 @@ const EnvSetting& env_setting() {
   return s;
 }
 
-// Widened panels hold at most this many floats each (16 MB).
-constexpr int64_t kPanelCap = int64_t(1) << 22;
+// Widened panels hold at most this many floats each (1 MiB), so that a panel is still in the
+// core's cache when sgemm reads it: with 16 MiB panels every widened float went out to memory
+// and back. But a block is at least kMinBlock rows or columns, however long K is (below that
+// sgemm's per-call cost showed: 85 x 85 blocks at K 3072 in gpt2-124M). Measured on a CPU
+// without bf16 dot products, where every bf16 GEMM runs here (docs/performance.md, "bf16
+// where the CPU has no bf16 dot products"). The blocking of M and N changes which sgemm call
+// computes a C element, not its K blocks: the golden runs' bf16_via_f32 losses stayed bitwise.
+constexpr int64_t kPanelCap = int64_t(1) << 18;
+constexpr int64_t kMinBlock = 256;
 // K is split only beyond this (C is then re-read once per K block).
 constexpr int64_t kMaxKBlock = 4096;
 
@@ -110,9 +117,16 @@ const float* widen_b(const LowpGemmArgs& g, int64_t k0, int64_t kr, int64_t n0, 
   return b;
 }
 
+// Panels widened once for several C blocks: op(A)'s rows [m0, m0+mr) or op(B)'s columns
+// [n0, n0+nr) over all of K (when K is one block); nullptr: widened per block.
+struct Widened {
+  const float* a = nullptr;
+  const float* b = nullptr;
+};
+
 // One C block [m0, m0+mr) x [n0, n0+nr) over all of K, in K blocks of kb.
 void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
-                   int64_t kb) {
+                   int64_t kb, Widened w) {
   const bool c32 = g.c_dtype == DType::kF32;
   float* c = nullptr;
   int64_t ldc = g.ldc;
@@ -125,8 +139,8 @@ void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, in
   }
   for (int64_t k0 = 0; k0 < g.K; k0 += kb) {
     const int64_t kr = std::min(kb, g.K - k0);
-    const float* a = widen_a(g, m0, mr, k0, kr);
-    const float* b = widen_b(g, k0, kr, n0, nr);
+    const float* a = w.a ? w.a : widen_a(g, m0, mr, k0, kr);
+    const float* b = w.b ? w.b : widen_b(g, k0, kr, n0, nr);
     const float beta = k0 == 0 ? g.beta : 1.0f;
     gemm<float>(g.trans_a, g.trans_b, mr, nr, kr, g.alpha, a, g.trans_a ? mr : kr, b,
                 g.trans_b ? kr : nr, beta, c, ldc);
@@ -134,16 +148,43 @@ void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, in
   if (!c32) narrow(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
 }
 
+// K in several blocks, an fp32 C and one column block: the K blocks outermost, so that each
+// B panel is widened once, not once per row block. Every C block gets the same sgemm calls in
+// the same K order as block_via_f32 would make (C accumulates in place), so the same bits.
+void k_outer_via_f32(const LowpGemmArgs& g, int64_t kb, int64_t mb) {
+  for (int64_t k0 = 0; k0 < g.K; k0 += kb) {
+    const int64_t kr = std::min(kb, g.K - k0);
+    const float* b = widen_b(g, k0, kr, 0, g.N);
+    const float beta = k0 == 0 ? g.beta : 1.0f;
+    for (int64_t m0 = 0; m0 < g.M; m0 += mb) {
+      const int64_t mr = std::min(mb, g.M - m0);
+      const float* a = widen_a(g, m0, mr, k0, kr);
+      gemm<float>(g.trans_a, g.trans_b, mr, g.N, kr, g.alpha, a, g.trans_a ? mr : kr, b,
+                  g.trans_b ? kr : g.N, beta, static_cast<float*>(g.C) + m0 * g.ldc, g.ldc);
+    }
+  }
+}
+
 }  // namespace
 
 void detail::gemm_lowp_via_f32(const LowpGemmArgs& g) {
   const int64_t kb = g.K <= kMaxKBlock ? g.K : kMaxKBlock / 4;
-  const int64_t mb = std::min(g.M, std::max<int64_t>(16, kPanelCap / kb));
-  int64_t nb = std::min(g.N, std::max<int64_t>(16, kPanelCap / kb));
-  if (g.c_dtype != DType::kF32) nb = std::min(nb, std::max<int64_t>(16, kPanelCap / mb));
-  for (int64_t m0 = 0; m0 < g.M; m0 += mb)
+  const int64_t mb = std::min(g.M, std::max(kMinBlock, kPanelCap / kb));
+  int64_t nb = std::min(g.N, std::max(kMinBlock, kPanelCap / kb));
+  if (g.c_dtype != DType::kF32) nb = std::min(nb, std::max(kMinBlock, kPanelCap / mb));
+  const bool one_k = kb == g.K, one_n = nb == g.N;
+  if (!one_k && one_n && g.c_dtype == DType::kF32) return k_outer_via_f32(g, kb, mb);
+  // With K in one block, an operand shared by several C blocks is widened once: B when C has
+  // one column block (the LM head's dweight: 197 row blocks in tiny), else A's rows for their
+  // row of blocks (the LM head's forward: 197 column blocks).
+  Widened w;
+  if (one_k && one_n) w.b = widen_b(g, 0, g.K, 0, g.N);
+  for (int64_t m0 = 0; m0 < g.M; m0 += mb) {
+    const int64_t mr = std::min(mb, g.M - m0);
+    w.a = one_k && !one_n ? widen_a(g, m0, mr, 0, g.K) : nullptr;
     for (int64_t n0 = 0; n0 < g.N; n0 += nb)
-      block_via_f32(g, m0, std::min(mb, g.M - m0), n0, std::min(nb, g.N - n0), kb);
+      block_via_f32(g, m0, mr, n0, std::min(nb, g.N - n0), kb, w);
+  }
 }
 
 namespace {
