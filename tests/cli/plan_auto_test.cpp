@@ -54,7 +54,13 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
   EXPECT_EQ(j["link"]["method"], "memcpy");
   EXPECT_GT(j["link"]["bandwidth"].get<double>(), 1e8);
   // The disk at the block size and queue depth asked for, the scratch file gone.
-  EXPECT_EQ(j["version"], 5);
+  EXPECT_EQ(j["version"], 6);
+  // Version 6: the step's kernels, each timed (the one-pass loss and the vocab-parallel pair,
+  // AdamW with and without zeroing, the norm and a zeroing pass apart).
+  for (const char* key : {"logit_s", "logit_split_s", "optimizer_s", "optimizer_zeroing_s",
+                          "gradient_s", "zeroing_s"})
+    EXPECT_GT(j["non_gemm"][key].get<double>(), 0) << key;
+  EXPECT_NE(r.output.find("gradient norm "), std::string::npos) << r.output;
   EXPECT_GT(j["gemm_bf16"]["flops_1_thread"].get<double>(), 1e9);
   EXPECT_FALSE(j["gemm_bf16"]["path"].get<std::string>().empty());
   EXPECT_EQ(j["disk"]["block_size"], 256 << 10);

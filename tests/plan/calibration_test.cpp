@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "kiri/base/error.h"
 #include "kiri/plan/time.h"
+#include "temp_dir.h"
 
 namespace kiri::plan {
 namespace {
@@ -65,11 +68,14 @@ TEST(PlanCalibration, RoundTripsAndBuildsThisMachine) {
   // Version 1 (no non-GEMM costs): the assumed ones, and said so.
   EXPECT_DOUBLE_EQ(m.non_gemm.logit_s, this_machine_assumed().non_gemm.logit_s);
   EXPECT_NE(describe_sources(m).find("non-GEMM work at 10 GB/s"), std::string::npos);
-  // Version 2: measured, round-tripped.
+  // Version 2 (6: the loss's and the zeroing's split): measured, round-tripped.
   c.logit_s = 1e-9;
   c.optimizer_s = 3e-9;
   c.gradient_s = 0.5e-9;
   c.activation_s = 2e-9;
+  c.logit_split_s = 1.5e-9;
+  c.optimizer_zeroing_s = 3.25e-9;
+  c.zeroing_s = 0.25e-9;
   c.step_model = calibration_step_model();
   c.step_s = 0.25;
   save_calibration(c, path);
@@ -82,10 +88,58 @@ TEST(PlanCalibration, RoundTripsAndBuildsThisMachine) {
   EXPECT_DOUBLE_EQ(m2.non_gemm.activation_s, 2e-9);
   EXPECT_DOUBLE_EQ(m2.non_gemm.optimizer_s, 3e-9);
   EXPECT_DOUBLE_EQ(m2.non_gemm.gradient_s, 0.5e-9);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.logit_split_s, 1.5e-9);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.optimizer_zeroing_s, 3.25e-9);
+  EXPECT_DOUBLE_EQ(m2.non_gemm.zeroing_s, 0.25e-9);
+  EXPECT_FALSE(v2.non_gemm_derived);
   EXPECT_NE(describe_sources(m2).find("non-GEMM work (logits"), std::string::npos);
+  EXPECT_EQ(describe_sources(m2).find("version 2-5"), std::string::npos);
   EXPECT_FALSE(load_calibration(path + ".missing").has_value());
   EXPECT_FALSE(load_calibration("none").has_value());
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+// A version 2-5 file timed the two-kernel loss and zeroing + norm together: it still loads, its
+// costs split by the bytes each part moves (16 → 8 for the one-pass loss, 8 = 4 + 4 for the
+// gradient, 28 → 32 for AdamW zeroing), the activations refitted to its step, and says so.
+TEST(PlanCalibration, AVersionFiveFileSplitsItsCostsByBytes) {
+  Calibration c;
+  c.cores = 2;
+  c.memory_bytes = 8e9;
+  c.gemm_flops_1_thread = 150e9;
+  c.bandwidth = 5e9;
+  c.latency = 5e-6;
+  c.logit_s = 1.2e-9;
+  c.optimizer_s = 2.8e-9;
+  c.gradient_s = 0.4e-9;
+  c.activation_s = 7e-9;
+  c.step_model = calibration_step_model();
+  c.step_s = 0.2;
+  const std::string path = testing::temp_dir("v5") + "/v5.json";
+  nlohmann::json j = nlohmann::json::parse(calibration_json(c));
+  j["version"] = 5;
+  for (const char* key : {"logit_split_s", "optimizer_zeroing_s", "zeroing_s"})
+    j["non_gemm"].erase(key);
+  std::ofstream(path) << j.dump();
+  const Calibration old = *load_calibration(path);
+  EXPECT_TRUE(old.non_gemm_derived);
+  EXPECT_DOUBLE_EQ(old.logit_split_s, 1.2e-9);
+  EXPECT_DOUBLE_EQ(old.logit_s, 0.6e-9);
+  EXPECT_DOUBLE_EQ(old.optimizer_s, 2.8e-9);
+  EXPECT_DOUBLE_EQ(old.optimizer_zeroing_s, 3.2e-9);
+  EXPECT_DOUBLE_EQ(old.gradient_s, 0.2e-9);
+  EXPECT_DOUBLE_EQ(old.zeroing_s, 0.2e-9);
+  // Refitted: the calibration model's predicted step is the file's step again.
+  EXPECT_NE(old.activation_s, 7e-9);
+  const Calibration::StepModel sm = old.step_model;
+  Layout l;
+  l.dtype = Precision::kFp32;
+  l.micro_batch = l.global_batch = sm.batch;
+  l.seq_len = sm.seq;
+  const ModelSpec model = model_from_dims(sm.n_layer, sm.n_embd, sm.n_head, sm.vocab, 1024);
+  EXPECT_NEAR(estimate_time(model, l, calibrated_cluster(old, path)).step_s, 0.2, 0.2 * 1e-9);
+  EXPECT_NE(describe_sources(calibrated_cluster(old, path)).find("a version 2-5 file"),
+            std::string::npos);
 }
 
 // The activation cost is what the step leaves once the rest of the model is taken out: a step

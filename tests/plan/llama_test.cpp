@@ -338,7 +338,7 @@ TEST(PlanLlama, StageTimeByHand) {
   const double matmul = 2 * 46080.0, att = 4 * s * h;
   const double block =
       tokens * ((3 * (matmul + att) + att / 2) / rate + h * (136 / 10e9) * (1952.0 / 2176));
-  const double head = tokens * (3 * 2 * h * v / rate + v * 16 / 10e9);
+  const double head = tokens * (3 * 2 * h * v / rate + v * kLogitBytes / 10e9);  // one-pass loss
   ASSERT_EQ(t.stage_s.size(), 1u);
   EXPECT_NEAR(t.stage_s[0], 2 * block + head, 1e-12 * t.stage_s[0]);
 }

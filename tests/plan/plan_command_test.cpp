@@ -197,7 +197,11 @@ TEST(PlanCommand, ClusterOptionsReplaceThePresetsNumbers) {
   EXPECT_DOUBLE_EQ(c["inter"]["bandwidth"].get<double>(), 5e9);
   EXPECT_DOUBLE_EQ(c["inter"]["latency"].get<double>(), 3e-5);
   EXPECT_DOUBLE_EQ(c["memory_bandwidth"].get<double>(), 1e12);
-  EXPECT_DOUBLE_EQ(c["non_gemm"]["logit_s"].get<double>(), 16 / 1e12);
+  EXPECT_DOUBLE_EQ(c["non_gemm"]["logit_s"].get<double>(), 8 / 1e12);  // one-pass loss, bytes
+  EXPECT_DOUBLE_EQ(c["non_gemm"]["logit_split_s"].get<double>(), 16 / 1e12);
+  EXPECT_DOUBLE_EQ(c["non_gemm"]["optimizer_zeroing_s"].get<double>(), 32 / 1e12);
+  EXPECT_DOUBLE_EQ(c["non_gemm"]["gradient_s"].get<double>(), 4 / 1e12);
+  EXPECT_DOUBLE_EQ(c["non_gemm"]["zeroing_s"].get<double>(), 4 / 1e12);
   EXPECT_DOUBLE_EQ(c["memory_bytes"].get<double>(), 40.0 * (1 << 30));
   EXPECT_EQ(c["assumed"].size(), b["cluster"]["assumed"].size() + 10);
   // Slower devices and links: slower steps; the dp group (dp·tp = 8) now spans two nodes.

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
+#include "kiri/base/error.h"
 #include "kiri/plan/layout.h"
 #include "kiri/plan/time.h"
 
@@ -139,11 +142,13 @@ TEST(PlanTime, WithoutNonGemmWorkComputeIsFlopsOverRate) {
   EXPECT_EQ(t.optimizer_s, 0);
 }
 
-// The non-GEMM terms by hand: one process, GPT-2 dims, fp32.
+// The non-GEMM terms by hand: one process, GPT-2 dims, fp32. tp 1 trains with the one-pass loss
+// (logit_s), and at ZeRO stage 0 the update zeroes the gradients it reads
+// (optimizer_zeroing_s): no zeroing pass of its own, the norm's read apart.
 TEST(PlanTime, NonGemmTermsByHand) {
   const ModelSpec m = model_from_dims(2, 64, 4, 1000, 1024);
   ClusterSpec c = this_machine_assumed();
-  c.non_gemm = {1e-9, 2e-9, 3e-9, 4e-9};
+  c.non_gemm = {1e-9, 2e-9, 3e-9, 4e-9, 5e-9, 6e-9, 7e-9};
   Layout l;
   l.dtype = Precision::kFp32;
   l.micro_batch = 2;
@@ -154,7 +159,101 @@ TEST(PlanTime, NonGemmTermsByHand) {
   const TimeBreakdown without = estimate_time(m, l, c);
   const double tokens = 4 * 32, params = stage_params(m, 1, 1, 0);
   EXPECT_NEAR(with.compute_s - without.compute_s,
-              tokens * (1000 * 1e-9 + 2 * 64 * 2e-9) + params * (3e-9 + 4e-9), 1e-15);
+              tokens * (1000 * 1e-9 + 2 * 64 * 2e-9) + params * (6e-9 + 4e-9), 1e-15);
+  EXPECT_NEAR(with.optimizer_s, params * (6e-9 + 4e-9), 1e-15);
+}
+
+// Under tensor parallelism the loss is the vocab-parallel pair (forward and backward apart,
+// 16 bytes a logit): logit_split_s per logit of the rank's V/tp columns, and logit_s unused.
+TEST(PlanTime, TensorParallelLossIsTheSplitPair) {
+  const ModelSpec m = model_from_dims(2, 64, 4, 1000, 1024);
+  ClusterSpec c = this_machine_assumed();
+  Layout l;
+  l.dtype = Precision::kFp32;
+  l.tp = 2;
+  l.micro_batch = 2;
+  l.global_batch = 2;
+  l.seq_len = 32;
+  c.non_gemm = {};
+  const double base = estimate_time(m, l, c).stage_s.at(0);
+  c.non_gemm.logit_s = 1e-9;
+  EXPECT_DOUBLE_EQ(estimate_time(m, l, c).stage_s.at(0), base);
+  c.non_gemm.logit_split_s = 5e-9;
+  EXPECT_NEAR(estimate_time(m, l, c).stage_s.at(0) - base, 2 * 32 * 500 * 5e-9, 1e-15);
+  l.tp = 1;  // the one-pass loss again: logit_s over all 1000 columns
+  c.non_gemm.logit_split_s = 0;
+  const double one = estimate_time(m, l, c).stage_s.at(0);
+  c.non_gemm.logit_s = 0;
+  EXPECT_NEAR(one - estimate_time(m, l, c).stage_s.at(0), 2 * 32 * 1000 * 1e-9, 1e-15);
+  EXPECT_EQ(kLogitBytes, 8);  // the row read once, dlogits written once
+  EXPECT_EQ(kSplitLogitBytes, 16);
+}
+
+// Where the step zeroes the gradients in a pass of its own (train/step.cpp): not at stage 0
+// with the optimizer in memory (any dp, tp, pp), the whole Ψ at stage 0 under optimizer
+// offload and at stage 1, the shard from stage 2, nothing when the shards live on NVMe. The
+// norm reads the optimizer's elements throughout.
+TEST(PlanTime, GradientZeroingIsChargedWhereTheStepZeroesApart) {
+  struct Row {
+    int zero, group;
+    bool offload_optimizer, offload_grads;
+    double updated, zeroed;
+    bool fused;
+  };
+  const std::vector<Row> rows = {
+      {0, 0, false, false, 1200, 0, true},    {0, 0, true, false, 1200, 1200, false},
+      {1, 0, false, false, 300, 1200, false}, {1, 0, true, false, 300, 1200, false},
+      {2, 0, false, false, 300, 300, false},  {3, 0, false, false, 300, 300, false},
+      {3, 0, true, true, 300, 0, false},      {2, 0, true, true, 300, 0, false},
+      {3, 2, false, false, 600, 600, false},  // hybrid: shards of 2
+  };
+  for (const Row& r : rows) {
+    Layout l;
+    l.dp = 4;
+    l.zero_stage = r.zero;
+    l.shard_group_size = r.group;
+    if (r.offload_optimizer) l.offload.optimizer = OffloadTarget::kNvme;
+    if (r.offload_grads) l.offload.gradients = OffloadTarget::kNvme;
+    const GradientWork g = gradient_work(l, 1200);
+    const std::string where =
+        str("zero ", r.zero, " group ", r.group, " offload ", r.offload_optimizer, r.offload_grads);
+    EXPECT_DOUBLE_EQ(g.updated, r.updated) << where;
+    EXPECT_DOUBLE_EQ(g.norm, r.updated) << where;
+    EXPECT_DOUBLE_EQ(g.zeroed, r.zeroed) << where;
+    EXPECT_EQ(g.fused, r.fused) << where;
+  }
+  Layout l;  // tp, pp and accumulation keep stage 0's fused zeroing
+  l.dp = 2;
+  l.tp = 2;
+  l.pp = 2;
+  EXPECT_TRUE(gradient_work(l, 1200).fused);
+  EXPECT_DOUBLE_EQ(gradient_work(l, 1200).zeroed, 0);
+}
+
+// The step's optimizer term from gradient_work: ZeRO-1 on 4 ranks updates and reads the norm
+// of a quarter and zeroes the whole gradient; the bandwidth model's bytes per element.
+TEST(PlanTime, OptimizerTermChargesTheZeroingPass) {
+  const ModelSpec m = model_from_dims(2, 64, 4, 1000, 1024);
+  ClusterSpec c = this_machine_assumed();
+  c.non_gemm = {0, 0, 3e-9, 4e-9, 0, 6e-9, 7e-9};
+  Layout l;
+  l.dtype = Precision::kFp32;
+  l.dp = 4;
+  l.zero_stage = 1;
+  l.seq_len = 32;
+  l.global_batch = 4;
+  const double params = stage_params(m, 1, 1, 0);
+  EXPECT_NEAR(estimate_time(m, l, c).optimizer_s, params / 4 * (3e-9 + 4e-9) + params * 7e-9,
+              1e-15);
+  l.zero_stage = 0;
+  EXPECT_NEAR(estimate_time(m, l, c).optimizer_s, params * (6e-9 + 4e-9), 1e-15);
+  const NonGemmCosts b = non_gemm_from_bandwidth(1e9);
+  EXPECT_DOUBLE_EQ(b.optimizer_s, 28e-9);
+  EXPECT_DOUBLE_EQ(b.optimizer_zeroing_s, 32e-9);  // + the gradient written back as 0
+  EXPECT_DOUBLE_EQ(b.gradient_s, 4e-9);
+  EXPECT_DOUBLE_EQ(b.zeroing_s, 4e-9);
+  EXPECT_DOUBLE_EQ(b.logit_s, 8e-9);
+  EXPECT_DOUBLE_EQ(b.logit_split_s, 16e-9);
 }
 
 // kiri's pipeline cut (FLOPs, head on the last stage) and Megatron's even one.

@@ -78,32 +78,68 @@ CorePeaks measure_core_peaks() {
           kernels::core_peak(DType::kF16)};
 }
 
+namespace {
+
+// The loss's tensors over [rows, vocab] fp32 logits, filled as a step fills them.
+struct LossTensors {
+  Allocator a;
+  int64_t rows, vocab;
+  Tensor logits, targets, losses, lse, dloss;
+  LossTensors(int64_t r, int64_t v) : rows(r), vocab(v) {
+    logits = Tensor::empty({rows, vocab}, DType::kF32, Category::kBuffers, a);
+    targets = Tensor::empty({rows}, DType::kI32, Category::kBuffers, a);
+    losses = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
+    lse = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
+    dloss = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
+    for (int64_t i = 0; i < rows; ++i) {
+      targets.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % vocab);
+      dloss.data<float>()[i] = 1.0f / static_cast<float>(rows);
+    }
+  }
+  // The backward overwrites the logits in place: each repetition refills them, and the
+  // refill, timed alone, is taken out.
+  void fill() {
+    float* x = logits.data<float>();
+    for (int64_t i = 0; i < rows * vocab; ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
+  }
+  template <typename Fn>
+  double seconds_per_logit(int reps, Fn&& loss) {
+    const double s = best_seconds(reps, [&] {
+      fill();
+      loss();
+    });
+    const double refill = best_seconds(reps, [&] { fill(); });
+    return std::max(0.0, s - refill) / static_cast<double>(rows * vocab);
+  }
+};
+
+}  // namespace
+
 double measure_logit_seconds(int64_t rows, int64_t vocab, int reps) {
   Threads one(1);
-  Allocator a;
-  Tensor logits = Tensor::empty({rows, vocab}, DType::kF32, Category::kBuffers, a);
-  Tensor targets = Tensor::empty({rows}, DType::kI32, Category::kBuffers, a);
-  Tensor losses = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
-  Tensor lse = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
-  Tensor dloss = Tensor::empty({rows}, DType::kF32, Category::kBuffers, a);
-  for (int64_t i = 0; i < rows; ++i) {
-    targets.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % vocab);
-    dloss.data<float>()[i] = 1.0f / static_cast<float>(rows);
-  }
-  float* x = logits.data<float>();
-  const double s = best_seconds(reps, [&] {
-    // The backward overwrites the logits in place: refill them (timed alone below).
-    for (int64_t i = 0; i < rows * vocab; ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
-    kernels::softmax_xent_forward<float>(losses, lse, logits, targets);
-    kernels::softmax_xent_backward<float>(logits, lse, targets, dloss);
+  LossTensors t(rows, vocab);
+  Tensor in_place;  // undefined: the gradient overwrites the logits, as an fp32 step's does
+  return t.seconds_per_logit(reps, [&] {
+    kernels::softmax_xent_forward_backward<float>(t.losses, t.lse, t.logits, in_place, t.targets,
+                                                  t.dloss);
   });
-  const double fill = best_seconds(reps, [&] {
-    for (int64_t i = 0; i < rows * vocab; ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
-  });
-  return std::max(0.0, s - fill) / static_cast<double>(rows * vocab);
 }
 
-double measure_optimizer_seconds(int64_t n, int reps) {
+double measure_split_logit_seconds(int64_t rows, int64_t vocab, int reps) {
+  Threads one(1);
+  LossTensors t(rows, vocab);
+  Tensor sum = Tensor::empty({rows}, DType::kF64, Category::kBuffers, t.a);
+  // One rank's slice that is the whole vocabulary: the kernels of
+  // vocab_parallel_cross_entropy_forward and _backward, without their all-reduces.
+  return t.seconds_per_logit(reps, [&] {
+    kernels::vocab_slice_max_and_target(t.lse, t.losses, t.logits, t.targets, vocab, 0);
+    kernels::vocab_slice_sum_exp(sum, t.logits, t.lse, vocab);
+    kernels::vocab_slice_finish_loss(t.losses, t.lse, sum, t.targets);
+    kernels::vocab_slice_xent_backward(t.logits, t.lse, t.targets, t.dloss, vocab, 0);
+  });
+}
+
+double measure_optimizer_seconds(int64_t n, bool zero_grad, int reps) {
   Threads one(1);
   Allocator a;
   Tensor p = Tensor::zeros({n}, DType::kF32, Category::kParameters, a);
@@ -111,6 +147,7 @@ double measure_optimizer_seconds(int64_t n, int reps) {
   Tensor m = Tensor::zeros({n}, DType::kF32, Category::kOptimizerStates, a);
   Tensor v = Tensor::zeros({n}, DType::kF32, Category::kOptimizerStates, a);
   kernels::AdamWParams hp;
+  hp.zero_grad = zero_grad;
   return best_seconds(reps, [&] { kernels::adamw_update(p, g, m, v, hp); }) /
          static_cast<double>(n);
 }
@@ -120,11 +157,15 @@ double measure_gradient_seconds(int64_t n, int reps) {
   Allocator a;
   Tensor g = Tensor::zeros({n}, DType::kF32, Category::kGradients, a);
   volatile double sink = 0;
-  const double s = best_seconds(reps, [&] {
-    std::memset(g.data<float>(), 0, static_cast<size_t>(n) * 4);
-    sink = sink + kernels::sum_of_squares(g);
-  });
+  const double s = best_seconds(reps, [&] { sink = sink + kernels::sum_of_squares(g); });
   return s / static_cast<double>(n);
+}
+
+double measure_zeroing_seconds(int64_t n, int reps) {
+  Threads one(1);
+  Allocator a;
+  Tensor g = Tensor::zeros({n}, DType::kF32, Category::kGradients, a);
+  return best_seconds(reps, [&] { g.zero_(); }) / static_cast<double>(n);
 }
 
 double measure_step_seconds(const BenchSpec& spec) {

@@ -38,13 +38,18 @@ std::vector<TimedSize> measure_all_reduce(comm::Communicator& world,
 std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int reps = 20);
 
 // Seconds per element of kiri's non-GEMM kernels on one OpenMP thread (each the best of
-// `reps` after a warm-up; call them on every rank at once, as kiri launch runs them):
-// softmax cross-entropy forward + backward over [rows, vocab] fp32 logits, per logit;
-// AdamW over n fp32 elements, per element; zeroing a gradient of n elements and its sum of
-// squares, per element.
+// `reps` after a warm-up; call them on every rank at once, as kiri launch runs them), the
+// kernels a step runs (plan::NonGemmCosts): per logit of [rows, vocab] fp32 logits, the
+// one-pass softmax cross-entropy of tp 1 (softmax_xent_forward_backward, in place) and the
+// vocab-parallel kernels of tp > 1 (one slice holding the whole vocabulary, no collectives);
+// per element, AdamW over n fp32 elements, with or without zeroing the gradient it reads
+// (AdamWParams::zero_grad); a gradient's sum of squares (the norm); a gradient's zeroing
+// (Tensor::zero_, as ParallelGPT::zero_grad).
 double measure_logit_seconds(int64_t rows, int64_t vocab, int reps = 5);
-double measure_optimizer_seconds(int64_t n, int reps = 5);
+double measure_split_logit_seconds(int64_t rows, int64_t vocab, int reps = 5);
+double measure_optimizer_seconds(int64_t n, bool zero_grad = false, int reps = 5);
 double measure_gradient_seconds(int64_t n, int reps = 5);
+double measure_zeroing_seconds(int64_t n, int reps = 5);
 
 // The median step time of kiri training spec's model on one process (forward, backward,
 // AdamW; random tokens), on one OpenMP thread.

@@ -284,8 +284,11 @@ plan::Calibration measure_calibration(const Args& a, comm::Communicator& w) {
   w.barrier();
   // kiri's non-GEMM kernels and a one-process step, on every rank at once (one per core).
   c.logit_s = bench::measure_logit_seconds(256, 50257);
+  c.logit_split_s = bench::measure_split_logit_seconds(256, 50257);
   c.optimizer_s = bench::measure_optimizer_seconds(int64_t{8} << 20);
+  c.optimizer_zeroing_s = bench::measure_optimizer_seconds(int64_t{8} << 20, true);
   c.gradient_s = bench::measure_gradient_seconds(int64_t{8} << 20);
+  c.zeroing_s = bench::measure_zeroing_seconds(int64_t{8} << 20);
   c.step_model = plan::calibration_step_model();
   bench::BenchSpec step;
   step.name = "calibration";
@@ -347,13 +350,15 @@ void print_calibration(const plan::Calibration& c, int ranks, const std::string&
       si(c.peak_fp16.flops, "FLOP/s").c_str(), c.peak_fp16.instruction.c_str(),
       100 * c.gemm_flops_1_thread / c.peak_fp32.flops);
   std::printf(
-      "  non-GEMM per element: logits %.3g ns, AdamW %.3g ns, gradient zero+norm %.3g ns; "
+      "  non-GEMM per element: logits %.3g ns (one pass; tp's pair %.3g ns), AdamW %.3g ns "
+      "(zeroing the gradient %.3g ns), gradient norm %.3g ns, zeroing %.3g ns; "
       "a %lld x %lld step (V %lld, %lld x %lld tokens) %.1f ms -> activations %.3g ns per "
       "token x hidden x layer\n",
-      c.logit_s * 1e9, c.optimizer_s * 1e9, c.gradient_s * 1e9,
-      static_cast<long long>(c.step_model.n_layer), static_cast<long long>(c.step_model.n_embd),
-      static_cast<long long>(c.step_model.vocab), static_cast<long long>(c.step_model.batch),
-      static_cast<long long>(c.step_model.seq), c.step_s * 1e3, c.activation_s * 1e9);
+      c.logit_s * 1e9, c.logit_split_s * 1e9, c.optimizer_s * 1e9, c.optimizer_zeroing_s * 1e9,
+      c.gradient_s * 1e9, c.zeroing_s * 1e9, static_cast<long long>(c.step_model.n_layer),
+      static_cast<long long>(c.step_model.n_embd), static_cast<long long>(c.step_model.vocab),
+      static_cast<long long>(c.step_model.batch), static_cast<long long>(c.step_model.seq),
+      c.step_s * 1e3, c.activation_s * 1e9);
   std::printf("  %s:", c.link_method == "all_reduce"
                            ? str("all_reduce over ", c.link_ranks, " ranks").c_str()
                            : "memcpy (one process; kiri launch -n 2 -- plan --calibrate measures "

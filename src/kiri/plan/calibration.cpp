@@ -104,7 +104,7 @@ std::string calibration_json(const Calibration& c) {
   for (const LinkSample& s : c.samples)
     samples.push_back({{"bytes", s.bytes}, {"seconds", s.seconds}});
   json j = {{"kind", "kiri-calibration"},
-            {"version", 5},
+            {"version", 6},
             {"host", c.host},
             {"date", c.date},
             {"cores", c.cores},
@@ -135,8 +135,11 @@ std::string calibration_json(const Calibration& c) {
               {"samples", samples}}},
             {"non_gemm",
              {{"logit_s", c.logit_s},
+              {"logit_split_s", c.logit_split_s},
               {"optimizer_s", c.optimizer_s},
+              {"optimizer_zeroing_s", c.optimizer_zeroing_s},
               {"gradient_s", c.gradient_s},
+              {"zeroing_s", c.zeroing_s},
               {"activation_s", c.activation_s},
               {"step",
                {{"n_layer", c.step_model.n_layer},
@@ -178,13 +181,33 @@ void save_calibration(const Calibration& c, const std::string& path) {
 
 namespace {
 
-// The non-GEMM costs (version 2): per-token logits, optimizer, gradient and activation
-// seconds, and the step they were measured on.
+// Versions 2-5's non-GEMM costs in version 6's terms, split by the bytes each moves (specs.h):
+// their logit_s timed softmax_xent_forward then softmax_xent_backward over all rows, the
+// vocab-parallel pair's passes (the one-pass loss moves 8 of its 16 bytes); their gradient_s
+// a zeroing pass and the norm (4 + 4 bytes); AdamW's zeroing adds 4 to its 28.
+void derive_non_gemm(Calibration& c) {
+  c.logit_split_s = c.logit_s;
+  c.logit_s *= kLogitBytes / kSplitLogitBytes;
+  c.optimizer_zeroing_s = c.optimizer_s * kOptimizerZeroingBytes / kOptimizerBytes;
+  c.zeroing_s = c.gradient_s * kZeroingBytes / (kGradientBytes + kZeroingBytes);
+  c.gradient_s *= kGradientBytes / (kGradientBytes + kZeroingBytes);
+  c.non_gemm_derived = true;
+}
+
+// The non-GEMM costs (version 2; version 6's split of the logits, the optimizer's zeroing and
+// the gradients'): per-element seconds and the step they were measured on.
 void read_non_gemm(const json& n, Calibration& c) {
   c.logit_s = n.at("logit_s").get<double>();
   c.optimizer_s = n.at("optimizer_s").get<double>();
   c.gradient_s = n.at("gradient_s").get<double>();
   c.activation_s = n.at("activation_s").get<double>();
+  if (n.contains("zeroing_s")) {  // version 6
+    c.logit_split_s = n.at("logit_split_s").get<double>();
+    c.optimizer_zeroing_s = n.at("optimizer_zeroing_s").get<double>();
+    c.zeroing_s = n.at("zeroing_s").get<double>();
+  } else {
+    derive_non_gemm(c);
+  }
   const json& st = n.at("step");
   c.step_model = {st.at("n_layer").get<int64_t>(), st.at("n_embd").get<int64_t>(),
                   st.at("n_head").get<int64_t>(),  st.at("vocab").get<int64_t>(),
@@ -263,8 +286,17 @@ std::optional<Calibration> load_calibration(const std::string& path) {
                   " has non-positive numbers (cores, memory_bytes, gemm.flops_1_thread, "
                   "link.bandwidth must be > 0)");
   KIRI_CHECK_KIND(kConfig,
-                  c.logit_s >= 0 && c.optimizer_s >= 0 && c.gradient_s >= 0 && c.activation_s >= 0,
-                  "the calibration file ", path, " has negative non_gemm costs");
+                  c.logit_s >= 0 && c.optimizer_s >= 0 && c.gradient_s >= 0 &&
+                      c.activation_s >= 0 && c.logit_split_s >= 0 && c.optimizer_zeroing_s >= 0 &&
+                      c.zeroing_s >= 0,
+                  "the calibration file ", path, " has negative non_gemm costs (logit_s ",
+                  c.logit_s, ", logit_split_s ", c.logit_split_s, ", optimizer_s ", c.optimizer_s,
+                  ", optimizer_zeroing_s ", c.optimizer_zeroing_s, ", gradient_s ", c.gradient_s,
+                  ", zeroing_s ", c.zeroing_s, ", activation_s ", c.activation_s, ")");
+  // The derived costs moved the logits' and gradients' share of the step: the activations
+  // are what the step leaves of them now.
+  if (c.non_gemm_derived && c.step_s > 0 && c.gemm_flops_1_thread > 0 && c.logit_s > 0)
+    c.activation_s = activation_seconds_from_step(c, c.step_model, c.step_s);
   KIRI_CHECK_KIND(kConfig,
                   c.peak_fp32.flops >= 0 && c.peak_bf16.flops >= 0 && c.peak_fp16.flops >= 0,
                   "the calibration file ", path, " has negative peaks (fp32 ", c.peak_fp32.flops,
@@ -300,8 +332,10 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
   s.memory_bandwidth = assumed.memory_bandwidth;
   s.comm_overlaps_compute = assumed.comm_overlaps_compute;
   const bool non_gemm = c.logit_s > 0 && c.optimizer_s > 0 && c.gradient_s > 0;
-  s.non_gemm = non_gemm ? NonGemmCosts{c.logit_s, c.activation_s, c.optimizer_s, c.gradient_s}
-                        : assumed.non_gemm;
+  s.non_gemm =
+      non_gemm ? NonGemmCosts{c.logit_s,       c.activation_s,        c.optimizer_s, c.gradient_s,
+                              c.logit_split_s, c.optimizer_zeroing_s, c.zeroing_s}
+               : assumed.non_gemm;
   s.source = source;
   s.measured = {"cores", "memory", "fp32 GEMM (1 thread)",
                 c.link_method == "all_reduce"
@@ -328,6 +362,11 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
   s.assumed.insert(s.assumed.end(), {"inter = intra (one node)",
                                      "collectives run on the computing cores (not overlapped)"});
   if (!non_gemm) s.assumed.push_back("non-GEMM work at 10 GB/s (rerun kiri plan --calibrate)");
+  if (non_gemm && c.non_gemm_derived)
+    s.assumed.push_back(
+        "the one-pass loss, AdamW's zeroing and the gradient norm and zeroing apart derived by "
+        "their bytes from the file's two-kernel loss, AdamW and zeroing + norm, activations "
+        "refitted to its step (a version 2-5 file: rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
   if (c.disk.read_bytes_per_s > 0) {
     s.disk = {c.disk.read_bytes_per_s, c.disk.write_bytes_per_s, true};

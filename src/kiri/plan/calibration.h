@@ -42,8 +42,16 @@ struct Calibration {
   double bandwidth = 0;  // bytes/s (α–β β)
   double latency = 0;    // seconds (α); 0 = not measured
   // Version 2: kiri's non-GEMM work on one thread per rank, every rank at once (seconds per
-  // element, ClusterSpec::non_gemm); 0 = not measured (a version 1 file).
+  // element, ClusterSpec::non_gemm); 0 = not measured (a version 1 file). Version 6: logit_s
+  // times the one-pass loss (tp 1), logit_split_s the vocab-parallel pair's kernels (tp > 1),
+  // optimizer_s AdamW alone and optimizer_zeroing_s AdamW zeroing the gradients it reads,
+  // gradient_s the norm's sum of squares alone and zeroing_s a gradient's zeroing pass.
   double logit_s = 0, optimizer_s = 0, gradient_s = 0;
+  double logit_split_s = 0, optimizer_zeroing_s = 0, zeroing_s = 0;
+  // Versions 2-5 timed the two-kernel loss (logit_s) and zeroing + norm in one (gradient_s):
+  // load_calibration derives the version 6 costs from them by the bytes each moves (specs.h)
+  // and recomputes activation_s from the step, and says so (true; never written).
+  bool non_gemm_derived = false;
   // What is left of a one-process kiri step of the calibration model (below) once its GEMMs
   // at gemm_flops_1_thread and its logits, optimizer and gradients are taken out, per token
   // × hidden × layer (activation_seconds_from_step).
@@ -100,7 +108,8 @@ std::string calibration_json(const Calibration& c);
 // measured 1-thread fp32 GEMM rate over the fp32 peak, 16-bit GEMMs at the measured bf16 GEMM
 // rate (fp16 too; versions 1-4: assumed at half the fp32 GEMM rate); the memory split over the
 // cores, the intra (and inter: one node) link as measured (a copy's latency assumed 2 µs), the
-// non-GEMM costs as measured (version 1 files: this_machine_assumed()'s). Files without a peak
+// non-GEMM costs as measured (version 1 files: this_machine_assumed()'s; versions 2-5: derived,
+// Calibration::non_gemm_derived). Files without a peak
 // (versions 1 and 2) take the GEMM rate as the peak with efficiency 1, bf16 at half of it, as they
 // always did. The disk as measured (version 4), else kAssumedDisk. `measured` names the fields that
 // came from the file, `source` is its path.

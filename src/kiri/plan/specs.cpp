@@ -157,8 +157,15 @@ ModelSpec model_from_params(double params) {
 
 NonGemmCosts non_gemm_from_bandwidth(double bytes_per_s) {
   KIRI_CHECK_KIND(kConfig, bytes_per_s > 0, "memory bandwidth must be positive, got ", bytes_per_s);
-  return {kLogitBytes / bytes_per_s, kActivationBytes / bytes_per_s, kOptimizerBytes / bytes_per_s,
-          kGradientBytes / bytes_per_s};
+  NonGemmCosts c;
+  c.logit_s = kLogitBytes / bytes_per_s;
+  c.activation_s = kActivationBytes / bytes_per_s;
+  c.optimizer_s = kOptimizerBytes / bytes_per_s;
+  c.gradient_s = kGradientBytes / bytes_per_s;
+  c.logit_split_s = kSplitLogitBytes / bytes_per_s;
+  c.optimizer_zeroing_s = kOptimizerZeroingBytes / bytes_per_s;
+  c.zeroing_s = kZeroingBytes / bytes_per_s;
+  return c;
 }
 
 namespace {

@@ -68,19 +68,31 @@ struct Link {
 
 // Work that is not a GEMM, seconds per element on one device (memory-bound kernels; the
 // GEMMs are FLOPs at the device's rate). Per micro-batch: logits (softmax cross-entropy
-// forward and backward, per element of the [tokens, V/t] logits) and the blocks' LayerNorm,
-// GELU, attention softmax, residual and bias work (per token × hidden × layer, forward and
-// backward); per step: the optimizer (AdamW per updated element, master copy included) and
-// the gradients' zeroing and norm (per local gradient element).
+// forward and backward, per element of the [tokens, V/t] logits: `logit_s` for the one-pass
+// kernel of tp 1, `logit_split_s` for tensor parallelism's vocab-parallel pair) and the
+// blocks' LayerNorm, GELU, attention softmax, residual and bias work (per token × hidden ×
+// layer, forward and backward); per step: the optimizer (AdamW per updated element, master
+// copy included: `optimizer_s`, or `optimizer_zeroing_s` where the update also zeroes the
+// gradient it reads), the gradient norm (per gradient element read) and a zeroing pass of its
+// own (per gradient element zeroed, in the layouts that have one: time.h's gradient_work).
 struct NonGemmCosts {
   double logit_s = 0, activation_s = 0, optimizer_s = 0, gradient_s = 0;
+  double logit_split_s = 0, optimizer_zeroing_s = 0, zeroing_s = 0;
 };
-// Bytes each of those moves, for clusters known by their memory bandwidth: a logit 16
-// (fp32, read three times and written once), a token × hidden of a layer 136 (four passes
-// over Korthikanti's 34 bytes), an optimizer element 28 (gradient, master, m and v read;
-// master, m, v and the 16-bit copy written), a gradient element 8 (zeroed, then read).
-inline constexpr double kLogitBytes = 16, kActivationBytes = 136, kOptimizerBytes = 28,
-                        kGradientBytes = 8;
+// Bytes each of those moves, for clusters known by their memory bandwidth (fp32 elements):
+// - a logit of the one-pass loss (kernels::softmax_xent_forward_backward) 8: each row is read
+//   from memory once and its dlogits written once; the row's max, sum and gradient passes
+//   run while it is in cache (a row of V = 50257 is 196 KiB). Under 16-bit parameters it also
+//   writes the 2-byte copy the head's GEMMs read (10), which no cost here counts;
+// - a logit of the vocab-parallel pair (tp > 1) 16: the max pass, the sum pass (after the max's
+//   all-reduce) and the backward each sweep every row from memory, and the backward writes;
+// - a token × hidden of a layer 136 (four passes over Korthikanti's 34);
+// - an optimizer element 28 (gradient, master, m and v read; master, m, v and the 16-bit copy
+//   written), 32 when the update zeroes the gradient it has read (one more write);
+// - a gradient element 4 for the norm (read) and 4 for a zeroing pass (written).
+inline constexpr double kLogitBytes = 8, kSplitLogitBytes = 16, kActivationBytes = 136,
+                        kOptimizerBytes = 28, kOptimizerZeroingBytes = 32, kGradientBytes = 4,
+                        kZeroingBytes = 4;
 NonGemmCosts non_gemm_from_bandwidth(double bytes_per_s);
 
 // The disk under offload.path, per node (its ranks share it): bytes/s of O_DIRECT transfers

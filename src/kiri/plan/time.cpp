@@ -186,7 +186,9 @@ std::vector<double> chunk_seconds(const ModelSpec& model, const Layout& l, const
           elementwise_scale(model) +
       h * c.non_gemm.activation_s * selective_elementwise(l) / kActivationBytes;
   const double block_s = tokens * (block_flops / t / rate + block_other);
-  const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * c.non_gemm.logit_s);
+  // tp 1 trains with the one-pass loss, tp > 1 with the vocab-parallel pair.
+  const double logit_s = l.tp > 1 ? c.non_gemm.logit_split_s : c.non_gemm.logit_s;
+  const double head_s = tokens * (3 * 2 * h * V / t / rate + V / t * logit_s);
   std::vector<double> out;
   for (size_t k = 0; k < chunks.size(); ++k)
     out.push_back(static_cast<double>(chunks[k].end - chunks[k].first) * block_s +
@@ -362,6 +364,20 @@ void model_parallel_comm(const ModelSpec& model, const Layout& l, const ClusterS
 
 }  // namespace
 
+GradientWork gradient_work(const Layout& l, double params) {
+  GradientWork g;
+  const double shard = params / l.shard_size();
+  g.updated = l.zero_stage >= 1 ? shard : params;
+  g.norm = g.updated;
+  g.fused = l.zero_stage == 0 && l.offload.optimizer == OffloadTarget::kNone;
+  if (g.fused) return g;
+  if (l.zero_stage <= 1)
+    g.zeroed = params;
+  else if (l.offload.gradients != OffloadTarget::kNvme)
+    g.zeroed = shard;
+  return g;
+}
+
 TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const ClusterSpec& c,
                             const KiriLayoutFacts& facts) {
   TimeBreakdown t;
@@ -390,11 +406,11 @@ TimeBreakdown estimate_time(const ModelSpec& model, const Layout& l, const Clust
   }
   for (int s = 0; s < l.pp; ++s) {
     stage_layers = std::max(stage_layers, blocks[s]);
-    const double params = stage_params(model, l.tp, l.pp, s), n = l.shard_size();
-    const double opt = l.zero_stage >= 1 ? params / n : params;
-    const double grads = l.zero_stage >= 2 ? params / n : params;
-    t.optimizer_s = std::max(t.optimizer_s, t.compute_slowdown * (opt * c.non_gemm.optimizer_s +
-                                                                  grads * c.non_gemm.gradient_s));
+    const GradientWork g = gradient_work(l, stage_params(model, l.tp, l.pp, s));
+    const double update = g.fused ? c.non_gemm.optimizer_zeroing_s : c.non_gemm.optimizer_s;
+    t.optimizer_s = std::max(
+        t.optimizer_s, t.compute_slowdown * (g.updated * update + g.norm * c.non_gemm.gradient_s +
+                                             g.zeroed * c.non_gemm.zeroing_s));
   }
   const double t_max = *std::max_element(t.stage_s.begin(), t.stage_s.end());
   double sum = 0;

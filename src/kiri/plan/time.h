@@ -69,13 +69,28 @@ Link group_link(const ClusterSpec& cluster, int64_t size, int64_t stride);
 std::vector<StageBlocks> pipeline_chunks(const ModelSpec& model, const Layout& layout,
                                          const KiriLayoutFacts& facts = {});
 
+// The gradient work of a step on a rank of `params` parameters (train/step.cpp): the norm
+// reads the optimizer's gradients (Ψ, or the shard Ψ/N from ZeRO stage 1); the next step's
+// zeroing runs inside the update (AdamW::set_zero_grads, priced as optimizer_zeroing_s) where
+// the update reads every gradient zero_grad zeroes: ZeRO stage 0 with the optimizer in memory,
+// any dp × tp × pp and accumulation. Elsewhere a pass of its own zeroes the gradient buffers
+// the layout keeps: stage 0 under optimizer offload and stage 1 the whole Ψ, stages 2 and 3
+// the shard Ψ/N, nothing when those shards live on NVMe (offload.gradients).
+struct GradientWork {
+  double updated = 0;  // optimizer elements
+  double norm = 0;     // gradient elements the norm reads
+  double zeroed = 0;   // gradient elements a separate zeroing pass writes
+  bool fused = false;  // the update zeroes its gradients (zeroed = 0)
+};
+GradientWork gradient_work(const Layout& layout, double params);
+
 struct TimeBreakdown {
   bool estimated = false;  // false for a parameter-count-only model
   double flops_per_step = 0, model_flops_per_step = 0;
   // One micro-batch's forward + backward on each pipeline stage (a tp rank of it): its GEMM
   // FLOPs at sustained_flops plus its non-GEMM work (ClusterSpec::non_gemm).
   std::vector<double> stage_s;
-  double optimizer_s = 0;  // the slowest stage's optimizer step, gradient zeroing and norm
+  double optimizer_s = 0;  // the slowest stage's optimizer step, gradient norm and zeroing
   double compute_s = 0;    // m · max(stage_s) + optimizer_s: the busiest stage's work
   // Pipeline: (m − 1)·max + Σ stage_s for GPipe and 1F1B (unequal stages included), m·max·
   // (p − 1)/(v·m) interleaved, less the busiest stage's own m·max.
