@@ -172,13 +172,19 @@ TEST_P(GemmLowpPath, AllTransposesAndOddSizes) {
 }
 
 // Long K (split into blocks on the fp32 path), wide panels and a 16-bit C
-// rounded once.
+// rounded once; then the fp32 path's panels shared by several C blocks (1 MiB
+// panels of at least 256 rows or columns): K blocks outermost over 3 row
+// blocks accumulating into C, one B panel for 4 row blocks, one A panel per
+// row for 4 column blocks of a 16-bit C.
 TEST_P(GemmLowpPath, LongKAndWidePanels) {
   KIRI_USE_GEMM_LOWP(impl(), ab());
   Worst worst;
   for (const Case& c : {Case{ab(), true, false, 9, 11, 9000, 1.0f, 1.0f, ab(), 1},
                         Case{ab(), false, true, 3, 70000, 64, 1.0f, 0.0f, DType::kF32, 0},
-                        Case{ab(), false, false, 5, 7, 9000, 1.0f, 0.0f, DType::kF32, 0}})
+                        Case{ab(), false, false, 5, 7, 9000, 1.0f, 0.0f, DType::kF32, 0},
+                        Case{ab(), false, false, 600, 9, 9000, 1.0f, 1.0f, DType::kF32, 0},
+                        Case{ab(), true, false, 1000, 20, 1024, 1.0f, 0.0f, DType::kF32, 2},
+                        Case{ab(), false, true, 300, 1000, 1024, -0.5f, 1.0f, ab(), 3}})
     worst.add(c, check_case(c));
   worst.record();
 }
