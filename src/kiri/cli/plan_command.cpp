@@ -255,8 +255,8 @@ void measure_gemm_bf16_paths(comm::Communicator& w, plan::Calibration& c) {
 
 // Elements per rank of the bandwidth-bound kernels' arrays (AdamW's four: 16 bytes each):
 // together past the last-level cache, which the ranks timing at once share. A fixed 8 Mi
-// fitted a 260 MiB L3 with 2 ranks and timed AdamW at 1.32 ns an element against the 1.59
-// it took in a gpt2-124M step.
+// fitted a VM's 260 MiB L3 and timed AdamW at 1.10 ns an element (1.19 over 32.5 Mi, one
+// process), where a gpt2-124M step's AdamW took 1.59.
 int64_t stream_elements(int ranks) {
   const int64_t bytes = kernels::default_bandwidth_array_bytes();  // 2 x the LLC, >= 256 MiB
   return std::max<int64_t>(int64_t{8} << 20, bytes / (16 * std::max(1, ranks)));
