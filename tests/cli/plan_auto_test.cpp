@@ -95,7 +95,14 @@ TEST(PlanCalibrate, WritesTheFileThatThisMachineLoads) {
         e["model_flops_per_step"].get<double>() / (2 * dtype_peak * e["step_time_s"].get<double>()),
         1e-9 * mfu);
     EXPECT_GT(mfu, 0);
-    EXPECT_LE(mfu, p["cluster"]["efficiency"].get<double>());
+    // No candidate beats its dtype's measured GEMM rate: the fp32 efficiency, or the 16-bit
+    // path's rate over the 16-bit peak. (Against the fp32 efficiency alone this failed under
+    // ctest -j 2 on a CPU without bf16 dot products, where the bf16 peak is the fp32 FMA's and
+    // via_f32 measured 153 GFLOP/s while the loaded fp32 GEMM measured 104.)
+    const double bound =
+        dtype == "fp32" ? p["cluster"]["efficiency"].get<double>()
+                        : std::min(1.0, p["cluster"]["sustained_16bit"].get<double>() / dtype_peak);
+    EXPECT_LE(mfu, bound * (1 + 1e-9)) << dtype;
   }
   EXPECT_DOUBLE_EQ(p["cluster"]["intra"]["bandwidth"].get<double>(),
                    j["link"]["bandwidth"].get<double>());
