@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kiri/kernels/cpu/common.h"
 #include "kiri/kernels/cpu/lowp.h"
@@ -99,39 +100,31 @@ void add_f32_into_as(void* dst, const float* src, int64_t n) {
   for (; i < n; ++i) store_scalar(dst, D, i, load_as_float(dst, D, i) + src[i]);
 }
 
+// f(std::integral_constant<DType, D>{}) for F32, BF16 or F16: the dtype as a template argument.
+template <typename F>
+void with_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::kBF16:
+      return f(std::integral_constant<DType, DType::kBF16>{});
+    case DType::kF16:
+      return f(std::integral_constant<DType, DType::kF16>{});
+    default:
+      return f(std::integral_constant<DType, DType::kF32>{});
+  }
+}
+
 }  // namespace
 
 void to_f32(float* dst, const void* src, DType sd, int64_t n) {
-  switch (sd) {
-    case DType::kBF16:
-      return to_f32_as<DType::kBF16>(dst, src, n);
-    case DType::kF16:
-      return to_f32_as<DType::kF16>(dst, src, n);
-    default:
-      return to_f32_as<DType::kF32>(dst, src, n);
-  }
+  with_dtype(sd, [&](auto d) { to_f32_as<decltype(d)::value>(dst, src, n); });
 }
 
 void from_f32(void* dst, DType dd, const float* src, int64_t n) {
-  switch (dd) {
-    case DType::kBF16:
-      return from_f32_as<DType::kBF16>(dst, src, n);
-    case DType::kF16:
-      return from_f32_as<DType::kF16>(dst, src, n);
-    default:
-      return from_f32_as<DType::kF32>(dst, src, n);
-  }
+  with_dtype(dd, [&](auto d) { from_f32_as<decltype(d)::value>(dst, src, n); });
 }
 
 void add_f32_into(void* dst, DType dd, const float* src, int64_t n) {
-  switch (dd) {
-    case DType::kBF16:
-      return add_f32_into_as<DType::kBF16>(dst, src, n);
-    case DType::kF16:
-      return add_f32_into_as<DType::kF16>(dst, src, n);
-    default:
-      return add_f32_into_as<DType::kF32>(dst, src, n);
-  }
+  with_dtype(dd, [&](auto d) { add_f32_into_as<decltype(d)::value>(dst, src, n); });
 }
 
 void check_float_dtype(const Tensor& t, const char* op, const char* name) {
