@@ -99,10 +99,8 @@ TEST(PlanCalibration, RoundTripsAndBuildsThisMachine) {
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
-// A version 2-5 file timed the two-kernel loss and zeroing + norm together: it still loads, its
-// costs split by the bytes each part moves (16 → 8 for the one-pass loss, 8 = 4 + 4 for the
-// gradient, 28 → 32 for AdamW zeroing), the activations refitted to its step, and says so.
-TEST(PlanCalibration, AVersionFiveFileSplitsItsCostsByBytes) {
+// A 2-core calibration with round costs (AdamW's per element given), for the tests below.
+Calibration small_calibration(double optimizer_s) {
   Calibration c;
   c.cores = 2;
   c.memory_bytes = 8e9;
@@ -110,9 +108,17 @@ TEST(PlanCalibration, AVersionFiveFileSplitsItsCostsByBytes) {
   c.bandwidth = 5e9;
   c.latency = 5e-6;
   c.logit_s = 1.2e-9;
-  c.optimizer_s = 2.8e-9;
+  c.optimizer_s = optimizer_s;
   c.gradient_s = 0.4e-9;
   c.activation_s = 7e-9;
+  return c;
+}
+
+// A version 2-5 file timed the two-kernel loss and zeroing + norm together: it still loads, its
+// costs split by the bytes each part moves (16 → 8 for the one-pass loss, 8 = 4 + 4 for the
+// gradient, 28 → 32 for AdamW zeroing), the activations refitted to its step, and says so.
+TEST(PlanCalibration, AVersionFiveFileSplitsItsCostsByBytes) {
+  Calibration c = small_calibration(2.8e-9);
   c.step_model = calibration_step_model();
   c.step_s = 0.2;
   const std::string path = testing::temp_dir("v5") + "/v5.json";
@@ -146,16 +152,7 @@ TEST(PlanCalibration, AVersionFiveFileSplitsItsCostsByBytes) {
 // made by the model with a known cost gives that cost back, and a step faster than the rest
 // gives 0.
 TEST(PlanCalibration, ActivationCostIsTheStepsRemainder) {
-  Calibration c;
-  c.cores = 2;
-  c.memory_bytes = 8e9;
-  c.gemm_flops_1_thread = 150e9;
-  c.bandwidth = 5e9;
-  c.latency = 5e-6;
-  c.logit_s = 1.2e-9;
-  c.optimizer_s = 2.5e-9;
-  c.gradient_s = 0.4e-9;
-  c.activation_s = 7e-9;
+  Calibration c = small_calibration(2.5e-9);
   const Calibration::StepModel sm = calibration_step_model();
   Layout l;
   l.dtype = Precision::kFp32;
