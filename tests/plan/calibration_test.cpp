@@ -165,5 +165,28 @@ TEST(PlanCalibration, ActivationCostIsTheStepsRemainder) {
   EXPECT_THROW(activation_seconds_from_step(c, sm, 0), Error);
 }
 
+// On a CPU without bf16 dot products the bf16 "peak" and the via_f32 GEMM both run vfmadd231ps,
+// timed apart: under load the GEMM can measure above the peak (CI: PlanCalibrate's MFU bound).
+// The 16-bit rate stays at its peak, and no layout's MFU passes 1.
+TEST(PlanCalibration, A16BitGemmAboveItsPeakIsHeldAtThePeak) {
+  Calibration c = small_calibration(2.5e-9);
+  c.peak_fp32.flops = 200e9;
+  c.peak_bf16.flops = 150e9;
+  c.gemm_bf16_flops_1_thread = 160e9;
+  const ClusterSpec m = calibrated_cluster(c, "");
+  EXPECT_DOUBLE_EQ(sustained_flops(m, Precision::kBf16), 150e9);
+  EXPECT_DOUBLE_EQ(sustained_flops(m, Precision::kFp16), 150e9);
+  EXPECT_DOUBLE_EQ(sustained_flops(m, Precision::kFp32), 150e9);  // 200 x 0.75
+  c.gemm_bf16_flops_1_thread = 120e9;
+  EXPECT_DOUBLE_EQ(sustained_flops(calibrated_cluster(c, ""), Precision::kBf16), 120e9);
+  Layout l;
+  l.dtype = Precision::kBf16;
+  l.micro_batch = l.global_batch = 8;
+  l.seq_len = 64;
+  const ModelSpec model = model_from_dims(2, 256, 4, 8192, 1024);
+  c.gemm_bf16_flops_1_thread = 1000e9;
+  EXPECT_LE(estimate_time(model, l, calibrated_cluster(c, "")).mfu, 1.0);
+}
+
 }  // namespace
 }  // namespace kiri::plan
