@@ -127,4 +127,21 @@ grep -q "auto layout: 2 hosts x 2 ranks; the link between hosts measured at" \
   grep "auto layout" "$work/gpt2-auto.log"
   failed=1
 }
+# A 16 MiB all-reduce of two ranks on two hosts (the calibration's, docs/comm.md "Two ranks on
+# two hosts") moves 16 MiB each way: at least 75% of the 1gbit link. In rendezvous messages,
+# whose replies queued behind the peer's data, the two directions took turns (55%).
+timeout 120 "$kiri" launch -n 2 --threads 1 --hostfile "$work/hostfile1" -- plan --calibrate \
+  --disk-bytes 1MiB --offload-path "$work" --out "$work/cal.json" > "$work/cal.log" 2>&1 || {
+  echo "plan --calibrate on 2 hosts failed:"
+  tail -20 "$work/cal.log"
+  failed=1
+}
+python3 - "$work/cal.json" << 'EOF' || failed=1
+import json, sys
+s = [x for x in json.load(open(sys.argv[1]))["link"]["samples"] if x["bytes"] == 16 << 20]
+rate = s[0]["bytes"] / s[0]["seconds"] / 125e6 if s else 0
+if rate < 0.75:
+    sys.exit(f"a 16 MiB all-reduce on 2 hosts ran at {rate:.0%} of 1gbit (at least 75%): {s}")
+print(f"a 16 MiB all-reduce on 2 hosts: {s[0]['seconds']:.3f} s, {rate:.0%} of 1gbit")
+EOF
 exit "$failed"

@@ -64,6 +64,13 @@ struct Options {
   int64_t ring_all_reduce_bytes = int64_t{1} << 20;
   // ... whose chunks travel as messages of at most this many bytes.
   int64_t ring_piece_bytes = int64_t{1} << 30;
+  // A group of two ranks on two hosts: every F32/F64 all_reduce above this many bytes runs the
+  // ring, in messages of at most this many bytes. Both ranks send at once over the one TCP
+  // connection Open MPI keeps per pair, and a message above the TCP BTL's eager limit (64 KiB
+  // with its headers) waits for the peer's reply to its rendezvous, which queues behind the
+  // peer's own data: the two directions took turns, each at half the link (docs/comm.md,
+  // "Two ranks on two hosts"). Eager messages need no reply. 0: no special case.
+  int64_t pair_piece_bytes = 65408;
 };
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 

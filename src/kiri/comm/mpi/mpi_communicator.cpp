@@ -1,5 +1,6 @@
 // The MPI backend's Communicator: each call builds an MpiWork (what to agree
 // on, how to start the non-blocking MPI call, what to do after) and submits it.
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -117,8 +118,19 @@ class MpiCommunicator final : public Communicator {
   // Only F32/F64: the ring reduces in the element type, and BF16/F16 must
   // be reduced in f32 (they take MPI_Iallreduce with kiri's user ops).
   bool use_ring(const Tensor& t) const {
-    return size() > 1 && (t.dtype() == DType::kF32 || t.dtype() == DType::kF64) &&
-           static_cast<int64_t>(t.nbytes()) >= core_->options.ring_all_reduce_bytes;
+    if (size() == 1 || (t.dtype() != DType::kF32 && t.dtype() != DType::kF64)) return false;
+    const int64_t bytes = static_cast<int64_t>(t.nbytes());
+    return bytes >= core_->options.ring_all_reduce_bytes ||
+           (pair_pieces() && bytes > pair_pieces());
+  }
+  // Options::pair_piece_bytes where it applies, else 0.
+  int64_t pair_pieces() const {
+    return core_->pair_across_hosts ? core_->options.pair_piece_bytes : 0;
+  }
+  int64_t ring_piece_bytes() const {
+    const int64_t pair = pair_pieces();
+    return pair > 0 ? std::min(pair, core_->options.ring_piece_bytes)
+                    : core_->options.ring_piece_bytes;
   }
 
   std::unique_ptr<MpiCore> core_;
@@ -137,7 +149,7 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
     // may be posted in different orders on different ranks.
     const int tag = static_cast<int>(w->seq % (static_cast<uint64_t>(core_->max_tag) + 1));
     auto ring = std::make_shared<RingAllReduce>(buf, t.numel(), t.dtype(), op, core_->ring.get(),
-                                                tag, core_->options.ring_piece_bytes);
+                                                tag, ring_piece_bytes());
     MpiWork* raw = w.get();
     const MpiCore* core = core_.get();
     w->issue = [ring](MPI_Request*) { return ring->start(); };

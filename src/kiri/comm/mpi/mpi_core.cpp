@@ -93,6 +93,17 @@ MpiCore::MpiCore(MpiComm c, std::string name, const Options& o) : options(o), co
   check = dup(comm.get(), info.name);
   diag = dup(comm.get(), info.name);
   ring = dup(comm.get(), info.name);
+  if (size == 2) {
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_size = 2;
+    if (MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+            MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      MPI_Comm_size(node, &node_size);
+      MPI_Comm_free(&node);
+    }
+    pair_across_hosts = node_size == 1;
+  }
   int* tag_ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(comm.get(), MPI_TAG_UB, &tag_ub, &flag);
