@@ -117,6 +117,8 @@ Options ring_options(int64_t piece_bytes);
 void ring_all_reduce_sizes(Communicator& world);
 void ring_bitwise_same_everywhere(Communicator& world);
 void ring_many_in_flight(Communicator& world);
+Options pair_options(int64_t piece_bytes);
+void pair_collectives(Communicator& world);
 
 // Failures (failure_bodies.cpp).
 void shape_mismatch(Communicator& world);

@@ -67,6 +67,9 @@ TEST_P(Ring, BitwiseTheSameOnEveryRank) {
 TEST_P(Ring, ManyInFlightWaitedInReverse) {
   KIRI_RUN_RANKS(GetParam(), ring_many_in_flight, ring_options(512));
 }
+TEST_P(Ring, PairsExchangeInPieces) {
+  KIRI_RUN_RANKS(GetParam(), pair_collectives, pair_options(512));
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Ring, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });

@@ -69,4 +69,53 @@ void ring_many_in_flight(Communicator& world) {
   }
 }
 
+// Every group of two ranks exchanges in pieces (comm/mpi/mpi_ring.h, PairExchange), as two
+// ranks on two hosts do (docs/comm.md, "Two ranks on two hosts").
+Options pair_options(int64_t piece_bytes) {
+  Options o = test_options();
+  o.pair_pieces = Options::PairPieces::kAlways;
+  o.pair_piece_bytes = piece_bytes;
+  return o;
+}
+
+// all_reduce, reduce_scatter and all_gather at sizes around the pieces (and BF16/F16, which
+// reduce through MPI's user ops, past them), then in place: reduce_scatter into this rank's
+// chunk of its input, all_gather from this rank's chunk of its output.
+void pair_collectives(Communicator& world) {
+  Groups g = make_groups(world);
+  for (Communicator* c : g.all) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{129}, int64_t{1001}})
+      for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+          check_all_reduce(*c, n, d, op);
+          check_reduce_scatter(*c, n, d, op);
+        }
+        check_all_gather(*c, n, d);
+      }
+    Allocator a;
+    const int64_t total = 1001;
+    const int r = c->rank(), n = c->size();
+    const Range mine = chunk_range(total, n, r);
+    Tensor t = make(total, DType::kF32, a);
+    fill(t, [r](int64_t i) { return r + 1 + i % 5; });
+    Tensor chunk = t.flat_range(mine.begin, mine.size());
+    c->reduce_scatter(t, chunk, ReduceOp::kSum);
+    const double s = n;
+    expect_values(
+        chunk, [&](int64_t j) { return s * (s + 1) / 2 + s * ((mine.begin + j) % 5); },
+        "in-place reduce_scatter");
+    fill(t, [](int64_t) { return -1; });
+    fill(chunk, [r, &mine](int64_t j) { return (r + 1) * 10 + (mine.begin + j) % 7; });
+    c->all_gather(chunk, t);
+    expect_values(
+        t,
+        [&](int64_t i) {
+          int q = 0;
+          while (i >= chunk_range(total, n, q).end) ++q;
+          return (q + 1) * 10 + i % 7;
+        },
+        "in-place all_gather");
+  }
+}
+
 }  // namespace kiri::comm::testing

@@ -69,8 +69,14 @@ struct Options {
   // connection Open MPI keeps per pair, and a message above the TCP BTL's eager limit (64 KiB
   // with its headers) waits for the peer's reply to its rendezvous, which queues behind the
   // peer's own data: the two directions took turns, each at half the link (docs/comm.md,
-  // "Two ranks on two hosts"). Eager messages need no reply. 0: no special case.
+  // "Two ranks on two hosts"). Eager messages need no reply. reduce_scatter (F32/F64) and
+  // all_gather of such a pair above it are one exchange in such messages too.
   int64_t pair_piece_bytes = 65408;
+  // Which groups of two ranks that applies to: those whose ranks share no host
+  // (MPI_COMM_TYPE_SHARED); every group of two (ranks of one host that talk over TCP,
+  // `--mca btl tcp,self`; the tests); none.
+  enum class PairPieces { kAcrossHosts, kAlways, kNever };
+  PairPieces pair_pieces = PairPieces::kAcrossHosts;
 };
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 

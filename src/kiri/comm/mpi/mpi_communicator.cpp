@@ -18,6 +18,23 @@ int checked_count(int64_t n, const char* what) {
 }
 
 // avg = sum / size, after MPI summed.
+// acc[i] = op(acc[i], b[i]) for F32/F64 (kAvg sums; the caller divides).
+template <typename T>
+void combine_as(T* __restrict acc, const T* __restrict b, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::kMax) {
+    for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] < b[i] ? b[i] : acc[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc[i] += b[i];
+  }
+}
+
+void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op) {
+  if (dtype == DType::kF64)
+    combine_as(static_cast<double*>(acc), static_cast<const double*>(b), n, op);
+  else
+    combine_as(static_cast<float*>(acc), static_cast<const float*>(b), n, op);
+}
+
 void divide(const Tensor& t, int n) {
   const int64_t count = t.numel();
   switch (t.dtype()) {
@@ -127,6 +144,28 @@ class MpiCommunicator final : public Communicator {
   int64_t pair_pieces() const {
     return core_->pair_across_hosts ? core_->options.pair_piece_bytes : 0;
   }
+  // The seq tells apart kiri's own transfers in flight at once (on `ring`), whose messages
+  // may be posted in different orders on different ranks.
+  int ring_tag(const MpiWork& w) const {
+    return static_cast<int>(w.seq % (static_cast<uint64_t>(core_->max_tag) + 1));
+  }
+  // A transfer kiri drives itself (RingAllReduce, PairExchange): posted when the work is
+  // agreed, advanced by every poll.
+  template <typename Transfer>
+  void drive(MpiWork& w, std::shared_ptr<Transfer> t) const {
+    MpiWork* raw = &w;
+    const MpiCore* core = core_.get();
+    w.issue = [t](MPI_Request*) { return t->start(); };
+    w.drive = [t, raw, core] {
+      int rc = MPI_SUCCESS;
+      const char* call = "";
+      const bool done = t->advance(rc, call);
+      if (rc != MPI_SUCCESS) mpi_check(rc, call, str(raw->what, " ", core->info.where()));
+      return done;
+    };
+  }
+  // Two ranks on two hosts exchange in eager pieces (Options::pair_piece_bytes) above this.
+  bool use_pair(int64_t bytes) const { return pair_pieces() > 0 && bytes > pair_pieces(); }
   int64_t ring_piece_bytes() const {
     const int64_t pair = pair_pieces();
     return pair > 0 ? std::min(pair, core_->options.ring_piece_bytes)
@@ -145,21 +184,8 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   w->keep = {t};
   void* buf = t.numel() ? t.raw() : nullptr;
   if (use_ring(t)) {
-    // The seq tells apart ring all-reduces in flight at once, whose steps
-    // may be posted in different orders on different ranks.
-    const int tag = static_cast<int>(w->seq % (static_cast<uint64_t>(core_->max_tag) + 1));
-    auto ring = std::make_shared<RingAllReduce>(buf, t.numel(), t.dtype(), op, core_->ring.get(),
-                                                tag, ring_piece_bytes());
-    MpiWork* raw = w.get();
-    const MpiCore* core = core_.get();
-    w->issue = [ring](MPI_Request*) { return ring->start(); };
-    w->drive = [ring, raw, core] {
-      int rc = MPI_SUCCESS;
-      const char* call = "";
-      const bool done = ring->advance(rc, call);
-      if (rc != MPI_SUCCESS) mpi_check(rc, call, str(raw->what, " ", core->info.where()));
-      return done;
-    };
+    drive(*w, std::make_shared<RingAllReduce>(buf, t.numel(), t.dtype(), op, core_->ring.get(),
+                                              ring_tag(*w), ring_piece_bytes()));
   } else {
     MPI_Comm c = core_->comm.get();
     w->issue = [=](MPI_Request* r) {
@@ -179,6 +205,28 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, 
   w->keep = {in, out};
   for (int r = 0; r < size(); ++r)
     w->counts.push_back(static_cast<int>(chunk_range(in.numel(), size(), r).size()));
+  const bool f32 = in.dtype() == DType::kF32 || in.dtype() == DType::kF64;
+  if (f32 && use_pair(static_cast<int64_t>(in.nbytes()))) {
+    // Two ranks on two hosts: send the peer's chunk of `in`, receive the peer's part of this
+    // rank's chunk into scratch, add this rank's own (a + b == b + a: both ranks' sums are the
+    // bits a rank-ordered sum would give).
+    const int64_t elem = static_cast<int64_t>(dtype_size(in.dtype()));
+    const Range peer = chunk_range(in.numel(), 2, 1 - rank()),
+                mine = chunk_range(in.numel(), 2, rank());
+    w->scratch.resize(out.nbytes());
+    drive(*w, std::make_shared<PairExchange>(static_cast<const char*>(in.raw()) + peer.begin * elem,
+                                             peer.size() * elem, w->scratch.data(), out.nbytes(),
+                                             core_->ring.get(), 1 - rank(), ring_tag(*w),
+                                             pair_pieces()));
+    MpiWork* raw = w.get();
+    w->finish = [raw, in, out, op, mine, elem] {
+      combine(raw->scratch.data(), static_cast<const char*>(in.raw()) + mine.begin * elem,
+              out.numel(), out.dtype(), op);
+      copy_bytes(out.raw(), out.device(), raw->scratch.data(), Device::kHost, out.nbytes());
+      if (op == ReduceOp::kAvg) divide(out, 2);
+    };
+    return submit(w);
+  }
   // MPI refuses overlapping buffers: receive into scratch, copy after.
   if (overlaps(in, out)) w->scratch.resize(out.nbytes());
   MpiWork* raw = w.get();
@@ -215,6 +263,20 @@ WorkHandle MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
   if (!in_place && overlaps(in, out))
     w->scratch.assign(static_cast<const char*>(in.raw()),
                       static_cast<const char*>(in.raw()) + in.nbytes());
+  if (use_pair(static_cast<int64_t>(out.nbytes()))) {
+    // Two ranks on two hosts: send this rank's chunk, receive the peer's into place.
+    const int64_t elem = static_cast<int64_t>(dtype_size(out.dtype()));
+    const Range peer = chunk_range(out.numel(), 2, 1 - rank());
+    const void* src = w->scratch.empty() ? in.raw() : static_cast<const void*>(w->scratch.data());
+    drive(*w, std::make_shared<PairExchange>(
+                  src, in.nbytes(), static_cast<char*>(out.raw()) + peer.begin * elem,
+                  peer.size() * elem, core_->ring.get(), 1 - rank(), ring_tag(*w), pair_pieces()));
+    if (!in_place)
+      w->finish = [out, src, offset = mine.begin * elem, bytes = in.nbytes()] {
+        copy_bytes(static_cast<char*>(out.raw()) + offset, out.device(), src, Device::kHost, bytes);
+      };
+    return submit(w);
+  }
   MpiWork* raw = w.get();
   MPI_Comm c = core_->comm.get();
   const int me = rank();

@@ -93,7 +93,9 @@ MpiCore::MpiCore(MpiComm c, std::string name, const Options& o) : options(o), co
   check = dup(comm.get(), info.name);
   diag = dup(comm.get(), info.name);
   ring = dup(comm.get(), info.name);
-  if (size == 2) {
+  if (size == 2 && o.pair_pieces == Options::PairPieces::kAlways) {
+    pair_across_hosts = true;
+  } else if (size == 2 && o.pair_pieces == Options::PairPieces::kAcrossHosts) {
     MPI_Comm node = MPI_COMM_NULL;
     int node_size = 2;
     if (MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==

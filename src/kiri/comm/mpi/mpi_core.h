@@ -101,7 +101,8 @@ class MpiCore {
   MpiComm comm, check, diag;
   MpiComm ring;  // kiri's own point-to-point collectives: never matches user sends
   int max_tag = 32767;
-  // Two ranks that share no host (MPI_COMM_TYPE_SHARED): Options::pair_piece_bytes applies.
+  // Two ranks that share no host (MPI_COMM_TYPE_SHARED), or any two under
+  // Options::PairPieces::kAlways: Options::pair_piece_bytes applies.
   bool pair_across_hosts = false;
 
  private:

@@ -187,4 +187,51 @@ bool RingAllReduce::advance(int& rc, const char*& call) {
   return true;
 }
 
+PairExchange::PairExchange(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes,
+                           MPI_Comm comm, int peer, int tag, int64_t piece_bytes)
+    : send_(static_cast<const char*>(send)),
+      recv_(static_cast<char*>(recv)),
+      send_bytes_(send_bytes),
+      recv_bytes_(recv_bytes),
+      piece_(std::clamp<int64_t>(piece_bytes, 1, std::numeric_limits<int>::max())),
+      comm_(comm),
+      peer_(peer),
+      tag_(tag) {}
+
+PairExchange::~PairExchange() {
+  if (idle() || mpi_finalized()) return;
+  // Failed midway: MPI may still use the buffers, which the caller's work keeps (graveyard).
+  for (MPI_Request& r : requests_)
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+}
+
+bool PairExchange::idle() const {
+  return std::all_of(requests_.begin(), requests_.end(),
+                     [](MPI_Request r) { return r == MPI_REQUEST_NULL; });
+}
+
+int PairExchange::start() {
+  requests_.clear();
+  // Receives first: a piece that arrives finds its buffer posted (no unexpected-message copy).
+  for (int64_t b = 0; b < recv_bytes_; b += piece_) {
+    MPI_Request& r = requests_.emplace_back(MPI_REQUEST_NULL);
+    const int c = static_cast<int>(std::min(piece_, recv_bytes_ - b));
+    if (int rc = MPI_Irecv(recv_ + b, c, MPI_BYTE, peer_, tag_, comm_, &r)) return rc;
+  }
+  for (int64_t b = 0; b < send_bytes_; b += piece_) {
+    MPI_Request& r = requests_.emplace_back(MPI_REQUEST_NULL);
+    const int c = static_cast<int>(std::min(piece_, send_bytes_ - b));
+    if (int rc = MPI_Isend(send_ + b, c, MPI_BYTE, peer_, tag_, comm_, &r)) return rc;
+  }
+  return MPI_SUCCESS;
+}
+
+bool PairExchange::advance(int& rc, const char*& call) {
+  int done = 0;
+  if ((rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                        MPI_STATUSES_IGNORE)))
+    return call = "MPI_Testall", false;
+  return done != 0;
+}
+
 }  // namespace kiri::comm::detail

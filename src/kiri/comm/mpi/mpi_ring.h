@@ -63,4 +63,32 @@ class RingAllReduce {
   int64_t recv_begin_ = 0;  // element offset of the incoming chunk
 };
 
+// Two ranks on two hosts (MpiCore::pair_across_hosts, docs/comm.md "Two ranks on two hosts"):
+// one exchange with the other rank, `send_bytes` out and `recv_bytes` in, each cut into
+// messages of at most piece_bytes (under Open MPI's TCP eager limit, so that neither
+// direction waits for a rendezvous reply queued behind the other's data). all_gather and
+// reduce_scatter of a pair are one such exchange; the caller places or reduces what came.
+class PairExchange {
+ public:
+  PairExchange(const void* send, int64_t send_bytes, void* recv, int64_t recv_bytes, MPI_Comm comm,
+               int peer, int tag, int64_t piece_bytes);
+  ~PairExchange();
+  PairExchange(const PairExchange&) = delete;
+  PairExchange& operator=(const PairExchange&) = delete;
+
+  // Posts every piece; an MPI error code.
+  int start();
+  // True when every piece has gone and come (`rc`, `call`: the first failing MPI call).
+  bool advance(int& rc, const char*& call);
+  bool idle() const;
+
+ private:
+  const char* send_;
+  char* recv_;
+  int64_t send_bytes_, recv_bytes_, piece_;
+  MPI_Comm comm_;
+  int peer_, tag_;
+  std::vector<MPI_Request> requests_;
+};
+
 }  // namespace kiri::comm::detail
