@@ -1,5 +1,6 @@
 #include "kiri/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -95,12 +96,23 @@ Tensor Block<T>::forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, 
 }
 
 template <typename T>
-void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
-  norm_grads_.run(ctx, [&] { backward_impl(ctx, dy, dx); });
+void Block<T>::backward(nn::Context& ctx, const Tensor& dy, Tensor& dx,
+                        const std::function<void()>& mlp_ready) {
+  norm_grads_.run(ctx, [&] { backward_impl(ctx, dy, dx, mlp_ready); });
 }
 
 template <typename T>
-void Block<T>::backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
+std::vector<nn::Parameter*> Block<T>::parameters_but_mlp() {
+  const std::vector<nn::Parameter*> mlp = mlp_parameters();
+  std::vector<nn::Parameter*> out;
+  for (nn::Parameter* p : parameters())
+    if (std::find(mlp.begin(), mlp.end(), p) == mlp.end()) out.push_back(p);
+  return out;
+}
+
+template <typename T>
+void Block<T>::backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx,
+                             const std::function<void()>& mlp_ready) {
   if (checkpointed_ && checkpoint_.has(ctx)) {  // recompute the activations (same ops, same values)
     const Checkpoint c = checkpoint_.take(ctx, "Block");
     forward_impl(ctx, c.input, c.batch, c.seq);
@@ -110,6 +122,7 @@ void Block<T>::backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx) {
   dx1.copy_from(dy);
   Tensor dh = nn::activation_zeros(ctx, dy.shape(), dtype_of<T>());  // [N, C]
   mlp_->backward(ctx, dy, dh);
+  if (mlp_ready) mlp_ready();
   norm_2_->backward(ctx, dh, dx1);
   // x1 = x + attn(norm_1(x)):  dx += dx1 + norm_1'(attn'(dx1))
   dh.zero_();
@@ -372,10 +385,12 @@ Tensor GPT<T>::backward_part(nn::Context& ctx, const Tensor& dout) {
     const int group = static_cast<int>(i) + 1;
     call(group_hooks_.before_backward, group);
     Tensor dprev = nn::activation_zeros(ctx, {rows, c}, dtype_of<T>());  // [N, C] or [N/P, C]
-    blocks_[i]->backward(ctx, dx, dprev);
+    std::function<void()> mlp_ready;
+    if (hook_) mlp_ready = [&] { hook_(blocks_[i]->mlp_parameters()); };
+    blocks_[i]->backward(ctx, dx, dprev, mlp_ready);
     dx = dprev;
     call(group_hooks_.after_backward, group);
-    if (hook_) hook_(blocks_[i]->parameters());
+    if (hook_) hook_(blocks_[i]->parameters_but_mlp());
   }
   if (!part_.first) return dx;
   dx = embedding_.every_row_grad(ctx, dx, n);  // [N, C]

@@ -34,8 +34,14 @@ class Block : public nn::Module {
   void apply_tp(const parallel::tp::TensorParallel& tp);
   // x: [B*T, C] -> [B*T, C]
   Tensor forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
-  // dy: [B*T, C]; accumulates the gradient of the block's input into dx.
-  void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx);
+  // dy: [B*T, C]; accumulates the gradient of the block's input into dx. mlp_ready (when
+  // set) is called once the MLP's parameters have their final gradient, before the attention's
+  // backward: DDP starts their buckets half a block earlier.
+  void backward(nn::Context& ctx, const Tensor& dy, Tensor& dx,
+                const std::function<void()>& mlp_ready = {});
+  // The MLP's parameters, and the block's others (the norms and the attention's).
+  std::vector<nn::Parameter*> mlp_parameters() { return mlp_->parameters(); }
+  std::vector<nn::Parameter*> parameters_but_mlp();
   // Activation checkpointing: a checkpointed block keeps only its input
   // during a training forward and recomputes its activations in backward.
   void set_checkpointed(bool on) { checkpointed_ = on; }
@@ -46,7 +52,8 @@ class Block : public nn::Module {
 
  private:
   Tensor forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq);
-  void backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx);
+  void backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx,
+                     const std::function<void()>& mlp_ready);
 
   bool checkpointed_ = false;
   struct Checkpoint {
