@@ -63,10 +63,9 @@ for rate in "${rates[@]}"; do
   state=$KIRI_CLUSTER_DIR/$name
   # shellcheck disable=SC1091
   source "$state/mpirun.env"
-  # Four TCP sockets per pair of ranks, as docs/performance.md's run 3 measured (one carries
-  # about half a shaped link; not kiri's default: docs/cluster.md). The links are reshaped
-  # only between runs here.
-  export OMPI_MCA_btl_tcp_links=${OMPI_MCA_btl_tcp_links:-4}
+  # One TCP socket per pair of ranks, Open MPI's default and kiri's (run 3 of
+  # docs/performance.md set OMPI_MCA_btl_tcp_links=4, before kiri's pair collectives moved
+  # in eager pieces: docs/cluster.md). The links are reshaped only between runs here.
   head -1 "$state/hostfile" > "$work/one_host"
   sed 's/slots=2/slots=1/' "$state/hostfile" > "$work/two_hosts"
   local_s=$(step "$work/one_host" local)

@@ -264,8 +264,8 @@ write_state() {
   # pml ob1 and no UCX osc: the btl list below then decides every transport (vader only
   # within a host, tcp over the shaped links). No tree spawn: every daemon is launched
   # from the root namespace, by the agent. One TCP socket per pair of ranks, Open MPI's
-  # default: four filled a shaped link where one carried half, but hung a run whose link was
-  # reshaped mid-run (docs/cluster.md); OMPI_MCA_btl_tcp_links=4 opts in.
+  # default: kiri's collectives on a pair fill a link both ways with it (docs/cluster.md).
+  # OMPI_MCA_btl_tcp_links=4 opts in to more.
   echo "--mca plm_rsh_agent $dir/agent --mca plm_rsh_no_tree_spawn 1 --mca pml ob1 --mca osc ^ucx" \
     "--mca btl tcp,vader,self --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet" \
     > "$dir/mpirun.flags"

@@ -52,9 +52,9 @@ std::vector<std::string> launcher_command(const LaunchPlan& p, int64_t ranks,
     else if (p.hosts)
       out.insert(out.end(), {"--host", *p.hosts});  // Open MPI's own form: a:2,b:2
     if (geteuid() == 0) out.push_back("--allow-run-as-root");
-    // Open MPI's one TCP socket per peer pair is kept: four filled a shaped 1 Gbit/s link
-    // where one carried half, but with four a run whose link tc reshaped mid-run hung
-    // (docs/cluster.md); OMPI_MCA_btl_tcp_links=4 opts in.
+    // Open MPI's one TCP socket per peer pair is kept: kiri's collectives on a pair of
+    // ranks on two hosts fill a link both ways with it (docs/cluster.md, docs/comm.md);
+    // OMPI_MCA_btl_tcp_links=4 opts in to more.
     // More ranks than cores is fine on a laptop (and in tests); binding would
     // pile them onto the same core.
     out.insert(out.end(), {"--oversubscribe", "--bind-to", "none", "-x",
