@@ -18,23 +18,6 @@ int checked_count(int64_t n, const char* what) {
 }
 
 // avg = sum / size, after MPI summed.
-// acc[i] = op(acc[i], b[i]) for F32/F64 (kAvg sums; the caller divides).
-template <typename T>
-void combine_as(T* __restrict acc, const T* __restrict b, int64_t n, ReduceOp op) {
-  if (op == ReduceOp::kMax) {
-    for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] < b[i] ? b[i] : acc[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) acc[i] += b[i];
-  }
-}
-
-void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op) {
-  if (dtype == DType::kF64)
-    combine_as(static_cast<double*>(acc), static_cast<const double*>(b), n, op);
-  else
-    combine_as(static_cast<float*>(acc), static_cast<const float*>(b), n, op);
-}
-
 void divide(const Tensor& t, int n) {
   const int64_t count = t.numel();
   switch (t.dtype()) {

@@ -17,6 +17,17 @@ void reduce_into(T* __restrict a, const T* __restrict b, int64_t n, ReduceOp op)
   }
 }
 
+}  // namespace
+
+void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op) {
+  if (dtype == DType::kF64)
+    reduce_into(static_cast<double*>(acc), static_cast<const double*>(b), n, op);
+  else
+    reduce_into(static_cast<float*>(acc), static_cast<const float*>(b), n, op);
+}
+
+namespace {
+
 // Scratch buffers outlive their all-reduces: a fresh 25 MB allocation is
 // fresh pages (unless MpiRuntime tuned malloc), whose faults and zeroing
 // cost as much as the reduction.
@@ -149,11 +160,7 @@ int RingAllReduce::post(int step) {
 void RingAllReduce::reduce(int64_t begin, int64_t n) const {
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
   char* a = data_ + (recv_begin_ + begin) * elem;
-  const char* b = scratch_.get() + begin * elem;
-  if (dtype_ == DType::kF64)
-    reduce_into(reinterpret_cast<double*>(a), reinterpret_cast<const double*>(b), n, op_);
-  else
-    reduce_into(reinterpret_cast<float*>(a), reinterpret_cast<const float*>(b), n, op_);
+  combine(a, scratch_.get() + begin * elem, n, dtype_, op_);
 }
 
 bool RingAllReduce::advance(int& rc, const char*& call) {

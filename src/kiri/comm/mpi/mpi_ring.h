@@ -16,6 +16,9 @@
 
 namespace kiri::comm::detail {
 
+// acc[i] = op(acc[i], b[i]) over n elements of F32 or F64 (kAvg sums; the caller divides).
+void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op);
+
 class RingAllReduce {
  public:
   // data: count elements of dtype (F32 or F64 only: BF16/F16 never take the
