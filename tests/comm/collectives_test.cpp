@@ -67,7 +67,7 @@ TEST_P(Ring, BitwiseTheSameOnEveryRank) {
 TEST_P(Ring, ManyInFlightWaitedInReverse) {
   KIRI_RUN_RANKS(GetParam(), ring_many_in_flight, ring_options(512));
 }
-TEST_P(Ring, PairsExchangeInPieces) {
+TEST_P(Ring, GroupsAcrossHostsTakeKirisTransfers) {
   KIRI_RUN_RANKS(GetParam(), pair_collectives, pair_options(512));
 }
 

@@ -69,12 +69,15 @@ void ring_many_in_flight(Communicator& world) {
   }
 }
 
-// Every group of two ranks exchanges in pieces (comm/mpi/mpi_ring.h, PairExchange), as two
-// ranks on two hosts do (docs/comm.md, "Two ranks on two hosts").
+// Every group counts as crossing hosts: a pair exchanges in pieces (comm/mpi/mpi_ring.h,
+// PairExchange), a larger group reduce-scatters and all-gathers over kiri's ring, as groups
+// across hosts do (docs/comm.md, "Two ranks on two hosts", "Groups across hosts").
 Options pair_options(int64_t piece_bytes) {
   Options o = test_options();
-  o.pair_pieces = Options::PairPieces::kAlways;
+  o.across_hosts = Options::AcrossHosts::kAlways;
   o.pair_piece_bytes = piece_bytes;
+  o.ring_all_reduce_bytes = 0;
+  o.ring_piece_bytes = piece_bytes;
   return o;
 }
 

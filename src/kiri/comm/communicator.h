@@ -72,11 +72,14 @@ struct Options {
   // "Two ranks on two hosts"). Eager messages need no reply. reduce_scatter (F32/F64) and
   // all_gather of such a pair above it are one exchange in such messages too.
   int64_t pair_piece_bytes = 65408;
-  // Which groups of two ranks that applies to: those whose ranks share no host
-  // (MPI_COMM_TYPE_SHARED); every group of two (ranks of one host that talk over TCP,
-  // `--mca btl tcp,self`; the tests); none.
-  enum class PairPieces { kAcrossHosts, kAlways, kNever };
-  PairPieces pair_pieces = PairPieces::kAcrossHosts;
+  // A group of more ranks whose ring crosses hosts: reduce_scatter (F32/F64) and all_gather of
+  // at least ring_all_reduce_bytes run kiri's ring too (each link carries one direction; Open
+  // MPI's algorithms exchanged both ways, at 2-5x the link's time: docs/comm.md).
+  // Which groups count as crossing hosts: detected (MPI_COMM_TYPE_SHARED at the group's
+  // creation), every group (ranks of one host that talk over TCP, `--mca btl tcp,self`; the
+  // tests), none.
+  enum class AcrossHosts { kDetect, kAlways, kNever };
+  AcrossHosts across_hosts = AcrossHosts::kDetect;
 };
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 

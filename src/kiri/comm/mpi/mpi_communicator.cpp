@@ -132,7 +132,7 @@ class MpiCommunicator final : public Communicator {
   int ring_tag(const MpiWork& w) const {
     return static_cast<int>(w.seq % (static_cast<uint64_t>(core_->max_tag) + 1));
   }
-  // A transfer kiri drives itself (RingAllReduce, PairExchange): posted when the work is
+  // A transfer kiri drives itself (Ring, PairExchange): posted when the work is
   // agreed, advanced by every poll.
   template <typename Transfer>
   void drive(MpiWork& w, std::shared_ptr<Transfer> t) const {
@@ -149,6 +149,10 @@ class MpiCommunicator final : public Communicator {
   }
   // Two ranks on two hosts exchange in eager pieces (Options::pair_piece_bytes) above this.
   bool use_pair(int64_t bytes) const { return pair_pieces() > 0 && bytes > pair_pieces(); }
+  // A ring that crosses hosts takes reduce_scatter and all_gather from this size on.
+  bool use_ring_halves(int64_t bytes) const {
+    return core_->ring_across_hosts && bytes > 0 && bytes >= core_->options.ring_all_reduce_bytes;
+  }
   int64_t ring_piece_bytes() const {
     const int64_t pair = pair_pieces();
     return pair > 0 ? std::min(pair, core_->options.ring_piece_bytes)
@@ -167,8 +171,8 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   w->keep = {t};
   void* buf = t.numel() ? t.raw() : nullptr;
   if (use_ring(t)) {
-    drive(*w, std::make_shared<RingAllReduce>(buf, t.numel(), t.dtype(), op, core_->ring.get(),
-                                              ring_tag(*w), ring_piece_bytes()));
+    drive(*w, std::make_shared<Ring>(RingKind::kAllReduce, buf, t.numel(), t.dtype(), op,
+                                     core_->ring.get(), ring_tag(*w), ring_piece_bytes()));
   } else {
     MPI_Comm c = core_->comm.get();
     w->issue = [=](MPI_Request* r) {
@@ -207,6 +211,23 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, 
               out.numel(), out.dtype(), op);
       copy_bytes(out.raw(), out.device(), raw->scratch.data(), Device::kHost, out.nbytes());
       if (op == ReduceOp::kAvg) divide(out, 2);
+    };
+    return submit(w);
+  }
+  if (f32 && use_ring_halves(static_cast<int64_t>(in.nbytes()))) {
+    // A ring across hosts: reduce a copy of `in` (the ring works in place), keep chunk rank.
+    const int64_t elem = static_cast<int64_t>(dtype_size(in.dtype()));
+    const Range mine = chunk_range(in.numel(), size(), rank());
+    w->scratch.assign(static_cast<const char*>(in.raw()),
+                      static_cast<const char*>(in.raw()) + in.nbytes());
+    drive(*w, std::make_shared<Ring>(RingKind::kReduceScatter, w->scratch.data(), in.numel(),
+                                     in.dtype(), op, core_->ring.get(), ring_tag(*w),
+                                     core_->options.ring_piece_bytes));
+    MpiWork* raw = w.get();
+    w->finish = [raw, out, op, n = size(), offset = mine.begin * elem] {
+      copy_bytes(out.raw(), out.device(), raw->scratch.data() + offset, Device::kHost,
+                 out.nbytes());
+      if (op == ReduceOp::kAvg) divide(out, n);
     };
     return submit(w);
   }
@@ -258,6 +279,19 @@ WorkHandle MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
       w->finish = [out, src, offset = mine.begin * elem, bytes = in.nbytes()] {
         copy_bytes(static_cast<char*>(out.raw()) + offset, out.device(), src, Device::kHost, bytes);
       };
+    return submit(w);
+  }
+  if (use_ring_halves(static_cast<int64_t>(out.nbytes()))) {
+    // A ring across hosts: this rank's chunk into place first, then the ring fills the rest.
+    const int64_t elem = static_cast<int64_t>(dtype_size(out.dtype()));
+    if (!in_place) {
+      const void* src = w->scratch.empty() ? in.raw() : static_cast<const void*>(w->scratch.data());
+      copy_bytes(static_cast<char*>(out.raw()) + mine.begin * elem, out.device(), src,
+                 Device::kHost, in.nbytes());
+    }
+    drive(*w, std::make_shared<Ring>(RingKind::kAllGather, out.raw(), out.numel(), out.dtype(),
+                                     ReduceOp::kSum, core_->ring.get(), ring_tag(*w),
+                                     core_->options.ring_piece_bytes));
     return submit(w);
   }
   MpiWork* raw = w.get();

@@ -93,25 +93,37 @@ MpiCore::MpiCore(MpiComm c, std::string name, const Options& o) : options(o), co
   check = dup(comm.get(), info.name);
   diag = dup(comm.get(), info.name);
   ring = dup(comm.get(), info.name);
-  if (size == 2 && o.pair_pieces == Options::PairPieces::kAlways) {
-    pair_across_hosts = true;
-  } else if (size == 2 && o.pair_pieces == Options::PairPieces::kAcrossHosts) {
-    MPI_Comm node = MPI_COMM_NULL;
-    int node_size = 2;
-    if (MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-            MPI_SUCCESS &&
-        node != MPI_COMM_NULL) {
-      MPI_Comm_size(node, &node_size);
-      MPI_Comm_free(&node);
-    }
-    pair_across_hosts = node_size == 1;
-  }
+  find_hosts(rank, size);
   int* tag_ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(comm.get(), MPI_TAG_UB, &tag_ub, &flag);
   if (flag && tag_ub) max_tag = *tag_ub;
   post_listen();
   register_core(true);
+}
+
+// Whether this group's ranks sit on more than one host, and whether its ring (rank r to
+// r + 1) crosses hosts: each rank's host named by the lowest group rank on it.
+void MpiCore::find_hosts(int rank, int size) {
+  if (size == 1 || options.across_hosts == Options::AcrossHosts::kNever) return;
+  bool apart = options.across_hosts == Options::AcrossHosts::kAlways;
+  if (!apart) {
+    MPI_Comm node = MPI_COMM_NULL;
+    int leader = rank;
+    if (MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+            MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, node);
+      MPI_Comm_free(&node);
+    }
+    std::vector<int> host_of(static_cast<size_t>(size));
+    MPI_Allgather(&leader, 1, MPI_INT, host_of.data(), 1, MPI_INT, comm.get());
+    for (int r = 0; r < size; ++r)
+      apart =
+          apart || host_of[static_cast<size_t>(r)] != host_of[static_cast<size_t>((r + 1) % size)];
+  }
+  pair_across_hosts = apart && size == 2;
+  ring_across_hosts = apart && size > 2;
 }
 
 MpiCore::~MpiCore() {

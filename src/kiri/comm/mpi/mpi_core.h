@@ -102,8 +102,11 @@ class MpiCore {
   MpiComm ring;  // kiri's own point-to-point collectives: never matches user sends
   int max_tag = 32767;
   // Two ranks that share no host (MPI_COMM_TYPE_SHARED), or any two under
-  // Options::PairPieces::kAlways: Options::pair_piece_bytes applies.
+  // Options::AcrossHosts::kAlways: Options::pair_piece_bytes applies.
   bool pair_across_hosts = false;
+  // More ranks, whose ring crosses hosts (or kAlways): reduce_scatter and all_gather take
+  // kiri's ring (Options::across_hosts).
+  bool ring_across_hosts = false;
 
  private:
   struct PendingSend {
@@ -119,6 +122,7 @@ class MpiCore {
   void send_request(int to, int32_t round);
   void drain(double seconds);
   void register_core(bool add);
+  void find_hosts(int rank, int size);
   void abandon();
 
   std::deque<std::shared_ptr<MpiWork>> collectives_;  // seq order

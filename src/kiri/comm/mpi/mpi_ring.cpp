@@ -39,7 +39,7 @@ std::vector<std::pair<std::unique_ptr<char[]>, int64_t>>& pool() {
 
 }  // namespace
 
-std::unique_ptr<char[]> RingAllReduce::take_scratch(int64_t bytes) {
+std::unique_ptr<char[]> Ring::take_scratch(int64_t bytes) {
   std::lock_guard<std::mutex> lock(pool_mutex);
   auto& p = pool();
   for (size_t i = 0; i < p.size(); ++i)
@@ -53,7 +53,7 @@ std::unique_ptr<char[]> RingAllReduce::take_scratch(int64_t bytes) {
   return std::unique_ptr<char[]>(new char[static_cast<size_t>(bytes)]);
 }
 
-void RingAllReduce::give_back_scratch() {
+void Ring::give_back_scratch() {
   if (!scratch_) return;
   std::lock_guard<std::mutex> lock(pool_mutex);
   auto& p = pool();
@@ -72,8 +72,8 @@ int mod(int a, int n) {
 
 }  // namespace
 
-RingAllReduce::RingAllReduce(void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm,
-                             int tag, int64_t piece_bytes)
+Ring::Ring(RingKind kind, void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm,
+           int tag, int64_t piece_bytes)
     : data_(static_cast<char*>(data)),
       count_(count),
       dtype_(dtype),
@@ -84,13 +84,25 @@ RingAllReduce::RingAllReduce(void* data, int64_t count, DType dtype, ReduceOp op
                                  std::numeric_limits<int>::max())) {
   // reduce() adds in the element type: 16-bit floats must go through MPI's
   // user ops, which add in f32 (MpiCommunicator::use_ring).
-  KIRI_CHECK(dtype == DType::kF32 || dtype == DType::kF64, "ring all-reduce of ", dtype_name(dtype),
-             ": only F32 and F64");
+  KIRI_CHECK(kind == RingKind::kAllGather || dtype == DType::kF32 || dtype == DType::kF64,
+             "ring reduction of ", dtype_name(dtype), ": only F32 and F64");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
+  const int n = size_;
+  switch (kind) {
+    case RingKind::kAllReduce:  // after the reduce-scatter rank r holds chunk r + 1
+      first_ = 0, last_ = 2 * (n - 1), scatter_shift_ = 0, gather_shift_ = 1;
+      break;
+    case RingKind::kReduceScatter:  // shifted by one: rank r ends with chunk r
+      first_ = 0, last_ = n - 1, scatter_shift_ = 1;
+      break;
+    case RingKind::kAllGather:  // rank r starts with chunk r
+      first_ = n - 1, last_ = 2 * (n - 1), gather_shift_ = 0;
+      break;
+  }
 }
 
-RingAllReduce::~RingAllReduce() {
+Ring::~Ring() {
   if (idle() || mpi_finalized()) {
     give_back_scratch();
     return;
@@ -104,31 +116,33 @@ RingAllReduce::~RingAllReduce() {
   (void)scratch_.release();  // leaked on purpose
 }
 
-bool RingAllReduce::idle() const {
+bool Ring::idle() const {
   auto null = [](MPI_Request r) { return r == MPI_REQUEST_NULL; };
   return std::all_of(recvs_.begin(), recvs_.end(), null) &&
          std::all_of(sends_.begin(), sends_.end(), null);
 }
 
-int RingAllReduce::start() {
-  step_ = 0;
+int Ring::start() {
+  step_ = first_;
   if (size_ == 1 || count_ == 0) {
-    step_ = 2 * (size_ - 1);
+    step_ = last_;
     return MPI_SUCCESS;
   }
-  return post(0);
+  return post(first_);
 }
 
-// Reduce-scatter step s < N-1: send chunk rank-s, receive chunk rank-s-1
-// into scratch and reduce it (after N-1 steps this rank holds chunk rank+1
-// reduced). All-gather step s: send chunk rank+1-s, receive chunk rank-s in
-// place. A chunk is cut into the same pieces on both sides of a message.
-int RingAllReduce::post(int step) {
+// Reduce-scatter step s < N-1: send chunk rank-s-h, receive chunk rank-s-h-1
+// into scratch and reduce it (after N-1 steps this rank holds chunk rank+1-h
+// reduced; h = scatter_shift_). All-gather step s: send chunk rank+g-s, receive
+// chunk rank+g-1-s in place (g = gather_shift_: the chunk this rank holds whole
+// at the start). A chunk is cut into the same pieces on both sides of a message.
+int Ring::post(int step) {
   const int n = size_;
   const bool scatter = step < n - 1;
   const int s = scatter ? step : step - (n - 1);
-  const int send_chunk = scatter ? mod(rank_ - s, n) : mod(rank_ + 1 - s, n);
-  const int recv_chunk = scatter ? mod(rank_ - s - 1, n) : mod(rank_ - s, n);
+  const int h = scatter_shift_, g = gather_shift_;
+  const int send_chunk = scatter ? mod(rank_ - s - h, n) : mod(rank_ + g - s, n);
+  const int recv_chunk = scatter ? mod(rank_ - s - h - 1, n) : mod(rank_ + g - 1 - s, n);
   const Range out = chunk_range(count_, n, send_chunk), in = chunk_range(count_, n, recv_chunk);
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_)), piece = piece_;
   const MPI_Datatype type = mpi_type(dtype_);
@@ -157,14 +171,14 @@ int RingAllReduce::post(int step) {
   return MPI_SUCCESS;
 }
 
-void RingAllReduce::reduce(int64_t begin, int64_t n) const {
+void Ring::reduce(int64_t begin, int64_t n) const {
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
   char* a = data_ + (recv_begin_ + begin) * elem;
   combine(a, scratch_.get() + begin * elem, n, dtype_, op_);
 }
 
-bool RingAllReduce::advance(int& rc, const char*& call) {
-  const int last = 2 * (size_ - 1);
+bool Ring::advance(int& rc, const char*& call) {
+  const int last = last_;
   const int64_t piece = piece_;
   // Keeps going while steps complete: a poll that finds the peer ready
   // posts and often finishes the next step too.

@@ -1,14 +1,14 @@
 #pragma once
 // kiri's own ring all-reduce over non-blocking point-to-point, for large
-// F32/F64 tensors. Open MPI's libnbc MPI_Iallreduce advances one round per
-// poll through its own pipeline and is ~2.5x slower than the blocking call
-// here (docs/comm.md); large point-to-point messages between processes of
-// one node take the single-copy (CMA) path instead. Reduce-scatter then
-// all-gather over the group's ring, 2(N-1) steps of one chunk_range chunk
-// each; a step's receive is reduced into the tensor when a poll sees it
-// complete, then the next step is posted. Every chunk is summed in the same
-// ring order on every run, and each reduced chunk is copied (not recomputed)
-// to the other ranks: bitwise the same result everywhere, run after run.
+// F32/F64 tensors (and its halves, reduce-scatter and all-gather, for groups whose ring
+// crosses hosts: docs/comm.md, "Groups across hosts"). Open MPI's libnbc MPI_Iallreduce advances
+// one round per poll through its own pipeline and is ~2.5x slower than the blocking call here
+// (docs/comm.md); large point-to-point messages between processes of one node take the single-copy
+// (CMA) path instead. Reduce-scatter then all-gather over the group's ring, 2(N-1) steps of one
+// chunk_range chunk each; a step's receive is reduced into the tensor when a poll sees it complete,
+// then the next step is posted. Every chunk is summed in the same ring order on every run, and each
+// reduced chunk is copied (not recomputed) to the other ranks: bitwise the same result everywhere,
+// run after run.
 #include <memory>
 #include <vector>
 
@@ -19,23 +19,27 @@ namespace kiri::comm::detail {
 // acc[i] = op(acc[i], b[i]) over n elements of F32 or F64 (kAvg sums; the caller divides).
 void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op);
 
-class RingAllReduce {
+// Which collective a Ring runs: all of it, its reduce-scatter half (rank r ends with chunk r
+// of the sum), or an all-gather (rank r starts with chunk r).
+enum class RingKind { kAllReduce, kReduceScatter, kAllGather };
+
+class Ring {
  public:
-  // data: count elements of dtype (F32 or F64 only: BF16/F16 never take the
-  // ring, they reduce in f32 through MPI's user ops), reduced in place with op
-  // (kAvg travels as a sum; the caller divides). Messages go over `comm`
-  // with `tag`, which must not be shared with any other operation in flight.
-  // Each chunk travels in messages of at most piece_bytes.
-  RingAllReduce(void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm, int tag,
-                int64_t piece_bytes);
-  ~RingAllReduce();
-  RingAllReduce(const RingAllReduce&) = delete;
-  RingAllReduce& operator=(const RingAllReduce&) = delete;
+  // data: count elements of dtype, worked on in place: reduced with op (kAllReduce,
+  // kReduceScatter: F32 or F64 only, BF16/F16 never take the ring, they reduce in f32
+  // through MPI's user ops; kAvg travels as a sum, the caller divides), or filled chunk by
+  // chunk (kAllGather). Messages go over `comm` with `tag`, which must not be shared with any
+  // other operation in flight. Each chunk travels in messages of at most piece_bytes.
+  Ring(RingKind kind, void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm, int tag,
+       int64_t piece_bytes);
+  ~Ring();
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
 
   // Posts the first step; an MPI error code.
   int start();
   // Tests the current step once; reduces and posts the next step when it
-  // completed. True when the whole all-reduce is done. `rc` gets the first
+  // completed. True when the whole collective is done. `rc` gets the first
   // failing MPI call's code and name (the caller raises).
   bool advance(int& rc, const char*& call);
   // Whether every posted request completed (no buffer is in MPI's hands).
@@ -54,7 +58,11 @@ class RingAllReduce {
   MPI_Comm comm_;
   int tag_, rank_ = 0, size_ = 1;
   int64_t piece_;  // elements per message
-  int step_ = -1;  // the step in flight; 2(N-1): done
+  // Steps [first_, last_): 0 .. N-2 reduce-scatter, N-1 .. 2N-3 all-gather. The chunk a
+  // reduce-scatter step sends is rank - step - scatter_shift_, an all-gather step's
+  // rank + gather_shift_ - (step - (N-1)) (module comment).
+  int first_ = 0, last_ = 0, scatter_shift_ = 0, gather_shift_ = 1;
+  int step_ = -1;  // the step in flight; last_: done
   // A reduce-scatter step's incoming chunk; left uninitialised (the largest
   // chunk, allocated once).
   std::unique_ptr<char[]> scratch_;
