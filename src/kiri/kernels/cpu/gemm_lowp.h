@@ -1,7 +1,9 @@
 #pragma once
 // Internal to the CPU kernels: the two implementations behind gemm_lowp.
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "kiri/kernels/params.h"
 #include "kiri/tensor/dtype.h"
@@ -36,5 +38,8 @@ bool gemm_lowp_onednn(const LowpGemmArgs& g);
 // 256x256x256 product of `ab` values into fp32 (e.g. "brg:avx512_core_amx_bf16"), or
 // "" when it has none on this CPU. Computed once per dtype.
 const std::string& onednn_lowp_kernel(DType ab);
+// The auto path's timing: each path's best call, the paths' calls alternating
+// (gemm_lowp_choice.cpp).
+std::vector<double> best_seconds_interleaved(const std::vector<std::function<void()>>& paths);
 
 }  // namespace kiri::kernels::cpu::detail

@@ -179,30 +179,48 @@ struct Operands {
              s.N} {}
 };
 
-// The best of a few timed calls after an untimed one (oneDNN makes its primitive there):
-// at least 3 and 50 ms, at most 10; a call over 0.1 s is timed once.
-double best_seconds_of(const std::function<void()>& f) {
-  Timer first;
-  f();
-  double best = 1e30;
-  const bool long_call = first.seconds() > 0.1;
-  Timer all;
-  for (int rep = 0; rep < 10; ++rep) {
-    Timer t;
+}  // namespace
+
+namespace detail {
+
+// The best of a few timed calls of each after an untimed one (oneDNN makes its primitive
+// there): at least 3 rounds and 50 ms, at most 10; calls over 0.1 s are timed once. The calls
+// alternate, so that other work on the cores slows every path alike: timed one path after
+// the other, a load that came and went in between once sent shapes to the slower path.
+std::vector<double> best_seconds_interleaved(const std::vector<std::function<void()>>& paths) {
+  bool long_call = false;
+  for (const auto& f : paths) {
+    Timer first;
     f();
-    best = std::min(best, t.seconds());
-    if (long_call || (rep >= 2 && all.seconds() > 0.05)) break;
+    long_call = long_call || first.seconds() > 0.1;
+  }
+  std::vector<double> best(paths.size(), 1e30);
+  Timer all;
+  for (int round = 0; round < 10; ++round) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      Timer t;
+      paths[i]();
+      best[i] = std::min(best[i], t.seconds());
+    }
+    if (long_call || (round >= 2 && all.seconds() > 0.05)) break;
   }
   return best;
 }
+
+}  // namespace detail
+
+namespace {
 
 LowpGemmRate measure_shape(DType ab, const LowpGemmShape& s) {
   Operands ops(ab, s);
   const double flop = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * s.K;
   LowpGemmRate r{s, 0, 0};
-  r.via_f32 = flop / best_seconds_of([&] { detail::gemm_lowp_via_f32(ops.args); });
+  std::vector<std::function<void()>> paths = {[&] { detail::gemm_lowp_via_f32(ops.args); }};
   if (!detail::onednn_lowp_kernel(ab).empty())
-    r.onednn = flop / best_seconds_of([&] { detail::gemm_lowp_onednn(ops.args); });
+    paths.push_back([&] { detail::gemm_lowp_onednn(ops.args); });
+  const std::vector<double> seconds = detail::best_seconds_interleaved(paths);
+  r.via_f32 = flop / seconds[0];
+  if (seconds.size() > 1) r.onednn = flop / seconds[1];
   return r;
 }
 
