@@ -120,8 +120,7 @@ class MpiCommunicator final : public Communicator {
   bool use_ring(const Tensor& t) const {
     if (size() == 1 || (t.dtype() != DType::kF32 && t.dtype() != DType::kF64)) return false;
     const int64_t bytes = static_cast<int64_t>(t.nbytes());
-    return bytes >= core_->options.ring_all_reduce_bytes ||
-           (pair_pieces() && bytes > pair_pieces());
+    return bytes >= core_->options.ring_all_reduce_bytes || use_pair(bytes);
   }
   // Options::pair_piece_bytes where it applies, else 0.
   int64_t pair_pieces() const {
