@@ -43,7 +43,8 @@ void shape_mismatch(Communicator& world) {
     EXPECT_TRUE(contains(m, "rank 0 called") && contains(m, "rank 1 called")) << m;
   else
     EXPECT_TRUE(contains(m, "first divergent rank: rank 0.")) << m;
-  // Nothing moved, so the communicator still works.
+  // Nothing reached the tensors (a transfer of kiri's may have started: its result waits for
+  // the agreement), so the communicator still works.
   Tensor u = make(5, DType::kF32, a);
   fill(u, [](int64_t) { return 1; });
   c->all_reduce(u, ReduceOp::kSum);

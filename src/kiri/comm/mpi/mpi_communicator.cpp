@@ -148,6 +148,13 @@ class MpiCommunicator final : public Communicator {
   }
   // Two ranks on two hosts exchange in eager pieces (Options::pair_piece_bytes) above this.
   bool use_pair(int64_t bytes) const { return pair_pieces() > 0 && bytes > pair_pieces(); }
+  // A sum (or mean) of F32/F64 on two ranks on two hosts, of any size: one exchange. Max and
+  // min keep the ring: max(+0, -0) depends on the order of its arguments.
+  bool use_pair_sum(const Tensor& t, ReduceOp op) const {
+    return pair_pieces() > 0 && t.numel() > 0 &&
+           (t.dtype() == DType::kF32 || t.dtype() == DType::kF64) &&
+           (op == ReduceOp::kSum || op == ReduceOp::kAvg);
+  }
   // A ring that crosses hosts takes reduce_scatter and all_gather from this size on.
   bool use_ring_halves(int64_t bytes) const {
     return core_->ring_across_hosts && bytes > 0 && bytes >= core_->options.ring_all_reduce_bytes;
@@ -169,6 +176,22 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   auto w = collective(sig, static_cast<int64_t>(t.nbytes()), -1);
   w->keep = {t};
   void* buf = t.numel() ? t.raw() : nullptr;
+  if (use_pair_sum(t, op)) {
+    // Two ranks on two hosts: one exchange of the whole tensor. The ring's two steps move
+    // the same bytes but the second waits for a poll to see the first done; this one is
+    // done at the first poll after the bytes arrived. Each rank adds the other's part to
+    // its own: a + b == b + a, so both hold the same bits.
+    w->scratch.resize(t.nbytes());
+    drive(*w, std::make_shared<PairExchange>(buf, t.nbytes(), w->scratch.data(), t.nbytes(),
+                                             core_->ring.get(), 1 - rank(), ring_tag(*w),
+                                             pair_pieces()));
+    MpiWork* raw = w.get();
+    w->finish = [raw, t, op] {
+      combine(t.raw(), raw->scratch.data(), t.numel(), t.dtype(), op);
+      if (op == ReduceOp::kAvg) divide(t, 2);
+    };
+    return submit(w);
+  }
   if (use_ring(t)) {
     drive(*w, std::make_shared<Ring>(RingKind::kAllReduce, buf, t.numel(), t.dtype(), op,
                                      core_->ring.get(), ring_tag(*w), ring_piece_bytes()));

@@ -206,6 +206,10 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
   int flag = 0;
   MPI_Status status;
   try {
+    if (w.drive && !w.issued && (w.phase == Phase::kAgree || w.phase == Phase::kAgreed)) {
+      check_rc(w.issue(&w.req), op_kind_name(w.kind()), w);
+      w.issued = true;
+    }
     if (w.phase == Phase::kAgree) {
       check_rc(MPI_Test(&w.sig_req, &flag, MPI_STATUS_IGNORE), "MPI_Test (agreement)", w);
       if (flag) {
@@ -216,8 +220,8 @@ void MpiCore::step(MpiWork& w, bool& in_order) {
         w.phase = Phase::kAgreed;
       }
     }
-    if (w.phase == Phase::kAgreed && in_order) {
-      if (w.issue) check_rc(w.issue(&w.req), op_kind_name(w.kind()), w);
+    if (w.phase == Phase::kAgreed && (in_order || w.issued)) {
+      if (w.issue && !w.issued) check_rc(w.issue(&w.req), op_kind_name(w.kind()), w);
       w.phase = w.issue ? Phase::kRunning : Phase::kDone;
       if (w.phase == Phase::kDone) w.note_finished();
     }
@@ -257,6 +261,10 @@ void MpiCore::advance() {
   auto finished = [](const std::shared_ptr<MpiWork>& w) {
     return w->phase == Phase::kDone || w->phase == Phase::kFailed;
   };
+  // A transfer of kiri's that failed (a mismatch found by its agreement, say) may still
+  // have messages posted into its buffers.
+  for (auto& w : collectives_)
+    if (w->phase == Phase::kFailed && w->issued) graveyard().push_back(w);
   std::erase_if(collectives_, finished);
   std::erase_if(p2p_, finished);
   service();

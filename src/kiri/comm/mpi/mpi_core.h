@@ -4,8 +4,9 @@
 // (an MPI_Iallgather of each collective's Signature) and split, `diag`
 // carries hang diagnoses. A collective is a small state machine advanced by
 // polling: agree -> (agreed) -> running -> done. A fourth, `ring`, carries
-// kiri's own point-to-point all-reduce (mpi_ring.h). Data transfers start in seq
-// order, because MPI matches collectives on a communicator by issue order.
+// kiri's own point-to-point all-reduce (mpi_ring.h). MPI's data transfers start in seq
+// order, because MPI matches collectives on a communicator by issue order; kiri's own
+// start at once (MpiWork::issued).
 #include <deque>
 #include <exception>
 #include <functional>
@@ -34,6 +35,11 @@ class MpiWork final : public PollingWork {
   // A transfer kiri drives itself (the ring all-reduce) instead of one MPI
   // request: tests once, raises on failure, true when done.
   std::function<bool()> drive;
+  // A drive transfer starts at submit, before its agreement completes: its messages are
+  // tagged by seq on `ring`, so their order does not matter, and drive and finish (which
+  // apply the result) wait for the agreement. A mismatch fails the work with the transfer
+  // still posted; the work then stays alive for good (its buffers may still be written).
+  bool issued = false;
   std::vector<Tensor> keep;         // storage MPI may touch stays alive
   std::vector<int> counts, displs;  // v-collective arguments live as long as the request
   std::vector<char> scratch;        // when input and output overlap
