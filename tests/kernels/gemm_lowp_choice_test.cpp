@@ -4,12 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gemm_lowp_paths.h"
@@ -44,6 +46,17 @@ std::string read_text(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// `text` (a cache file) with the last field of every rate line replaced by `share`.
+std::string with_share(const std::string& text, const std::string& share) {
+  std::istringstream in(text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != '#') line = line.substr(0, line.rfind(' ') + 1) + share;
+    out += line + "\n";
+  }
+  return out;
 }
 
 // The shapes are linear.cpp's three products, for both weight layouts.
@@ -117,6 +130,14 @@ TEST(GemmLowpChoice, TheCacheFileKeepsTheRates) {
     EXPECT_GT(r.via_f32, 0);
     EXPECT_EQ(r.onednn > 0, onednn);
   }
+  // Each line keeps the share of the cores its timing had (a tenth field); marked as timed on
+  // free cores, every line is read back, not measured again.
+  std::string kept = read_text(file);
+  for (const LowpGemmRate& r : first.shapes) {
+    EXPECT_GE(r.cpu_share, 0.0);
+    EXPECT_LE(r.cpu_share, 1.0);
+  }
+  std::ofstream(file) << with_share(kept, "1.000");
   const LowpGemmRates again = kernels::measure_gemm_lowp_rates(DType::kBF16, shapes);
   EXPECT_EQ(again.measured, 0);
   ASSERT_EQ(again.shapes.size(), 3u);
@@ -158,6 +179,70 @@ TEST(GemmLowpChoice, WithoutATableTheDefaultShapesAreMeasuredOnce) {
   // The same table on the second ask: not measured again.
   const LowpGemmRates u = kernels::gemm_lowp_rates(DType::kBF16);
   EXPECT_EQ(u.shapes[0].via_f32, t.shapes[0].via_f32);
+}
+
+// A kept rate is timed again only when it was timed beside other work on the cores (or
+// before the share was kept) and the cores are free now.
+TEST(GemmLowpChoice, ARateTimedBesideOtherWorkIsTimedAgainOnFreeCores) {
+  using kernels::cpu::detail::measure_again;
+  EXPECT_FALSE(measure_again(1.0, true));
+  EXPECT_FALSE(measure_again(0.95, true));
+  EXPECT_TRUE(measure_again(0.6, true));
+  EXPECT_FALSE(measure_again(0.6, false));
+  EXPECT_TRUE(measure_again(0, true));  // not known: a file from before the share
+  EXPECT_FALSE(measure_again(0, false));
+}
+
+// The scheduler's counts see other work on the cores: with twice as many spinning threads as
+// the machine has cores, the OpenMP threads get well under kFreeCpuShare of their runnable
+// time. Timing: run alone.
+TEST(GemmLowpChoiceTiming, TheCpuShareSeesOtherWorkOnTheCores) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < 2 * cores; ++i)
+    spinners.emplace_back([&stop] {
+      volatile double x = 1;
+      while (!stop.load(std::memory_order_relaxed)) x = x * 1.0000001 + 1e-9;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  double busy = 1;
+  for (int i = 0; i < 3; ++i) busy = std::min(busy, kernels::cpu::detail::cpu_share_now());
+  stop = true;
+  for (std::thread& t : spinners) t.join();
+  EXPECT_LT(busy, kernels::cpu::detail::kFreeCpuShare);
+  EXPECT_GT(busy, 0.0);
+}
+
+// On free cores, a file's lines timed beside other work (share 0.5) or before the share was
+// kept (nine fields) are timed again and rewritten with their new share; a line timed on free
+// cores is read back as it is. Timing: run alone, so that the cores are free.
+TEST(GemmLowpChoiceTiming, RatesTimedBesideOtherWorkAreTimedAgain) {
+  if (kernels::cpu::detail::cpu_share_now() < kernels::cpu::detail::kFreeCpuShare)
+    GTEST_SKIP() << "the cores are not free now: nothing would be timed again";
+  const std::string dir = kiri::testing::temp_dir("gemm-lowp-share");
+  const std::string file = dir + "/rates.txt";
+  const ScopedCache cache(file);
+  const std::vector<LowpGemmShape> shapes = kernels::linear_gemm_shapes(64, 32, 96, false, "t");
+  const int th = omp_get_max_threads();
+  auto line = [&](const LowpGemmShape& s, const std::string& tail) {
+    return "BF16 " + std::to_string(th) + " " + std::to_string(s.trans_a) + " " +
+           std::to_string(s.trans_b) + " " + std::to_string(s.M) + " " + std::to_string(s.N) + " " +
+           std::to_string(s.K) + " " + tail + "\n";
+  };
+  // Made-up rates no GEMM here measures: which lines were timed again shows in them.
+  std::ofstream(file) << line(shapes[0], "7 3 0.5") << line(shapes[1], "7 3")
+                      << line(shapes[2], "7 3 1.000");
+  const LowpGemmRates r = kernels::measure_gemm_lowp_rates(DType::kBF16, shapes);
+  EXPECT_EQ(r.measured, 2);
+  ASSERT_EQ(r.shapes.size(), 3u);
+  EXPECT_NE(r.shapes[0].via_f32, 7);
+  EXPECT_NE(r.shapes[1].via_f32, 7);
+  EXPECT_EQ(r.shapes[2].via_f32, 7);
+  EXPECT_EQ(r.shapes[2].cpu_share, 1.0);
+  const std::string text = read_text(file);
+  EXPECT_EQ(text.find(" 7 3 0.5"), std::string::npos) << text;
+  EXPECT_NE(text.find(" 7 3 1.000"), std::string::npos) << text;
 }
 
 // The measured choice is stable: in 5 measurements on this machine each shape takes the

@@ -25,6 +25,11 @@ struct LowpGemmShape {
 struct LowpGemmRate {
   LowpGemmShape shape;
   double via_f32 = 0, onednn = 0;
+  // The share of its cores the measuring threads were on while timing (each OpenMP thread's
+  // CPU time over the wall time, averaged): below 0.9 another process or thread held the
+  // cores, and such a rate is measured again when the cores are free (gemm_lowp_choice.cpp).
+  // 0: not known (a cache line written before this was kept).
+  double cpu_share = 1;
   // The faster path (kViaF32 on a tie or without a oneDNN kernel).
   LowpGemmImpl faster() const {
     return onednn > via_f32 ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;

@@ -41,5 +41,18 @@ const std::string& onednn_lowp_kernel(DType ab);
 // The auto path's timing: each path's best call, the paths' calls alternating
 // (gemm_lowp_choice.cpp).
 std::vector<double> best_seconds_interleaved(const std::vector<std::function<void()>>& paths);
+// The share of their runnable time that the process's OpenMP threads spent on a core while f
+// ran: time on a core over that plus time queued for one (the scheduler's own counts,
+// /proc/thread-self/schedstat); 1 where the kernel does not keep them. cpu_share_now: the
+// same over 5 ms of arithmetic on every thread.
+double cpu_share_while(const std::function<void()>& f);
+double cpu_share_now();
+// Below this share, other work held the cores while a rate was timed.
+inline constexpr double kFreeCpuShare = 0.9;
+// Whether a kept rate timed at `share` is timed again: it was timed beside other work (or its
+// share is not known, 0) and the cores are free now.
+inline bool measure_again(double share, bool free_now) {
+  return share < kFreeCpuShare && free_now;
+}
 
 }  // namespace kiri::kernels::cpu::detail
