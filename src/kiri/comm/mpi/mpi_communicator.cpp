@@ -53,6 +53,10 @@ void divide(const Tensor& t, int n) {
   }
 }
 
+bool is_float(DType d) {
+  return d == DType::kF32 || d == DType::kF64 || d == DType::kBF16 || d == DType::kF16;
+}
+
 bool overlaps(const Tensor& a, const Tensor& b) {
   if (a.nbytes() == 0 || b.nbytes() == 0) return false;
   const char* pa = static_cast<const char*>(a.raw());
@@ -148,11 +152,11 @@ class MpiCommunicator final : public Communicator {
   }
   // Two ranks on two hosts exchange in eager pieces (Options::pair_piece_bytes) above this.
   bool use_pair(int64_t bytes) const { return pair_pieces() > 0 && bytes > pair_pieces(); }
-  // A sum (or mean) of F32/F64 on two ranks on two hosts, of any size: one exchange. Max and
-  // min keep the ring: max(+0, -0) depends on the order of its arguments.
+  // A sum (or mean) of floats on two ranks on two hosts, of any size: one exchange (BF16/F16
+  // add in f32 and round, as MPI's user ops for them do). Max keeps the ring (F32/F64) or
+  // MPI's: max(+0, -0) depends on the order of its arguments.
   bool use_pair_sum(const Tensor& t, ReduceOp op) const {
-    return pair_pieces() > 0 && t.numel() > 0 &&
-           (t.dtype() == DType::kF32 || t.dtype() == DType::kF64) &&
+    return pair_pieces() > 0 && t.numel() > 0 && is_float(t.dtype()) &&
            (op == ReduceOp::kSum || op == ReduceOp::kAvg);
   }
   // A ring that crosses hosts takes reduce_scatter and all_gather from this size on.
@@ -215,7 +219,7 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, 
   for (int r = 0; r < size(); ++r)
     w->counts.push_back(static_cast<int>(chunk_range(in.numel(), size(), r).size()));
   const bool f32 = in.dtype() == DType::kF32 || in.dtype() == DType::kF64;
-  if (f32 && use_pair(static_cast<int64_t>(in.nbytes()))) {
+  if (is_float(in.dtype()) && use_pair(static_cast<int64_t>(in.nbytes()))) {
     // Two ranks on two hosts: send the peer's chunk of `in`, receive the peer's part of this
     // rank's chunk into scratch, add this rank's own (a + b == b + a: both ranks' sums are the
     // bits a rank-ordered sum would give).

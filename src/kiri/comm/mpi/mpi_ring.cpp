@@ -17,13 +17,32 @@ void reduce_into(T* __restrict a, const T* __restrict b, int64_t n, ReduceOp op)
   }
 }
 
+// 16-bit floats: f32 arithmetic, rounded back (as MPI's user ops for them, mpi_handles.cpp).
+template <float (*load)(uint16_t), uint16_t (*store)(float)>
+void reduce_half(uint16_t* __restrict a, const uint16_t* __restrict b, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::kMax) {
+    for (int64_t i = 0; i < n; ++i)
+      if (load(b[i]) > load(a[i])) a[i] = b[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) a[i] = store(load(a[i]) + load(b[i]));
+  }
+}
+
 }  // namespace
 
 void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op) {
-  if (dtype == DType::kF64)
-    reduce_into(static_cast<double*>(acc), static_cast<const double*>(b), n, op);
-  else
-    reduce_into(static_cast<float*>(acc), static_cast<const float*>(b), n, op);
+  auto* h = static_cast<uint16_t*>(acc);
+  const auto* hb = static_cast<const uint16_t*>(b);
+  switch (dtype) {
+    case DType::kF64:
+      return reduce_into(static_cast<double*>(acc), static_cast<const double*>(b), n, op);
+    case DType::kBF16:
+      return reduce_half<bf16_to_float, float_to_bf16>(h, hb, n, op);
+    case DType::kF16:
+      return reduce_half<half_to_float, float_to_half>(h, hb, n, op);
+    default:
+      return reduce_into(static_cast<float*>(acc), static_cast<const float*>(b), n, op);
+  }
 }
 
 namespace {

@@ -16,7 +16,8 @@
 
 namespace kiri::comm::detail {
 
-// acc[i] = op(acc[i], b[i]) over n elements of F32 or F64 (kAvg sums; the caller divides).
+// acc[i] = op(acc[i], b[i]) over n elements of F32 or F64, or of BF16/F16 in f32 arithmetic
+// rounded back (kAvg sums; the caller divides).
 void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op);
 
 // Which collective a Ring runs: all of it, its reduce-scatter half (rank r ends with chunk r
