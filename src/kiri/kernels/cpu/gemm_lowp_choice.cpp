@@ -14,9 +14,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <time.h>
 #include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
