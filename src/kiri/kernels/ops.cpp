@@ -195,6 +195,55 @@ void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const T
 }
 
 template <typename T>
+void residual_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd,
+                                const Tensor& a, const Tensor& b, const Tensor& weight,
+                                const Tensor& bias, double eps) {
+  switch (backend_of("residual_layernorm_forward",
+                     {&sum, &out, &mean, &rstd, &a, &b, &weight, &bias})) {
+    case Backend::kCpu:
+      return cpu::residual_layernorm_forward<T>(sum, out, mean, rstd, a, b, weight, bias, eps);
+  }
+  no_backend("residual_layernorm_forward");
+}
+
+template <typename T>
+void layernorm_backward_residual(Tensor& dinp, const Tensor& dbase, const Tensor& dskip,
+                                 Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd) {
+  switch (backend_of("layernorm_backward_residual", {&dinp, &dbase, &dskip, &dweight, &dbias, &dout,
+                                                     &inp, &weight, &mean, &rstd})) {
+    case Backend::kCpu:
+      return cpu::layernorm_backward_residual<T>(dinp, dbase, dskip, dweight, dbias, dout, inp,
+                                                 weight, mean, rstd);
+  }
+  no_backend("layernorm_backward_residual");
+}
+
+template <typename T>
+void residual_rmsnorm_forward(Tensor& sum, Tensor& out, Tensor& rstd, const Tensor& a,
+                              const Tensor& b, const Tensor& weight, double eps) {
+  switch (backend_of("residual_rmsnorm_forward", {&sum, &out, &rstd, &a, &b, &weight})) {
+    case Backend::kCpu:
+      return cpu::residual_rmsnorm_forward<T>(sum, out, rstd, a, b, weight, eps);
+  }
+  no_backend("residual_rmsnorm_forward");
+}
+
+template <typename T>
+void rmsnorm_backward_residual(Tensor& dinp, const Tensor& dbase, const Tensor& dskip,
+                               Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                               const Tensor& weight, const Tensor& rstd) {
+  switch (backend_of("rmsnorm_backward_residual",
+                     {&dinp, &dbase, &dskip, &dweight, &dout, &inp, &weight, &rstd})) {
+    case Backend::kCpu:
+      return cpu::rmsnorm_backward_residual<T>(dinp, dbase, dskip, dweight, dout, inp, weight,
+                                               rstd);
+  }
+  no_backend("rmsnorm_backward_residual");
+}
+
+template <typename T>
 void gelu_forward(Tensor& out, const Tensor& inp) {
   switch (backend_of("gelu_forward", {&out, &inp})) {
     case Backend::kCpu:
@@ -420,6 +469,21 @@ template void rmsnorm_backward<float>(Tensor&, Tensor&, const Tensor&, const Ten
                                       const Tensor&);
 template void rmsnorm_backward<double>(Tensor&, Tensor&, const Tensor&, const Tensor&,
                                        const Tensor&, const Tensor&);
+#define KIRI_RESIDUAL_NORMS(T)                                                                   \
+  template void residual_layernorm_forward<T>(Tensor&, Tensor&, Tensor&, Tensor&, const Tensor&, \
+                                              const Tensor&, const Tensor&, const Tensor&,       \
+                                              double);                                           \
+  template void layernorm_backward_residual<T>(Tensor&, const Tensor&, const Tensor&, Tensor&,   \
+                                               Tensor&, const Tensor&, const Tensor&,            \
+                                               const Tensor&, const Tensor&, const Tensor&);     \
+  template void residual_rmsnorm_forward<T>(Tensor&, Tensor&, Tensor&, const Tensor&,            \
+                                            const Tensor&, const Tensor&, double);               \
+  template void rmsnorm_backward_residual<T>(Tensor&, const Tensor&, const Tensor&, Tensor&,     \
+                                             const Tensor&, const Tensor&, const Tensor&,        \
+                                             const Tensor&);
+KIRI_RESIDUAL_NORMS(float)
+KIRI_RESIDUAL_NORMS(double)
+#undef KIRI_RESIDUAL_NORMS
 template void gelu_forward<float>(Tensor&, const Tensor&);
 template void gelu_forward<double>(Tensor&, const Tensor&);
 template void gelu_backward<float>(Tensor&, const Tensor&, const Tensor&);

@@ -202,6 +202,34 @@ template <typename T>
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
 
+// ---- A residual add fused into the norm that reads its sum ---------------------
+// A block's x1 = x + attn(norm_1(x)) followed by norm_2(x1), each row added and normalized in one
+// visit, and in backward the norm's input gradient added to the residual stream's gradient in
+// the same pass. Every float is computed as by the unfused ops, in the same order (bitwise).
+// sum = a + b (residual_forward), then out, mean, rstd = layernorm_forward(sum).
+template <typename T>
+void residual_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd,
+                                const Tensor& a, const Tensor& b, const Tensor& weight,
+                                const Tensor& bias, double eps = 1e-5);
+// dinp = dbase + LayerNorm's input gradient for dout, then + dskip when defined (dinp may be
+// dbase: layernorm_backward, then residual_forward(dinp, dinp, dskip)); dinp [N,C] is written,
+// not read, when it is not dbase. dweight, dbias += as in layernorm_backward.
+template <typename T>
+void layernorm_backward_residual(Tensor& dinp, const Tensor& dbase, const Tensor& dskip,
+                                 Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd);
+// sum = a + b, then out, rstd = rmsnorm_forward(sum).
+template <typename T>
+void residual_rmsnorm_forward(Tensor& sum, Tensor& out, Tensor& rstd, const Tensor& a,
+                              const Tensor& b, const Tensor& weight, double eps);
+// dinp = dbase + RMSNorm's input gradient for dout, then + dskip when defined (as above);
+// dweight += as in rmsnorm_backward.
+template <typename T>
+void rmsnorm_backward_residual(Tensor& dinp, const Tensor& dbase, const Tensor& dskip,
+                               Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                               const Tensor& weight, const Tensor& rstd);
+
 // ---- GELU, tanh approximation (GPT-2's) -------------------------------------
 // out = GELU(inp), of inp's shape. For T = float out may also be BF16 or F16: the GELU
 // rounded once into it (bitwise as gelu_forward into F32, then convert), for a 16-bit GEMM

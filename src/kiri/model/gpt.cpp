@@ -87,10 +87,10 @@ Tensor Block<T>::forward(nn::Context& ctx, const Tensor& x, int64_t batch, int64
 template <typename T>
 Tensor Block<T>::forward_impl(nn::Context& ctx, const Tensor& x, int64_t batch, int64_t seq) {
   Tensor a = attn_->forward(ctx, norm_1_->forward(ctx, x), batch, seq);  // [N, C]
-  Tensor x1 = nn::activation(ctx, x.shape(), dtype_of<T>());             // [N, C]
-  k::residual_forward<T>(x1, x, a);
-  Tensor m = mlp_->forward(ctx, norm_2_->forward(ctx, x1));  // [N, C]
-  Tensor y = nn::activation(ctx, x.shape(), dtype_of<T>());  // [N, C]
+  // x1 = x + a and norm_2(x1) in one visit of each row.
+  Tensor x1 = nn::activation(ctx, x.shape(), dtype_of<T>());                // [N, C]
+  Tensor m = mlp_->forward(ctx, norm_2_->forward_residual(ctx, x, a, x1));  // [N, C]
+  Tensor y = nn::activation(ctx, x.shape(), dtype_of<T>());                 // [N, C]
   k::residual_forward<T>(y, x1, m);
   return y;
 }
@@ -117,18 +117,16 @@ void Block<T>::backward_impl(nn::Context& ctx, const Tensor& dy, Tensor& dx,
     const Checkpoint c = checkpoint_.take(ctx, "Block");
     forward_impl(ctx, c.input, c.batch, c.seq);
   }
-  // y = x1 + mlp(norm_2(x1)):  dx1 = dy + norm_2'(mlp'(dy))
-  Tensor dx1 = nn::activation(ctx, dy.shape(), dtype_of<T>());  // [N, C]
-  dx1.copy_from(dy);
+  // y = x1 + mlp(norm_2(x1)):  dx1 = dy + norm_2'(mlp'(dy)), written by norm_2's backward
+  Tensor dx1 = nn::activation(ctx, dy.shape(), dtype_of<T>());       // [N, C]
   Tensor dh = nn::activation_zeros(ctx, dy.shape(), dtype_of<T>());  // [N, C]
   mlp_->backward(ctx, dy, dh);
   if (mlp_ready) mlp_ready();
-  norm_2_->backward(ctx, dh, dx1);
-  // x1 = x + attn(norm_1(x)):  dx += dx1 + norm_1'(attn'(dx1))
+  norm_2_->backward_residual(ctx, dh, dy, Tensor(), dx1);
+  // x1 = x + attn(norm_1(x)):  dx += norm_1'(attn'(dx1)), then dx += dx1, in one pass
   dh.zero_();
   attn_->backward(ctx, dx1, dh);
-  norm_1_->backward(ctx, dh, dx);
-  k::residual_forward<T>(dx, dx, dx1);
+  norm_1_->backward_residual(ctx, dh, dx, dx1, dx);
 }
 
 template <typename T>

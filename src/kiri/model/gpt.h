@@ -63,9 +63,9 @@ class Block : public nn::Module {
   nn::Saved<Checkpoint> checkpoint_;
   // x1 = x + attn(norm_1(x)); y = x1 + mlp(norm_2(x1)). GPT-2: ln_1, attn, ln_2,
   // mlp; Llama: input_layernorm, self_attn, post_attention_layernorm, mlp.
-  std::unique_ptr<nn::RowLayer<T>> norm_1_;
+  std::unique_ptr<nn::NormLayer<T>> norm_1_;
   std::unique_ptr<nn::SequenceLayer<T>> attn_;
-  std::unique_ptr<nn::RowLayer<T>> norm_2_;
+  std::unique_ptr<nn::NormLayer<T>> norm_2_;
   std::unique_ptr<nn::RowLayer<T>> mlp_;
   // Sequence parallelism: the norms see this rank's rows only; their gradients summed over tp.
   parallel::tp::SequenceParallelGrads norm_grads_;

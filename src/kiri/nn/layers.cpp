@@ -68,7 +68,7 @@ void linear_grads(Context& ctx, Tensor& dx, Parameter& weight, Parameter* bias, 
 }
 
 template <typename T>
-LayerNorm<T>::LayerNorm(const std::string& name, int64_t channels) : RowLayer<T>(name) {
+LayerNorm<T>::LayerNorm(const std::string& name, int64_t channels) : NormLayer<T>(name) {
   weight_ = &this->add_parameter("weight", {channels}, false, {InitKind::kOnes});
   bias_ = &this->add_parameter("bias", {channels}, false, {InitKind::kZeros});
 }
@@ -91,6 +91,29 @@ void LayerNorm<T>::backward(Context& ctx, const Tensor& dy, Tensor& dx) {
   const State s = saved_.take(ctx, "LayerNorm");
   k::layernorm_backward<T>(dx, dw, db, dy, s.x, compute_copy<T>(ctx, weight_->value), s.mean,
                            s.rstd);
+  accumulate_grad<T>(weight_->grad, dw);
+  accumulate_grad<T>(bias_->grad, db);
+}
+
+template <typename T>
+Tensor LayerNorm<T>::forward_residual(Context& ctx, const Tensor& a, const Tensor& b, Tensor& sum) {
+  const int64_t n = sum.dim(0);
+  Tensor mean = activation(ctx, {n}, dtype_of<T>());  // as forward(sum) allocates them
+  Tensor rstd = activation(ctx, {n}, dtype_of<T>());
+  Tensor y = activation(ctx, sum.shape(), dtype_of<T>());  // [N, C]
+  k::residual_layernorm_forward<T>(sum, y, mean, rstd, a, b, compute_copy<T>(ctx, weight_->value),
+                                   compute_copy<T>(ctx, bias_->value));
+  if (ctx.training) saved_.put(ctx) = {sum, mean, rstd};
+  return y;
+}
+
+template <typename T>
+void LayerNorm<T>::backward_residual(Context& ctx, const Tensor& dy, const Tensor& dbase,
+                                     const Tensor& dskip, Tensor& dx) {
+  Tensor dw = grad_target<T>(ctx, weight_->grad), db = grad_target<T>(ctx, bias_->grad);  // [C]
+  const State s = saved_.take(ctx, "LayerNorm");
+  k::layernorm_backward_residual<T>(dx, dbase, dskip, dw, db, dy, s.x,
+                                    compute_copy<T>(ctx, weight_->value), s.mean, s.rstd);
   accumulate_grad<T>(weight_->grad, dw);
   accumulate_grad<T>(bias_->grad, db);
 }

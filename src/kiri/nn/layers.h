@@ -74,14 +74,33 @@ class SequenceLayer : public Module {
   virtual void backward(Context& ctx, const Tensor& dy, Tensor& dx) = 0;
 };
 
+// A norm over rows (LayerNorm, RMSNorm) that can also take its input as the sum of the residual
+// stream and a branch, as a block's second norm does (x1 = x + attn(...); norm_2(x1)): the add
+// and the norm in one visit of each row, and in backward the norm's input gradient added to the
+// residual stream's in the same pass (kernels' residual_*norm ops; bitwise the unfused ones).
+template <typename T>
+class NormLayer : public RowLayer<T> {
+ public:
+  using RowLayer<T>::RowLayer;
+  // sum [N,C] = a + b; returns the norm of sum and saves what forward(sum) would save.
+  virtual Tensor forward_residual(Context& ctx, const Tensor& a, const Tensor& b, Tensor& sum) = 0;
+  // dx [N,C] = dbase + the input gradient for dy, then + dskip when defined. dx may be dbase:
+  // backward(dy, dx), then dx += dskip; otherwise dx is written, not read.
+  virtual void backward_residual(Context& ctx, const Tensor& dy, const Tensor& dbase,
+                                 const Tensor& dskip, Tensor& dx) = 0;
+};
+
 // y[N,C] = (x - mean) * rstd * weight + bias, over the last dimension.
 template <typename T>
-class LayerNorm final : public RowLayer<T> {
+class LayerNorm final : public NormLayer<T> {
  public:
   LayerNorm(const std::string& name, int64_t channels);
   Tensor forward(Context& ctx, const Tensor& x) override;
   void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
   Tensor recompute_output(Context& ctx) override;
+  Tensor forward_residual(Context& ctx, const Tensor& a, const Tensor& b, Tensor& sum) override;
+  void backward_residual(Context& ctx, const Tensor& dy, const Tensor& dbase, const Tensor& dskip,
+                         Tensor& dx) override;
 
  private:
   Parameter* weight_;

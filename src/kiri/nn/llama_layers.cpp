@@ -24,7 +24,7 @@ RopeTable::RopeTable(int64_t positions, int64_t head_dim, const kernels::RopePar
 
 template <typename T>
 RmsNorm<T>::RmsNorm(const std::string& name, int64_t channels, double eps)
-    : RowLayer<T>(name), eps_(eps) {
+    : NormLayer<T>(name), eps_(eps) {
   weight_ = &this->add_parameter("weight", {channels}, false, {InitKind::kOnes});
 }
 
@@ -35,6 +35,25 @@ Tensor RmsNorm<T>::forward(Context& ctx, const Tensor& x) {
   k::rmsnorm_forward<T>(y, rstd, x, compute_copy<T>(ctx, weight_->value), eps_);
   if (ctx.training) saved_.put(ctx) = {x, rstd};
   return y;
+}
+
+template <typename T>
+Tensor RmsNorm<T>::forward_residual(Context& ctx, const Tensor& a, const Tensor& b, Tensor& sum) {
+  Tensor rstd = activation(ctx, {sum.dim(0)}, dtype_of<T>());  // as forward(sum) allocates them
+  Tensor y = activation(ctx, sum.shape(), dtype_of<T>());      // [N, C]
+  k::residual_rmsnorm_forward<T>(sum, y, rstd, a, b, compute_copy<T>(ctx, weight_->value), eps_);
+  if (ctx.training) saved_.put(ctx) = {sum, rstd};
+  return y;
+}
+
+template <typename T>
+void RmsNorm<T>::backward_residual(Context& ctx, const Tensor& dy, const Tensor& dbase,
+                                   const Tensor& dskip, Tensor& dx) {
+  Tensor dw = grad_target<T>(ctx, weight_->grad);  // [C]
+  const State s = saved_.take(ctx, "RmsNorm");
+  k::rmsnorm_backward_residual<T>(dx, dbase, dskip, dw, dy, s.x,
+                                  compute_copy<T>(ctx, weight_->value), s.rstd);
+  accumulate_grad<T>(weight_->grad, dw);
 }
 
 template <typename T>

@@ -28,12 +28,15 @@ class RopeTable {
 
 // y[N,C] = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
 template <typename T>
-class RmsNorm final : public RowLayer<T> {
+class RmsNorm final : public NormLayer<T> {
  public:
   RmsNorm(const std::string& name, int64_t channels, double eps);
   Tensor forward(Context& ctx, const Tensor& x) override;
   void backward(Context& ctx, const Tensor& dy, Tensor& dx) override;
   Tensor recompute_output(Context& ctx) override;
+  Tensor forward_residual(Context& ctx, const Tensor& a, const Tensor& b, Tensor& sum) override;
+  void backward_residual(Context& ctx, const Tensor& dy, const Tensor& dbase, const Tensor& dskip,
+                         Tensor& dx) override;
 
  private:
   Parameter* weight_;

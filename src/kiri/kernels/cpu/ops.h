@@ -103,6 +103,24 @@ template <typename T>
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
 
+// ---- Residual add fused into the norm that reads the sum (the block's x1 = x + attn) ----
+template <typename T>
+void residual_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd,
+                                const Tensor& a, const Tensor& b, const Tensor& weight,
+                                const Tensor& bias, double eps = 1e-5);
+template <typename T>
+void layernorm_backward_residual(Tensor& dinp, const Tensor& dbase, const Tensor& dskip,
+                                 Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd);
+template <typename T>
+void residual_rmsnorm_forward(Tensor& sum, Tensor& out, Tensor& rstd, const Tensor& a,
+                              const Tensor& b, const Tensor& weight, double eps);
+template <typename T>
+void rmsnorm_backward_residual(Tensor& dinp, const Tensor& dbase, const Tensor& dskip,
+                               Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                               const Tensor& weight, const Tensor& rstd);
+
 // ---- GELU, tanh approximation (GPT-2's) -------------------------------------
 template <typename T>
 void gelu_forward(Tensor& out, const Tensor& inp);
