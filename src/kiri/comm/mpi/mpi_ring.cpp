@@ -58,29 +58,48 @@ std::vector<std::pair<std::unique_ptr<char[]>, int64_t>>& pool() {
 
 }  // namespace
 
-std::unique_ptr<char[]> Ring::take_scratch(int64_t bytes) {
+namespace {
+
+std::unique_ptr<char[]> pool_take(int64_t bytes, int64_t& got) {
   std::lock_guard<std::mutex> lock(pool_mutex);
   auto& p = pool();
   for (size_t i = 0; i < p.size(); ++i)
     if (p[i].second >= bytes) {
       std::unique_ptr<char[]> out = std::move(p[i].first);
-      scratch_bytes_ = p[i].second;
+      got = p[i].second;
       p.erase(p.begin() + static_cast<std::ptrdiff_t>(i));
       return out;
     }
-  scratch_bytes_ = bytes;
+  got = bytes;
   return std::unique_ptr<char[]>(new char[static_cast<size_t>(bytes)]);
 }
 
-void Ring::give_back_scratch() {
-  if (!scratch_) return;
+void pool_give(std::unique_ptr<char[]> buffer, int64_t bytes) {
+  if (!buffer) return;
   std::lock_guard<std::mutex> lock(pool_mutex);
   auto& p = pool();
-  p.emplace_back(std::move(scratch_), scratch_bytes_);
+  p.emplace_back(std::move(buffer), bytes);
   // A few buffers are enough for the all-reduces in flight at once.
   if (p.size() > 4)
     p.erase(
         std::min_element(p.begin(), p.end(), [](auto& a, auto& b) { return a.second < b.second; }));
+}
+
+}  // namespace
+
+std::unique_ptr<char[]> Ring::take_scratch(int64_t bytes) {
+  return pool_take(bytes, scratch_bytes_);
+}
+
+void Ring::give_back_scratch() {
+  pool_give(std::move(scratch_), scratch_bytes_);
+}
+
+PooledScratch::PooledScratch(int64_t bytes)
+    : buffer_(pool_take(std::max<int64_t>(bytes, 1), bytes_)) {}
+
+PooledScratch::~PooledScratch() {
+  pool_give(std::move(buffer_), bytes_);
 }
 
 namespace {

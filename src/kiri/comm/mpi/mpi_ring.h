@@ -20,6 +20,23 @@ namespace kiri::comm::detail {
 // rounded back (kAvg sums; the caller divides).
 void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op);
 
+// A buffer from the process's pool, uninitialised, back to the pool when destroyed: a fresh
+// allocation per collective is fresh pages (faults; zeroed, for a std::vector), which cost
+// as much as the reduction. Destroyed only once MPI is done with it (a failed transfer's
+// work is kept alive for good).
+class PooledScratch {
+ public:
+  explicit PooledScratch(int64_t bytes);
+  ~PooledScratch();
+  PooledScratch(const PooledScratch&) = delete;
+  PooledScratch& operator=(const PooledScratch&) = delete;
+  char* data() const { return buffer_.get(); }
+
+ private:
+  int64_t bytes_ = 0;
+  std::unique_ptr<char[]> buffer_;
+};
+
 // Which collective a Ring runs: all of it, its reduce-scatter half (rank r ends with chunk r
 // of the sum), or an all-gather (rank r starts with chunk r).
 enum class RingKind { kAllReduce, kReduceScatter, kAllGather };
