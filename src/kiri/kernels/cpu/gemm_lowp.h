@@ -44,7 +44,7 @@ std::vector<double> best_seconds_interleaved(const std::vector<std::function<voi
 // The share of their runnable time that the process's OpenMP threads spent on a core while f
 // ran: time on a core over that plus time queued for one (the scheduler's own counts,
 // /proc/thread-self/schedstat); 1 where the kernel does not keep them. cpu_share_now: the
-// same over 5 ms of arithmetic on every thread.
+// best of three such shares over 20 ms of arithmetic on every thread.
 double cpu_share_while(const std::function<void()>& f);
 double cpu_share_now();
 // Below this share, other work held the cores while a rate was timed.
