@@ -43,14 +43,8 @@ demo: setup $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS) --target kiri  # the binary only: the tests are make test's
 	bash scripts/demo.sh $(BUILD)/kiri
 
-# OPENBLAS_NUM_THREADS=1: kiri calls OpenBLAS only for dgemm (the double-precision checks),
-# and its pthread build otherwise starts a pool thread that spins (sched_yield) for a while
-# after the library loads: 20 ms of CPU in a test's first 0.3 s. Beside that test's 2
-# spinning OpenMP threads on 2 cores, this third runnable thread made
-# GemmLowpChoiceTiming.TheChoiceIsStable time via_f32 at 6.5 GFLOP/s instead of about 250,
-# and fail, in 4 of 10 ctest runs on an idle machine (0 of 10 with it set; docs/ci.md).
 test: setup-test build
-	cd $(BUILD) && OPENBLAS_NUM_THREADS=1 ctest --output-on-failure -j 2
+	cd $(BUILD) && ctest --output-on-failure -j 2
 	$(MAKE) test-asan
 
 # The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer: not the slow
@@ -61,7 +55,7 @@ test: setup-test build
 test-asan: setup
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DKIRI_SANITIZE=ON $(LAUNCHER) >/dev/null
 	cmake --build $(BUILD)-asan -j $(JOBS)
-	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 OPENBLAS_NUM_THREADS=1 ctest --output-on-failure -j 2 -LE 'slow|mpi_suite|timing|cluster'
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 -LE 'slow|mpi_suite|timing|cluster'
 
 # The libFuzzer targets (clang++, ASan + UBSan) in $(BUILD)-fuzz, each run for
 # FUZZ_SECONDS (default 60); a finding fails with its input in $(BUILD)-fuzz/findings/.

@@ -11,7 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-packages=(cmake g++ make pkg-config libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
+packages=(cmake g++ make pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev
   openmpi-bin libgtest-dev libpcre2-dev zlib1g-dev liburing-dev libxxhash-dev clang-format python3
   python3-numpy ccache libprotobuf-dev protobuf-compiler)
 # `make fuzz` (scripts/bootstrap.sh fuzz): clang's libFuzzer and sanitizer runtimes too.

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -61,6 +63,39 @@ TEST(Gemm, DoubleAllTransposesOddSizes) {
       check_gemm<double>(ta, tb, 7, 5, 3, 0.7, 0.3, 1e-12);
       check_gemm<double>(ta, tb, 33, 65, 17, -1.3, 1.0, 1e-12);
     }
+}
+
+// kiri's own double loop (no BLAS): shapes above its parallel threshold and not a multiple of
+// its 4-row blocks, alpha 0, and beta 0 over NaNs, which BLAS semantics clear.
+TEST(Gemm, DoubleLargerShapesAlphaZeroAndBetaZeroOverNaN) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) check_gemm<double>(ta, tb, 66, 129, 71, 0.9, 0.0, 1e-12);
+  std::vector<double> A(12, 1.0), B(12, 1.0), C(9, std::numeric_limits<double>::quiet_NaN());
+  kernels::gemm<double>(false, false, 3, 3, 4, 1.0, A.data(), 4, B.data(), 3, 0.0, C.data(), 3);
+  for (double c : C) EXPECT_EQ(c, 4.0);
+  kernels::gemm<double>(false, false, 3, 3, 4, 0.0, A.data(), 4, B.data(), 3, 0.5, C.data(), 3);
+  for (double c : C) EXPECT_EQ(c, 2.0);
+}
+
+// Every element is summed over k in order whatever the thread count: the gradient checks'
+// double results do not depend on OMP_NUM_THREADS.
+TEST(Gemm, DoubleIsBitwiseTheSameOnOneThreadAndOnThree) {
+  const int threads = omp_get_max_threads();
+  const int64_t M = 45, N = 97, K = 130;
+  std::vector<double> A(M * K), B(N * K);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = random_normal(1, 4, i);
+  for (size_t i = 0; i < B.size(); ++i) B[i] = random_normal(1, 5, i);
+  for (bool tb : {false, true}) {
+    std::vector<double> C1(M * N), C3(M * N);
+    omp_set_num_threads(1);
+    kernels::gemm<double>(false, tb, M, N, K, 1.0, A.data(), K, B.data(), tb ? K : N, 0.0,
+                          C1.data(), N);
+    omp_set_num_threads(3);
+    kernels::gemm<double>(false, tb, M, N, K, 1.0, A.data(), K, B.data(), tb ? K : N, 0.0,
+                          C3.data(), N);
+    EXPECT_EQ(std::memcmp(C1.data(), C3.data(), C1.size() * sizeof(double)), 0) << "tb=" << tb;
+  }
+  omp_set_num_threads(threads);
 }
 
 TEST(Gemm, ZeroSizes) {

@@ -26,7 +26,7 @@ namespace kiri::kernels {
 
 // ---- GEMM (row-major, BLAS semantics) ------------------------------------
 // C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C, op = transpose if trans_*.
-// float goes to oneDNN's sgemm, double to OpenBLAS's dgemm.
+// float goes to oneDNN's sgemm, double to kiri's own loop (gradient checks).
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
