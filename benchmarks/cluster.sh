@@ -61,7 +61,8 @@ step_time() {
 }
 
 # The planner's step for row label $2 at rate $1: with the link at the tc rate, and (-m) with
-# the link as kiri's all_reduce measured it across the hosts ($measured_link).
+# the link as kiri's all_reduce measured it across the hosts and the share of compute a
+# transfer in flight took there ($measured_link).
 predicted() { bash "$root/benchmarks/cluster_plan.sh" "$kiri" --row "$1" "$2"; }
 predicted_m() { CLUSTER_PLAN_LINK=$measured_link predicted "$@"; }
 
@@ -119,11 +120,13 @@ for rate in "${rates[@]}"; do
 import json, sys
 link = json.load(open(sys.argv[1]))["link"]
 big = max(link["samples"], key=lambda s: s["bytes"])
-print(big["bytes"] / (big["seconds"] - 2 * link["latency"]), link["latency"])
+print(big["bytes"] / (big["seconds"] - 2 * link["latency"]), link["latency"],
+      link.get("transfer_compute_share", 0))
 print(sys.argv[2] + ": all_reduce samples (bytes: s):", ", ".join(
     "%.0f: %.6f" % (s["bytes"], s["seconds"]) for s in link["samples"]), file=sys.stderr)' \
     "$work/link-$rate.json" "$rate")
-  echo "$rate: kiri's all_reduce across the hosts: $measured_link (bytes/s, s)" >&2
+  echo "$rate: kiri's all_reduce across the hosts: $measured_link (bytes/s, s, the share of" \
+    "compute a transfer in flight took)" >&2
   ddp=(--set parallel.dp=2)
   a=$(step_time "$work/one_host" 2 ddp_in_host "${ddp[@]}")
   a_in_host=$a

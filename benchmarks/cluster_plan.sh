@@ -51,13 +51,16 @@ layout_of() {
 }
 
 # predict RATE ROW: the planner's step time for that row, seconds. With CLUSTER_PLAN_LINK
-# set to "BYTES_PER_S SECONDS" (kiri's all_reduce across the hosts, fitted by kiri plan
-# --calibrate: benchmarks/cluster.sh measures it), the link is that instead of RATE.
+# set to "BYTES_PER_S SECONDS [SHARE]" (kiri's all_reduce across the hosts, fitted by kiri
+# plan --calibrate, and the share of a rank's compute a transfer in flight took:
+# benchmarks/cluster.sh measures them), the link is that instead of RATE, and a transfer
+# hidden behind compute costs that share of it (--transfer-compute-share).
 predict() {
   local rate=$1 fields hosts rph sets=() link=(--inter-bandwidth "$1" --inter-latency "$latency")
   if [[ -n ${CLUSTER_PLAN_LINK:-} ]]; then
-    read -r bw lat <<< "$CLUSTER_PLAN_LINK"
+    read -r bw lat share <<< "$CLUSTER_PLAN_LINK"
     link=(--inter-bandwidth "$bw" --inter-latency "$lat")
+    [[ -z ${share:-} ]] || link+=(--transfer-compute-share "$share")
   fi
   fields=$(layout_of "$2")
   read -r hosts rph rest <<< "$fields"

@@ -59,11 +59,11 @@ TEST(CliHelp, EveryVerbsHelpNamesEveryOptionOfItsTable) {
     EXPECT_EQ(h.code, 0) << h.output;
     EXPECT_EQ(h.output, r.output);
   }
-  // kiri plan documents all of its 65 options (13 of them offload's, 3 LLaMA's dimensions, 1
-  // selective recomputation's modules, 1 the training config's --set, 5 a cluster of hosts'
+  // kiri plan documents all of its 66 options (13 of them offload's, 3 LLaMA's dimensions, 1
+  // selective recomputation's modules, 1 the training config's --set, 6 a cluster of hosts'
   // and 2 the attention's and the gradients' types), the 9 familiar flags of config keys
   // (config_flags.h) and the two every verb takes.
-  EXPECT_EQ(kiri::cli::verb_spec("plan").options.size(), 76u);
+  EXPECT_EQ(kiri::cli::verb_spec("plan").options.size(), 77u);
 }
 
 TEST(CliHelp, TopLevelHelpListsTheVerbs) {

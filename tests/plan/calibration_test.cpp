@@ -94,6 +94,31 @@ TEST(PlanCalibration, RoundTripsAndBuildsThisMachine) {
   EXPECT_FALSE(v2.non_gemm_derived);
   EXPECT_NE(describe_sources(m2).find("non-GEMM work (logits"), std::string::npos);
   EXPECT_EQ(describe_sources(m2).find("version 2-5"), std::string::npos);
+  // One host: no transfer share measured, none applied.
+  EXPECT_EQ(v2.link_hosts, 1);
+  EXPECT_EQ(m2.transfer_compute_share, 0);
+  // Across hosts: the share a transfer in flight took, round-tripped and applied, and said so.
+  c.link_hosts = 2;
+  c.transfer_compute_share = 0.3;
+  save_calibration(c, path);
+  const Calibration across = *load_calibration(path);
+  EXPECT_EQ(across.link_hosts, 2);
+  EXPECT_DOUBLE_EQ(across.transfer_compute_share, 0.3);
+  const ClusterSpec m3 = calibrated_cluster(across, path);
+  EXPECT_DOUBLE_EQ(m3.transfer_compute_share, 0.3);
+  EXPECT_NE(describe_sources(m3).find("a transfer in flight takes 0.3 of a rank's compute"),
+            std::string::npos)
+      << describe_sources(m3);
+  // A share outside [0, 1] is a named error.
+  c.transfer_compute_share = 1.5;
+  save_calibration(c, path);
+  try {
+    load_calibration(path);
+    ADD_FAILURE() << "a share of 1.5 loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("link.transfer_compute_share 1.5"), std::string::npos)
+        << e.message();
+  }
   EXPECT_FALSE(load_calibration(path + ".missing").has_value());
   EXPECT_FALSE(load_calibration("none").has_value());
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());

@@ -186,6 +186,50 @@ TEST(PlanNetwork, RanksSharingCoresComputeSlower) {
   EXPECT_DOUBLE_EQ(estimate_time(m, l, c).compute_s, alone.compute_s);
 }
 
+// A transfer hidden behind compute still takes a share of it where the cores carry it
+// (ClusterSpec::transfer_compute_share): the hidden time is dp_comm_total_s less what is
+// exposed without the share, and the step grows by the share of it. Collectives inside a
+// CPU node run on the cores already (nothing hidden), and without overlap nothing changes.
+TEST(PlanNetwork, AHiddenTransferTakesItsShareOfTheCompute) {
+  const ModelSpec m = model_from_dims(4, 256, 4, 257, 128);
+  ClusterSpec c = this_machine_assumed();
+  c.nodes = 2;
+  c.devices_per_node = 1;
+  c.nics_per_node = 1;
+  c.inter = {250e6, 1e-4};
+  for (int stage : {0, 2, 3}) {
+    Layout l;
+    l.dp = 2;
+    l.micro_batch = 4;
+    l.seq_len = 128;
+    l.global_batch = 8;
+    l.dtype = Precision::kFp32;
+    l.zero_stage = stage;
+    l.bucket_mb = 0.25;
+    c.transfer_compute_share = 0;
+    const TimeBreakdown free = estimate_time(m, l, c);
+    const double hidden = free.dp_comm_total_s - free.dp_comm_s;
+    ASSERT_GT(hidden, 0) << "stage " << stage;
+    EXPECT_EQ(free.dp_comm_cpu_s, 0);
+    c.transfer_compute_share = 0.25;
+    const TimeBreakdown charged = estimate_time(m, l, c);
+    EXPECT_NEAR(charged.dp_comm_cpu_s, 0.25 * hidden, 1e-15) << "stage " << stage;
+    EXPECT_NEAR(charged.dp_comm_s, free.dp_comm_s + 0.25 * hidden, 1e-15);
+    EXPECT_NEAR(charged.step_s, free.step_s + 0.25 * hidden, 1e-12);
+    l.overlap_dp = false;
+    EXPECT_EQ(estimate_time(m, l, c).dp_comm_cpu_s, 0);
+  }
+  // One node: a CPU node's collectives run on the cores (none hidden), so no share is added.
+  ClusterSpec one = this_machine_assumed();
+  one.transfer_compute_share = 0.25;
+  Layout l;
+  l.dp = 2;
+  l.micro_batch = 4;
+  l.seq_len = 128;
+  l.global_batch = 8;
+  EXPECT_EQ(estimate_time(m, l, one).dp_comm_cpu_s, 0);
+}
+
 TEST(PlanNetwork, LinkRatesAndTimesAsTcWritesThem) {
   EXPECT_DOUBLE_EQ(parse_link_rate("1gbit", "inter-bandwidth"), 125e6);
   EXPECT_DOUBLE_EQ(parse_link_rate("200mbit", "inter-bandwidth"), 25e6);

@@ -47,6 +47,42 @@ std::vector<TimedSize> measure_all_reduce(comm::Communicator& world,
   return out;
 }
 
+double measure_transfer_compute_share(comm::Communicator& world, int64_t bytes, int reps) {
+  Threads one(1);
+  Allocator allocator;
+  Tensor t =
+      Tensor::zeros({std::max<int64_t>(1, bytes / 4)}, DType::kF32, Category::kBuffers, allocator);
+  constexpr int64_t n = 256;  // a piece of a layer's GEMM: 0.1-0.3 ms between polls
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+  auto piece = [&] {
+    kernels::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  std::vector<double> shares;
+  for (int rep = 0; rep <= reps; ++rep) {
+    // The loop alone for 0.1 s on every rank at once (the ranks may share cores).
+    world.barrier();
+    Timer loop;
+    int64_t k_alone = 0;
+    while (loop.seconds() < 0.1) {
+      piece();
+      ++k_alone;
+    }
+    const double rate_alone = static_cast<double>(k_alone) / loop.seconds();
+    world.barrier();
+    Timer with;
+    int64_t k_with = 0;
+    comm::WorkHandle w = world.all_reduce_async(t, comm::ReduceOp::kSum);
+    while (!w->test()) {
+      piece();
+      ++k_with;
+    }
+    const double rate_with = static_cast<double>(k_with) / with.seconds();
+    if (rep > 0) shares.push_back(std::clamp(1 - rate_with / rate_alone, 0.0, 1.0));
+  }
+  world.barrier();
+  return median(shares);
+}
+
 std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int reps) {
   std::vector<TimedSize> out;
   for (int64_t bytes : sizes) {

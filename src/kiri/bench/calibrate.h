@@ -33,6 +33,12 @@ struct TimedSize {
 // every rank calls it (a collective). The times are rank 0's.
 std::vector<TimedSize> measure_all_reduce(comm::Communicator& world,
                                           const std::vector<int64_t>& sizes, int reps = 20);
+// The share of a rank's compute that a `bytes` all-reduce in flight takes from it: a loop of
+// 256^3 sgemms on one thread, polling the collective between them as backward polls DDP's
+// buckets, run alone and then while the all-reduce runs, on every rank at once (a
+// collective). 1 - (the loop's rate while the all-reduce runs / its rate alone), clamped to
+// [0, 1]; the median of `reps`, rank 0's.
+double measure_transfer_compute_share(comm::Communicator& world, int64_t bytes, int reps = 5);
 // memcpy of each size between two buffers of this process, median of `reps` after a warm-up:
 // the shared-memory copy an intra-node message costs.
 std::vector<TimedSize> measure_memcpy(const std::vector<int64_t>& sizes, int reps = 20);

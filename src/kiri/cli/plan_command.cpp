@@ -26,6 +26,7 @@
 #include "kiri/kernels/ops.h"
 #include "kiri/launch/world.h"
 #include "kiri/offload/disk_bench.h"
+#include "kiri/parallel/dims.h"
 #include "kiri/plan/calibration.h"
 #include "kiri/plan/planner.h"
 
@@ -110,6 +111,13 @@ void override_cluster(const Args& a, plan::ClusterSpec& c) {
   number("disk-read-bandwidth", c.disk.read_bandwidth, kHuge);
   number("disk-write-bandwidth", c.disk.write_bandwidth, kHuge);
   if (a.get("disk-read-bandwidth") || a.get("disk-write-bandwidth")) c.disk.measured = false;
+  if (a.get("transfer-compute-share")) {
+    const double v = a.get_double("transfer-compute-share", 0);
+    KIRI_CHECK_KIND(kConfig, v >= 0 && v <= 1, "--transfer-compute-share must be in [0, 1], got ",
+                    *a.get("transfer-compute-share"));
+    c.transfer_compute_share = v;
+    c.assumed.push_back(str("--transfer-compute-share ", v, " (given)"));
+  }
   if (a.get("memory-bandwidth")) {
     number("memory-bandwidth", c.memory_bandwidth, kHuge);
     c.non_gemm = plan::non_gemm_from_bandwidth(c.memory_bandwidth);
@@ -327,6 +335,12 @@ plan::Calibration measure_calibration(const Args& a, comm::Communicator& w) {
   const plan::Link link = plan::fit_link(c.samples, c.link_ranks);
   c.bandwidth = link.bandwidth;
   c.latency = c.link_method == "all_reduce" ? std::max(link.latency, 1e-9) : 0.0;
+  if (w.size() > 1) {
+    // Across hosts a collective can hide behind compute, but the cores still carry it.
+    c.link_hosts = parallel::gather_host_map(w).hosts;
+    if (c.link_hosts > 1)
+      c.transfer_compute_share = bench::measure_transfer_compute_share(w, 16 << 20);
+  }
   if (rank0) measure_disk(io, c);
   w.barrier();
   return c;
@@ -378,6 +392,10 @@ void print_calibration(const plan::Calibration& c, int ranks, const std::string&
     std::printf(" %s %.1f us;", si(s.bytes, "B").c_str(), s.seconds * 1e6);
   std::printf("\n  fit: bandwidth %s, latency %s\n", si(c.bandwidth, "B/s").c_str(),
               c.latency > 0 ? str(c.latency * 1e6, " us").c_str() : "not measured (2 us assumed)");
+  if (c.link_hosts > 1)
+    std::printf(
+        "  across %d hosts: a 16 MiB all_reduce in flight took %.0f%% of a rank's compute\n",
+        c.link_hosts, 100 * c.transfer_compute_share);
   std::printf("  disk of %s (%s, %s, block %lld B, queue depth %d, %s): write %s, read %s\n",
               c.disk.path.c_str(), c.disk.direct ? "O_DIRECT" : "buffered: no O_DIRECT there",
               c.disk.engine.c_str(), static_cast<long long>(c.disk.block_size), c.disk.queue_depth,

@@ -242,6 +242,8 @@ std::vector<OptionSpec> plan_options() {
       {"--shared-cores", K::kValue, "N", "not shared",
        "all ranks share N cores (namespace hosts on one machine): compute x min(1, N / ranks)"},
       {"--step-overhead", K::kValue, "S", "0", "a fixed cost per optimizer step, seconds (5ms)"},
+      {"--transfer-compute-share", K::kValue, "F", "the calibration's, else 0",
+       "the share of compute a hidden gradient transfer still takes while it runs, [0, 1]"},
       {"--flops", K::kValue, "F", "the preset's", "16-bit peak FLOP/s per device (312e12)"},
       {"--flops-fp32", K::kValue, "F", "the preset's", "fp32 peak FLOP/s per device"},
       {"--efficiency", K::kValue, "E", "the preset's",

@@ -132,6 +132,8 @@ std::string calibration_json(const Calibration& c) {
               {"ranks", c.link_ranks},
               {"bandwidth", c.bandwidth},
               {"latency", c.latency > 0 ? json(c.latency) : json(nullptr)},
+              {"hosts", c.link_hosts},
+              {"transfer_compute_share", c.transfer_compute_share},
               {"samples", samples}}},
             {"non_gemm",
              {{"logit_s", c.logit_s},
@@ -259,6 +261,11 @@ std::optional<Calibration> load_calibration(const std::string& path) {
     c.link_ranks = l.at("ranks").get<int>();
     c.bandwidth = l.at("bandwidth").get<double>();
     c.latency = l.at("latency").is_null() ? 0.0 : l.at("latency").get<double>();
+    c.link_hosts = l.value("hosts", 1);
+    c.transfer_compute_share = l.value("transfer_compute_share", 0.0);
+    KIRI_CHECK_KIND(kConfig, c.transfer_compute_share >= 0 && c.transfer_compute_share <= 1,
+                    "the calibration file ", path, " has link.transfer_compute_share ",
+                    c.transfer_compute_share, ", outside [0, 1]: rerun kiri plan --calibrate");
     for (const json& s : l.at("samples"))
       c.samples.push_back({s.at("bytes").get<double>(), s.at("seconds").get<double>()});
     if (j.contains("non_gemm")) read_non_gemm(j.at("non_gemm"), c);  // version 2
@@ -368,6 +375,12 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
         "their bytes from the file's two-kernel loss, AdamW and zeroing + norm, activations "
         "refitted to its step (a version 2-5 file: rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
+  if (c.transfer_compute_share > 0) {
+    s.transfer_compute_share = c.transfer_compute_share;
+    s.measured.push_back(str("a transfer in flight takes ", c.transfer_compute_share,
+                             " of a rank's compute (16 MiB all_reduce across ", c.link_hosts,
+                             " hosts)"));
+  }
   if (c.disk.read_bytes_per_s > 0) {
     s.disk = {c.disk.read_bytes_per_s, c.disk.write_bytes_per_s, true};
     s.measured.push_back(str("disk of ", c.disk.path, " (", c.disk.direct ? "O_DIRECT" : "buffered",

@@ -41,6 +41,11 @@ struct Calibration {
   std::vector<LinkSample> samples;
   double bandwidth = 0;  // bytes/s (α–β β)
   double latency = 0;    // seconds (α); 0 = not measured
+  // When the ranks spanned hosts (link_hosts > 1): the share of a rank's compute that a 16 MiB
+  // all-reduce in flight took from it (bench::measure_transfer_compute_share,
+  // ClusterSpec::transfer_compute_share); 0 = not measured (one host, or an older file).
+  int link_hosts = 1;
+  double transfer_compute_share = 0;
   // Version 2: kiri's non-GEMM work on one thread per rank, every rank at once (seconds per
   // element, ClusterSpec::non_gemm); 0 = not measured (a version 1 file). Version 6: logit_s
   // times the one-pass loss (tp 1), logit_split_s the vocab-parallel pair's kernels (tp > 1),

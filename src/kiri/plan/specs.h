@@ -131,6 +131,12 @@ struct ClusterSpec {
   // computing cores themselves (CPU ranks: shared-memory copies and reductions), where
   // nothing hides behind backward (docs/ddp.md).
   bool comm_overlaps_compute = true;
+  // The share of the compute that a collective hidden behind it still takes while it runs:
+  // the computing cores also carry its copies, its reductions and the kernel's network work
+  // (CPU ranks without a spare core; scripts/cluster.sh's hosts share one machine's cores).
+  // 0 = hidden for free (GPUs: NCCL beside the SMs, NICs that DMA). Measured by `kiri plan
+  // --calibrate` across hosts (Calibration::transfer_compute_share), or given.
+  double transfer_compute_share = 0;
   NonGemmCosts non_gemm;         // presets: from memory_bandwidth; calibration: measured
   DiskSpec disk = kAssumedDisk;  // offload.path's disk (calibration: measured)
   // Where the numbers come from: a calibration file (this-machine after `kiri plan

@@ -315,10 +315,17 @@ void dp_comm(const ModelSpec& model, const Layout& l, const ClusterSpec& c, int6
   // Stages 0 and 1 overlap the last micro-batch's backward; 2 and 3 every micro-batch's.
   const double forward_share = f.model / 3 / f.executed, mbs = l.zero_stage >= 2 ? md : 1;
   t.dp_comm_total_s = fwd + bwd + on_cores + exposed;
-  t.dp_comm_s = l.overlap_dp
-                    ? exposed + on_cores + std::max(0.0, fwd - md * t_max * forward_share) +
-                          std::max(0.0, bwd - mbs * t_max * (1 - forward_share))
-                    : t.dp_comm_total_s;
+  if (!l.overlap_dp) {
+    t.dp_comm_s = t.dp_comm_total_s;
+    return;
+  }
+  const double fwd_window = md * t_max * forward_share,
+               bwd_window = mbs * t_max * (1 - forward_share);
+  // The hidden part is not free where the computing cores carry the transfers.
+  t.dp_comm_cpu_s =
+      c.transfer_compute_share * (std::min(fwd, fwd_window) + std::min(bwd, bwd_window));
+  t.dp_comm_s = exposed + on_cores + std::max(0.0, fwd - fwd_window) +
+                std::max(0.0, bwd - bwd_window) + t.dp_comm_cpu_s;
 }
 
 // Gradient clipping's global norm: a scalar all-reduced over the tp and pp groups, and over

@@ -113,6 +113,9 @@ struct TimeBreakdown {
   double iteration_s = 0;
   double dp_comm_total_s = 0;  // gradient reduction / ZeRO gathers per step
   double dp_comm_s = 0;        // the part not hidden behind backward (or all when not overlapped)
+  // Of dp_comm_s: what the hidden part still takes from compute while it runs
+  // (ClusterSpec::transfer_compute_share times the time hidden).
+  double dp_comm_cpu_s = 0;
   // Offload (per rank per step, the busiest stage): bytes read from and written to
   // offload.path's disk (optimizer: the states once each way; parameters: the shard read in
   // forward and in backward, written once at the update; gradients: written by each
