@@ -119,6 +119,7 @@ void ring_bitwise_same_everywhere(Communicator& world);
 void ring_many_in_flight(Communicator& world);
 Options pair_options(int64_t piece_bytes);
 void pair_collectives(Communicator& world);
+void transfer_scratch_counts_as_buffers(Communicator& world);
 
 // Failures (failure_bodies.cpp).
 void shape_mismatch(Communicator& world);

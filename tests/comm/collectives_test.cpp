@@ -70,6 +70,9 @@ TEST_P(Ring, ManyInFlightWaitedInReverse) {
 TEST_P(Ring, GroupsAcrossHostsTakeKirisTransfers) {
   KIRI_RUN_RANKS(GetParam(), pair_collectives, pair_options(512));
 }
+TEST_P(Ring, TheTransfersScratchCountsAsTheRanksBuffers) {
+  KIRI_RUN_RANKS(GetParam(), transfer_scratch_counts_as_buffers, pair_options(512));
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Ring, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });

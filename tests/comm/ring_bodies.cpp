@@ -121,4 +121,45 @@ void pair_collectives(Communicator& world) {
   }
 }
 
+// Options::scratch_memory: kiri's own transfers take their scratch from the rank's allocator,
+// category buffers, and give it back. Under MPI with every group across hosts (pair_options):
+// a pair's reduce_scatter receives the peer's half of this rank's chunk into scratch, a larger
+// group's reduce_scatter reduces a copy of its input over the ring, an all_reduce's ring (or a
+// pair's 16-bit exchange) holds an incoming chunk. The thread backend takes no scratch.
+void transfer_scratch_counts_as_buffers(Communicator& world) {
+  Allocator data, scratch;
+  const Options before = world.options();
+  Options o = before;
+  o.scratch_memory = scratch.core();
+  world.set_options(o);
+  const int64_t total = 4096;
+  const int r = world.rank(), n = world.size();
+  const Range mine = chunk_range(total, n, r);
+  Tensor t = make(total, DType::kF32, data);
+  fill(t, [r](int64_t i) { return r + 1 + i % 3; });
+  Tensor chunk = make(mine.size(), DType::kF32, data);
+  world.reduce_scatter(t, chunk, ReduceOp::kSum);
+  const double s = n;
+  expect_values(
+      chunk, [&](int64_t j) { return s * (s + 1) / 2 + s * ((mine.begin + j) % 3); },
+      "reduce_scatter with counted scratch");
+  const int b = static_cast<int>(Category::kBuffers);
+  MemoryStats st = scratch.stats();
+  if (mpi_mode()) {
+    const int64_t least = n == 2 ? static_cast<int64_t>(chunk.nbytes()) : total * 4;
+    EXPECT_GE(st.peak[b], least) << "reduce_scatter's scratch on " << n << " ranks";
+  } else {
+    EXPECT_EQ(st.peak[b], 0);
+  }
+  EXPECT_EQ(st.current[b], 0) << "the scratch went back";
+  scratch.reset_peaks();
+  world.all_reduce(t, ReduceOp::kSum);
+  st = scratch.stats();
+  if (mpi_mode()) {
+    EXPECT_GE(st.peak[b], static_cast<int64_t>(chunk_range(total, n, 0).size() * 4));
+  }
+  EXPECT_EQ(st.current[b], 0);
+  world.set_options(before);
+}
+
 }  // namespace kiri::comm::testing

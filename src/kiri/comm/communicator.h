@@ -80,6 +80,11 @@ struct Options {
   // tests), none.
   enum class AcrossHosts { kDetect, kAlways, kNever };
   AcrossHosts across_hosts = AcrossHosts::kDetect;
+  // Where kiri's own transfers take their scratch (the ring's incoming chunk, a pair's
+  // received half, a reduce-scatter's working copy): the rank's allocator, category buffers,
+  // so its memory by category counts them (the trainer passes its own). Null: a pool of the
+  // process's, counted nowhere.
+  std::shared_ptr<AllocatorCore> scratch_memory;
 };
 const char* reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 

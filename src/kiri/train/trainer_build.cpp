@@ -110,6 +110,7 @@ void Trainer::apply_communicator_options() {
   comm::Options co = world_->options();
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg_.parallel.timeout_s * 1000));
   co.check_collectives = cfg_.parallel.check_collectives;
+  co.scratch_memory = allocator_.core();  // kiri's transfers' scratch counts as buffers
   world_->set_options(co);
 }
 

@@ -166,6 +166,17 @@ class MpiCommunicator final : public Communicator {
   bool use_ring_halves(int64_t bytes) const {
     return core_->ring_across_hosts && bytes > 0 && bytes >= core_->options.ring_all_reduce_bytes;
   }
+  // Scratch from Options::scratch_memory (null: the process's pool): uninitialised, or a
+  // copy of t.
+  std::shared_ptr<AllocatorCore> memory() const { return core_->options.scratch_memory; }
+  std::unique_ptr<PooledScratch> take_scratch(size_t bytes) const {
+    return std::make_unique<PooledScratch>(static_cast<int64_t>(bytes), memory());
+  }
+  std::unique_ptr<PooledScratch> copy_to_scratch(const Tensor& t) const {
+    auto s = take_scratch(t.nbytes());
+    copy_bytes(s->data(), Device::kHost, t.raw(), t.device(), t.nbytes());
+    return s;
+  }
   int64_t ring_piece_bytes() const {
     const int64_t pair = pair_pieces();
     return pair > 0 ? std::min(pair, core_->options.ring_piece_bytes)
@@ -186,7 +197,7 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   if (use_pair_sum(t, op)) {
     // Two ranks on two hosts: one exchange of the whole tensor, each rank adding the other's
     // to its own in f32 and rounding (a + b == b + a, so both hold the same bits).
-    auto peer = std::make_shared<PooledScratch>(static_cast<int64_t>(t.nbytes()));
+    auto peer = std::make_shared<PooledScratch>(static_cast<int64_t>(t.nbytes()), memory());
     drive(*w, std::make_shared<PairExchange>(buf, t.nbytes(), peer->data(), t.nbytes(),
                                              core_->ring.get(), 1 - rank(), ring_tag(*w),
                                              pair_pieces()));
@@ -197,8 +208,9 @@ WorkHandle MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
     return submit(w);
   }
   if (use_ring(t)) {
-    drive(*w, std::make_shared<Ring>(RingKind::kAllReduce, buf, t.numel(), t.dtype(), op,
-                                     core_->ring.get(), ring_tag(*w), ring_piece_bytes()));
+    drive(*w,
+          std::make_shared<Ring>(RingKind::kAllReduce, buf, t.numel(), t.dtype(), op,
+                                 core_->ring.get(), ring_tag(*w), ring_piece_bytes(), memory()));
   } else {
     MPI_Comm c = core_->comm.get();
     w->issue = [=](MPI_Request* r) {
@@ -226,16 +238,16 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, 
     const int64_t elem = static_cast<int64_t>(dtype_size(in.dtype()));
     const Range peer = chunk_range(in.numel(), 2, 1 - rank()),
                 mine = chunk_range(in.numel(), 2, rank());
-    w->scratch.resize(out.nbytes());
+    w->scratch = take_scratch(out.nbytes());
     drive(*w, std::make_shared<PairExchange>(static_cast<const char*>(in.raw()) + peer.begin * elem,
-                                             peer.size() * elem, w->scratch.data(), out.nbytes(),
+                                             peer.size() * elem, w->scratch->data(), out.nbytes(),
                                              core_->ring.get(), 1 - rank(), ring_tag(*w),
                                              pair_pieces()));
     MpiWork* raw = w.get();
     w->finish = [raw, in, out, op, mine, elem] {
-      combine(raw->scratch.data(), static_cast<const char*>(in.raw()) + mine.begin * elem,
+      combine(raw->scratch->data(), static_cast<const char*>(in.raw()) + mine.begin * elem,
               out.numel(), out.dtype(), op);
-      copy_bytes(out.raw(), out.device(), raw->scratch.data(), Device::kHost, out.nbytes());
+      copy_bytes(out.raw(), out.device(), raw->scratch->data(), Device::kHost, out.nbytes());
       if (op == ReduceOp::kAvg) divide(out, 2);
     };
     return submit(w);
@@ -244,30 +256,29 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, 
     // A ring across hosts: reduce a copy of `in` (the ring works in place), keep chunk rank.
     const int64_t elem = static_cast<int64_t>(dtype_size(in.dtype()));
     const Range mine = chunk_range(in.numel(), size(), rank());
-    w->scratch.assign(static_cast<const char*>(in.raw()),
-                      static_cast<const char*>(in.raw()) + in.nbytes());
-    drive(*w, std::make_shared<Ring>(RingKind::kReduceScatter, w->scratch.data(), in.numel(),
+    w->scratch = copy_to_scratch(in);
+    drive(*w, std::make_shared<Ring>(RingKind::kReduceScatter, w->scratch->data(), in.numel(),
                                      in.dtype(), op, core_->ring.get(), ring_tag(*w),
-                                     core_->options.ring_piece_bytes));
+                                     core_->options.ring_piece_bytes, memory()));
     MpiWork* raw = w.get();
     w->finish = [raw, out, op, n = size(), offset = mine.begin * elem] {
-      copy_bytes(out.raw(), out.device(), raw->scratch.data() + offset, Device::kHost,
+      copy_bytes(out.raw(), out.device(), raw->scratch->data() + offset, Device::kHost,
                  out.nbytes());
       if (op == ReduceOp::kAvg) divide(out, n);
     };
     return submit(w);
   }
   // MPI refuses overlapping buffers: receive into scratch, copy after.
-  if (overlaps(in, out)) w->scratch.resize(out.nbytes());
+  if (overlaps(in, out)) w->scratch = take_scratch(out.nbytes());
   MpiWork* raw = w.get();
   MPI_Comm c = core_->comm.get();
   w->issue = [raw, in, out, type, mop, c](MPI_Request* r) {
-    void* dst = raw->scratch.empty() ? out.raw() : raw->scratch.data();
+    void* dst = raw->scratch ? raw->scratch->data() : out.raw();
     return MPI_Ireduce_scatter(in.raw(), dst, raw->counts.data(), type, mop, c, r);
   };
   w->finish = [raw, out, op, n = size()] {
-    if (!raw->scratch.empty())
-      copy_bytes(out.raw(), out.device(), raw->scratch.data(), Device::kHost, out.nbytes());
+    if (raw->scratch)
+      copy_bytes(out.raw(), out.device(), raw->scratch->data(), Device::kHost, out.nbytes());
     if (op == ReduceOp::kAvg) divide(out, n);
   };
   return submit(w);
@@ -290,14 +301,12 @@ WorkHandle MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
   const bool in_place = in.numel() > 0 && static_cast<const char*>(in.raw()) ==
                                               static_cast<const char*>(out.raw()) +
                                                   mine.begin * dtype_size(out.dtype());
-  if (!in_place && overlaps(in, out))
-    w->scratch.assign(static_cast<const char*>(in.raw()),
-                      static_cast<const char*>(in.raw()) + in.nbytes());
+  if (!in_place && overlaps(in, out)) w->scratch = copy_to_scratch(in);
   if (use_pair(static_cast<int64_t>(out.nbytes()))) {
     // Two ranks on two hosts: send this rank's chunk, receive the peer's into place.
     const int64_t elem = static_cast<int64_t>(dtype_size(out.dtype()));
     const Range peer = chunk_range(out.numel(), 2, 1 - rank());
-    const void* src = w->scratch.empty() ? in.raw() : static_cast<const void*>(w->scratch.data());
+    const void* src = w->scratch ? static_cast<const void*>(w->scratch->data()) : in.raw();
     drive(*w, std::make_shared<PairExchange>(
                   src, in.nbytes(), static_cast<char*>(out.raw()) + peer.begin * elem,
                   peer.size() * elem, core_->ring.get(), 1 - rank(), ring_tag(*w), pair_pieces()));
@@ -311,22 +320,22 @@ WorkHandle MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
     // A ring across hosts: this rank's chunk into place first, then the ring fills the rest.
     const int64_t elem = static_cast<int64_t>(dtype_size(out.dtype()));
     if (!in_place) {
-      const void* src = w->scratch.empty() ? in.raw() : static_cast<const void*>(w->scratch.data());
+      const void* src = w->scratch ? static_cast<const void*>(w->scratch->data()) : in.raw();
       copy_bytes(static_cast<char*>(out.raw()) + mine.begin * elem, out.device(), src,
                  Device::kHost, in.nbytes());
     }
     drive(*w, std::make_shared<Ring>(RingKind::kAllGather, out.raw(), out.numel(), out.dtype(),
                                      ReduceOp::kSum, core_->ring.get(), ring_tag(*w),
-                                     core_->options.ring_piece_bytes));
+                                     core_->options.ring_piece_bytes, memory()));
     return submit(w);
   }
   MpiWork* raw = w.get();
   MPI_Comm c = core_->comm.get();
   const int me = rank();
   w->issue = [raw, in, out, type, c, in_place, me](MPI_Request* r) {
-    const void* src = in_place               ? MPI_IN_PLACE
-                      : raw->scratch.empty() ? in.raw()
-                                             : static_cast<const void*>(raw->scratch.data());
+    const void* src = in_place       ? MPI_IN_PLACE
+                      : raw->scratch ? static_cast<const void*>(raw->scratch->data())
+                                     : in.raw();
     return MPI_Iallgatherv(src, raw->counts[me], type, out.raw(), raw->counts.data(),
                            raw->displs.data(), type, c, r);
   };

@@ -16,6 +16,7 @@
 
 #include "kiri/comm/diagnosis.h"
 #include "kiri/comm/mpi/mpi_handles.h"
+#include "kiri/comm/mpi/mpi_ring.h"
 #include "kiri/comm/polling_work.h"
 
 namespace kiri::comm::detail {
@@ -42,7 +43,9 @@ class MpiWork final : public PollingWork {
   bool issued = false;
   std::vector<Tensor> keep;         // storage MPI may touch stays alive
   std::vector<int> counts, displs;  // v-collective arguments live as long as the request
-  std::vector<char> scratch;        // when input and output overlap
+  // A copy or a receive buffer of the transfer's (input and output overlap, a pair's half,
+  // the ring's working copy): Options::scratch_memory's.
+  std::unique_ptr<PooledScratch> scratch;
   MPI_Datatype recv_type = MPI_DATATYPE_NULL;
   int recv_count = -1;      // recv: the count that must arrive
   int peer = -1, tag = -1;  // send/recv

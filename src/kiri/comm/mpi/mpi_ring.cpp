@@ -87,19 +87,22 @@ void pool_give(std::unique_ptr<char[]> buffer, int64_t bytes) {
 
 }  // namespace
 
-std::unique_ptr<char[]> Ring::take_scratch(int64_t bytes) {
-  return pool_take(bytes, scratch_bytes_);
+PooledScratch::PooledScratch(int64_t bytes, std::shared_ptr<AllocatorCore> memory)
+    : bytes_(std::max<int64_t>(bytes, 1)), memory_(std::move(memory)) {
+  if (memory_) {
+    data_ = static_cast<char*>(memory_->allocate(static_cast<size_t>(bytes_), Category::kBuffers));
+  } else {
+    data_ = pool_take(bytes_, bytes_).release();
+  }
 }
-
-void Ring::give_back_scratch() {
-  pool_give(std::move(scratch_), scratch_bytes_);
-}
-
-PooledScratch::PooledScratch(int64_t bytes)
-    : buffer_(pool_take(std::max<int64_t>(bytes, 1), bytes_)) {}
 
 PooledScratch::~PooledScratch() {
-  pool_give(std::move(buffer_), bytes_);
+  if (!data_) return;
+  if (memory_) {
+    memory_->deallocate(data_, static_cast<size_t>(bytes_), Category::kBuffers);
+  } else {
+    pool_give(std::unique_ptr<char[]>(data_), bytes_);
+  }
 }
 
 namespace {
@@ -111,7 +114,7 @@ int mod(int a, int n) {
 }  // namespace
 
 Ring::Ring(RingKind kind, void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm,
-           int tag, int64_t piece_bytes)
+           int tag, int64_t piece_bytes, std::shared_ptr<AllocatorCore> memory)
     : data_(static_cast<char*>(data)),
       count_(count),
       dtype_(dtype),
@@ -119,7 +122,8 @@ Ring::Ring(RingKind kind, void* data, int64_t count, DType dtype, ReduceOp op, M
       comm_(comm),
       tag_(tag),
       piece_(std::clamp<int64_t>(piece_bytes / static_cast<int64_t>(dtype_size(dtype)), 1,
-                                 std::numeric_limits<int>::max())) {
+                                 std::numeric_limits<int>::max())),
+      memory_(std::move(memory)) {
   // reduce() adds in the element type: 16-bit floats must go through MPI's
   // user ops, which add in f32 (MpiCommunicator::use_ring).
   KIRI_CHECK(kind == RingKind::kAllGather || dtype == DType::kF32 || dtype == DType::kF64,
@@ -141,17 +145,14 @@ Ring::Ring(RingKind kind, void* data, int64_t count, DType dtype, ReduceOp op, M
 }
 
 Ring::~Ring() {
-  if (idle() || mpi_finalized()) {
-    give_back_scratch();
-    return;
-  }
+  if (idle() || mpi_finalized()) return;  // the scratch goes back
   // Failed midway: MPI may still write the scratch, which stays allocated.
   for (MPI_Request& r : recvs_)
     if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
   for (auto* v : {&recvs_, &sends_})
     for (MPI_Request& r : *v)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-  (void)scratch_.release();  // leaked on purpose
+  if (scratch_) scratch_->leak();  // on purpose
 }
 
 bool Ring::idle() const {
@@ -188,9 +189,10 @@ int Ring::post(int step) {
   recv_begin_ = in.begin;
   char* recv_base = data_ + in.begin * elem;
   if (scatter) {
-    if (!scratch_) scratch_ = take_scratch(chunk_range(count_, n, 0).size() * elem);
+    if (!scratch_)
+      scratch_ = std::make_unique<PooledScratch>(chunk_range(count_, n, 0).size() * elem, memory_);
     scratch_elems_ = in.size();
-    recv_base = scratch_.get();
+    recv_base = scratch_->data();
   }
   recvs_.clear();
   sends_.clear();
@@ -212,7 +214,7 @@ int Ring::post(int step) {
 void Ring::reduce(int64_t begin, int64_t n) const {
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
   char* a = data_ + (recv_begin_ + begin) * elem;
-  combine(a, scratch_.get() + begin * elem, n, dtype_, op_);
+  combine(a, scratch_->data() + begin * elem, n, dtype_, op_);
 }
 
 bool Ring::advance(int& rc, const char*& call) {
@@ -240,7 +242,7 @@ bool Ring::advance(int& rc, const char*& call) {
                           MPI_STATUSES_IGNORE)))
       return call = "MPI_Testall", false;
     if (!all || !sent) return false;
-    if (++step_ == last) give_back_scratch();
+    if (++step_ == last) scratch_.reset();
     if (step_ < last && (rc = post(step_))) return call = "MPI_Isend/MPI_Irecv", false;
   }
   return true;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiri/comm/mpi/mpi_handles.h"
+#include "kiri/tensor/allocator.h"
 
 namespace kiri::comm::detail {
 
@@ -20,21 +21,25 @@ namespace kiri::comm::detail {
 // rounded back (kAvg sums; the caller divides).
 void combine(void* acc, const void* b, int64_t n, DType dtype, ReduceOp op);
 
-// A buffer from the process's pool, uninitialised, back to the pool when destroyed: a fresh
-// allocation per collective is fresh pages (faults; zeroed, for a std::vector), which cost
-// as much as the reduction. Destroyed only once MPI is done with it (a failed transfer's
-// work is kept alive for good).
+// A scratch buffer, uninitialised, from `memory` (Options::scratch_memory: category buffers,
+// counted in the rank's memory) or else from the process's pool, and back there when
+// destroyed: a fresh allocation per collective is fresh pages (faults; zeroed, for a
+// std::vector), which cost as much as the reduction; both keep freed blocks for the next.
+// Destroyed only once MPI is done with it (a failed transfer's work is kept alive for good).
 class PooledScratch {
  public:
-  explicit PooledScratch(int64_t bytes);
+  PooledScratch(int64_t bytes, std::shared_ptr<AllocatorCore> memory);
   ~PooledScratch();
   PooledScratch(const PooledScratch&) = delete;
   PooledScratch& operator=(const PooledScratch&) = delete;
-  char* data() const { return buffer_.get(); }
+  char* data() const { return data_; }
+  // The buffer stays allocated for good: MPI may still write it (a failed transfer).
+  void leak() { data_ = nullptr; }
 
  private:
   int64_t bytes_ = 0;
-  std::unique_ptr<char[]> buffer_;
+  std::shared_ptr<AllocatorCore> memory_;
+  char* data_ = nullptr;
 };
 
 // Which collective a Ring runs: all of it, its reduce-scatter half (rank r ends with chunk r
@@ -48,8 +53,9 @@ class Ring {
   // through MPI's user ops; kAvg travels as a sum, the caller divides), or filled chunk by
   // chunk (kAllGather). Messages go over `comm` with `tag`, which must not be shared with any
   // other operation in flight. Each chunk travels in messages of at most piece_bytes.
+  // The incoming chunk's scratch comes from `memory` (PooledScratch).
   Ring(RingKind kind, void* data, int64_t count, DType dtype, ReduceOp op, MPI_Comm comm, int tag,
-       int64_t piece_bytes);
+       int64_t piece_bytes, std::shared_ptr<AllocatorCore> memory);
   ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
@@ -65,8 +71,6 @@ class Ring {
 
  private:
   int post(int step);
-  std::unique_ptr<char[]> take_scratch(int64_t bytes);
-  void give_back_scratch();
   void reduce(int64_t begin, int64_t n) const;
 
   char* data_;
@@ -83,8 +87,9 @@ class Ring {
   int step_ = -1;  // the step in flight; last_: done
   // A reduce-scatter step's incoming chunk; left uninitialised (the largest
   // chunk, allocated once).
-  std::unique_ptr<char[]> scratch_;
-  int64_t scratch_elems_ = 0, scratch_bytes_ = 0;
+  std::shared_ptr<AllocatorCore> memory_;
+  std::unique_ptr<PooledScratch> scratch_;
+  int64_t scratch_elems_ = 0;
   // The pieces of the step in flight: receive and send requests, and which
   // received pieces are reduced already.
   std::vector<MPI_Request> recvs_, sends_;
