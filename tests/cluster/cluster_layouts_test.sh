@@ -80,6 +80,7 @@ done
 
 # 2 hosts x 1 rank: every cut crosses the link.
 run gpt2 ddp "$work/hostfile1" 2 --set parallel.dp=2
+run gpt2 zero2 "$work/hostfile1" 2 --set parallel.dp=2 --set parallel.zero_stage=2
 run gpt2 zero3 "$work/hostfile1" 2 --set parallel.dp=2 --set parallel.zero_stage=3
 run llama tp2_sp "$work/hostfile1" 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
 run gpt2 pp2_1f1b "$work/hostfile1" 2 --set parallel.pp=2 --set parallel.microbatches=2 \
