@@ -7,6 +7,8 @@
 # (benchmarks/cluster_plan.sh; its compute from `kiri plan --calibrate`'s file) and the
 # prediction's error (docs/performance.md).
 #   benchmarks/cluster.sh build/kiri [RATE ...]     (default: 1gbit 200mbit 50mbit)
+# BURST_MS: the links' tbf burst, milliseconds at the rate (scripts/cluster.sh --burst-ms;
+# default 5); a smaller one keeps short messages at the rate, as a real wire does.
 # Needs root and network namespaces (exits 77 naming the reason otherwise). Every host shares
 # this machine's cores: 2 ranks per host on 2 cores oversubscribe them, so compute is slower
 # than the link would make it on real hosts; the ratios inside a row pair are what it shows.
@@ -91,7 +93,7 @@ echo "|---|---|---|---|---|---|---|---|---|"
 for rate in "${rates[@]}"; do
   rc=0
   cluster up --name "$name" --subnet 10.231.5.0/24 --hosts 2 --ranks-per-host 2 --link "$rate" \
-    > "$work/up.log" 2>&1 || rc=$?
+    --burst-ms "${BURST_MS:-5}" > "$work/up.log" 2>&1 || rc=$?
   if ((rc != 0)); then
     cat "$work/up.log" >&2
     exit "$rc"

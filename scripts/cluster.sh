@@ -4,7 +4,7 @@
 # same hostfile/flags a real cluster would take (docs/cluster.md).
 #
 #   scripts/cluster.sh up --hosts H --ranks-per-host R --link RATE [--latency-ms L]
-#                         [--name N] [--subnet A.B.C.0/24]
+#                         [--burst-ms B] [--name N] [--subnet A.B.C.0/24]
 #   scripts/cluster.sh down|status [--name N]
 #   scripts/cluster.sh shape HOST RATE | cut HOST | heal HOST   [--name N]
 #   scripts/cluster.sh run [up options] -- CMD...
@@ -19,6 +19,7 @@ hosts=""
 ranks=""
 rate=""
 latency_ms=""
+burst_ms=5
 
 die() {
   echo "cluster.sh: $*" >&2
@@ -117,8 +118,9 @@ probe_kernel() {
 
 # --- shaping ---
 
-# tbf on one interface (in namespace $2, or the root namespace when empty): burst is 5 ms
-# at the rate, queue 50 ms. The burst is at least 96 KiB because tbf never sends a packet
+# tbf on one interface (in namespace $2, or the root namespace when empty): burst is
+# --burst-ms (5 ms) at the rate, queue 50 ms. A burst lets a message that finds the bucket
+# full cross faster than the rate, which a real wire does not (docs/cluster.md). The burst is at least 96 KiB because tbf never sends a packet
 # longer than its bucket: one queued under a larger burst (before `shape` lowered it)
 # would wait forever, and the host's link with it. The largest packet queued here is a 64 KiB
 # TCP GSO send, 68130 bytes as tbf counts it (45 segments of 1448 with their 66-byte
@@ -132,7 +134,7 @@ shape_dev() {
   fi
   local bytes burst
   bytes=$(rate_bytes "$r")
-  burst=$((bytes / 200))
+  burst=$(awk -v b="$bytes" -v ms="${burst_ms:-5}" 'BEGIN { printf "%d", b * ms / 1000 }')
   ((burst >= 98304)) || burst=98304
   local delay=()
   [[ -n ${latency_ms:-} ]] && delay=(netem delay "${latency_ms}ms")
@@ -287,6 +289,7 @@ hosts=$hosts
 ranks=$ranks
 rate=$rate
 latency_ms=$latency_ms
+burst_ms=$burst_ms
 EOF
 }
 
@@ -332,6 +335,8 @@ cmd_up() {
   validate_rate "$rate"
   [[ -z $latency_ms || $latency_ms =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
     die "bad --latency-ms '$latency_ms': expected a number of milliseconds"
+  [[ $burst_ms =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+    die "bad --burst-ms '$burst_ms': expected a number of milliseconds"
   hosts=$((10#$hosts))
   ranks=$((10#$ranks))
   probe_kernel
@@ -355,7 +360,7 @@ cmd_up() {
   done
   write_state "$dir"
   trap - EXIT INT TERM
-  echo "cluster '$name': $hosts hosts x $ranks ranks, links $rate${latency_ms:+, latency ${latency_ms} ms}, subnet $subnet"
+  echo "cluster '$name': $hosts hosts x $ranks ranks, links $rate (burst ${burst_ms} ms)${latency_ms:+, latency ${latency_ms} ms}, subnet $subnet"
   echo "  state:    $dir"
   echo "  run:      mpirun --allow-run-as-root \$(cat $dir/mpirun.flags) --hostfile $dir/hostfile -n $((hosts * ranks)) hostname"
   echo "  a shell:  ip netns exec $(ns_name 0) bash"
@@ -478,6 +483,7 @@ main() {
       --ranks-per-host) ranks=${2:?--ranks-per-host needs a value}; shift 2 ;;
       --link) rate=${2:?--link needs a value}; shift 2 ;;
       --latency-ms) latency_ms=${2:?--latency-ms needs a value}; shift 2 ;;
+      --burst-ms) burst_ms=${2:?--burst-ms needs a value}; shift 2 ;;
       --name) name=${2:?--name needs a value}; shift 2 ;;
       --subnet) subnet=${2:?--subnet needs a value}; shift 2 ;;
       --) shift; args+=("$@"); break ;;
