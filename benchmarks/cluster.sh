@@ -87,6 +87,19 @@ print(f"| {rate} | {a} | {ta:.3f} | {err(pa, ta)} / {err(ma, ta)} | {b} | {tb:.3
     "$1" "$2" "$3" "$pa" "$ma" "$5" "$6" "$pb" "$mb"
 }
 
+# This machine's compute for the predictions, measured now (kiri plan --calibrate on 2 ranks
+# of this host, 1 thread each), unless KIRI_CALIBRATION names a file: without one the
+# this-machine preset would take its assumed rates.
+if [[ -z ${KIRI_CALIBRATION:-} ]]; then
+  export KIRI_CALIBRATION=$work/compute.json
+  if ! "$kiri" launch -n 2 --threads 1 -- plan --calibrate --out "$KIRI_CALIBRATION" \
+    --offload-path "$work/calibration" --disk-bytes 4MiB > "$work/compute.log" 2>&1; then
+    echo "benchmarks/cluster.sh: measuring this machine's compute failed:" >&2
+    tail -20 "$work/compute.log" >&2
+    exit 1
+  fi
+fi
+echo "compute for the predictions: $KIRI_CALIBRATION" >&2
 echo "| link | A | A step (s) | predicted: rate / link (error) | B | B step (s) |" \
   "predicted: rate / link (error) | B / A | predicted B / A |"
 echo "|---|---|---|---|---|---|---|---|---|"
