@@ -231,6 +231,26 @@ void read_disk(const json& d, Calibration::Disk& disk) {
 
 }  // namespace
 
+namespace {
+
+// The "link" object: the fitted link, its samples and, measured across hosts, the share
+// of compute a transfer in flight took (absent from files made on one host or before).
+void read_link(const json& l, const std::string& path, Calibration& c) {
+  c.link_method = l.at("method").get<std::string>();
+  c.link_ranks = l.at("ranks").get<int>();
+  c.bandwidth = l.at("bandwidth").get<double>();
+  c.latency = l.at("latency").is_null() ? 0.0 : l.at("latency").get<double>();
+  c.link_hosts = l.value("hosts", 1);
+  c.transfer_compute_share = l.value("transfer_compute_share", 0.0);
+  KIRI_CHECK_KIND(kConfig, c.transfer_compute_share >= 0 && c.transfer_compute_share <= 1,
+                  "the calibration file ", path, " has link.transfer_compute_share ",
+                  c.transfer_compute_share, ", outside [0, 1]: rerun kiri plan --calibrate");
+  for (const json& s : l.at("samples"))
+    c.samples.push_back({s.at("bytes").get<double>(), s.at("seconds").get<double>()});
+}
+
+}  // namespace
+
 std::optional<Calibration> load_calibration(const std::string& path) {
   if (path == "none" || !fs::exists(path)) return std::nullopt;
   std::ifstream in(path);
@@ -256,18 +276,7 @@ std::optional<Calibration> load_calibration(const std::string& path) {
       c.gemm_bf16_via_f32_flops_1_thread = h.value("via_f32_flops_1_thread", 0.0);
       c.gemm_bf16_onednn_flops_1_thread = h.value("onednn_flops_1_thread", 0.0);
     }
-    const json& l = j.at("link");
-    c.link_method = l.at("method").get<std::string>();
-    c.link_ranks = l.at("ranks").get<int>();
-    c.bandwidth = l.at("bandwidth").get<double>();
-    c.latency = l.at("latency").is_null() ? 0.0 : l.at("latency").get<double>();
-    c.link_hosts = l.value("hosts", 1);
-    c.transfer_compute_share = l.value("transfer_compute_share", 0.0);
-    KIRI_CHECK_KIND(kConfig, c.transfer_compute_share >= 0 && c.transfer_compute_share <= 1,
-                    "the calibration file ", path, " has link.transfer_compute_share ",
-                    c.transfer_compute_share, ", outside [0, 1]: rerun kiri plan --calibrate");
-    for (const json& s : l.at("samples"))
-      c.samples.push_back({s.at("bytes").get<double>(), s.at("seconds").get<double>()});
+    read_link(j.at("link"), path, c);
     if (j.contains("non_gemm")) read_non_gemm(j.at("non_gemm"), c);  // version 2
     if (j.contains("peak")) {                                        // version 3
       const json& p = j.at("peak");
@@ -312,6 +321,32 @@ std::optional<Calibration> load_calibration(const std::string& path) {
                   " has a negative gemm_bf16.flops_1_thread (", c.gemm_bf16_flops_1_thread, ")");
   return c;
 }
+
+namespace {
+
+// The share of compute a transfer in flight took (measured across hosts) and the disk, as
+// measured or else assumed, said in `s.measured` / `s.assumed`.
+void take_transfer_share_and_disk(const Calibration& c, ClusterSpec& s) {
+  if (c.transfer_compute_share > 0) {
+    s.transfer_compute_share = c.transfer_compute_share;
+    s.measured.push_back(str("a transfer in flight takes ", c.transfer_compute_share,
+                             " of a rank's compute (16 MiB all_reduce across ", c.link_hosts,
+                             " hosts)"));
+  }
+  if (c.disk.read_bytes_per_s > 0) {
+    s.disk = {c.disk.read_bytes_per_s, c.disk.write_bytes_per_s, true};
+    s.measured.push_back(str("disk of ", c.disk.path, " (", c.disk.direct ? "O_DIRECT" : "buffered",
+                             ", ", c.disk.engine, ", block ", c.disk.block_size, " B, queue depth ",
+                             c.disk.queue_depth, ": read ", c.disk.read_bytes_per_s / 1e9,
+                             " GB/s, write ", c.disk.write_bytes_per_s / 1e9, " GB/s)"));
+  } else {
+    s.assumed.push_back(str("offload disk ", kAssumedDisk.read_bandwidth / 1e9, " GB/s read, ",
+                            kAssumedDisk.write_bandwidth / 1e9,
+                            " GB/s write (not in the file: rerun kiri plan --calibrate)"));
+  }
+}
+
+}  // namespace
 
 ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) {
   ClusterSpec s;
@@ -375,23 +410,7 @@ ClusterSpec calibrated_cluster(const Calibration& c, const std::string& source) 
         "their bytes from the file's two-kernel loss, AdamW and zeroing + norm, activations "
         "refitted to its step (a version 2-5 file: rerun kiri plan --calibrate)");
   if (c.latency <= 0) s.assumed.push_back("intra latency 2 us");
-  if (c.transfer_compute_share > 0) {
-    s.transfer_compute_share = c.transfer_compute_share;
-    s.measured.push_back(str("a transfer in flight takes ", c.transfer_compute_share,
-                             " of a rank's compute (16 MiB all_reduce across ", c.link_hosts,
-                             " hosts)"));
-  }
-  if (c.disk.read_bytes_per_s > 0) {
-    s.disk = {c.disk.read_bytes_per_s, c.disk.write_bytes_per_s, true};
-    s.measured.push_back(str("disk of ", c.disk.path, " (", c.disk.direct ? "O_DIRECT" : "buffered",
-                             ", ", c.disk.engine, ", block ", c.disk.block_size, " B, queue depth ",
-                             c.disk.queue_depth, ": read ", c.disk.read_bytes_per_s / 1e9,
-                             " GB/s, write ", c.disk.write_bytes_per_s / 1e9, " GB/s)"));
-  } else {
-    s.assumed.push_back(str("offload disk ", kAssumedDisk.read_bandwidth / 1e9, " GB/s read, ",
-                            kAssumedDisk.write_bandwidth / 1e9,
-                            " GB/s write (not in the file: rerun kiri plan --calibrate)"));
-  }
+  take_transfer_share_and_disk(c, s);
   return s;
 }
 
