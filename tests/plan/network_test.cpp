@@ -166,16 +166,23 @@ TEST(PlanNetwork, FlashAttentionInThePaperForm) {
   EXPECT_THROW(parse_attention("fast"), Error);
 }
 
+// The namespace cluster's benchmark run (benchmarks/cluster.sh): data parallel over dp ranks,
+// fp32, T 128, 8 sequences per step.
+Layout cluster_bench_layout(int dp, int64_t micro_batch) {
+  Layout l;
+  l.dp = dp;
+  l.micro_batch = micro_batch;
+  l.seq_len = 128;
+  l.global_batch = 8;
+  l.dtype = Precision::kFp32;
+  return l;
+}
+
 // Four ranks on two shared cores compute at half speed.
 TEST(PlanNetwork, RanksSharingCoresComputeSlower) {
   const ModelSpec m = model_from_dims(4, 256, 4, 257, 128);
   ClusterSpec c = this_machine_assumed();
-  Layout l;
-  l.dp = 4;
-  l.micro_batch = 2;
-  l.seq_len = 128;
-  l.global_batch = 8;
-  l.dtype = Precision::kFp32;
+  const Layout l = cluster_bench_layout(4, 2);
   const TimeBreakdown alone = estimate_time(m, l, c);
   c.shared_cores = 2;
   const TimeBreakdown shared = estimate_time(m, l, c);
@@ -198,12 +205,7 @@ TEST(PlanNetwork, AHiddenTransferTakesItsShareOfTheCompute) {
   c.nics_per_node = 1;
   c.inter = {250e6, 1e-4};
   for (int stage : {0, 2, 3}) {
-    Layout l;
-    l.dp = 2;
-    l.micro_batch = 4;
-    l.seq_len = 128;
-    l.global_batch = 8;
-    l.dtype = Precision::kFp32;
+    Layout l = cluster_bench_layout(2, 4);
     l.zero_stage = stage;
     l.bucket_mb = 0.25;
     c.transfer_compute_share = 0;
@@ -222,12 +224,7 @@ TEST(PlanNetwork, AHiddenTransferTakesItsShareOfTheCompute) {
   // One node: a CPU node's collectives run on the cores (none hidden), so no share is added.
   ClusterSpec one = this_machine_assumed();
   one.transfer_compute_share = 0.25;
-  Layout l;
-  l.dp = 2;
-  l.micro_batch = 4;
-  l.seq_len = 128;
-  l.global_batch = 8;
-  EXPECT_EQ(estimate_time(m, l, one).dp_comm_cpu_s, 0);
+  EXPECT_EQ(estimate_time(m, cluster_bench_layout(2, 4), one).dp_comm_cpu_s, 0);
 }
 
 TEST(PlanNetwork, LinkRatesAndTimesAsTcWritesThem) {
