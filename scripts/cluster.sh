@@ -121,10 +121,11 @@ probe_kernel() {
 # tbf on one interface (in namespace $2, or the root namespace when empty): burst is
 # --burst-ms (5 ms) at the rate, queue 50 ms. A burst lets a message that finds the bucket
 # full cross faster than the rate, which a real wire does not (docs/cluster.md). The burst
-# is at least 96 KiB because tbf never sends a packet longer than its bucket: one queued under a larger burst (before `shape` lowered it)
-# would wait forever, and the host's link with it. The largest packet queued here is a 64 KiB
-# TCP GSO send, 68130 bytes as tbf counts it (45 segments of 1448 with their 66-byte
-# headers); a 64 KiB floor stranded one in 3 of 3 tries (docs/cluster.md).
+# is at least 96 KiB because tbf never sends a packet longer than its bucket: one queued
+# under a larger burst (before `shape` lowered it) would wait forever, and the host's link
+# with it. The largest packet queued here is a 64 KiB TCP GSO send, 68130 bytes as tbf
+# counts it (45 segments of 1448 with their 66-byte headers); a 64 KiB floor stranded one
+# in 3 of 3 tries (docs/cluster.md).
 shape_dev() {
   local dev=$1 ns=$2 r=$3 tcx=(tc)
   [[ -n $ns ]] && tcx=(ip netns exec "$ns" tc)
