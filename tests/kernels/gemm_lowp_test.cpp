@@ -174,8 +174,10 @@ TEST_P(GemmLowpPath, AllTransposesAndOddSizes) {
 // Long K (split into blocks on the fp32 path), wide panels and a 16-bit C
 // rounded once; then the fp32 path's panels shared by several C blocks (1 MiB
 // panels of at least 256 rows or columns): K blocks outermost over 3 row
-// blocks accumulating into C, one B panel for 4 row blocks, one A panel per
-// row for 4 column blocks of a 16-bit C.
+// blocks accumulating into C, one B panel for 4 row blocks, a 16-bit C of 1000
+// columns in row blocks of all of them, one A panel per row for 2 column blocks
+// of a 16-bit C of 1100 columns, K in 6 blocks of 873 so that a B panel holds
+// all 300 columns (2 row blocks), and a 16-bit C in 2 blocks of 374 rows.
 TEST_P(GemmLowpPath, LongKAndWidePanels) {
   KIRI_USE_GEMM_LOWP(impl(), ab());
   Worst worst;
@@ -184,7 +186,10 @@ TEST_P(GemmLowpPath, LongKAndWidePanels) {
                         Case{ab(), false, false, 5, 7, 9000, 1.0f, 0.0f, DType::kF32, 0},
                         Case{ab(), false, false, 600, 9, 9000, 1.0f, 1.0f, DType::kF32, 0},
                         Case{ab(), true, false, 1000, 20, 1024, 1.0f, 0.0f, DType::kF32, 2},
-                        Case{ab(), false, true, 300, 1000, 1024, -0.5f, 1.0f, ab(), 3}})
+                        Case{ab(), false, true, 300, 1000, 1024, -0.5f, 1.0f, ab(), 3},
+                        Case{ab(), false, true, 300, 1100, 300, -0.5f, 1.0f, ab(), 0},
+                        Case{ab(), false, false, 310, 300, 4500, 1.0f, 1.0f, DType::kF32, 1},
+                        Case{ab(), true, false, 600, 700, 64, 1.0f, 1.0f, ab(), 0}})
     worst.add(c, check_case(c));
   worst.record();
 }
@@ -224,6 +229,64 @@ TEST_P(GemmLowpPath, ConcurrentCallersGetTheSingleCallResult) {
   for (std::thread& th : threads) th.join();
   omp_set_num_threads(saved_threads);
   for (int t = 0; t < 8; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+// The widened path with more OpenMP threads than the test's 2: each thread takes whole C
+// blocks, or a share of the columns where K is split. Within the bound and the same bits on a
+// second call: K in 9 blocks over 300 columns (k_outer, 3 column shares), one widened A shared
+// by 3 column blocks, one widened B shared by 6 row blocks of a 16-bit C, and a 16-bit C in 3
+// column blocks with K in 5 blocks. (Not bitwise the same as on 1 thread: oneDNN's sgemm may
+// sum a C element differently when the block around it has other sizes.)
+TEST(GemmLowp, ViaF32OnThreeThreadsMeetsTheBoundAndRepeatsBitwise) {
+  const test::ScopedGemmLowp scope(LowpGemmImpl::kViaF32);
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  Worst worst;
+  for (const Case& c :
+       {Case{DType::kBF16, false, true, 20, 300, 9000, 1.0f, 1.0f, DType::kF32, 0},
+        Case{DType::kBF16, false, true, 100, 9000, 64, 1.0f, 1.0f, DType::kF32, 1},
+        Case{DType::kF16, true, false, 8000, 100, 64, 1.0f, 1.0f, DType::kF16, 0},
+        Case{DType::kBF16, true, false, 40, 600, 4200, 0.5f, 1.0f, DType::kBF16, 2}}) {
+    worst.add(c, check_case(c));
+    const int64_t n_a = c.M * c.K, n_b = c.K * c.N, n_c = c.M * c.N;
+    const LowpMatrix A = random_lowp(c.ab, n_a, 21), B = random_lowp(c.ab, n_b, 22);
+    const LowpMatrix C0 = random_lowp(c.ab, n_c, 23);
+    std::vector<std::vector<char>> out;
+    for (int call = 0; call < 2; ++call) {
+      std::vector<float> c32(C0.values.begin(), C0.values.end());
+      std::vector<uint16_t> c16 = C0.bits;
+      void* C = c.c_dtype == DType::kF32 ? static_cast<void*>(c32.data()) : c16.data();
+      kernels::gemm_lowp(c.ab, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.bits.data(), c.ta ? c.M : c.K,
+                         B.bits.data(), c.tb ? c.K : c.N, c.beta, C, c.c_dtype, c.N);
+      const char* bytes = static_cast<const char*>(C);
+      out.emplace_back(bytes, bytes + n_c * dtype_size(c.c_dtype));
+    }
+    EXPECT_TRUE(out[0] == out[1]) << c.M << " x " << c.N << " x " << c.K;
+  }
+  worst.record();
+  omp_set_num_threads(saved_threads);
+}
+
+// A 16-bit C accumulated with beta 1 is round(C + the product summed in fp32), one rounding:
+// the product computed alone into an fp32 C (the same single block and sgemm call) and added
+// to C in fp32 gives the same bits, on the path that adds the product into C as it rounds.
+TEST(GemmLowp, ViaF32SixteenBitCIsCPlusTheSumRoundedOnce) {
+  const test::ScopedGemmLowp scope(LowpGemmImpl::kViaF32);
+  const int64_t M = 50, N = 60, K = 300;
+  for (DType ab : {DType::kBF16, DType::kF16}) {
+    const LowpMatrix A = random_lowp(ab, K * M, 31), B = random_lowp(ab, K * N, 32);
+    const LowpMatrix C0 = random_lowp(ab, M * N, 33);
+    std::vector<float> product(static_cast<size_t>(M * N), 0.0f);
+    kernels::gemm_lowp(ab, true, false, M, N, K, 1.0f, A.bits.data(), M, B.bits.data(), N, 0.0f,
+                       product.data(), DType::kF32, N);
+    std::vector<uint16_t> c = C0.bits;
+    kernels::gemm_lowp(ab, true, false, M, N, K, 1.0f, A.bits.data(), M, B.bits.data(), N, 1.0f,
+                       c.data(), ab, N);
+    int mismatches = 0;
+    for (int64_t i = 0; i < M * N; ++i)
+      mismatches += c[i] != to_lowp(ab, static_cast<float>(C0.values[i]) + product[i]);
+    EXPECT_EQ(mismatches, 0) << dtype_name(ab);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -42,8 +42,10 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 // kOneDnnMatmul: a cached oneDNN matmul primitive on the 16-bit data (falls
 // back to kViaF32 when oneDNN has no kernel for the dtype on this CPU).
 // kViaF32: A and B widened to fp32 in panels (thread-local scratch of at most
-// ~32 MB per calling thread) and gemm<float>. kAuto: the path measured faster on
-// the GEMM's shape class (below): which one wins depends on the CPU, not on its
+// ~32 MB per thread) and gemm<float>; with several OpenMP threads and enough C
+// blocks, each thread widens and multiplies whole blocks of C. kAuto: the path
+// measured faster on the GEMM's shape class (below): which one wins depends on
+// the CPU, not on its
 // ISA's name (vdpbf16ps runs at the fp32 FMA's rate on some CPUs and at a
 // quarter of it on others; AMX is faster still). (LowpGemmImpl and the rate
 // types live in params.h, shared with the backends.)

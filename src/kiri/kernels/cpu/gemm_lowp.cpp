@@ -3,6 +3,7 @@
 // multiplied by oneDNN's sgemm (the widening is O(MK + KN) against O(MNK) for the
 // product), which wins where vdpbf16ps issues slower than the fp32 FMA. kAuto takes the
 // path measured faster on the shape's class (gemm_lowp_choice.cpp).
+#include <omp.h>
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -67,7 +68,8 @@ void widen(float* dst, const void* src, DType dt, int64_t ld, int64_t r0, int64_
            int64_t cols) {
   const char* base = static_cast<const char*>(src);
   const int64_t es = static_cast<int64_t>(dtype_size(dt));
-#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork)
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork && \
+                                              !omp_in_parallel())
   for (int64_t r = 0; r < rows; ++r)
     detail::to_f32(dst + r * cols, base + ((r0 + r) * ld + c0) * es, dt, cols);
 }
@@ -77,12 +79,25 @@ void narrow(void* dst, DType dt, int64_t ld, int64_t r0, int64_t c0, const float
             int64_t cols) {
   char* base = static_cast<char*>(dst);
   const int64_t es = static_cast<int64_t>(dtype_size(dt));
-#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork)
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork && \
+                                              !omp_in_parallel())
   for (int64_t r = 0; r < rows; ++r)
     detail::from_f32(base + ((r0 + r) * ld + c0) * es, dt, src + r * cols, cols);
 }
 
-// Per calling thread, reused across calls (grows to the largest panel seen).
+// C's rows += fp32 rows, each sum rounded once into the 16-bit C.
+void add_into(void* dst, DType dt, int64_t ld, int64_t r0, int64_t c0, const float* src,
+              int64_t rows, int64_t cols) {
+  char* base = static_cast<char*>(dst);
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork && \
+                                              !omp_in_parallel())
+  for (int64_t r = 0; r < rows; ++r)
+    detail::add_f32_into(base + ((r0 + r) * ld + c0) * es, dt, src + r * cols, cols);
+}
+
+// Per thread (the caller's, and each OpenMP thread's on the block-parallel path), reused
+// across calls (grows to the largest panel seen).
 struct Scratch {
   std::vector<float> a, b, c;
 };
@@ -128,6 +143,12 @@ struct Widened {
 void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
                    int64_t kb, Widened w) {
   const bool c32 = g.c_dtype == DType::kF32;
+  // A 16-bit C accumulated in one K block (the weight gradients' dW += x^T dy): the product
+  // into the panel, then added into C as C is rounded (one pass over C), not C widened into
+  // the panel, accumulated by sgemm and narrowed (two). sgemm adds beta C to its finished sum,
+  // so each element is round(C + sum) either way, the same bits (the golden runs' bf16_via_f32
+  // case). On gpt2-124M's weight gradients: 1.15-1.19x fp32's GEMM time against 1.27-1.30x.
+  const bool add_into_c = !c32 && g.beta == 1.0f && kb == g.K;
   float* c = nullptr;
   int64_t ldc = g.ldc;
   if (c32) {
@@ -135,16 +156,17 @@ void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, in
   } else {
     c = sized(scratch().c, mr * nr);
     ldc = nr;
-    if (g.beta != 0.0f) widen(c, g.C, g.c_dtype, g.ldc, m0, n0, mr, nr);
+    if (g.beta != 0.0f && !add_into_c) widen(c, g.C, g.c_dtype, g.ldc, m0, n0, mr, nr);
   }
   for (int64_t k0 = 0; k0 < g.K; k0 += kb) {
     const int64_t kr = std::min(kb, g.K - k0);
     const float* a = w.a ? w.a : widen_a(g, m0, mr, k0, kr);
     const float* b = w.b ? w.b : widen_b(g, k0, kr, n0, nr);
-    const float beta = k0 == 0 ? g.beta : 1.0f;
+    const float beta = add_into_c ? 0.0f : k0 == 0 ? g.beta : 1.0f;
     gemm<float>(g.trans_a, g.trans_b, mr, nr, kr, g.alpha, a, g.trans_a ? mr : kr, b,
                 g.trans_b ? kr : nr, beta, c, ldc);
   }
+  if (add_into_c) return add_into(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
   if (!c32) narrow(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
 }
 
@@ -165,25 +187,114 @@ void k_outer_via_f32(const LowpGemmArgs& g, int64_t kb, int64_t mb) {
   }
 }
 
+// How gemm_lowp_via_f32 cuts C and K: blocks of mb rows and nb columns, K in blocks of kb.
+struct Blocking {
+  int64_t mb, nb, kb;
+};
+
+Blocking blocking(const LowpGemmArgs& g) {
+  // C's columns fit one panel beside kMinBlock rows or K: N is not split (below).
+  const bool narrow_n = g.N <= kPanelCap / kMinBlock;
+  int64_t kb = g.K <= kMaxKBlock ? g.K : kMaxKBlock / 4;
+  // A long K into an fp32 C of few columns (the LM head's input gradient: N = C, K = V): K
+  // blocks short enough that a B panel holds all of N, so k_outer_via_f32 widens each B
+  // element once and each A element once. With N cut into 256-column blocks instead, every
+  // A panel was widened (and packed by sgemm) once per column block: 1.25x fp32's time on
+  // gpt2-124M's head against 1.1x (docs/performance.md, "Blocking the widened panels").
+  if (kb < g.K && narrow_n && g.c_dtype == DType::kF32)
+    kb = std::clamp(kPanelCap / g.N, kMinBlock, kMaxKBlock / 4);
+  int64_t mb = std::min(g.M, std::max(kMinBlock, kPanelCap / kb));
+  int64_t nb = std::min(g.N, std::max(kMinBlock, kPanelCap / kb));
+  if (g.c_dtype != DType::kF32) {
+    // A 16-bit C is widened and narrowed a block at a time, so its block is a panel too. With
+    // few columns, rows of all of N (the LM head's weight gradient: M = V, N = C), so that B
+    // is widened once and sgemm packs each A panel once, not once per column block.
+    // (The rows are also capped by K's panel: tiny's c_proj weight gradient, K = 1024 tokens
+    // and N = 256, took 1.2x as long with A panels of 4 MiB.)
+    if (narrow_n) mb = std::min(g.M, std::max(kMinBlock, kPanelCap / std::max(g.N, kb)));
+    nb = std::min(nb, std::max(kMinBlock, kPanelCap / mb));
+  }
+  return {mb, nb, kb};
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The columns [n0, n0 + nr) of g: a GEMM of its own on the same A.
+LowpGemmArgs column_slice(const LowpGemmArgs& g, int64_t n0, int64_t nr) {
+  LowpGemmArgs s = g;
+  const int64_t es = static_cast<int64_t>(dtype_size(g.ab));
+  s.B = static_cast<const char*>(g.B) + (g.trans_b ? n0 * g.ldb : n0) * es;
+  s.C = static_cast<float*>(g.C) + n0;  // k_outer's C is fp32
+  s.N = nr;
+  return s;
+}
+
+// More than one OpenMP thread and at least as many C blocks: each C block (or, for k_outer,
+// each thread's share of the columns) is one thread's, widened into its own panels and
+// multiplied by a one-thread sgemm (oneDNN runs serially inside a parallel region). The threads
+// stream their own operands from memory at once, and a block costs no barriers; splitting every
+// widening and every sgemm call over the threads had 4 barriers per block and sgemm calls too
+// small for two threads. The K blocks and their order are the serial path's, but oneDNN may
+// sum an element differently in a block of other sizes: a result is deterministic for a thread
+// count, not bitwise the same across counts.
+bool via_f32_parallel(const LowpGemmArgs& g, Blocking b, int threads) {
+  const bool one_k = b.kb == g.K;
+  if (!one_k && b.nb == g.N && g.c_dtype == DType::kF32) {
+    const int64_t nt = ceil_div(ceil_div(g.N, threads), 16) * 16;
+    if (ceil_div(g.N, nt) < threads) return false;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n0 = 0; n0 < g.N; n0 += nt)
+      k_outer_via_f32(column_slice(g, n0, std::min(nt, g.N - n0)), b.kb, b.mb);
+    return true;
+  }
+  // Fewer blocks than threads: the serial path, whose widening and sgemm use every thread.
+  int64_t bm = ceil_div(g.M, b.mb), bn = ceil_div(g.N, b.nb);
+  if (bm * bn < threads) return false;
+  // The longer side of the block grid in a multiple of the threads' count, so that no thread
+  // waits for another's last block (gpt2-124M's c_attn: 7 column blocks on 2 threads).
+  if ((bm * bn) % threads != 0) {
+    if (bn >= bm) {
+      b.nb = ceil_div(g.N, ceil_div(bn, threads) * threads);
+      bn = ceil_div(g.N, b.nb);
+    } else {
+      b.mb = ceil_div(g.M, ceil_div(bm, threads) * threads);
+      bm = ceil_div(g.M, b.mb);
+    }
+  }
+  // With K in one block, an operand that every block shares (A when C has one row of blocks,
+  // B when one column) is widened once, by all threads, into the calling thread's panel; the
+  // blocks then widen only the other operand, into their own thread's other panel.
+  Widened w;
+  if (one_k && bm == 1 && bn > 1) w.a = widen_a(g, 0, g.M, 0, g.K);
+  if (one_k && bn == 1 && bm > 1) w.b = widen_b(g, 0, g.K, 0, g.N);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < bm * bn; ++i) {
+    const int64_t m0 = (i / bn) * b.mb, n0 = (i % bn) * b.nb;
+    block_via_f32(g, m0, std::min(b.mb, g.M - m0), n0, std::min(b.nb, g.N - n0), b.kb, w);
+  }
+  return true;
+}
+
 }  // namespace
 
 void detail::gemm_lowp_via_f32(const LowpGemmArgs& g) {
-  const int64_t kb = g.K <= kMaxKBlock ? g.K : kMaxKBlock / 4;
-  const int64_t mb = std::min(g.M, std::max(kMinBlock, kPanelCap / kb));
-  int64_t nb = std::min(g.N, std::max(kMinBlock, kPanelCap / kb));
-  if (g.c_dtype != DType::kF32) nb = std::min(nb, std::max(kMinBlock, kPanelCap / mb));
-  const bool one_k = kb == g.K, one_n = nb == g.N;
-  if (!one_k && one_n && g.c_dtype == DType::kF32) return k_outer_via_f32(g, kb, mb);
+  const Blocking b = blocking(g);
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads > 1 && via_f32_parallel(g, b, threads)) return;
+  const bool one_k = b.kb == g.K, one_n = b.nb == g.N;
+  if (!one_k && one_n && g.c_dtype == DType::kF32) return k_outer_via_f32(g, b.kb, b.mb);
   // With K in one block, an operand shared by several C blocks is widened once: B when C has
   // one column block (the LM head's dweight: 197 row blocks in tiny), else A's rows for their
   // row of blocks (the LM head's forward: 197 column blocks).
   Widened w;
   if (one_k && one_n) w.b = widen_b(g, 0, g.K, 0, g.N);
-  for (int64_t m0 = 0; m0 < g.M; m0 += mb) {
-    const int64_t mr = std::min(mb, g.M - m0);
+  for (int64_t m0 = 0; m0 < g.M; m0 += b.mb) {
+    const int64_t mr = std::min(b.mb, g.M - m0);
     w.a = one_k && !one_n ? widen_a(g, m0, mr, 0, g.K) : nullptr;
-    for (int64_t n0 = 0; n0 < g.N; n0 += nb)
-      block_via_f32(g, m0, mr, n0, std::min(nb, g.N - n0), kb, w);
+    for (int64_t n0 = 0; n0 < g.N; n0 += b.nb)
+      block_via_f32(g, m0, mr, n0, std::min(b.nb, g.N - n0), b.kb, w);
   }
 }
 
