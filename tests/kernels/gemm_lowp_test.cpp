@@ -177,7 +177,8 @@ TEST_P(GemmLowpPath, AllTransposesAndOddSizes) {
 // blocks accumulating into C, one B panel for 4 row blocks, a 16-bit C of 1000
 // columns in row blocks of all of them, one A panel per row for 2 column blocks
 // of a 16-bit C of 1100 columns, K in 6 blocks of 873 so that a B panel holds
-// all 300 columns (2 row blocks), and a 16-bit C in 2 blocks of 374 rows.
+// all 300 columns (2 row blocks), a 16-bit C in 2 blocks of 374 rows, and a K of 1000 in 3
+// blocks of 334 so that a B panel holds all 600 columns of an fp32 C.
 TEST_P(GemmLowpPath, LongKAndWidePanels) {
   KIRI_USE_GEMM_LOWP(impl(), ab());
   Worst worst;
@@ -189,7 +190,8 @@ TEST_P(GemmLowpPath, LongKAndWidePanels) {
                         Case{ab(), false, true, 300, 1000, 1024, -0.5f, 1.0f, ab(), 3},
                         Case{ab(), false, true, 300, 1100, 300, -0.5f, 1.0f, ab(), 0},
                         Case{ab(), false, false, 310, 300, 4500, 1.0f, 1.0f, DType::kF32, 1},
-                        Case{ab(), true, false, 600, 700, 64, 1.0f, 1.0f, ab(), 0}})
+                        Case{ab(), true, false, 600, 700, 64, 1.0f, 1.0f, ab(), 0},
+                        Case{ab(), false, true, 70, 600, 1000, 1.0f, 1.0f, DType::kF32, 1}})
     worst.add(c, check_case(c));
   worst.record();
 }

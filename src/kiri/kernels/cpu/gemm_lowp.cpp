@@ -187,6 +187,10 @@ void k_outer_via_f32(const LowpGemmArgs& g, int64_t kb, int64_t mb) {
   }
 }
 
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
 // How gemm_lowp_via_f32 cuts C and K: blocks of mb rows and nb columns, K in blocks of kb.
 struct Blocking {
   int64_t mb, nb, kb;
@@ -196,13 +200,17 @@ Blocking blocking(const LowpGemmArgs& g) {
   // C's columns fit one panel beside kMinBlock rows or K: N is not split (below).
   const bool narrow_n = g.N <= kPanelCap / kMinBlock;
   int64_t kb = g.K <= kMaxKBlock ? g.K : kMaxKBlock / 4;
-  // A long K into an fp32 C of few columns (the LM head's input gradient: N = C, K = V): K
-  // blocks short enough that a B panel holds all of N, so k_outer_via_f32 widens each B
-  // element once and each A element once. With N cut into 256-column blocks instead, every
-  // A panel was widened (and packed by sgemm) once per column block: 1.25x fp32's time on
-  // gpt2-124M's head against 1.1x (docs/performance.md, "Blocking the widened panels").
-  if (kb < g.K && narrow_n && g.c_dtype == DType::kF32)
-    kb = std::clamp(kPanelCap / g.N, kMinBlock, kMaxKBlock / 4);
+  // An fp32 C of few columns whose B does not fit one panel (the LM head's input gradient:
+  // N = C, K = V; a layer's forward or input gradient into C columns): K blocks short enough
+  // that a B panel holds all of N, so k_outer_via_f32 widens each B element once and each A
+  // element once. With N cut into 256-column blocks instead, every A panel was widened (and
+  // packed by sgemm) once per column block: 1.25x fp32's time on gpt2-124M's head against
+  // 1.1x, 1.18x on its layers' input gradients against 1.10x (docs/performance.md, "Blocking
+  // the widened panels"). The K blocks are of equal size, so that none is a short remainder.
+  if (narrow_n && g.c_dtype == DType::kF32 && g.K * g.N > kPanelCap) {
+    kb = std::min(kb, std::clamp(kPanelCap / g.N, kMinBlock, kMaxKBlock / 4));
+    kb = ceil_div(g.K, ceil_div(g.K, kb));
+  }
   int64_t mb = std::min(g.M, std::max(kMinBlock, kPanelCap / kb));
   int64_t nb = std::min(g.N, std::max(kMinBlock, kPanelCap / kb));
   if (g.c_dtype != DType::kF32) {
@@ -215,10 +223,6 @@ Blocking blocking(const LowpGemmArgs& g) {
     nb = std::min(nb, std::max(kMinBlock, kPanelCap / mb));
   }
   return {mb, nb, kb};
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
 }
 
 // The columns [n0, n0 + nr) of g: a GEMM of its own on the same A.
