@@ -74,26 +74,21 @@ void widen(float* dst, const void* src, DType dt, int64_t ld, int64_t r0, int64_
     detail::to_f32(dst + r * cols, base + ((r0 + r) * ld + c0) * es, dt, cols);
 }
 
-// The reverse for C: rows of fp32 into a 16-bit matrix, rounded.
+// The reverse for C: rows of fp32 into a 16-bit matrix, rounded; with add, each row is added
+// into C's row first (in fp32, rounded once).
 void narrow(void* dst, DType dt, int64_t ld, int64_t r0, int64_t c0, const float* src, int64_t rows,
-            int64_t cols) {
+            int64_t cols, bool add = false) {
   char* base = static_cast<char*>(dst);
   const int64_t es = static_cast<int64_t>(dtype_size(dt));
 #pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork && \
                                               !omp_in_parallel())
-  for (int64_t r = 0; r < rows; ++r)
-    detail::from_f32(base + ((r0 + r) * ld + c0) * es, dt, src + r * cols, cols);
-}
-
-// C's rows += fp32 rows, each sum rounded once into the 16-bit C.
-void add_into(void* dst, DType dt, int64_t ld, int64_t r0, int64_t c0, const float* src,
-              int64_t rows, int64_t cols) {
-  char* base = static_cast<char*>(dst);
-  const int64_t es = static_cast<int64_t>(dtype_size(dt));
-#pragma omp parallel for schedule(static) if (rows * cols > detail::kMinParallelWork && \
-                                              !omp_in_parallel())
-  for (int64_t r = 0; r < rows; ++r)
-    detail::add_f32_into(base + ((r0 + r) * ld + c0) * es, dt, src + r * cols, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    void* row = base + ((r0 + r) * ld + c0) * es;
+    if (add)
+      detail::add_f32_into(row, dt, src + r * cols, cols);
+    else
+      detail::from_f32(row, dt, src + r * cols, cols);
+  }
 }
 
 // Per thread (the caller's, and each OpenMP thread's on the block-parallel path), reused
@@ -166,8 +161,7 @@ void block_via_f32(const LowpGemmArgs& g, int64_t m0, int64_t mr, int64_t n0, in
     gemm<float>(g.trans_a, g.trans_b, mr, nr, kr, g.alpha, a, g.trans_a ? mr : kr, b,
                 g.trans_b ? kr : nr, beta, c, ldc);
   }
-  if (add_into_c) return add_into(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
-  if (!c32) narrow(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr);
+  if (!c32) narrow(g.C, g.c_dtype, g.ldc, m0, n0, c, mr, nr, add_into_c);
 }
 
 // K in several blocks, an fp32 C and one column block: the K blocks outermost, so that each
