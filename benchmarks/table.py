@@ -49,7 +49,8 @@ for key, k in kiri.items():
                 continue
             tok, g = b["tokens_per_s"], b["gemm_lowp_gflops"]
             path = (f"{b['gemm_lowp']} (GFLOP/s: via_f32 {g['via_f32']:.0f}, "
-                    f"onednn {g['onednn']:.0f})")
+                    f"onednn {g['onednn']:.0f}"
+                    + (f", packed {g['packed']:.0f})" if "packed" in g else ")"))
             v = tok / f["tokens_per_s"]
             # Rows of a kiri older than these fields leave the cells empty.
             mfu = mfu_cell(b) if "mfu" in b else ""

@@ -1,6 +1,6 @@
 #pragma once
 // Running a low-precision test through each gemm_lowp path (oneDNN's matmul
-// on the 16-bit data and the fp32-panel path) on any machine: TEST_P over
+// on the 16-bit data, the fp32-panel path and the packed kernel) on any machine: TEST_P over
 // kGemmLowpPaths, KIRI_USE_GEMM_LOWP(path, dtype) first in the body.
 #include <gtest/gtest.h>
 
@@ -28,12 +28,15 @@ class ScopedGemmLowp {
 // Why `impl` cannot run `ab` here ("" when it can).
 inline std::string gemm_lowp_unavailable(kernels::LowpGemmImpl impl, DType ab) {
   if (kernels::gemm_lowp_available(impl, ab)) return "";
+  if (impl == kernels::LowpGemmImpl::kPacked)
+    return "this build has no packed kernel (no AVX-512; it would fall back to via_f32)";
   return std::string("oneDNN has no ") + dtype_name(ab) +
          " matmul on this CPU (it would fall back to via_f32)";
 }
 
 inline const auto kGemmLowpPaths =
-    ::testing::Values(kernels::LowpGemmImpl::kViaF32, kernels::LowpGemmImpl::kOneDnnMatmul);
+    ::testing::Values(kernels::LowpGemmImpl::kViaF32, kernels::LowpGemmImpl::kOneDnnMatmul,
+                      kernels::LowpGemmImpl::kPacked);
 
 inline std::string gemm_lowp_path_name(
     const ::testing::TestParamInfo<kernels::LowpGemmImpl>& info) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -48,15 +49,29 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// `text` (a cache file) with the last field of every rate line replaced by `share`.
+// `text` (a cache file) with the share field (the tenth) of every rate line replaced by `share`.
 std::string with_share(const std::string& text, const std::string& share) {
   std::istringstream in(text);
   std::string out;
   for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line[0] != '#') line = line.substr(0, line.rfind(' ') + 1) + share;
+    if (!line.empty() && line[0] != '#') {
+      std::istringstream f(line);
+      std::vector<std::string> fields;
+      for (std::string x; f >> x;) fields.push_back(x);
+      if (fields.size() > 9) fields[9] = share;
+      line.clear();
+      for (const std::string& x : fields) line += (line.empty() ? "" : " ") + x;
+    }
     out += line + "\n";
   }
   return out;
+}
+
+// A rate line of a table: via_f32, onednn and packed in GFLOP/s.
+LowpGemmRate rate(const LowpGemmShape& s, double via_f32, double onednn, double packed) {
+  LowpGemmRate r{s, via_f32 * 1e9, onednn * 1e9};
+  r.packed = packed * 1e9;
+  return r;
 }
 
 // The shapes are linear.cpp's three products, for both weight layouts.
@@ -89,25 +104,27 @@ TEST(GemmLowpChoice, LinearShapesAreTheLayersProducts) {
 TEST(GemmLowpChoice, EachShapeClassTakesItsFasterPath) {
   KIRI_USE_GEMM_LOWP(LowpGemmImpl::kAuto, DType::kBF16);
   if (kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty())
-    GTEST_SKIP() << "oneDNN has no BF16 matmul on this CPU: kAuto is via_f32 without a choice";
+    GTEST_SKIP() << "oneDNN has no BF16 matmul on this CPU: no onednn path to name";
   const ScopedCache cache("off");
   LowpGemmRates t;
   t.ab = DType::kBF16;
-  t.shapes = {{{false, false, 256, 1024, 256, "small"}, 100e9, 200e9},    // onednn faster
-              {{false, false, 4096, 4096, 4096, "big"}, 300e9, 200e9},    // via_f32 faster
-              {{true, false, 256, 1024, 256, "dweight"}, 100e9, 100e9}};  // a tie: via_f32
+  t.shapes = {rate({false, false, 256, 1024, 256, "small"}, 100, 200, 150),   // onednn fastest
+              rate({false, false, 4096, 4096, 4096, "big"}, 300, 200, 250),   // via_f32 fastest
+              rate({true, false, 256, 1024, 256, "dweight"}, 100, 100, 100),  // a tie: via_f32
+              rate({false, true, 512, 512, 512, "dinput"}, 100, 50, 120)};    // packed fastest
   kernels::set_gemm_lowp_rates(t);
   using kernels::cpu::detail::auto_path;
   EXPECT_EQ(auto_path(DType::kBF16, false, false, 300, 900, 300), LowpGemmImpl::kOneDnnMatmul);
   EXPECT_EQ(auto_path(DType::kBF16, false, false, 3000, 5000, 4000), LowpGemmImpl::kViaF32);
   EXPECT_EQ(auto_path(DType::kBF16, true, false, 4000, 4000, 4000), LowpGemmImpl::kViaF32);
+  EXPECT_EQ(auto_path(DType::kBF16, false, true, 400, 600, 500), LowpGemmImpl::kPacked);
   // No shape with these transposes: the nearest of any.
-  EXPECT_EQ(auto_path(DType::kBF16, false, true, 250, 1000, 250), LowpGemmImpl::kOneDnnMatmul);
+  EXPECT_EQ(auto_path(DType::kBF16, true, true, 250, 1000, 250), LowpGemmImpl::kOneDnnMatmul);
   // The big shape holds most FLOPs: the path named is via_f32's, with the split.
   EXPECT_EQ(kernels::gemm_lowp_path(DType::kBF16), LowpGemmImpl::kViaF32);
   EXPECT_EQ(kernels::gemm_lowp_path_description(DType::kBF16),
-            "via_f32 on 2 of 3 shapes, onednn (" + kernels::gemm_lowp_onednn_kernel(DType::kBF16) +
-                ") on the rest");
+            "via_f32 on 2 of 4 shapes, packed on 1, onednn (" +
+                kernels::gemm_lowp_onednn_kernel(DType::kBF16) + ") on 1");
   // A forced path overrides the table.
   kernels::set_gemm_lowp_impl(LowpGemmImpl::kOneDnnMatmul);
   EXPECT_EQ(kernels::gemm_lowp_path(DType::kBF16), LowpGemmImpl::kOneDnnMatmul);
@@ -126,9 +143,11 @@ TEST(GemmLowpChoice, TheCacheFileKeepsTheRates) {
   EXPECT_EQ(first.cache_file, file) << first.cache_note;
   EXPECT_EQ(first.threads, omp_get_max_threads());
   const bool onednn = !kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty();
+  const bool packed = kernels::gemm_lowp_available(LowpGemmImpl::kPacked, DType::kBF16);
   for (const LowpGemmRate& r : first.shapes) {
     EXPECT_GT(r.via_f32, 0);
     EXPECT_EQ(r.onednn > 0, onednn);
+    EXPECT_EQ(r.packed > 0, packed) << r.shape.role;  // it takes these shapes (and dweight's C)
   }
   // Each line keeps the share of the cores its timing had (a tenth field); marked as timed on
   // free cores, every line is read back, not measured again.
@@ -143,6 +162,7 @@ TEST(GemmLowpChoice, TheCacheFileKeepsTheRates) {
   ASSERT_EQ(again.shapes.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(again.shapes[i].via_f32, first.shapes[i].via_f32, 1e-5 * first.shapes[i].via_f32);
+    EXPECT_NEAR(again.shapes[i].packed, first.shapes[i].packed, 1e-5 * first.shapes[i].packed);
     EXPECT_EQ(again.shapes[i].faster(), first.shapes[i].faster());
   }
   // Another thread count is another measurement.
@@ -214,9 +234,9 @@ TEST(GemmLowpChoiceTiming, TheCpuShareSeesOtherWorkOnTheCores) {
   EXPECT_GT(busy, 0.0);
 }
 
-// On free cores, a file's lines timed beside other work (share 0.5) or before the share was
-// kept (nine fields) are timed again and rewritten with their new share; a line timed on free
-// cores is read back as it is. Timing: run alone, so that the cores are free.
+// On free cores, a file's lines timed beside other work (share 0.5) or damaged (nine fields of
+// eleven) are timed again and rewritten with their new share; a line timed on free cores is
+// read back as it is. Timing: run alone, so that the cores are free.
 TEST(GemmLowpChoiceTiming, RatesTimedBesideOtherWorkAreTimedAgain) {
   if (kernels::cpu::detail::cpu_share_now() < kernels::cpu::detail::kFreeCpuShare)
     GTEST_SKIP() << "the cores are not free now: nothing would be timed again";
@@ -231,8 +251,8 @@ TEST(GemmLowpChoiceTiming, RatesTimedBesideOtherWorkAreTimedAgain) {
            std::to_string(s.K) + " " + tail + "\n";
   };
   // Made-up rates no GEMM here measures: which lines were timed again shows in them.
-  std::ofstream(file) << line(shapes[0], "7 3 0.5") << line(shapes[1], "7 3")
-                      << line(shapes[2], "7 3 1.000");
+  std::ofstream(file) << line(shapes[0], "7 3 0.5 2") << line(shapes[1], "7 3")
+                      << line(shapes[2], "7 3 1.000 2");
   const LowpGemmRates r = kernels::measure_gemm_lowp_rates(DType::kBF16, shapes);
   EXPECT_EQ(r.measured, 2);
   ASSERT_EQ(r.shapes.size(), 3u);
@@ -246,29 +266,36 @@ TEST(GemmLowpChoiceTiming, RatesTimedBesideOtherWorkAreTimedAgain) {
 }
 
 // The measured choice is stable: in 5 measurements on this machine each shape takes the
-// same path, except where its two rates were within 10% of each other (a near tie, where
+// same path, except where that path's rate was within 10% of the fastest's (a near tie, where
 // either path is as fast). Timing: run alone (tests/CMakeLists.txt).
 TEST(GemmLowpChoiceTiming, TheChoiceIsStable) {
-  if (kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty())
-    GTEST_SKIP() << "oneDNN has no BF16 matmul on this CPU: nothing to choose";
+  if (kernels::gemm_lowp_onednn_kernel(DType::kBF16).empty() &&
+      !kernels::gemm_lowp_available(LowpGemmImpl::kPacked, DType::kBF16))
+    GTEST_SKIP() << "no oneDNN BF16 matmul and no packed kernel here: nothing to choose";
   const ScopedCache cache("off");
   const std::vector<LowpGemmShape> shapes = kernels::linear_gemm_shapes(256, 256, 1024, false, "s");
   std::vector<LowpGemmRates> runs;
   for (int i = 0; i < 5; ++i)
     runs.push_back(kernels::measure_gemm_lowp_rates(DType::kBF16, shapes));
+  auto rate_of = [](const LowpGemmRate& x, LowpGemmImpl p) {
+    return p == LowpGemmImpl::kOneDnnMatmul ? x.onednn
+           : p == LowpGemmImpl::kPacked     ? x.packed
+                                            : x.via_f32;
+  };
   for (size_t s = 0; s < shapes.size(); ++s) {
-    int onednn = 0;
-    for (const LowpGemmRates& r : runs)
-      onednn += r.shapes[s].faster() == LowpGemmImpl::kOneDnnMatmul;
-    const LowpGemmImpl majority = onednn >= 3 ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+    std::map<LowpGemmImpl, int> votes;
+    for (const LowpGemmRates& r : runs) ++votes[r.shapes[s].faster()];
+    LowpGemmImpl majority = LowpGemmImpl::kViaF32;
+    for (const auto& [path, n] : votes)
+      if (n > votes[majority]) majority = path;
     for (const LowpGemmRates& r : runs) {
       const LowpGemmRate& x = r.shapes[s];
       if (x.faster() == majority) continue;
-      const double ratio = std::max(x.via_f32, x.onednn) / std::min(x.via_f32, x.onednn);
+      const double ratio = x.fastest() / rate_of(x, majority);
       EXPECT_LT(ratio, 1.10) << shapes[s].role << ": took "
                              << kernels::gemm_lowp_impl_name(x.faster()) << " at via_f32 "
-                             << x.via_f32 / 1e9 << " / onednn " << x.onednn / 1e9
-                             << " GFLOP/s against the majority's "
+                             << x.via_f32 / 1e9 << " / onednn " << x.onednn / 1e9 << " / packed "
+                             << x.packed / 1e9 << " GFLOP/s against the majority's "
                              << kernels::gemm_lowp_impl_name(majority);
     }
   }

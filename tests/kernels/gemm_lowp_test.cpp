@@ -18,6 +18,7 @@
 #include "kernels/test_util.h"
 #include "kiri/base/error.h"
 #include "kiri/base/rng.h"
+#include "kiri/kernels/cpu/gemm_lowp.h"
 #include "kiri/kernels/ops.h"
 #include "kiri/tensor/dtype.h"
 
@@ -291,14 +292,74 @@ TEST(GemmLowp, ViaF32SixteenBitCIsCPlusTheSumRoundedOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Paths, GemmLowpPath,
-    ::testing::Combine(::testing::Values(LowpGemmImpl::kViaF32, LowpGemmImpl::kOneDnnMatmul),
-                       ::testing::Values(DType::kBF16, DType::kF16)),
-    [](const auto& info) {
-      return std::string(kernels::gemm_lowp_impl_name(std::get<0>(info.param))) + "_" +
-             (std::get<1>(info.param) == DType::kBF16 ? "bf16" : "fp16");
-    });
+// C's bytes after the packed kernel computed case c on `threads` OpenMP threads (seeds 41-43),
+// or nothing when it did not take the case.
+std::vector<char> packed_bytes(const Case& c, int threads) {
+  const int64_t lda = (c.ta ? c.M : c.K) + c.pad, ldb = (c.tb ? c.K : c.N) + c.pad;
+  const int64_t ldc = c.N + c.pad;
+  const LowpMatrix A = random_lowp(c.ab, (c.ta ? c.K : c.M) * lda, 41);
+  const LowpMatrix B = random_lowp(c.ab, (c.tb ? c.N : c.K) * ldb, 42);
+  const LowpMatrix C0 = random_lowp(c.ab, c.M * ldc, 43);
+  std::vector<float> c32(C0.values.begin(), C0.values.end());
+  std::vector<uint16_t> c16 = C0.bits;
+  void* C = c.c_dtype == DType::kF32 ? static_cast<void*>(c32.data()) : c16.data();
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const bool took = kernels::cpu::detail::gemm_lowp_packed(
+      {c.ab, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.bits.data(), lda, B.bits.data(), ldb, c.beta, C,
+       c.c_dtype, ldc});
+  omp_set_num_threads(saved);
+  if (!took) return {};
+  const char* bytes = static_cast<const char*>(C);
+  return {bytes, bytes + c.M * ldc * static_cast<int64_t>(dtype_size(c.c_dtype))};
+}
+
+// The packed kernel takes every shape with an operand it packs whole, and an fp32 C whose A
+// packs a K block at a time: within the bound (through gemm_lowp, on 3 threads) and the same
+// bits on 1 and 3 threads, since each C element is summed in the same K blocks and k order
+// however the threads cut C. A packed whole: K in 3 blocks (the last short), N in column
+// blocks per thread, edges in M and N; B packed whole (M > N), 16-bit C in one K block
+// (rounded by the kernel, beta 0 and 1) and in 3 (through an fp32 panel, either operand packed
+// whole); K blocks outermost
+// for a long K into an fp32 C. It declines a 16-bit C that neither operand packs whole and a
+// 16-bit C with beta other than 0 or 1 (via_f32 takes them).
+TEST(GemmLowp, PackedIsWithinTheBoundAndBitwiseTheSameOnAnyThreadCount) {
+  if (!kernels::gemm_lowp_available(LowpGemmImpl::kPacked, DType::kBF16))
+    GTEST_SKIP() << "this build has no packed kernel (no AVX-512)";
+  const test::ScopedGemmLowp scope(LowpGemmImpl::kPacked);
+  const int saved_threads = omp_get_max_threads();
+  Worst worst;
+  const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
+  for (const Case& c : {Case{b, false, false, 37, 500, 600, 1.0f, 1.0f, f, 3},
+                        Case{h, true, true, 37, 500, 600, -0.5f, 0.0f, f, 0},
+                        Case{b, false, true, 1000, 100, 300, 1.0f, 1.0f, b, 1},
+                        Case{b, true, false, 300, 130, 256, 1.0f, 1.0f, b, 0},
+                        Case{h, true, false, 61, 200, 100, 1.0f, 0.0f, h, 2},
+                        Case{b, true, false, 200, 99, 700, 2.0f, 1.0f, b, 0},
+                        Case{b, false, false, 50, 300, 600, 1.0f, 1.0f, b, 1},
+                        Case{b, false, false, 20, 60, 60000, 1.0f, 1.0f, f, 0}}) {
+    omp_set_num_threads(3);
+    worst.add(c, check_case(c));
+    const std::vector<char> one = packed_bytes(c, 1), three = packed_bytes(c, 3);
+    EXPECT_FALSE(one.empty()) << "declined " << c.M << " x " << c.N << " x " << c.K;
+    EXPECT_TRUE(one == three) << c.M << " x " << c.N << " x " << c.K;
+  }
+  omp_set_num_threads(saved_threads);
+  worst.record();
+  EXPECT_TRUE(packed_bytes({b, false, false, 20, 60, 60000, 1.0f, 1.0f, b, 0}, 1).empty());
+  EXPECT_TRUE(packed_bytes({b, true, false, 30, 40, 50, 1.0f, 0.5f, b, 0}, 1).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GemmLowpPath,
+                         ::testing::Combine(::testing::Values(LowpGemmImpl::kViaF32,
+                                                              LowpGemmImpl::kOneDnnMatmul,
+                                                              LowpGemmImpl::kPacked),
+                                            ::testing::Values(DType::kBF16, DType::kF16)),
+                         [](const auto& info) {
+                           return std::string(
+                                      kernels::gemm_lowp_impl_name(std::get<0>(info.param))) +
+                                  "_" + (std::get<1>(info.param) == DType::kBF16 ? "bf16" : "fp16");
+                         });
 
 // kAuto (whichever path this CPU takes) meets the same bound.
 TEST(GemmLowp, AutoAllTransposesDtypesAndOddSizes) {
@@ -312,15 +373,15 @@ TEST(GemmLowp, AutoAllTransposesDtypesAndOddSizes) {
 // The path names, KIRI_GEMM_LOWP's values, round-trip; others are refused
 // with a kConfig error naming the value.
 TEST(GemmLowp, PathNamesAndAvailability) {
-  for (LowpGemmImpl impl :
-       {LowpGemmImpl::kAuto, LowpGemmImpl::kOneDnnMatmul, LowpGemmImpl::kViaF32})
+  for (LowpGemmImpl impl : {LowpGemmImpl::kAuto, LowpGemmImpl::kOneDnnMatmul, LowpGemmImpl::kViaF32,
+                            LowpGemmImpl::kPacked})
     EXPECT_EQ(kernels::parse_gemm_lowp_impl(kernels::gemm_lowp_impl_name(impl)), impl);
   try {
     kernels::parse_gemm_lowp_impl("amx");
     ADD_FAILURE() << "accepted \"amx\"";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kConfig);
-    EXPECT_NE(e.message().find("auto | onednn | via_f32, got \"amx\""), std::string::npos)
+    EXPECT_NE(e.message().find("auto | onednn | via_f32 | packed, got \"amx\""), std::string::npos)
         << e.message();
   }
   for (DType dt : {DType::kBF16, DType::kF16}) {
@@ -338,6 +399,16 @@ TEST(GemmLowp, PathNamesAndAvailability) {
     kernels::set_gemm_lowp_impl(LowpGemmImpl::kViaF32);
     EXPECT_EQ(kernels::gemm_lowp_path(dt), LowpGemmImpl::kViaF32);
     EXPECT_EQ(kernels::gemm_lowp_path_description(dt), "via_f32");
+    // The packed kernel: in a build for AVX-512 (this one's compiler flags say).
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    const bool packed = true;
+#else
+    const bool packed = false;
+#endif
+    EXPECT_EQ(kernels::gemm_lowp_available(LowpGemmImpl::kPacked, dt), packed);
+    kernels::set_gemm_lowp_impl(LowpGemmImpl::kPacked);
+    EXPECT_EQ(kernels::gemm_lowp_path(dt), packed ? LowpGemmImpl::kPacked : LowpGemmImpl::kViaF32);
+    EXPECT_EQ(kernels::gemm_lowp_path_description(dt), packed ? "packed" : "via_f32");
   }
   EXPECT_THROW(kernels::gemm_lowp_available(LowpGemmImpl::kViaF32, DType::kF32), Error);
 }
@@ -360,10 +431,13 @@ TEST(GemmLowp, EnvironmentVariableChoosesThePath) {
               ::testing::ExitedWithCode(static_cast<int>(LowpGemmImpl::kOneDnnMatmul)), "");
   EXPECT_EXIT(std::_Exit(path_from_env("via_f32")),
               ::testing::ExitedWithCode(static_cast<int>(LowpGemmImpl::kViaF32)), "");
+  EXPECT_EXIT(std::_Exit(path_from_env("packed")),
+              ::testing::ExitedWithCode(static_cast<int>(LowpGemmImpl::kPacked)), "");
   EXPECT_EXIT(std::_Exit(path_from_env("")),
               ::testing::ExitedWithCode(static_cast<int>(LowpGemmImpl::kAuto)), "");
   EXPECT_EXIT(std::_Exit(path_from_env("oneDNN")), ::testing::ExitedWithCode(9),
-              "KIRI_GEMM_LOWP: .*auto \\| onednn \\| via_f32, got \"oneDNN\".* kind config");
+              "KIRI_GEMM_LOWP: .*auto \\| onednn \\| via_f32 \\| packed, got \"oneDNN\".* "
+              "kind config");
 }
 
 TEST(GemmLowp, RejectsBadArguments) {

@@ -117,7 +117,8 @@ TEST_P(LinearLowpPath, MatchesFp32LinearOnRoundedValues) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, LinearLowpPath,
                          ::testing::Combine(::testing::Values(kernels::LowpGemmImpl::kViaF32,
-                                                              kernels::LowpGemmImpl::kOneDnnMatmul),
+                                                              kernels::LowpGemmImpl::kOneDnnMatmul,
+                                                              kernels::LowpGemmImpl::kPacked),
                                             ::testing::Values(DType::kBF16, DType::kF16)),
                          [](const auto& info) {
                            return std::string(

@@ -71,8 +71,10 @@ using Layouts = std::vector<std::pair<std::string, model::ParallelOptions>>;
 void add_gemm_lowp(nlohmann::json& j, DType dt) {
   j["gemm_lowp"] = kernels::gemm_lowp_path_description(dt);
   const train::LowpPassRates p = train::pass_rates(kernels::gemm_lowp_rates(dt));
-  j["gemm_lowp_gflops"] = {
-      {"via_f32", p.via_f32 / 1e9}, {"onednn", p.onednn / 1e9}, {"chosen", p.chosen / 1e9}};
+  j["gemm_lowp_gflops"] = {{"via_f32", p.via_f32 / 1e9},
+                           {"onednn", p.onednn / 1e9},
+                           {"packed", p.packed / 1e9},
+                           {"chosen", p.chosen / 1e9}};
 }
 
 // One JSON line per layout, from rank 0: step time, tokens/s, the ratio to

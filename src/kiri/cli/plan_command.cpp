@@ -237,28 +237,32 @@ void measure_disk(const offload::IoOptions& io, plan::Calibration& c) {
 }
 
 // Every measurement of kiri plan --calibrate, on every rank of w at once (the disk on rank 0).
-// The bf16 GEMM on both paths, every rank at once (a barrier before each), and the one kiri
-// trains with: the faster under KIRI_GEMM_LOWP=auto (by measurement, as kernels/ops.h's kAuto
-// chooses), else the forced one.
+// The bf16 GEMM on every path, all ranks at once, and the one kiri trains with: the fastest
+// under KIRI_GEMM_LOWP=auto (kernels/ops.h's kAuto chooses by measurement), else the forced one.
 void measure_gemm_bf16_paths(comm::Communicator& w, plan::Calibration& c) {
   using kernels::LowpGemmImpl;
   const LowpGemmImpl setting = kernels::gemm_lowp_impl();
-  kernels::set_gemm_lowp_impl(LowpGemmImpl::kViaF32);
-  c.gemm_bf16_via_f32_flops_1_thread = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
-  w.barrier();
-  if (kernels::gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, DType::kBF16)) {
-    kernels::set_gemm_lowp_impl(LowpGemmImpl::kOneDnnMatmul);
-    c.gemm_bf16_onednn_flops_1_thread = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
+  const std::pair<LowpGemmImpl, double*> paths[] = {
+      {LowpGemmImpl::kViaF32, &c.gemm_bf16_via_f32_flops_1_thread},
+      {LowpGemmImpl::kOneDnnMatmul, &c.gemm_bf16_onednn_flops_1_thread},
+      {LowpGemmImpl::kPacked, &c.gemm_bf16_packed_flops_1_thread}};
+  for (const auto& [impl, flops] : paths) {
+    w.barrier();
+    if (!kernels::gemm_lowp_available(impl, DType::kBF16)) continue;
+    kernels::set_gemm_lowp_impl(impl);
+    *flops = bench::measure_gemm_bf16_flops(c.gemm_n, 1);
   }
   w.barrier();
   kernels::set_gemm_lowp_impl(setting);
-  const bool onednn = setting == LowpGemmImpl::kAuto
-                          ? c.gemm_bf16_onednn_flops_1_thread > c.gemm_bf16_via_f32_flops_1_thread
-                          : kernels::gemm_lowp_path(DType::kBF16) == LowpGemmImpl::kOneDnnMatmul;
-  c.gemm_bf16_flops_1_thread =
-      onednn ? c.gemm_bf16_onednn_flops_1_thread : c.gemm_bf16_via_f32_flops_1_thread;
-  c.gemm_bf16_path = onednn ? "onednn (" + kernels::gemm_lowp_onednn_kernel(DType::kBF16) + ")"
-                            : std::string("via_f32");
+  const auto* chosen = &paths[0];
+  for (const auto& p : paths)
+    if (setting == LowpGemmImpl::kAuto ? *p.second > *chosen->second
+                                       : p.first == kernels::gemm_lowp_path(DType::kBF16))
+      chosen = &p;
+  c.gemm_bf16_flops_1_thread = *chosen->second;
+  c.gemm_bf16_path = chosen->first == LowpGemmImpl::kOneDnnMatmul
+                         ? "onednn (" + kernels::gemm_lowp_onednn_kernel(DType::kBF16) + ")"
+                         : std::string(kernels::gemm_lowp_impl_name(chosen->first));
 }
 
 // Elements per rank of the bandwidth-bound kernels' arrays (AdamW's four: 16 bytes each):
@@ -352,10 +356,11 @@ void print_gemm_bf16(const plan::Calibration& c) {
               static_cast<long long>(c.gemm_n), c.gemm_bf16_path.c_str(),
               si(c.gemm_bf16_flops_1_thread, "FLOP/s").c_str(),
               c.gemm_bf16_flops_1_thread / c.gemm_flops_1_thread);
-  if (c.gemm_bf16_onednn_flops_1_thread > 0)
-    std::printf(" (via_f32 %s, onednn %s)",
+  if (c.gemm_bf16_onednn_flops_1_thread > 0 || c.gemm_bf16_packed_flops_1_thread > 0)
+    std::printf(" (via_f32 %s, onednn %s, packed %s)",
                 si(c.gemm_bf16_via_f32_flops_1_thread, "FLOP/s").c_str(),
-                si(c.gemm_bf16_onednn_flops_1_thread, "FLOP/s").c_str());
+                si(c.gemm_bf16_onednn_flops_1_thread, "FLOP/s").c_str(),
+                si(c.gemm_bf16_packed_flops_1_thread, "FLOP/s").c_str());
   std::printf("\n");
 }
 

@@ -43,38 +43,45 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 // back to kViaF32 when oneDNN has no kernel for the dtype on this CPU).
 // kViaF32: A and B widened to fp32 in panels (thread-local scratch of at most
 // ~32 MB per thread) and gemm<float>; with several OpenMP threads and enough C
-// blocks, each thread widens and multiplies whole blocks of C. kAuto: the path
-// measured faster on the GEMM's shape class (below): which one wins depends on
-// the CPU, not on its
-// ISA's name (vdpbf16ps runs at the fp32 FMA's rate on some CPUs and at a
-// quarter of it on others; AMX is faster still). (LowpGemmImpl and the rate
-// types live in params.h, shared with the backends.)
+// blocks, each thread widens and multiplies whole blocks of C.
+// kPacked: A and B widened as they are packed for kiri's own fp32 AVX-512
+// micro-kernel (kernels/cpu/gemm_packed.cpp): no separate widening pass, and
+// bitwise the same result on any thread count. It takes a shape when one
+// operand (or, for an fp32 C, a K block of A) packs in 4 MiB of fp32, else it
+// falls back to kViaF32, as it does in a build without AVX-512.
+// kAuto: the path measured fastest on the GEMM's shape class (below): which one
+// wins depends on the CPU, not on its ISA's name (vdpbf16ps runs at the fp32
+// FMA's rate on some CPUs and at a quarter of it on others; AMX is faster
+// still). (LowpGemmImpl and the rate types live in params.h, shared with the
+// backends.)
 // The setting is global to the process. Until set_gemm_lowp_impl is called it
 // comes from the environment variable KIRI_GEMM_LOWP (auto | onednn |
-// via_f32; unset or empty means auto), read once; any other value makes
+// via_f32 | packed; unset or empty means auto), read once; any other value makes
 // gemm_lowp_impl (and so every gemm_lowp) raise a kConfig error naming it.
 // Forcing a path is for tests and benchmarks.
 void set_gemm_lowp_impl(LowpGemmImpl impl);
 LowpGemmImpl gemm_lowp_impl();
-// "auto", "onednn", "via_f32", and back (kConfig error naming the value).
+// "auto", "onednn", "via_f32", "packed", and back (kConfig error naming the value).
 const char* gemm_lowp_impl_name(LowpGemmImpl impl);
 LowpGemmImpl parse_gemm_lowp_impl(const std::string& name);
 // Whether `impl` can compute a gemm_lowp with A and B of dtype `ab` (kBF16 or
 // kF16) on this CPU without falling back: kViaF32 and kAuto always;
-// kOneDnnMatmul when oneDNN has a matmul kernel for the dtype here.
+// kOneDnnMatmul when oneDNN has a matmul kernel for the dtype here; kPacked in
+// a build with AVX-512 (for the shapes it takes).
 bool gemm_lowp_available(LowpGemmImpl impl, DType ab);
 // oneDNN's name for its bf16 / f16 matmul kernel on this CPU (e.g.
 // "brg:avx512_core_amx_bf16" for a 256^3 product), "" when it has none.
 const std::string& gemm_lowp_onednn_kernel(DType ab);
 // The path gemm_lowp takes now for `ab`: the setting with kAuto and the
-// fallback resolved (kOneDnnMatmul or kViaF32, never kAuto).
+// fallback resolved (kOneDnnMatmul, kViaF32 or kPacked, never kAuto): under
+// kAuto the path of most of the measured table's FLOPs.
 LowpGemmImpl gemm_lowp_path(DType ab);
-// The same for reports: "via_f32" or "onednn (<oneDNN's kernel name>)", and under kAuto
-// how many of the table's shapes each path takes when they differ.
+// The same for reports: "via_f32", "packed" or "onednn (<oneDNN's kernel name>)", and
+// under kAuto how many of the table's shapes each path takes when they differ.
 std::string gemm_lowp_path_description(DType ab);
 
 // ---- kAuto's measured choice -------------------------------------------------
-// Both paths are timed on a table of shapes, and a GEMM takes the faster path of its
+// The paths are timed on a table of shapes, and a GEMM takes the fastest path of its
 // shape class: the table's shape with the same transposes nearest in log size (M, N, K).
 // The table is the one set_gemm_lowp_rates installed (a training run's own shapes), else a
 // default one (a 256-row batch through a 256 -> 1024 layer) measured on first use per
@@ -88,7 +95,7 @@ std::vector<LowpGemmShape> linear_gemm_shapes(int64_t tokens, int64_t in, int64_
 // ${XDG_CACHE_HOME:-$HOME/.cache}/kiri/gemm_lowp-<hash of the CPU model and oneDNN
 // version>.txt. "" when nowhere.
 std::string gemm_lowp_cache_path();
-// Both paths' rates on `shapes` at this thread count: from the cache file where it has
+// The paths' rates on `shapes` at this thread count: from the cache file where it has
 // them, the rest timed now (about 50 ms per small shape, a few calls of a large one) and
 // added to the file. A damaged line is measured again; a file that cannot be written
 // leaves cache_file "" and the reason in cache_note.

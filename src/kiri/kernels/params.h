@@ -2,6 +2,7 @@
 // The plain types that kernels' fronts (ops.h, peak.h) and every backend share: one
 // definition, so that a backend folder (kernels/cpu, later another) takes the very types
 // the callers pass, and the front forwards them without converting.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,17 +12,21 @@
 namespace kiri::kernels {
 
 // How gemm_lowp computes (ops.h says what each means).
-enum class LowpGemmImpl { kAuto, kOneDnnMatmul, kViaF32 };
+enum class LowpGemmImpl { kAuto, kOneDnnMatmul, kViaF32, kPacked };
 
 // One shape gemm_lowp is timed on: op(A)[M,K] @ op(B)[K,N] (ops.h, measure_gemm_lowp_rates).
 struct LowpGemmShape {
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;
   std::string role;  // what the step computes with it, e.g. "lm_head dweight" (reports only)
+  // C of A's dtype, accumulated into (beta 1), as a 16-bit step's weight gradient; else an fp32
+  // C written (beta 0), the forward's form. The paths differ most in how they write C.
+  bool c_lowp = false;
 };
 
-// Both paths' measured rates on one shape, in FLOP/s (2MNK per GEMM). onednn is 0 where
-// oneDNN has no kernel for the dtype on this CPU.
+// The paths' measured rates on one shape, in FLOP/s (2MNK per GEMM). onednn is 0 where
+// oneDNN has no kernel for the dtype on this CPU, packed 0 where kiri's packed kernel is not
+// built (no AVX-512) or does not take the shape.
 struct LowpGemmRate {
   LowpGemmShape shape;
   double via_f32 = 0, onednn = 0;
@@ -30,10 +35,13 @@ struct LowpGemmRate {
   // cores, and such a rate is measured again when the cores are free (gemm_lowp_choice.cpp).
   // 0: not known (a cache line written before this was kept).
   double cpu_share = 1;
-  // The faster path (kViaF32 on a tie or without a oneDNN kernel).
+  double packed = 0;
+  // The fastest path (kViaF32 on a tie, then kPacked; a path without a kernel rates 0).
   LowpGemmImpl faster() const {
-    return onednn > via_f32 ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+    if (onednn > via_f32 && onednn > packed) return LowpGemmImpl::kOneDnnMatmul;
+    return packed > via_f32 ? LowpGemmImpl::kPacked : LowpGemmImpl::kViaF32;
   }
+  double fastest() const { return std::max(via_f32, std::max(onednn, packed)); }
 };
 
 // kAuto's table for one 16-bit dtype: the shapes' rates at `threads` OpenMP threads.

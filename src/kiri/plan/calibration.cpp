@@ -121,7 +121,8 @@ std::string calibration_json(const Calibration& c) {
               {"path", c.gemm_bf16_path},
               {"flops_1_thread", c.gemm_bf16_flops_1_thread},
               {"via_f32_flops_1_thread", c.gemm_bf16_via_f32_flops_1_thread},
-              {"onednn_flops_1_thread", c.gemm_bf16_onednn_flops_1_thread}}},
+              {"onednn_flops_1_thread", c.gemm_bf16_onednn_flops_1_thread},
+              {"packed_flops_1_thread", c.gemm_bf16_packed_flops_1_thread}}},
             {"peak",
              {{"threads", 1},
               {"fp32", peak_json(c.peak_fp32)},
@@ -275,6 +276,7 @@ std::optional<Calibration> load_calibration(const std::string& path) {
       c.gemm_bf16_path = h.value("path", "");
       c.gemm_bf16_via_f32_flops_1_thread = h.value("via_f32_flops_1_thread", 0.0);
       c.gemm_bf16_onednn_flops_1_thread = h.value("onednn_flops_1_thread", 0.0);
+      c.gemm_bf16_packed_flops_1_thread = h.value("packed_flops_1_thread", 0.0);
     }
     read_link(j.at("link"), path, c);
     if (j.contains("non_gemm")) read_non_gemm(j.at("non_gemm"), c);  // version 2

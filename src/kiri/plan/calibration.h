@@ -26,14 +26,16 @@ struct Calibration {
   int threads = 0;
   double gemm_flops_1_thread = 0, gemm_flops_all_threads = 0;
   // Version 5: the same n x n x n GEMM in bf16 (fp32 C) on the path kiri trains with
-  // (`gemm_bf16_path`: "via_f32" or "onednn (<kernel>)"), 1 thread per rank, every rank at
-  // once; 0 = not measured (versions 1-4: 16-bit GEMMs assumed at fp32 / 2).
+  // (`gemm_bf16_path`: "via_f32", "packed" or "onednn (<kernel>)"), 1 thread per rank, every rank
+  // at once; 0 = not measured (versions 1-4: 16-bit GEMMs assumed at fp32 / 2).
   double gemm_bf16_flops_1_thread = 0;
   std::string gemm_bf16_path;
-  // Both paths' rates on that GEMM (0: not measured, or no oneDNN kernel); under
-  // KIRI_GEMM_LOWP=auto gemm_bf16_flops_1_thread is the faster one's, the path kiri trains
-  // with (kernels/ops.h: kAuto is chosen by measurement).
+  // The paths' rates on that GEMM (0: not measured, no oneDNN kernel, no packed kernel in this
+  // build, or a file written before the packed path); under KIRI_GEMM_LOWP=auto
+  // gemm_bf16_flops_1_thread is the fastest one's, the path kiri trains with (kernels/ops.h:
+  // kAuto is chosen by measurement).
   double gemm_bf16_via_f32_flops_1_thread = 0, gemm_bf16_onednn_flops_1_thread = 0;
+  double gemm_bf16_packed_flops_1_thread = 0;
   // The intra-node link: "all_reduce" (kiri's all_reduce over `ranks` MPI ranks) or "memcpy"
   // (one process's shared-memory copy bandwidth; the latency is not measured then).
   std::string link_method;

@@ -1,8 +1,9 @@
-// gemm_lowp: 16-bit A and B, fp32 accumulation, by one of two paths: oneDNN's matmul on
+// gemm_lowp: 16-bit A and B, fp32 accumulation, by one of three paths: oneDNN's matmul on
 // the 16-bit data (vdpbf16ps or AMX), or the operands widened to fp32 panel by panel and
 // multiplied by oneDNN's sgemm (the widening is O(MK + KN) against O(MNK) for the
-// product), which wins where vdpbf16ps issues slower than the fp32 FMA. kAuto takes the
-// path measured faster on the shape's class (gemm_lowp_choice.cpp).
+// product), which wins where vdpbf16ps issues slower than the fp32 FMA, or widened as
+// they are packed for kiri's own fp32 kernel (gemm_packed.cpp). kAuto takes the path
+// measured fastest on the shape's class (gemm_lowp_choice.cpp).
 #include <omp.h>
 #include <algorithm>
 #include <atomic>
@@ -333,15 +334,18 @@ const char* gemm_lowp_impl_name(LowpGemmImpl impl) {
       return "onednn";
     case LowpGemmImpl::kViaF32:
       return "via_f32";
+    case LowpGemmImpl::kPacked:
+      return "packed";
   }
   return "?";
 }
 
 LowpGemmImpl parse_gemm_lowp_impl(const std::string& name) {
-  for (LowpGemmImpl impl :
-       {LowpGemmImpl::kAuto, LowpGemmImpl::kOneDnnMatmul, LowpGemmImpl::kViaF32})
+  for (LowpGemmImpl impl : {LowpGemmImpl::kAuto, LowpGemmImpl::kOneDnnMatmul, LowpGemmImpl::kViaF32,
+                            LowpGemmImpl::kPacked})
     if (name == gemm_lowp_impl_name(impl)) return impl;
-  KIRI_RAISE(kConfig, "the low-precision GEMM path must be auto | onednn | via_f32, got \"", name,
+  KIRI_RAISE(kConfig,
+             "the low-precision GEMM path must be auto | onednn | via_f32 | packed, got \"", name,
              "\"");
 }
 
@@ -354,55 +358,66 @@ const std::string& gemm_lowp_onednn_kernel(DType ab) {
 bool gemm_lowp_available(LowpGemmImpl impl, DType ab) {
   KIRI_CHECK(detail::is_lowp(ab), "gemm_lowp_available: dtype must be BF16 or F16, got ",
              dtype_name(ab));
+  if (impl == LowpGemmImpl::kPacked) return detail::gemm_lowp_packed_supported();
   return impl != LowpGemmImpl::kOneDnnMatmul || !detail::onednn_lowp_kernel(ab).empty();
 }
 
 namespace {
-// kAuto's table: the FLOPs of one pass over its shapes that each path computes faster.
+// kAuto's table: the FLOPs of one pass over its shapes and the shapes that each path computes
+// fastest, indexed by LowpGemmImpl.
 struct AutoSplit {
-  double onednn_flop = 0, via_f32_flop = 0;
-  int onednn_shapes = 0, shapes = 0;
+  double flop[4] = {0, 0, 0, 0};
+  int shapes[4] = {0, 0, 0, 0};
+  int all = 0;
+  LowpGemmImpl most() const {  // the path of most of the FLOPs (via_f32 on a tie)
+    LowpGemmImpl best = LowpGemmImpl::kViaF32;
+    for (LowpGemmImpl p : {LowpGemmImpl::kPacked, LowpGemmImpl::kOneDnnMatmul})
+      if (flop[static_cast<int>(p)] > flop[static_cast<int>(best)]) best = p;
+    return best;
+  }
 };
 AutoSplit auto_split(DType ab) {
   AutoSplit s;
   for (const LowpGemmRate& r : gemm_lowp_rates(ab).shapes) {
-    const double flop = 2.0 * static_cast<double>(r.shape.M) * r.shape.N * r.shape.K;
-    ++s.shapes;
-    if (r.faster() == LowpGemmImpl::kOneDnnMatmul) {
-      s.onednn_flop += flop;
-      ++s.onednn_shapes;
-    } else {
-      s.via_f32_flop += flop;
-    }
+    const int p = static_cast<int>(r.faster());
+    s.flop[p] += 2.0 * static_cast<double>(r.shape.M) * r.shape.N * r.shape.K;
+    ++s.shapes[p];
+    ++s.all;
   }
   return s;
+}
+
+bool any_but_via_f32(DType ab) {
+  return gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, ab) ||
+         gemm_lowp_available(LowpGemmImpl::kPacked, ab);
+}
+
+std::string path_name(LowpGemmImpl path, DType ab) {
+  if (path != LowpGemmImpl::kOneDnnMatmul) return gemm_lowp_impl_name(path);
+  return std::string("onednn (") + detail::onednn_lowp_kernel(ab) + ")";
 }
 }  // namespace
 
 LowpGemmImpl gemm_lowp_path(DType ab) {
   const LowpGemmImpl impl = gemm_lowp_impl();
-  if (!gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, ab)) return LowpGemmImpl::kViaF32;
-  if (impl != LowpGemmImpl::kAuto) return impl;
-  const AutoSplit s = auto_split(ab);  // the path of most of the measured FLOPs
-  return s.onednn_flop > s.via_f32_flop ? LowpGemmImpl::kOneDnnMatmul : LowpGemmImpl::kViaF32;
+  if (impl == LowpGemmImpl::kAuto)
+    return any_but_via_f32(ab) ? auto_split(ab).most() : LowpGemmImpl::kViaF32;
+  return gemm_lowp_available(impl, ab) ? impl : LowpGemmImpl::kViaF32;
 }
 
 std::string gemm_lowp_path_description(DType ab) {
   const LowpGemmImpl path = gemm_lowp_path(ab);
-  const std::string onednn = std::string("onednn (") + detail::onednn_lowp_kernel(ab) + ")";
-  if (gemm_lowp_impl() == LowpGemmImpl::kAuto && path == LowpGemmImpl::kOneDnnMatmul) {
-    const AutoSplit s = auto_split(ab);
-    if (s.onednn_shapes < s.shapes)
-      return onednn + " on " + std::to_string(s.onednn_shapes) + " of " + std::to_string(s.shapes) +
-             " shapes, via_f32 on the rest";
-  } else if (gemm_lowp_impl() == LowpGemmImpl::kAuto &&
-             gemm_lowp_available(LowpGemmImpl::kOneDnnMatmul, ab)) {
-    const AutoSplit s = auto_split(ab);
-    if (s.onednn_shapes > 0)
-      return std::string("via_f32 on ") + std::to_string(s.shapes - s.onednn_shapes) + " of " +
-             std::to_string(s.shapes) + " shapes, " + onednn + " on the rest";
-  }
-  return path == LowpGemmImpl::kViaF32 ? std::string(gemm_lowp_impl_name(path)) : onednn;
+  if (gemm_lowp_impl() != LowpGemmImpl::kAuto || !any_but_via_f32(ab)) return path_name(path, ab);
+  // "packed on 4 of 6 shapes, via_f32 on 2": the paths that take a shape, most FLOPs first.
+  const AutoSplit s = auto_split(ab);
+  std::string out = path_name(path, ab);
+  if (s.shapes[static_cast<int>(path)] == s.all) return out;
+  out += " on " + std::to_string(s.shapes[static_cast<int>(path)]) + " of " +
+         std::to_string(s.all) + " shapes";
+  for (LowpGemmImpl p : {LowpGemmImpl::kPacked, LowpGemmImpl::kViaF32, LowpGemmImpl::kOneDnnMatmul})
+    if (p != path && s.shapes[static_cast<int>(p)] > 0)
+      out += ", " + path_name(p, ab) + " on " + std::to_string(s.shapes[static_cast<int>(p)]);
+  return out;
 }
 
 void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -426,6 +441,7 @@ void gemm_lowp(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   LowpGemmImpl impl = gemm_lowp_impl();
   if (impl == LowpGemmImpl::kAuto) impl = detail::auto_path(ab, trans_a, trans_b, M, N, K);
   if (impl == LowpGemmImpl::kOneDnnMatmul && detail::gemm_lowp_onednn(g)) return;
+  if (impl == LowpGemmImpl::kPacked && detail::gemm_lowp_packed(g)) return;
   detail::gemm_lowp_via_f32(g);
 }
 

@@ -28,7 +28,12 @@ struct LowpGemmArgs {
 
 // A and B widened to fp32 in panels, then gemm<float> (gemm_lowp.cpp).
 void gemm_lowp_via_f32(const LowpGemmArgs& g);
-// kAuto's path for one GEMM: the faster path of its shape class in the measured table
+// A and B widened as they are packed for kiri's own fp32 micro-kernel (gemm_packed.cpp). False
+// when it does not take the GEMM (nothing was written): no AVX-512 in this build, neither
+// operand small enough to pack whole with a 16-bit C, or a 16-bit C with beta other than 0, 1.
+bool gemm_lowp_packed(const LowpGemmArgs& g);
+bool gemm_lowp_packed_supported();
+// kAuto's path for one GEMM: the fastest path of its shape class in the measured table
 // (gemm_lowp_choice.cpp); kViaF32 where oneDNN has no kernel for ab.
 LowpGemmImpl auto_path(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 // A cached oneDNN matmul primitive (gemm_lowp_onednn.cpp). False when oneDNN

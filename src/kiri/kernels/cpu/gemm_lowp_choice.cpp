@@ -1,7 +1,7 @@
 // kAuto's path for gemm_lowp, chosen by measurement. Which path is faster is a property of
 // the CPU, not of its ISA's name: vdpbf16ps issues at the fp32 FMA's rate on some CPUs
 // (AMD Zen 4/5, recent Intel) and at a quarter of it on others, and AMX is faster still.
-// So both paths are timed on GEMM shapes and each shape class takes the faster. A shape
+// So the paths are timed on GEMM shapes and each shape class takes the fastest. A shape
 // class is a pair of transposes and the timed shape nearest in log size (M, N and K).
 // The rates are kept in a small file per CPU model, oneDNN version and revision of kiri's
 // via_f32 path, so that a machine measures each shape once and every later process (and
@@ -68,8 +68,9 @@ std::string onednn_version() {
 // kiri's own via_f32 path, by revision: a file measured before a change to it holds rates
 // that path no longer has (revision 2, 1 MiB panels, ran 1.2x faster in a tiny bf16 step on a
 // CPU without bf16 dot products; revision 3 gives threads whole C blocks and adds a product
-// into a 16-bit C as it rounds), so a new revision measures again.
-constexpr int kViaF32Revision = 3;
+// into a 16-bit C as it rounds), so a new revision measures again. Revision 4 adds the packed
+// path's rate to each line.
+constexpr int kViaF32Revision = 4;
 
 // The machine's identity in the cache: a file per CPU model, oneDNN version and via_f32
 // revision.
@@ -88,7 +89,7 @@ std::string cache_file_name() {
 }
 
 // One line of the cache file: "<dtype> <threads> <ta> <tb> <M> <N> <K> <via_f32> <onednn>
-// <cpu_share>" (files written before the share have no tenth field: share 0, not known).
+// <cpu_share> <packed>".
 struct CacheLine {
   DType ab;
   int threads;
@@ -113,13 +114,13 @@ std::vector<CacheLine> read_cache(const std::string& path) {
     CacheLine l{};
     int ta = 0, tb = 0;
     LowpGemmShape& s = l.rate.shape;
-    if (!(f >> dt >> l.threads >> ta >> tb >> s.M >> s.N >> s.K >> l.rate.via_f32 >> l.rate.onednn))
+    if (!(f >> dt >> l.threads >> ta >> tb >> s.M >> s.N >> s.K >> l.rate.via_f32 >>
+          l.rate.onednn >> l.rate.cpu_share >> l.rate.packed))
       continue;
-    if (!(f >> l.rate.cpu_share) || !(l.rate.cpu_share >= 0 && l.rate.cpu_share <= 1.5))
-      l.rate.cpu_share = 0;
+    if (!(l.rate.cpu_share >= 0 && l.rate.cpu_share <= 1.5)) l.rate.cpu_share = 0;
     if ((dt != "BF16" && dt != "F16") || l.threads < 1 || s.M < 1 || s.N < 1 || s.K < 1 ||
-        !(l.rate.via_f32 > 0) || !(l.rate.onednn >= 0) || (ta != 0 && ta != 1) ||
-        (tb != 0 && tb != 1))
+        !(l.rate.via_f32 > 0) || !(l.rate.onednn >= 0) || !(l.rate.packed >= 0) ||
+        (ta != 0 && ta != 1) || (tb != 0 && tb != 1))
       continue;
     l.ab = dt == "BF16" ? DType::kBF16 : DType::kF16;
     s.trans_a = ta == 1;
@@ -139,14 +140,14 @@ std::string write_cache(const std::string& path, const std::vector<CacheLine>& l
   {
     std::ofstream out(tmp);
     out << "# kiri: gemm_lowp's measured rates (FLOP/s) on " << machine_key() << "\n"
-        << "# dtype threads trans_a trans_b M N K via_f32 onednn cpu_share\n";
+        << "# dtype threads trans_a trans_b M N K via_f32 onednn cpu_share packed\n";
     char buf[64];
     for (const CacheLine& l : lines) {
       const LowpGemmShape& s = l.rate.shape;
       out << dtype_name(l.ab) << ' ' << l.threads << ' ' << s.trans_a << ' ' << s.trans_b << ' '
           << s.M << ' ' << s.N << ' ' << s.K;
-      std::snprintf(buf, sizeof buf, " %.6g %.6g %.3f\n", l.rate.via_f32, l.rate.onednn,
-                    l.rate.cpu_share);
+      std::snprintf(buf, sizeof buf, " %.6g %.6g %.3f %.6g\n", l.rate.via_f32, l.rate.onednn,
+                    l.rate.cpu_share, l.rate.packed);
       out << buf;
     }
     out.flush();
@@ -163,16 +164,18 @@ std::string write_cache(const std::string& path, const std::vector<CacheLine>& l
   return "";
 }
 
-// 16-bit operands of a shape, op(A)[M,K] and op(B)[K,N], and an fp32 C: the forward's form.
-// The values (0.5 and 0.25) keep every product exact and far from subnormals.
+// 16-bit operands of a shape, op(A)[M,K] and op(B)[K,N], and its C: fp32 and written, or
+// (c_lowp) 16-bit and accumulated into. The values (0.5 and 0.25) keep every product exact
+// and far from subnormals.
 struct Operands {
-  std::vector<uint16_t> a, b;
+  std::vector<uint16_t> a, b, c16;
   std::vector<float> c;
   LowpGemmArgs args;
   Operands(DType ab, const LowpGemmShape& s)
       : a(static_cast<size_t>(s.M * s.K), ab == DType::kBF16 ? 0x3F00 : 0x3800),
         b(static_cast<size_t>(s.K * s.N), ab == DType::kBF16 ? 0x3E80 : 0x3400),
-        c(static_cast<size_t>(s.M * s.N)),
+        c16(static_cast<size_t>(s.c_lowp ? s.M * s.N : 0)),
+        c(static_cast<size_t>(s.c_lowp ? 0 : s.M * s.N)),
         args{ab,
              s.trans_a,
              s.trans_b,
@@ -184,9 +187,9 @@ struct Operands {
              s.trans_a ? s.M : s.K,
              b.data(),
              s.trans_b ? s.K : s.N,
-             0.0f,
-             c.data(),
-             DType::kF32,
+             s.c_lowp ? 1.0f : 0.0f,
+             s.c_lowp ? static_cast<void*>(c16.data()) : static_cast<void*>(c.data()),
+             s.c_lowp ? ab : DType::kF32,
              s.N} {}
 };
 
@@ -280,12 +283,19 @@ LowpGemmRate measure_shape(DType ab, const LowpGemmShape& s) {
   const double flop = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * s.K;
   LowpGemmRate r{s, 0, 0, 1};
   std::vector<std::function<void()>> paths = {[&] { detail::gemm_lowp_via_f32(ops.args); }};
-  if (!detail::onednn_lowp_kernel(ab).empty())
+  std::vector<double*> rates = {&r.via_f32};
+  if (!detail::onednn_lowp_kernel(ab).empty()) {
     paths.push_back([&] { detail::gemm_lowp_onednn(ops.args); });
+    rates.push_back(&r.onednn);
+  }
+  // The packed path where it takes the shape (it writes nothing where it does not).
+  if (detail::gemm_lowp_packed_supported() && detail::gemm_lowp_packed(ops.args)) {
+    paths.push_back([&] { detail::gemm_lowp_packed(ops.args); });
+    rates.push_back(&r.packed);
+  }
   std::vector<double> seconds;
   r.cpu_share = detail::cpu_share_while([&] { seconds = detail::best_seconds_interleaved(paths); });
-  r.via_f32 = flop / seconds[0];
-  if (seconds.size() > 1) r.onednn = flop / seconds[1];
+  for (size_t i = 0; i < rates.size(); ++i) *rates[i] = flop / seconds[i];
   return r;
 }
 
@@ -315,7 +325,7 @@ std::shared_ptr<const LowpGemmRates> table_for(DType ab) {
 
 namespace detail {
 LowpGemmImpl auto_path(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
-  if (onednn_lowp_kernel(ab).empty()) return LowpGemmImpl::kViaF32;
+  if (onednn_lowp_kernel(ab).empty() && !gemm_lowp_packed_supported()) return LowpGemmImpl::kViaF32;
   const std::shared_ptr<const LowpGemmRates> t = table_for(ab);
   const LowpGemmRate* best = nullptr;
   double dist = 1e300;
@@ -334,8 +344,8 @@ std::vector<LowpGemmShape> linear_gemm_shapes(int64_t tokens, int64_t in, int64_
   // linear.cpp's three products (its header says which is which).
   return {{false, out_in, tokens, out, in, name + " forward"},
           {false, !out_in, tokens, in, out, name + " dinput"},
-          out_in ? LowpGemmShape{true, false, out, in, tokens, name + " dweight"}
-                 : LowpGemmShape{true, false, in, out, tokens, name + " dweight"}};
+          out_in ? LowpGemmShape{true, false, out, in, tokens, name + " dweight", true}
+                 : LowpGemmShape{true, false, in, out, tokens, name + " dweight", true}};
 }
 
 std::string gemm_lowp_cache_path() {
@@ -375,7 +385,8 @@ LowpGemmRates measure_gemm_lowp_rates(DType ab, const std::vector<LowpGemmShape>
     if (hit && hit->rate.cpu_share < detail::kFreeCpuShare && free_now < 0)
       free_now = detail::cpu_share_now() >= detail::kFreeCpuShare;
     if (hit && !detail::measure_again(hit->rate.cpu_share, free_now == 1)) {
-      out.shapes.push_back({s, hit->rate.via_f32, hit->rate.onednn, hit->rate.cpu_share});
+      out.shapes.push_back(hit->rate);
+      out.shapes.back().shape = s;
       continue;
     }
     out.shapes.push_back(measure_shape(ab, s));
