@@ -319,5 +319,23 @@ TEST(GemmLowpChoiceTiming, ALoadThatComesAndGoesSlowsBothPaths) {
       << best[0] << " s against " << best[1] << " s";
 }
 
+// A path over 1.5x slower than the fastest after a round is out of the running: it is not
+// called again (its best so far stays its rate), while the others still get at least 3
+// rounds. The slow "path" spins 8 ms a call, the fast one 1 ms.
+TEST(GemmLowpChoiceTiming, APathFarBehindIsNotTimedAgain) {
+  int slow_calls = 0, fast_calls = 0;
+  auto spin = [](int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+  };
+  const std::vector<double> best = kernels::cpu::detail::best_seconds_interleaved(
+      {[&] { ++slow_calls, spin(8); }, [&] { ++fast_calls, spin(1); }});
+  ASSERT_EQ(best.size(), 2u);
+  EXPECT_EQ(slow_calls, 2);  // the untimed call and the first round
+  EXPECT_GE(fast_calls, 4);
+  EXPECT_GT(best[0], 4 * best[1]);
+}
+
 }  // namespace
 }  // namespace kiri

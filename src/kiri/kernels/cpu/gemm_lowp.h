@@ -43,8 +43,8 @@ bool gemm_lowp_onednn(const LowpGemmArgs& g);
 // 256x256x256 product of `ab` values into fp32 (e.g. "brg:avx512_core_amx_bf16"), or
 // "" when it has none on this CPU. Computed once per dtype.
 const std::string& onednn_lowp_kernel(DType ab);
-// The auto path's timing: each path's best call, the paths' calls alternating
-// (gemm_lowp_choice.cpp).
+// The auto path's timing: each path's best call, the paths' calls alternating, a path over
+// 1.5x the fastest's time not called again (gemm_lowp_choice.cpp).
 std::vector<double> best_seconds_interleaved(const std::vector<std::function<void()>>& paths);
 // The share of their runnable time that the process's OpenMP threads spent on a core while f
 // ran: time on a core over that plus time queued for one (the scheduler's own counts,

@@ -251,25 +251,25 @@ double cpu_share_now() {
 }
 
 // The best of a few timed calls of each after an untimed one (oneDNN makes its primitive
-// there): at least 3 rounds and 50 ms, at most 10; calls over 0.1 s are timed once. The calls
-// alternate, so that other work on the cores slows every path alike: timed one path after
-// the other, a load that came and went in between once sent shapes to the slower path.
+// there): at least 3 rounds and 50 ms, at most 10. The calls alternate, so that other work on
+// the cores slows every path alike: timed one path after the other, a load that came and went
+// in between once sent shapes to the slower path. A path whose best is over 1.5x the fastest
+// path's is out of the running and not called again, so that long calls (the LM head's, 0.15 s
+// on the fast paths and 0.7 s on oneDNN's reference kernel) still get 3 rounds: timed once
+// each, rates 10% apart from run to run sent the head to either path.
 std::vector<double> best_seconds_interleaved(const std::vector<std::function<void()>>& paths) {
-  bool long_call = false;
-  for (const auto& f : paths) {
-    Timer first;
-    f();
-    long_call = long_call || first.seconds() > 0.1;
-  }
+  for (const auto& f : paths) f();
   std::vector<double> best(paths.size(), 1e30);
   Timer all;
   for (int round = 0; round < 10; ++round) {
+    const double fastest = *std::min_element(best.begin(), best.end());
     for (size_t i = 0; i < paths.size(); ++i) {
+      if (best[i] > 1.5 * fastest) continue;
       Timer t;
       paths[i]();
       best[i] = std::min(best[i], t.seconds());
     }
-    if (long_call || (round >= 2 && all.seconds() > 0.05)) break;
+    if (round >= 2 && all.seconds() > 0.05) break;
   }
   return best;
 }

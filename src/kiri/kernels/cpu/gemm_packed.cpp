@@ -25,7 +25,7 @@
 
 namespace kiri::kernels::cpu::detail {
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // GCC 12 warns about the _mm512_undefined_* placeholders inside its own intrinsics once they
 // are inlined here (a known false positive, as in convert.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -187,26 +187,28 @@ void pack(float* dst, Src s, int64_t r0, int64_t rows, int64_t c0, int64_t cols)
 template <DType D>
 constexpr int64_t kSize = D == DType::kF32 ? 4 : 2;
 
-// C tile [MR, NR] at c (dtype CD, leading dimension ldc) = alpha * sum_k a[k] b[k] + beta * C;
-// beta 0 does not read C; a 16-bit C takes beta 0 or 1 and is rounded once, as from_f32 and
-// add_f32_into round. a: [kc, MR] packed, b: [kc, NR] packed (64-byte aligned).
-template <DType CD>
+// C tile [MR, 16 NV] at c (dtype CD, leading dimension ldc) = alpha * sum_k a[k] b[k] + beta
+// * C; beta 0 does not read C; a 16-bit C takes beta 0 or 1 and is rounded once, as from_f32
+// and add_f32_into round. a: [kc, MR] packed, b: [kc, NR] packed (64-byte aligned), of which
+// the first NV vectors are read. kMask: the last vector's C columns are those of `last` only
+// (C's last columns: tiny's 256 are 5 tiles of 48 and one of 16).
+template <DType CD, int NV = kNV, bool kMask = false>
 inline void micro(int64_t kc, const float* __restrict a, const float* __restrict b, void* c,
-                  int64_t ldc, float alpha, float beta) {
-  __m512 acc[kMR][kNV];
+                  int64_t ldc, float alpha, float beta, __mmask16 last = 0xFFFF) {
+  __m512 acc[kMR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < kMR; ++i)
 #pragma GCC unroll 3
-    for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
-    __m512 bv[kNV];
+    __m512 bv[NV];
 #pragma GCC unroll 3
-    for (int v = 0; v < kNV; ++v) bv[v] = _mm512_load_ps(b + v * 16);
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + v * 16);
 #pragma GCC unroll 8
     for (int i = 0; i < kMR; ++i) {
       const __m512 av = _mm512_set1_ps(a[i]);
 #pragma GCC unroll 3
-      for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }
     a += kMR;
     b += kNR;
@@ -216,17 +218,37 @@ inline void micro(int64_t kc, const float* __restrict a, const float* __restrict
 #pragma GCC unroll 8
   for (int i = 0; i < kMR; ++i)
 #pragma GCC unroll 3
-    for (int v = 0; v < kNV; ++v) {
+    for (int v = 0; v < NV; ++v) {
       char* p = cb + (i * ldc + v * 16) * kSize<CD>;
       const __m512 s = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(al, acc[i][v]);
-      if constexpr (CD == DType::kF32)
+      if (kMask && v == NV - 1) {
+        const __m512 old = beta == 0.0f ? s : load16_masked(p, CD, last);
+        store16_masked(p, CD,
+                       beta == 0.0f            ? s
+                       : CD == DType::kF32 ? _mm512_fmadd_ps(be, old, s)
+                                           : _mm512_add_ps(old, s),
+                       last);
+      } else if constexpr (CD == DType::kF32) {
         _mm512_storeu_ps(p, beta == 0.0f ? s : _mm512_fmadd_ps(be, _mm512_loadu_ps(p), s));
-      else
+      } else {
         store16(p, CD, beta == 0.0f ? s : _mm512_add_ps(load16(p, CD), s));
+      }
     }
 }
 
-// The same for a partial tile of mr x nr (the edges of C), through a full one; each element
+// A tile of all MR rows and nr < NR columns: as few vectors as cover them, the last masked.
+template <DType CD>
+void micro_cols(int64_t kc, const float* a, const float* b, void* c, int64_t ldc, int64_t nr,
+                float alpha, float beta) {
+  const int nv = static_cast<int>(ceil_div(nr, 16));
+  const int tail = static_cast<int>(nr - 16 * (nv - 1));
+  const auto last = static_cast<__mmask16>(tail == 16 ? 0xFFFF : (1u << tail) - 1);
+  if (nv == 1) return micro<CD, 1, true>(kc, a, b, c, ldc, alpha, beta, last);
+  if (nv == 2) return micro<CD, 2, true>(kc, a, b, c, ldc, alpha, beta, last);
+  micro<CD, 3, true>(kc, a, b, c, ldc, alpha, beta, last);
+}
+
+// A tile of fewer than MR rows (C's last rows), through a full one in scratch; each element
 // rounded as micro rounds it.
 template <DType CD>
 void micro_edge(int64_t kc, const float* a, const float* b, void* c, int64_t ldc, int64_t mr,
@@ -264,6 +286,8 @@ void tiles(int64_t kc, const float* ap, const float* bp, void* c, int64_t ldc, i
       void* ct = cb + (i * ldc + j) * kSize<CD>;
       if (mr == kMR && nr == kNR)
         micro<CD>(kc, a, b, ct, ldc, alpha, beta);
+      else if (mr == kMR)
+        micro_cols<CD>(kc, a, b, ct, ldc, nr, alpha, beta);
       else
         micro_edge<CD>(kc, a, b, ct, ldc, mr, nr, alpha, beta);
     }

@@ -36,5 +36,23 @@ inline void store16(void* p, DType dt, __m512 x) {
   _mm256_storeu_si256(static_cast<__m256i*>(p), h);
 }
 
+#if defined(__AVX512VL__)
+// The same for the lanes of mask m only: the others are not read (zero) and not written.
+inline __m512 load16_masked(const void* p, DType dt, __mmask16 m) {
+  if (dt == DType::kF32) return _mm512_maskz_loadu_ps(m, p);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  if (dt == DType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+inline void store16_masked(void* p, DType dt, __m512 x, __mmask16 m) {
+  if (dt == DType::kF32) return _mm512_mask_storeu_ps(p, m, x);
+  const __m256i h = dt == DType::kF16
+                        ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                        : f32_to_bf16x16(x);
+  _mm256_mask_storeu_epi16(p, m, h);
+}
+#endif
+
 }  // namespace kiri::kernels::cpu::detail
 #endif
