@@ -224,7 +224,7 @@ inline void micro(int64_t kc, const float* __restrict a, const float* __restrict
       if (kMask && v == NV - 1) {
         const __m512 old = beta == 0.0f ? s : load16_masked(p, CD, last);
         store16_masked(p, CD,
-                       beta == 0.0f            ? s
+                       beta == 0.0f        ? s
                        : CD == DType::kF32 ? _mm512_fmadd_ps(be, old, s)
                                            : _mm512_add_ps(old, s),
                        last);
