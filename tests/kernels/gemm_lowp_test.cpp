@@ -320,9 +320,8 @@ std::vector<char> packed_bytes(const Case& c, int threads) {
 // however the threads cut C. A packed whole: K in 3 blocks (the last short), N in column
 // blocks per thread, edges in M and N; B packed whole (M > N), 16-bit C in one K block
 // (rounded by the kernel, beta 0 and 1) and in 3 (through an fp32 panel, either operand packed
-// whole); K blocks outermost
-// for a long K into an fp32 C. It declines a 16-bit C that neither operand packs whole and a
-// 16-bit C with beta other than 0 or 1 (via_f32 takes them).
+// whole); K blocks outermost for a long K into an fp32 C. It declines a 16-bit C that neither
+// operand packs whole and a 16-bit C with beta other than 0 or 1 (via_f32 takes them).
 TEST(GemmLowp, PackedIsWithinTheBoundAndBitwiseTheSameOnAnyThreadCount) {
   if (!kernels::gemm_lowp_available(LowpGemmImpl::kPacked, DType::kBF16))
     GTEST_SKIP() << "this build has no packed kernel (no AVX-512)";
@@ -400,7 +399,7 @@ TEST(GemmLowp, PathNamesAndAvailability) {
     EXPECT_EQ(kernels::gemm_lowp_path(dt), LowpGemmImpl::kViaF32);
     EXPECT_EQ(kernels::gemm_lowp_path_description(dt), "via_f32");
     // The packed kernel: in a build for AVX-512 (this one's compiler flags say).
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     const bool packed = true;
 #else
     const bool packed = false;
