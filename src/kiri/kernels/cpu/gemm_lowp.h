@@ -33,6 +33,8 @@ void gemm_lowp_via_f32(const LowpGemmArgs& g);
 // operand small enough to pack whole with a 16-bit C, or a 16-bit C with beta other than 0, 1.
 bool gemm_lowp_packed(const LowpGemmArgs& g);
 bool gemm_lowp_packed_supported();
+// Whether gemm_lowp_packed would take g (without computing it).
+bool gemm_lowp_packed_takes(const LowpGemmArgs& g);
 // kAuto's path for one GEMM: the fastest path of its shape class in the measured table
 // (gemm_lowp_choice.cpp); kViaF32 where oneDNN has no kernel for ab.
 LowpGemmImpl auto_path(DType ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);

@@ -288,8 +288,7 @@ LowpGemmRate measure_shape(DType ab, const LowpGemmShape& s) {
     paths.push_back([&] { detail::gemm_lowp_onednn(ops.args); });
     rates.push_back(&r.onednn);
   }
-  // The packed path where it takes the shape (it writes nothing where it does not).
-  if (detail::gemm_lowp_packed_supported() && detail::gemm_lowp_packed(ops.args)) {
+  if (detail::gemm_lowp_packed_takes(ops.args)) {
     paths.push_back([&] { detail::gemm_lowp_packed(ops.args); });
     rates.push_back(&r.packed);
   }

@@ -47,34 +47,6 @@ int64_t round_up(int64_t a, int64_t b) {
   return ceil_div(a, b) * b;
 }
 
-// 16 16-bit values widened (exactly) to fp32.
-template <DType D>
-inline __m512 widen16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (D == DType::kBF16)
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  else
-    return _mm512_cvtph_ps(h);
-}
-
-// 8 of them.
-template <DType D>
-inline __m256 widen8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (D == DType::kBF16)
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  else
-    return _mm256_cvtph_ps(h);
-}
-
-template <DType D>
-inline float widen1(uint16_t h) {
-  if constexpr (D == DType::kBF16)
-    return bf16_to_float(h);
-  else
-    return half_to_float(h);
-}
-
 // r[16] rows of 16 floats transposed in place: r[c] holds column c.
 inline void transpose16(__m512* r) {
   __m512 t[16], u[16];
@@ -120,7 +92,7 @@ void pack_tail(float* out, Src s, int64_t pr0, int64_t pr, int64_t c0, int64_t c
     for (int64_t r = 0; r < W; ++r) {
       const int64_t gr = pr0 + r, gc = c0 + c;
       out[c * W + r] =
-          r < pr ? widen1<D>(s.trans ? s.x[gc * s.ld + gr] : s.x[gr * s.ld + gc]) : 0.0f;
+          r < pr ? load_as_float(s.x, D, s.trans ? gc * s.ld + gr : gr * s.ld + gc) : 0.0f;
     }
 }
 
@@ -128,7 +100,7 @@ void pack_tail(float* out, Src s, int64_t pr0, int64_t pr, int64_t c0, int64_t c
 // column c + i of the 16 rows.
 template <DType D>
 inline void rows16(__m512* t, Src s, int64_t row, int64_t col) {
-  for (int i = 0; i < 16; ++i) t[i] = widen16<D>(s.x + (row + i) * s.ld + col);
+  for (int i = 0; i < 16; ++i) t[i] = load16(s.x + (row + i) * s.ld + col, D);
   transpose16(t);
 }
 
@@ -148,9 +120,9 @@ void pack(float* dst, Src s, int64_t r0, int64_t rows, int64_t c0, int64_t cols)
       for (; c < cols; ++c) {
         const uint16_t* in = s.x + (c0 + c) * s.ld + pr0;
         if constexpr (W == 8)
-          _mm256_store_ps(out + c * W, widen8<D>(in));
+          _mm256_store_ps(out + c * W, _mm512_castps512_ps256(load16_masked(in, D, 0xFF)));
         else
-          for (int64_t v = 0; v < W; v += 16) _mm512_store_ps(out + c * W + v, widen16<D>(in + v));
+          for (int64_t v = 0; v < W; v += 16) _mm512_store_ps(out + c * W + v, load16(in + v, D));
       }
     } else if (!s.trans && W % 16 == 0 && pr == W) {
       // X(r, c) = x[r * ld + c]: 16 rows x 16 columns transposed at a time, 16 rows along
@@ -263,7 +235,7 @@ void micro_edge(int64_t kc, const float* a, const float* b, void* c, int64_t ldc
         d = beta == 0.0f ? s : std::fma(beta, d, s);
       } else {
         uint16_t& d = static_cast<uint16_t*>(c)[i * ldc + j];
-        const float x = beta == 0.0f ? s : widen1<CD>(d) + s;
+        const float x = beta == 0.0f ? s : load_as_float(&d, CD, 0) + s;
         d = CD == DType::kBF16 ? float_to_bf16(x) : float_to_half(x);
       }
     }
@@ -451,19 +423,23 @@ void k_outer(const LowpGemmArgs& g, int threads) {
   }
 }
 
+// How the packed kernel cuts g, or kNone where it does not take it.
+enum class Plan { kNone, kAWhole, kBWhole, kKOuter };
+Plan plan(const LowpGemmArgs& g) {
+  // A 16-bit C takes beta 0 or 1 (the linear layers' two); others go via_f32.
+  if (g.c_dtype != DType::kF32 && g.beta != 0.0f && g.beta != 1.0f) return Plan::kNone;
+  if (g.M * g.K <= kWhole && g.M <= g.N) return Plan::kAWhole;
+  if (g.K * g.N <= kWhole) return Plan::kBWhole;
+  if (g.c_dtype == DType::kF32 && g.M * kKC <= kWhole) return Plan::kKOuter;
+  return Plan::kNone;
+}
+
 template <DType D>
-bool packed(const LowpGemmArgs& g) {
+void packed(const LowpGemmArgs& g, Plan p) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (g.M * g.K <= kWhole && g.M <= g.N) {
-    a_whole<D>(g, threads);
-  } else if (g.K * g.N <= kWhole) {
-    b_whole<D>(g, threads);
-  } else if (g.c_dtype == DType::kF32 && g.M * kKC <= kWhole) {
-    k_outer<D>(g, threads);
-  } else {
-    return false;
-  }
-  return true;
+  if (p == Plan::kAWhole) return a_whole<D>(g, threads);
+  if (p == Plan::kBWhole) return b_whole<D>(g, threads);
+  k_outer<D>(g, threads);
 }
 
 }  // namespace
@@ -472,15 +448,26 @@ bool gemm_lowp_packed_supported() {
   return true;
 }
 
+bool gemm_lowp_packed_takes(const LowpGemmArgs& g) {
+  return plan(g) != Plan::kNone;
+}
+
 bool gemm_lowp_packed(const LowpGemmArgs& g) {
-  // A 16-bit C takes beta 0 or 1 (the linear layers' two); others go via_f32.
-  if (g.c_dtype != DType::kF32 && g.beta != 0.0f && g.beta != 1.0f) return false;
-  return g.ab == DType::kBF16 ? packed<DType::kBF16>(g) : packed<DType::kF16>(g);
+  const Plan p = plan(g);
+  if (p == Plan::kNone) return false;
+  if (g.ab == DType::kBF16)
+    packed<DType::kBF16>(g, p);
+  else
+    packed<DType::kF16>(g, p);
+  return true;
 }
 
 #else  // no AVX-512: via_f32 takes every GEMM
 
 bool gemm_lowp_packed_supported() {
+  return false;
+}
+bool gemm_lowp_packed_takes(const LowpGemmArgs&) {
   return false;
 }
 bool gemm_lowp_packed(const LowpGemmArgs&) {
