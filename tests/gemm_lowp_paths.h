@@ -29,7 +29,8 @@ class ScopedGemmLowp {
 inline std::string gemm_lowp_unavailable(kernels::LowpGemmImpl impl, DType ab) {
   if (kernels::gemm_lowp_available(impl, ab)) return "";
   if (impl == kernels::LowpGemmImpl::kPacked)
-    return "this build has no packed kernel (no AVX-512; it would fall back to via_f32)";
+    return "this build has no packed kernel (neither AVX-512 nor AVX2 with FMA; it would fall "
+           "back to via_f32)";
   return std::string("oneDNN has no ") + dtype_name(ab) +
          " matmul on this CPU (it would fall back to via_f32)";
 }

@@ -324,7 +324,7 @@ std::vector<char> packed_bytes(const Case& c, int threads) {
 // operand packs whole and a 16-bit C with beta other than 0 or 1 (via_f32 takes them).
 TEST(GemmLowp, PackedIsWithinTheBoundAndBitwiseTheSameOnAnyThreadCount) {
   if (!kernels::gemm_lowp_available(LowpGemmImpl::kPacked, DType::kBF16))
-    GTEST_SKIP() << "this build has no packed kernel (no AVX-512)";
+    GTEST_SKIP() << "this build has no packed kernel (neither AVX-512 nor AVX2 with FMA)";
   const test::ScopedGemmLowp scope(LowpGemmImpl::kPacked);
   const int saved_threads = omp_get_max_threads();
   Worst worst;
@@ -398,8 +398,10 @@ TEST(GemmLowp, PathNamesAndAvailability) {
     kernels::set_gemm_lowp_impl(LowpGemmImpl::kViaF32);
     EXPECT_EQ(kernels::gemm_lowp_path(dt), LowpGemmImpl::kViaF32);
     EXPECT_EQ(kernels::gemm_lowp_path_description(dt), "via_f32");
-    // The packed kernel: in a build for AVX-512 (this one's compiler flags say).
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    // The packed kernel: in a build for AVX-512, or AVX2 with FMA and F16C (this one's
+    // compiler flags say).
+#if (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)) || \
+    (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
     const bool packed = true;
 #else
     const bool packed = false;

@@ -1,5 +1,5 @@
 // fp32 <-> bf16 / fp16 conversions (whole tensors and the detail:: runs the
-// other kernels use), add_into and all_finite. The AVX-512 paths do in
+// other kernels use), add_into and all_finite. The AVX-512 and AVX2 paths do in
 // integer arithmetic exactly what float_to_bf16 does (vcvtneps2bf16 would
 // flush denormals) and use vcvtps2ph with round-to-nearest-even for fp16.
 #include <immintrin.h>
@@ -22,10 +22,40 @@ namespace {
 // GCC 12 warns about the _mm512_undefined_* placeholders inside its own
 // conversion intrinsics once they are inlined here (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-constexpr int64_t kVec = 16;
+#define KIRI_CONVERT_LANES 16
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KIRI_CONVERT_LANES 8
+#endif
 
-#else
-constexpr int64_t kVec = 0;  // scalar only
+// Vectors of kVec lanes: AVX-512's 16 or AVX2's 8 (the scalar loops alone without either).
+#if KIRI_CONVERT_LANES == 16
+constexpr int64_t kVec = 16;
+inline __m512 vload(const void* p, DType dt) {
+  return load16(p, dt);
+}
+inline void vstore(void* p, DType dt, __m512 x) {
+  store16(p, dt, x);
+}
+inline __m512 vloadf(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline __m512 vadd(__m512 a, __m512 b) {
+  return _mm512_add_ps(a, b);
+}
+#elif KIRI_CONVERT_LANES == 8
+constexpr int64_t kVec = 8;
+inline __m256 vload(const void* p, DType dt) {
+  return load8(p, dt);
+}
+inline void vstore(void* p, DType dt, __m256 x) {
+  store8(p, dt, x);
+}
+inline __m256 vloadf(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 vadd(__m256 a, __m256 b) {
+  return _mm256_add_ps(a, b);
+}
 #endif
 
 inline void store_scalar(void* p, DType dt, int64_t i, float f) {
@@ -45,9 +75,9 @@ constexpr int64_t kSize = D == DType::kF32 ? 4 : 2;
 template <DType S>
 void to_f32_as(float* dst, const void* src, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#ifdef KIRI_CONVERT_LANES
   const char* s = static_cast<const char*>(src);
-  for (; i + kVec <= n; i += kVec) _mm512_storeu_ps(dst + i, load16(s + i * kSize<S>, S));
+  for (; i + kVec <= n; i += kVec) vstore(dst + i, DType::kF32, vload(s + i * kSize<S>, S));
 #endif
   for (; i < n; ++i) dst[i] = load_as_float(src, S, i);
 }
@@ -55,9 +85,9 @@ void to_f32_as(float* dst, const void* src, int64_t n) {
 template <DType D>
 void from_f32_as(void* dst, const float* src, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#ifdef KIRI_CONVERT_LANES
   char* d = static_cast<char*>(dst);
-  for (; i + kVec <= n; i += kVec) store16(d + i * kSize<D>, D, _mm512_loadu_ps(src + i));
+  for (; i + kVec <= n; i += kVec) vstore(d + i * kSize<D>, D, vloadf(src + i));
 #endif
   for (; i < n; ++i) store_scalar(dst, D, i, src[i]);
 }
@@ -65,11 +95,11 @@ void from_f32_as(void* dst, const float* src, int64_t n) {
 template <DType D>
 void add_f32_into_as(void* dst, const float* src, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#ifdef KIRI_CONVERT_LANES
   char* d = static_cast<char*>(dst);
   for (; i + kVec <= n; i += kVec) {
     char* p = d + i * kSize<D>;
-    store16(p, D, _mm512_add_ps(load16(p, D), _mm512_loadu_ps(src + i)));
+    vstore(p, D, vadd(vload(p, D), vloadf(src + i)));
   }
 #endif
   for (; i < n; ++i) store_scalar(dst, D, i, load_as_float(dst, D, i) + src[i]);

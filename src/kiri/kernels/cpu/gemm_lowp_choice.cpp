@@ -69,8 +69,9 @@ std::string onednn_version() {
 // that path no longer has (revision 2, 1 MiB panels, ran 1.2x faster in a tiny bf16 step on a
 // CPU without bf16 dot products; revision 3 gives threads whole C blocks and adds a product
 // into a 16-bit C as it rounds), so a new revision measures again. Revision 4 adds the packed
-// path's rate to each line.
-constexpr int kViaF32Revision = 4;
+// path's rate to each line; revision 5 brings the packed path and vector widening to CPUs with
+// AVX2 but no AVX-512, whose files held no packed rate and a scalar via_f32's.
+constexpr int kViaF32Revision = 5;
 
 // The machine's identity in the cache: a file per CPU model, oneDNN version and via_f32
 // revision.
