@@ -265,7 +265,7 @@ Plan plan(const LowpGemmArgs& g) {
 }
 
 template <DType D>
-void packed(const LowpGemmArgs& g, Plan p) {
+void run_packed(const LowpGemmArgs& g, Plan p) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (p == Plan::kAWhole) return a_whole<D>(g, threads);
   if (p == Plan::kBWhole) return b_whole<D>(g, threads);
@@ -286,9 +286,9 @@ bool gemm_lowp_packed(const LowpGemmArgs& g) {
   const Plan p = plan(g);
   if (p == Plan::kNone) return false;
   if (g.ab == DType::kBF16)
-    packed<DType::kBF16>(g, p);
+    run_packed<DType::kBF16>(g, p);
   else
-    packed<DType::kF16>(g, p);
+    run_packed<DType::kF16>(g, p);
   return true;
 }
 
